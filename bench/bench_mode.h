@@ -1,0 +1,34 @@
+// Registry of kvtier-bench modes. Each bench/mode_*.cc registers one mode:
+//   KVT_BENCH_MODE(tiers, "host/disk tier bandwidth vs memcpy and raw io_uring", RunTiers);
+// where RunTiers(int argc, char** argv) parses its own flags (CLI11) and returns an exit code.
+#ifndef KVT_BENCH_BENCH_MODE_H_
+#define KVT_BENCH_BENCH_MODE_H_
+
+#include <functional>
+#include <map>
+#include <string>
+
+namespace kvt::bench {
+
+struct Mode {
+  std::string help;
+  std::function<int(int argc, char** argv)> run;
+};
+
+inline std::map<std::string, Mode>& Modes() {
+  static std::map<std::string, Mode> modes;
+  return modes;
+}
+
+struct ModeRegistrar {
+  ModeRegistrar(const char* name, const char* help, std::function<int(int, char**)> run) {
+    Modes()[name] = Mode{help, std::move(run)};
+  }
+};
+
+}  // namespace kvt::bench
+
+#define KVT_BENCH_MODE(name, help, fn) \
+  static ::kvt::bench::ModeRegistrar kvt_bench_mode_##name(#name, help, fn)
+
+#endif  // KVT_BENCH_BENCH_MODE_H_

@@ -1,0 +1,198 @@
+// KVConnector: the engine-facing API of kvtier.
+//
+// An engine calls Lookup before prefill to learn how many prompt tokens to load
+// instead of computing, Load to fill its KV for those tokens, and Store after
+// prefill to offer the prompt's complete chunks. Tokens are grouped in chunks of
+// NamespaceParams::chunk_tokens; only complete chunks are stored or loaded.
+//
+// Two levels:
+//  * payload level (any engine): StorePayloads / LoadPayloads hand the caller each
+//    chunk's payload in codec order [layer][k|v][token][kv_head][head_dim]
+//    (kvstore/chunk_codec.h); used by the llama.cpp adapter.
+//  * paged level (vLLM-style engines): RegisterKvView + Store / Load over a paged KV
+//    cache and a slot mapping, using the copy kernels (kernels/kv_copy.h).
+#ifndef CONNECTORS_KV_CONNECTOR_H_
+#define CONNECTORS_KV_CONNECTOR_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/kv_copy.h"
+#include "kvstore/chunk_key.h"
+#include "kvstore/cost_model.h"
+#include "kvstore/tiered_store.h"
+
+namespace kvt {
+
+struct ConnectorOptions {
+  // Identity of the engine's KV (model, layout, tp, chunk size, tenant, engine facts).
+  NamespaceParams ns;
+  // Cost model defaults (per-tier bandwidth/latency, prefill model).
+  CostModelOptions cost;
+  // When false, Lookup loads every cached leading chunk regardless of cost.
+  bool use_cost_model = true;
+  // Store encodes and puts chunks on a background thread after copying them out.
+  bool async_store = true;
+  // Bytes of queued async stores before StorePayloads copies are dropped (counted)
+  // instead of queued, so a slow tier never blocks decode. 0 = unlimited.
+  uint64_t max_pending_store_bytes = 1ull << 30;
+  // A Lookup's lease (pins on the chunks it promised) not released by a load within
+  // this time is released by the connector on a later Lookup. The store's own
+  // lease_timeout (TieredStoreOptions) reaps it too; the shorter one wins. > 0.
+  std::chrono::milliseconds lease_release_after{30000};
+  // Copy-kernel knobs for the paged level (threads, CUDA stream).
+  KvCopyOptions copy;
+
+  // InvalidArgument naming the field: ns (NamespaceParams::Validate), cost
+  // (CostModelOptions::Validate), lease_release_after <= 0, copy (KvCopyOptions).
+  absl::Status Validate() const;
+};
+
+// Monotonic counters since creation (relaxed atomics) plus the cost model's.
+struct ConnectorStats {
+  uint64_t lookups = 0;
+  uint64_t lookup_hit_tokens = 0;   // sum of ConnectorLookup::cached_tokens
+  uint64_t lookup_load_tokens = 0;  // sum of ConnectorLookup::load_tokens
+  uint64_t leases_released_by_load = 0;
+  uint64_t leases_released_by_timeout = 0;
+  uint64_t store_calls = 0;
+  uint64_t store_chunks_taken = 0;    // copied out and queued (or put, when sync)
+  uint64_t store_chunks_skipped = 0;  // already cached or already queued
+  uint64_t store_chunks_dropped = 0;  // pending queue over max_pending_store_bytes
+  uint64_t store_chunks_put = 0;      // reached the store
+  uint64_t store_put_errors = 0;      // encode or TieredStore::Put failed (logged)
+  uint64_t store_pending_bytes = 0;   // gauge: bytes queued for the background thread
+  uint64_t load_chunks_ok = 0;        // fetched, verified and consumed
+  uint64_t load_chunks_failed = 0;    // requested but not delivered (incl. after a failure)
+  uint64_t load_misses = 0;           // chunk vanished (NotFound) at load time
+  uint64_t load_data_loss = 0;        // record failed verification (DataLoss)
+  uint64_t load_mismatch = 0;         // wrong namespace/key/layout (FailedPrecondition)
+  uint64_t load_other_errors = 0;     // any other tier or consume error
+  uint64_t load_bytes = 0;            // record bytes fetched and verified
+  CostModelStats cost;
+};
+
+struct ConnectorLookup {
+  // Tokens the engine should load (a multiple of chunk_tokens, <= tokens.size() - 1,
+  // >= num_computed_tokens or 0). The last prompt token is always left to compute.
+  uint64_t load_tokens = 0;
+  // Leading tokens cached in any tier (complete chunks), before the cost decision.
+  uint64_t cached_tokens = 0;
+  // Predicted seconds: loading load_tokens vs recomputing them.
+  double predicted_load_s = 0;
+  double predicted_recompute_s = 0;
+};
+
+struct ConnectorLoadResult {
+  // Leading tokens whose KV was delivered verified (multiple of chunk_tokens, from 0).
+  uint64_t loaded_tokens = 0;
+  // Chunk indices that were requested but could not be delivered (vanished, failed
+  // verification, timed out). Every chunk at or after the first failure is NOT
+  // delivered, so the engine recomputes [loaded_tokens, num_tokens).
+  std::vector<size_t> failed_chunks;
+  // Why the first failed chunk failed (OK when nothing failed): NotFound (vanished),
+  // DataLoss (checksum/format), FailedPrecondition (namespace/key/layout mismatch),
+  // or the tier's / consume's error.
+  absl::Status first_error;
+};
+
+// Called with one chunk's payload buffer to fill (store) — REQUIRES: the callee writes
+// exactly payload.size() bytes in codec order before returning.
+using ChunkFill = std::function<absl::Status(size_t chunk_index, std::span<std::byte> payload)>;
+// Called with one verified chunk payload (load). The span is valid during the call only.
+using ChunkConsume =
+    std::function<absl::Status(size_t chunk_index, std::span<const std::byte> payload)>;
+
+// Thread-safe.
+class KVConnector {
+ public:
+  // `store` is shared (several connectors may share one store).
+  static absl::StatusOr<std::unique_ptr<KVConnector>> Create(const ConnectorOptions& options,
+                                                             std::shared_ptr<TieredStore> store);
+  virtual ~KVConnector() = default;
+
+  // Decides how many leading tokens to load (cost model applied chunk by chunk).
+  // `num_computed_tokens`: tokens the engine already holds (never reloaded).
+  virtual absl::StatusOr<ConnectorLookup> Lookup(std::span<const TokenId> tokens,
+                                                 uint64_t num_computed_tokens) = 0;
+
+  // Offers the complete chunks of `tokens`: for each chunk not yet cached, calls
+  // `fill` synchronously (the engine's memory is not read after this returns), then
+  // encodes and stores asynchronously (async_store). Returns the number of chunks
+  // taken for storing.
+  virtual absl::StatusOr<size_t> StorePayloads(std::span<const TokenId> tokens,
+                                               const ChunkFill& fill) = 0;
+
+  // Fetches and verifies chunks covering tokens [0, num_tokens) (num_tokens a multiple
+  // of chunk_tokens) and calls `consume` for each in order, stopping at the first chunk
+  // that cannot be delivered. Chunks below `skip_tokens` (already held) are not fetched.
+  virtual absl::StatusOr<ConnectorLoadResult> LoadPayloads(std::span<const TokenId> tokens,
+                                                           uint64_t num_tokens,
+                                                           const ChunkConsume& consume,
+                                                           uint64_t skip_tokens = 0) = 0;
+
+  // Feeds the cost model one observed prefill: `new_tokens` computed on top of
+  // `context_tokens` already present, taking `elapsed`.
+  virtual void ObservePrefill(uint64_t new_tokens, uint64_t context_tokens,
+                              std::chrono::duration<double> elapsed) = 0;
+
+  // Blocks until every async store has reached the store.
+  virtual void Flush() = 0;
+
+  virtual const NamespaceParams& ns_params() const = 0;
+  virtual NamespaceId ns() const = 0;
+  virtual uint32_t chunk_tokens() const = 0;
+
+  // ---- Paged level (vLLM-style engines) -------------------------------------------
+  // Registers the engine's paged KV cache (replaces an earlier registration; REQUIRES:
+  // no Store/Load running concurrently with the replacement). The view borrows the
+  // engine's memory: it must stay allocated until replaced or the connector is destroyed.
+  // Errors: InvalidArgument when view.Validate() fails (kernels/kv_copy.h), when
+  // view.layout differs from the declared ns_params().layout (the message names both
+  // layouts), or for a kCuda view in a process without a usable CUDA device.
+  virtual absl::Status RegisterKvView(const PagedKvView& view) = 0;
+
+  // Store at the paged level: StorePayloads with a fill that gathers each chunk's
+  // slots from the registered view (GatherChunk). `slot_mapping[i]` is the slot of
+  // token i (vLLM convention: block_id * block_size + offset, int64).
+  // REQUIRES: slot_mapping.size() >= number of complete chunks * chunk_tokens.
+  // Errors: FailedPrecondition without a registered view; InvalidArgument for a short
+  // slot mapping, a padding slot (-1) or out-of-range slot inside a complete chunk
+  // (index and value named; nothing is stored); copy errors from the kernels.
+  // Returns the number of chunks taken for storing (as StorePayloads).
+  virtual absl::StatusOr<size_t> Store(std::span<const TokenId> tokens,
+                                       std::span<const int64_t> slot_mapping) = 0;
+
+  // Load at the paged level: LoadPayloads with a consume that scatters each verified
+  // chunk into the registered view at its slots (ScatterChunk). Positions below
+  // `num_computed_tokens` are never written (their slots are treated as padding); slots
+  // of -1 are skipped. A chunk is scattered only after it verified, so every chunk
+  // reported as loaded holds verified KV; tokens
+  // [max(result.loaded_tokens, num_computed_tokens), num_tokens) were NOT loaded and
+  // must be recomputed (listed by chunk in result.failed_chunks). Chunks wholly below
+  // num_computed_tokens are not fetched.
+  // REQUIRES: num_tokens % chunk_tokens == 0, num_tokens <= tokens.size(),
+  // slot_mapping.size() >= num_tokens.
+  // Errors (nothing written): FailedPrecondition without a registered view;
+  // InvalidArgument for the REQUIRES above or a slot out of range (checked up front).
+  virtual absl::StatusOr<ConnectorLoadResult> Load(std::span<const TokenId> tokens,
+                                                   uint64_t num_tokens,
+                                                   std::span<const int64_t> slot_mapping,
+                                                   uint64_t num_computed_tokens) = 0;
+
+  // Counters (see ConnectorStats) and the live cost model (for observations and tests).
+  virtual ConnectorStats stats() const = 0;
+  virtual CostModel& cost_model() = 0;
+  // Bytes of one chunk's payload: ns_params().layout.payload_bytes(chunk_tokens()).
+  virtual uint64_t chunk_payload_bytes() const = 0;
+};
+
+}  // namespace kvt
+
+#endif  // CONNECTORS_KV_CONNECTOR_H_

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Configures and builds kvtier (release preset, build/release). Idempotent.
+# Extra arguments are passed to the CMake configure step.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=${KVT_JOBS:-$(nproc)}
+cmake --preset release "$@"
+cmake --build --preset release -j "$jobs"

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs every Debian package kvtier needs to build, test and benchmark.
+# Idempotent: packages already present are skipped by apt-get. Run as root.
+set -euo pipefail
+
+PKGS=(
+  build-essential cmake ninja-build pkg-config git python3 python3-venv python3-pip
+  # Core dependencies (see shared/docs/TOOLCHAIN.md).
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  librocksdb-dev libabsl-dev liburing-dev libxxhash-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  # Well-kept helpers: logging, flags, config, JSON, HTTP (metrics), Redis peer.
+  libspdlog-dev libcli11-dev nlohmann-json3-dev libyaml-cpp-dev libcpp-httplib-dev
+  libhiredis-dev redis-server
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PKGS[@]} packages already installed"
+  exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps: missing packages (${missing[*]}); run as root" >&2
+  exit 1
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"

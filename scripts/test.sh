@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The README's test command: installs dependencies, builds, runs every test.
+# Tests labelled `gpu` skip themselves (with a message) on machines without a GPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+bash scripts/build.sh
+ctest --preset release -j "${KVT_TEST_JOBS:-2}" --timeout 900 "$@"
