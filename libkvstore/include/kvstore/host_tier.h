@@ -1,0 +1,178 @@
+// HostTier: the host-memory tier. One preallocated arena holds whole chunk records.
+//
+// Memory: the arena (capacity_bytes) is allocated once in Create. When kvtier is built
+// with CUDA (KVT_HAVE_CUDA) and cudaGetDeviceCount reports a GPU, the arena is pinned
+// with cudaHostAlloc so copy kernels can DMA from/to it; otherwise it is plain memory
+// aligned to 4096 bytes. `pinned_host_memory()` says which one was obtained (also logged).
+//
+// Allocation policy: best-fit over a free list of extents ordered by (size, offset),
+// with coalescing of neighbouring free extents on free. Every record occupies one
+// contiguous extent of round_up(record_bytes, alignment) bytes starting at an offset
+// that is a multiple of `alignment` (64 by default, so records start on cache lines;
+// with a 4096-aligned arena, record starts are 64-byte aligned in virtual memory too).
+//
+// Eviction policy: LRU. A Put or a Get (hit) makes a chunk the most recently used;
+// Contains/RecordSize/List do not touch recency, Pin does (a pin announces a read).
+// When a Put does not find a free extent large enough, chunks are evicted from the
+// least recently used end, skipping chunks that are pinned or being copied by a
+// reader, until the extent fits. Before evicting anything, the tier checks that
+// evicting every evictable chunk would produce a large enough contiguous extent; if
+// not (record larger than the arena, or pinned/busy chunks fragment the arena) Put
+// returns ResourceExhausted and evicts nothing. Because allocation is contiguous, an
+// eviction round may evict more than the byte count needed (LRU order, not adjacency).
+//
+// Strict capacity: used_bytes (sum of allocated extents, including records being
+// written and records being read after removal) never exceeds capacity_bytes.
+//
+// Readers never see torn bytes: a record's extent is written once before the record
+// becomes visible and is never modified while visible; Get copies outside the lock
+// while holding a reader count on the extent, which keeps the extent from being
+// evicted or reused; a replaced or erased record's extent is freed by its last reader.
+//
+// The EvictionListener is called with the tier's lock held, before the evicted bytes
+// are freed; it must not call into this tier and should be quick (copy and queue).
+#ifndef KVSTORE_HOST_TIER_H_
+#define KVSTORE_HOST_TIER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "kvstore/tier.h"
+#include "kvstore/types.h"
+
+namespace kvt {
+
+struct HostTierOptions {
+  // Arena size in bytes. REQUIRES: alignment <= capacity_bytes <= 4 TiB.
+  uint64_t capacity_bytes = 1ull << 30;
+  // Extent granularity and record start alignment in bytes.
+  // REQUIRES: power of two in [8, 4096].
+  uint64_t alignment = 64;
+  // Try cudaHostAlloc (page-locked memory) when built with CUDA and a GPU is present.
+  // Falls back to aligned plain memory when false or unavailable.
+  bool use_pinned_memory = true;
+  // Name reported by name() (metrics, CLI).
+  std::string name = "host";
+
+  // OK, or InvalidArgument naming the bad field and the expected range.
+  absl::Status Validate() const;
+};
+
+// Thread-safe. See the file comment for allocation, eviction and lifetime rules.
+class HostTier final : public Tier {
+ public:
+  // Allocates the arena. InvalidArgument for bad options; ResourceExhausted when the
+  // arena cannot be allocated.
+  static absl::StatusOr<std::unique_ptr<HostTier>> Create(const HostTierOptions& options);
+  ~HostTier() override;
+
+  HostTier(const HostTier&) = delete;
+  HostTier& operator=(const HostTier&) = delete;
+
+  std::string_view name() const override { return name_; }
+  TierKind kind() const override { return TierKind::kHost; }
+
+  // Tier contract (tier.h). Put: InvalidArgument when record.size() differs from the
+  // header's record length; DataLoss/FailedPrecondition from DecodeChunkHeader;
+  // ResourceExhausted when the record can never fit (round_up(size, alignment) >
+  // usable capacity) or pinned/busy chunks leave no contiguous room. A replaced record
+  // keeps its pin count.
+  absl::Status Put(std::span<const std::byte> record) override;
+  absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out) override;
+  absl::StatusOr<uint64_t> RecordSize(const ChunkKey& key) override;
+  std::vector<bool> Contains(std::span<const ChunkKey> keys) override;
+  absl::Status Erase(const ChunkKey& key) override;
+  // Ordered by ChunkKey (operator<=>); next_page_token = ToHex() of the last key of
+  // the page. InvalidArgument for page_size outside 1..100000 or a bad token.
+  absl::StatusOr<ListPage> List(const ListOptions& options) override;
+  TierStats stats() const override;
+  uint64_t capacity_bytes() const override { return capacity_; }
+  bool Pin(const ChunkKey& key) override;
+  // Unpin of an absent or unpinned key is a no-op.
+  void Unpin(const ChunkKey& key) override;
+  void SetEvictionListener(EvictionListener listener) override;
+
+  // True when the arena is page-locked CUDA host memory (cudaHostAlloc).
+  bool pinned_host_memory() const { return pinned_host_memory_; }
+  // Base of the arena (for registering with a copy engine). Valid for the tier's life.
+  const std::byte* arena_base() const { return arena_; }
+
+ private:
+  enum class State : uint8_t { kWriting, kLive, kZombie };
+  struct Entry {
+    ChunkKey key;
+    NamespaceId ns;
+    ChunkKey parent;
+    uint32_t token_count = 0;
+    uint64_t offset = 0;
+    uint64_t extent_bytes = 0;
+    uint64_t record_bytes = 0;
+    int64_t last_access_unix_ms = 0;
+    uint32_t pins = 0;
+    uint32_t readers = 0;
+    State state = State::kWriting;
+    std::list<Entry*>::iterator lru_it;  // valid when state == kLive
+  };
+
+  HostTier(const HostTierOptions& options, std::byte* arena, bool pinned);
+
+  bool Evictable(const Entry& e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return e.state == State::kLive && e.pins == 0 && e.readers == 0;
+  }
+  // Takes an extent of `bytes` (multiple of alignment) from the free list; -1 if none fits.
+  int64_t AllocExtent(uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FreeExtent(uint64_t offset, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether evicting every evictable entry would leave a contiguous extent >= bytes.
+  bool CanFitAfterEviction(uint64_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes a live entry from the index and LRU (state becomes kZombie); frees it now
+  // when no reader holds it. Does not call the listener.
+  void Unlink(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees the extent and destroys the entry. REQUIRES: readers == 0.
+  void Destroy(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EvictOne(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Touch(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::string name_;
+  const uint64_t capacity_;
+  const uint64_t alignment_;
+  const uint64_t usable_;  // capacity rounded down to alignment
+  std::byte* const arena_;
+  const bool pinned_host_memory_;
+
+  mutable absl::Mutex mu_;
+  // Every allocated extent (writing, live, zombie) by offset; owns the entries.
+  std::map<uint64_t, std::unique_ptr<Entry>> extents_ ABSL_GUARDED_BY(mu_);
+  // Visible (live) entries by key.
+  std::map<ChunkKey, Entry*> index_ ABSL_GUARDED_BY(mu_);
+  // Live entries, most recently used first.
+  std::list<Entry*> lru_ ABSL_GUARDED_BY(mu_);
+  // Free extents: offset -> size, and (size, offset) for best fit.
+  std::map<uint64_t, uint64_t> free_by_offset_ ABSL_GUARDED_BY(mu_);
+  std::set<std::pair<uint64_t, uint64_t>> free_by_size_ ABSL_GUARDED_BY(mu_);
+  EvictionListener listener_ ABSL_GUARDED_BY(mu_);
+
+  uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t pinned_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t hits_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t misses_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t puts_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t bytes_in_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t bytes_out_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace kvt
+
+#endif  // KVSTORE_HOST_TIER_H_

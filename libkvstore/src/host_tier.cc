@@ -1,0 +1,379 @@
+#include "kvstore/host_tier.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "kvstore/chunk_codec.h"
+#include "spdlog/spdlog.h"
+
+#ifdef KVT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace kvt {
+namespace {
+
+constexpr uint64_t kArenaAlignment = 4096;
+constexpr uint64_t kMaxCapacityBytes = 4ull << 40;  // 4 TiB
+
+uint64_t RoundUp(uint64_t n, uint64_t align) { return (n + align - 1) / align * align; }
+
+int64_t NowUnixMs() { return absl::ToUnixMillis(absl::Now()); }
+
+}  // namespace
+
+absl::Status HostTierOptions::Validate() const {
+  if (alignment < 8 || alignment > 4096 || (alignment & (alignment - 1)) != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "HostTierOptions.alignment = %d; expected a power of two in [8, 4096]", alignment));
+  }
+  if (capacity_bytes < alignment || capacity_bytes > kMaxCapacityBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("HostTierOptions.capacity_bytes = %d; expected %d..%d bytes",
+                        capacity_bytes, alignment, kMaxCapacityBytes));
+  }
+  if (name.empty()) {
+    return absl::InvalidArgumentError("HostTierOptions.name is empty; expected a tier name");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<HostTier>> HostTier::Create(const HostTierOptions& options) {
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
+  const uint64_t alloc_bytes = RoundUp(options.capacity_bytes, kArenaAlignment);
+  std::byte* arena = nullptr;
+  bool pinned = false;
+#ifdef KVT_HAVE_CUDA
+  if (options.use_pinned_memory) {
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0) {
+      void* p = nullptr;
+      cudaError_t err = cudaHostAlloc(&p, alloc_bytes, cudaHostAllocPortable);
+      if (err == cudaSuccess) {
+        arena = static_cast<std::byte*>(p);
+        pinned = true;
+      } else {
+        spdlog::warn("HostTier '{}': cudaHostAlloc({} bytes) failed: {}; using plain memory",
+                     options.name, alloc_bytes, cudaGetErrorString(err));
+      }
+    } else {
+      (void)cudaGetLastError();  // clear the sticky "no device" error
+    }
+  }
+#endif
+  if (arena == nullptr) {
+    arena = static_cast<std::byte*>(std::aligned_alloc(kArenaAlignment, alloc_bytes));
+    if (arena == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("HostTier '%s': cannot allocate an arena of %d bytes", options.name,
+                          alloc_bytes));
+    }
+  }
+  spdlog::info("HostTier '{}': arena of {} bytes in {} memory", options.name,
+               options.capacity_bytes, pinned ? "pinned (cudaHostAlloc)" : "plain 4096-aligned");
+  return std::unique_ptr<HostTier>(new HostTier(options, arena, pinned));
+}
+
+HostTier::HostTier(const HostTierOptions& options, std::byte* arena, bool pinned)
+    : name_(options.name),
+      capacity_(options.capacity_bytes),
+      alignment_(options.alignment),
+      usable_(options.capacity_bytes / options.alignment * options.alignment),
+      arena_(arena),
+      pinned_host_memory_(pinned) {
+  absl::MutexLock lock(&mu_);
+  free_by_offset_.emplace(0, usable_);
+  free_by_size_.emplace(usable_, 0);
+}
+
+HostTier::~HostTier() {
+#ifdef KVT_HAVE_CUDA
+  if (pinned_host_memory_) {
+    cudaFreeHost(arena_);
+    return;
+  }
+#endif
+  std::free(arena_);
+}
+
+int64_t HostTier::AllocExtent(uint64_t bytes) {
+  auto it = free_by_size_.lower_bound({bytes, 0});
+  if (it == free_by_size_.end()) return -1;
+  const auto [size, offset] = *it;
+  free_by_size_.erase(it);
+  free_by_offset_.erase(offset);
+  if (size > bytes) {
+    free_by_offset_.emplace(offset + bytes, size - bytes);
+    free_by_size_.emplace(size - bytes, offset + bytes);
+  }
+  return static_cast<int64_t>(offset);
+}
+
+void HostTier::FreeExtent(uint64_t offset, uint64_t bytes) {
+  // Coalesce with the free neighbour after and before.
+  auto next = free_by_offset_.lower_bound(offset);
+  if (next != free_by_offset_.end() && next->first == offset + bytes) {
+    bytes += next->second;
+    free_by_size_.erase({next->second, next->first});
+    next = free_by_offset_.erase(next);
+  }
+  if (next != free_by_offset_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == offset) {
+      offset = prev->first;
+      bytes += prev->second;
+      free_by_size_.erase({prev->second, prev->first});
+      free_by_offset_.erase(prev);
+    }
+  }
+  free_by_offset_.emplace(offset, bytes);
+  free_by_size_.emplace(bytes, offset);
+}
+
+bool HostTier::CanFitAfterEviction(uint64_t bytes) const {
+  // Unevictable extents are barriers; everything between them is free or evictable.
+  uint64_t run_start = 0;
+  for (const auto& [offset, entry] : extents_) {
+    if (Evictable(*entry)) continue;
+    if (offset - run_start >= bytes) return true;
+    run_start = offset + entry->extent_bytes;
+  }
+  return usable_ - run_start >= bytes;
+}
+
+void HostTier::Destroy(Entry* e) {
+  FreeExtent(e->offset, e->extent_bytes);
+  used_bytes_ -= e->extent_bytes;
+  extents_.erase(e->offset);  // destroys *e
+}
+
+void HostTier::Unlink(Entry* e) {
+  auto it = index_.find(e->key);
+  if (it != index_.end() && it->second == e) index_.erase(it);
+  lru_.erase(e->lru_it);
+  e->state = State::kZombie;
+  if (e->readers == 0) Destroy(e);
+}
+
+void HostTier::EvictOne(Entry* e) {
+  if (listener_) {
+    listener_(e->key, std::span<const std::byte>(arena_ + e->offset, e->record_bytes));
+  }
+  ++evictions_;
+  Unlink(e);
+}
+
+void HostTier::Touch(Entry* e) {
+  e->last_access_unix_ms = NowUnixMs();
+  lru_.splice(lru_.begin(), lru_, e->lru_it);
+}
+
+absl::Status HostTier::Put(std::span<const std::byte> record) {
+  absl::StatusOr<ChunkHeader> header = DecodeChunkHeader(record);
+  if (!header.ok()) return header.status();
+  if (record.size() != header->record_bytes()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "HostTier '%s': record of key %s is %d bytes; its header says %d", name_,
+        header->key.ToHex(), record.size(), header->record_bytes()));
+  }
+  const uint64_t need = RoundUp(record.size(), alignment_);
+  Entry* entry = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    if (need > usable_) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "HostTier '%s': record of %d bytes can never fit a tier of %d bytes", name_,
+          record.size(), capacity_));
+    }
+    int64_t offset = AllocExtent(need);
+    if (offset < 0) {
+      if (!CanFitAfterEviction(need)) {
+        return absl::ResourceExhaustedError(absl::StrFormat(
+            "HostTier '%s': no room for %d bytes: %d of %d bytes pinned or in use by "
+            "readers/writers",
+            name_, need, used_bytes_, capacity_));
+      }
+      while (offset < 0) {
+        Entry* victim = nullptr;
+        for (auto it = lru_.rbegin(); it != lru_.rend(); ++it) {
+          if (Evictable(**it)) {
+            victim = *it;
+            break;
+          }
+        }
+        if (victim == nullptr) {  // unreachable after CanFitAfterEviction; be safe
+          return absl::ResourceExhaustedError(
+              absl::StrFormat("HostTier '%s': nothing evictable for %d bytes", name_, need));
+        }
+        EvictOne(victim);
+        offset = AllocExtent(need);
+      }
+    }
+    auto owned = std::make_unique<Entry>();
+    entry = owned.get();
+    entry->key = header->key;
+    entry->ns = header->ns;
+    entry->parent = header->parent;
+    entry->token_count = header->token_count;
+    entry->offset = static_cast<uint64_t>(offset);
+    entry->extent_bytes = need;
+    entry->record_bytes = record.size();
+    entry->state = State::kWriting;
+    extents_.emplace(entry->offset, std::move(owned));
+    used_bytes_ += need;
+  }
+  // The extent is invisible to readers and unevictable until published below.
+  std::memcpy(arena_ + entry->offset, record.data(), record.size());
+  absl::MutexLock lock(&mu_);
+  lru_.push_front(entry);
+  entry->lru_it = lru_.begin();
+  entry->state = State::kLive;
+  entry->last_access_unix_ms = NowUnixMs();
+  auto [it, inserted] = index_.emplace(entry->key, entry);
+  if (!inserted) {
+    Entry* old = it->second;
+    it->second = entry;
+    if (old->pins > 0) {  // the pins were taken on the key: carry them over
+      entry->pins = old->pins;
+      old->pins = 0;
+      pinned_bytes_ = pinned_bytes_ - old->record_bytes + entry->record_bytes;
+    }
+    Unlink(old);
+  }
+  ++puts_;
+  bytes_in_ += record.size();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> HostTier::Get(const ChunkKey& key, std::span<std::byte> out) {
+  Entry* e = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = index_.find(key);
+    if (it == index_.end()) {
+      ++misses_;
+      return absl::NotFoundError(
+          absl::StrFormat("HostTier '%s': no chunk %s", name_, key.ToHex()));
+    }
+    e = it->second;
+    if (out.size() < e->record_bytes) {
+      return absl::OutOfRangeError(absl::StrFormat(
+          "HostTier '%s': chunk %s needs a buffer of %d bytes; got %d", name_, key.ToHex(),
+          e->record_bytes, out.size()));
+    }
+    ++e->readers;
+    Touch(e);
+    ++hits_;
+    bytes_out_ += e->record_bytes;
+  }
+  // A reader count keeps the extent from being evicted, reused or freed.
+  std::memcpy(out.data(), arena_ + e->offset, e->record_bytes);
+  const uint64_t n = e->record_bytes;
+  absl::MutexLock lock(&mu_);
+  if (--e->readers == 0 && e->state == State::kZombie) Destroy(e);
+  return n;
+}
+
+absl::StatusOr<uint64_t> HostTier::RecordSize(const ChunkKey& key) {
+  absl::MutexLock lock(&mu_);
+  auto it = index_.find(key);
+  if (it == index_.end()) {
+    return absl::NotFoundError(absl::StrFormat("HostTier '%s': no chunk %s", name_, key.ToHex()));
+  }
+  return it->second->record_bytes;
+}
+
+std::vector<bool> HostTier::Contains(std::span<const ChunkKey> keys) {
+  std::vector<bool> result(keys.size());
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < keys.size(); ++i) result[i] = index_.contains(keys[i]);
+  return result;
+}
+
+absl::Status HostTier::Erase(const ChunkKey& key) {
+  absl::MutexLock lock(&mu_);
+  auto it = index_.find(key);
+  if (it == index_.end()) return absl::OkStatus();
+  if (it->second->pins > 0) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "HostTier '%s': chunk %s is pinned %d time(s)", name_, key.ToHex(), it->second->pins));
+  }
+  Unlink(it->second);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ListPage> HostTier::List(const ListOptions& options) {
+  if (options.page_size < 1 || options.page_size > 100000) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "ListOptions.page_size = %d; expected 1..100000", options.page_size));
+  }
+  std::optional<ChunkKey> after;
+  if (!options.page_token.empty()) {
+    absl::StatusOr<ChunkKey> k = ChunkKey::FromHex(options.page_token);
+    if (!k.ok()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "ListOptions.page_token '%s' is not a token from a previous page (%s)",
+          options.page_token, k.status().message()));
+    }
+    after = *k;
+  }
+  ListPage page;
+  absl::MutexLock lock(&mu_);
+  auto it = after ? index_.upper_bound(*after) : index_.begin();
+  for (; it != index_.end(); ++it) {
+    const Entry& e = *it->second;
+    if (options.ns && e.ns != *options.ns) continue;
+    if (page.chunks.size() == options.page_size) {  // one more exists: not the last page
+      page.next_page_token = page.chunks.back().key.ToHex();
+      break;
+    }
+    page.chunks.push_back(ChunkInfo{e.key, e.ns, e.parent, e.token_count, e.record_bytes,
+                                    e.last_access_unix_ms});
+  }
+  return page;
+}
+
+TierStats HostTier::stats() const {
+  absl::MutexLock lock(&mu_);
+  TierStats s;
+  s.capacity_bytes = capacity_;
+  s.used_bytes = used_bytes_;
+  s.chunks = index_.size();
+  s.pinned_bytes = pinned_bytes_;
+  s.hits = hits_;
+  s.misses = misses_;
+  s.puts = puts_;
+  s.bytes_in = bytes_in_;
+  s.bytes_out = bytes_out_;
+  s.evictions = evictions_;
+  return s;
+}
+
+bool HostTier::Pin(const ChunkKey& key) {
+  absl::MutexLock lock(&mu_);
+  auto it = index_.find(key);
+  if (it == index_.end()) return false;
+  Entry* e = it->second;
+  if (e->pins++ == 0) pinned_bytes_ += e->record_bytes;
+  Touch(e);
+  return true;
+}
+
+void HostTier::Unpin(const ChunkKey& key) {
+  absl::MutexLock lock(&mu_);
+  auto it = index_.find(key);
+  if (it == index_.end() || it->second->pins == 0) return;
+  Entry* e = it->second;
+  if (--e->pins == 0) pinned_bytes_ -= e->record_bytes;
+}
+
+void HostTier::SetEvictionListener(EvictionListener listener) {
+  absl::MutexLock lock(&mu_);
+  listener_ = std::move(listener);
+}
+
+}  // namespace kvt

@@ -1,0 +1,413 @@
+#include "kvstore/tiered_store.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kvstore/chunk_codec.h"
+#include "kvstore/chunk_key.h"
+#include "kvstore/host_tier.h"
+
+namespace kvt {
+namespace {
+
+using ::testing::ElementsAre;
+
+const NamespaceId kNs{0xabc, 0xdef};
+
+// 32 payload bytes per token: a record of t tokens is 128 + 32 t bytes (12 → 512).
+KvLayout SmallLayout() {
+  KvLayout l;
+  l.num_layers = 1;
+  l.num_kv_heads = 1;
+  l.head_dim = 16;
+  l.dtype = DType::kBytes;
+  l.kind = LayoutKind::kFlashAttnNHD;
+  return l;
+}
+
+ChunkKey KeyOf(uint64_t i) { return ChunkKey{i * 0x9E3779B97F4A7C15ull + 3, i}; }
+constexpr uint64_t kRec12 = 128 + 32 * 12;
+
+std::vector<std::byte> MakeRecord(uint64_t i, uint32_t tokens = 12) {
+  ChunkHeader h;
+  h.ns = kNs;
+  h.key = KeyOf(i);
+  h.parent = i == 0 ? RootKey(kNs) : KeyOf(i - 1);
+  h.token_count = tokens;
+  h.layout = SmallLayout();
+  h.payload_bytes = h.layout.payload_bytes(tokens);
+  std::vector<std::byte> payload(h.payload_bytes);
+  std::mt19937_64 rng(i * 17 + tokens);
+  for (auto& b : payload) b = static_cast<std::byte>(rng());
+  absl::StatusOr<std::vector<std::byte>> rec = EncodeChunk(h, payload);
+  EXPECT_TRUE(rec.ok()) << rec.status();
+  return rec.ok() ? *rec : std::vector<std::byte>{};
+}
+
+std::unique_ptr<Tier> Host(uint64_t capacity, const char* name) {
+  HostTierOptions o;
+  o.capacity_bytes = capacity;
+  o.name = name;
+  o.use_pinned_memory = false;
+  auto t = HostTier::Create(o);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? std::unique_ptr<Tier>(std::move(*t)) : nullptr;
+}
+
+// Host tier of `top_records` 512-byte records over a large host tier standing in as
+// the lower tier.
+std::unique_ptr<TieredStore> MakeStore(uint64_t top_records, TieredStoreOptions options = {}) {
+  std::vector<std::unique_ptr<Tier>> tiers;
+  tiers.push_back(Host(top_records * kRec12, "top"));
+  tiers.push_back(Host(4 << 20, "lower"));
+  auto store = TieredStore::Create(std::move(tiers), options);
+  EXPECT_TRUE(store.ok()) << store.status();
+  return store.ok() ? std::move(*store) : nullptr;
+}
+
+TieredStoreOptions NoWriteThrough() {
+  TieredStoreOptions o;
+  o.write_through = false;
+  return o;
+}
+
+bool In(Tier& tier, uint64_t i) {
+  ChunkKey k = KeyOf(i);
+  return tier.Contains(std::span(&k, 1))[0];
+}
+
+std::vector<std::byte> ReadFrom(Tier& tier, uint64_t i) {
+  std::vector<std::byte> out(1 << 16);
+  absl::StatusOr<uint64_t> n = tier.Get(KeyOf(i), out);
+  if (!n.ok()) return {};
+  out.resize(*n);
+  return out;
+}
+
+TEST(TieredStoreTest, CreateRejectsBadArguments) {
+  EXPECT_EQ(TieredStore::Create({}, {}).status().code(), absl::StatusCode::kInvalidArgument);
+  std::vector<std::unique_ptr<Tier>> tiers;
+  tiers.push_back(Host(1 << 16, "top"));
+  TieredStoreOptions o;
+  o.lease_timeout = std::chrono::milliseconds(0);
+  EXPECT_EQ(TieredStore::Create(std::move(tiers), o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(TieredStoreTest, PutThenGetFromTierZero) {
+  auto store = MakeStore(8);
+  std::vector<std::byte> rec = MakeRecord(1);
+  ASSERT_TRUE(store->Put(rec).ok());
+  std::vector<std::byte> out(rec.size());
+  GetInfo info;
+  absl::StatusOr<uint64_t> n = store->Get(KeyOf(1), out, &info);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(out, rec);
+  EXPECT_EQ(info.tier_index, 0);
+  EXPECT_FALSE(info.promoted);
+  absl::StatusOr<std::vector<std::byte>> again = store->Get(KeyOf(1));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, rec);
+  std::vector<std::byte> small(rec.size() - 1);
+  EXPECT_EQ(store->Get(KeyOf(1), small).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(store->Get(KeyOf(2)).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store->stats().hits, 2u);
+  EXPECT_EQ(store->stats().misses, 1u);
+}
+
+TEST(TieredStoreTest, BadRecordIsRejected) {
+  auto store = MakeStore(8);
+  std::vector<std::byte> rec = MakeRecord(1);
+  rec[9] ^= std::byte{1};
+  EXPECT_EQ(store->Put(rec).code(), absl::StatusCode::kDataLoss);
+  std::vector<std::byte> good = MakeRecord(1);
+  EXPECT_EQ(store->Put(std::span(good).first(good.size() - 1)).code(),
+            absl::StatusCode::kInvalidArgument);
+  store->Flush();
+  EXPECT_FALSE(In(store->tier(0), 1));
+  EXPECT_FALSE(In(store->tier(1), 1));
+}
+
+TEST(TieredStoreTest, GetOfRecordOnlyInTierOnePromotesIt) {
+  auto store = MakeStore(8);
+  std::vector<std::byte> rec = MakeRecord(5);
+  ASSERT_TRUE(store->tier(1).Put(rec).ok());
+  ASSERT_FALSE(In(store->tier(0), 5));
+  GetInfo info;
+  absl::StatusOr<std::vector<std::byte>> got = store->Get(KeyOf(5), &info);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, rec);
+  EXPECT_EQ(info.tier_index, 1);
+  EXPECT_TRUE(info.promoted);
+  EXPECT_TRUE(In(store->tier(0), 5));
+  EXPECT_EQ(ReadFrom(store->tier(0), 5), rec);
+  GetInfo info2;
+  ASSERT_TRUE(store->Get(KeyOf(5), &info2).ok());
+  EXPECT_EQ(info2.tier_index, 0);
+  EXPECT_EQ(store->stats().promotions, 1u);
+}
+
+TEST(TieredStoreTest, EvictionFromTierZeroDemotesToTierOne) {
+  auto store = MakeStore(4, NoWriteThrough());
+  for (uint64_t i = 0; i < 5; ++i) ASSERT_TRUE(store->Put(MakeRecord(i)).ok());
+  store->Flush();
+  EXPECT_FALSE(In(store->tier(0), 0));  // the LRU one was evicted
+  ASSERT_TRUE(In(store->tier(1), 0));
+  EXPECT_EQ(ReadFrom(store->tier(1), 0), MakeRecord(0));
+  for (uint64_t i = 1; i < 5; ++i) EXPECT_FALSE(In(store->tier(1), i)) << i;  // no write-through
+  EXPECT_EQ(store->stats().demotions_queued, 1u);
+  EXPECT_EQ(store->stats().writebacks, 1u);
+  GetInfo info;
+  absl::StatusOr<std::vector<std::byte>> got = store->Get(KeyOf(0), &info);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(*got, MakeRecord(0));
+  EXPECT_EQ(info.tier_index, 1);
+  EXPECT_TRUE(info.promoted);
+}
+
+TEST(TieredStoreTest, DemotionSkipsRecordsTheNextTierAlreadyHolds) {
+  auto store = MakeStore(4);  // write-through: tier 1 already has everything
+  for (uint64_t i = 0; i < 12; ++i) ASSERT_TRUE(store->Put(MakeRecord(i)).ok());
+  store->Flush();
+  TieredStoreStats s = store->stats();
+  EXPECT_EQ(s.demotions_queued, 8u);
+  EXPECT_EQ(s.writebacks, 12u);  // the 8 demotions found the key there already
+  EXPECT_EQ(store->tier(1).stats().puts, 12u);
+  for (uint64_t i = 0; i < 12; ++i) EXPECT_EQ(ReadFrom(store->tier(1), i), MakeRecord(i));
+}
+
+TEST(TieredStoreTest, LookupCountsLeadingHitsAndTheirTiers) {
+  auto store = MakeStore(8, NoWriteThrough());
+  ASSERT_TRUE(store->Put(MakeRecord(0)).ok());
+  ASSERT_TRUE(store->tier(1).Put(MakeRecord(1)).ok());
+  ASSERT_TRUE(store->Put(MakeRecord(3)).ok());
+  std::vector<ChunkKey> keys = {KeyOf(0), KeyOf(1), KeyOf(2), KeyOf(3)};
+  LookupResult r = store->Lookup(keys);
+  EXPECT_EQ(r.num_leading_hits, 2u);
+  EXPECT_THAT(r.tier_index, ElementsAre(0, 1));
+  EXPECT_THAT(r.tier_kind, ElementsAre(TierKind::kHost, TierKind::kHost));
+  EXPECT_EQ(r.lease, kNoLease);
+  EXPECT_FALSE(In(store->tier(0), 1));  // no data moved
+  EXPECT_EQ(store->Lookup(std::span(keys).subspan(2)).num_leading_hits, 0u);
+  EXPECT_EQ(store->Lookup(std::span(keys).subspan(3)).num_leading_hits, 1u);
+  EXPECT_EQ(store->Lookup({}).num_leading_hits, 0u);
+  // Pinning nothing gives no lease.
+  EXPECT_EQ(store->Lookup(std::span(keys).subspan(2), /*pin=*/true).lease, kNoLease);
+}
+
+TEST(TieredStoreTest, PinsProtectFromEvictionBetweenLookupAndGet) {
+  auto store = MakeStore(4, NoWriteThrough());
+  for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(store->Put(MakeRecord(i)).ok());
+  std::vector<ChunkKey> keys = {KeyOf(0), KeyOf(1)};
+  LookupResult r = store->Lookup(keys, /*pin=*/true);
+  ASSERT_EQ(r.num_leading_hits, 2u);
+  ASSERT_NE(r.lease, kNoLease);
+  EXPECT_EQ(store->pinned_bytes(), 2 * kRec12);
+  for (uint64_t i = 10; i < 30; ++i) ASSERT_TRUE(store->Put(MakeRecord(i)).ok());
+  for (uint64_t i : {0, 1}) {
+    GetInfo info;
+    absl::StatusOr<std::vector<std::byte>> got = store->Get(KeyOf(i), &info);
+    ASSERT_TRUE(got.ok()) << i;
+    EXPECT_EQ(*got, MakeRecord(i));
+    EXPECT_EQ(info.tier_index, 0);
+  }
+  store->ReleaseLease(r.lease);
+  store->ReleaseLease(r.lease);  // second release is a no-op
+  EXPECT_EQ(store->pinned_bytes(), 0u);
+  EXPECT_EQ(store->tier(0).stats().pinned_bytes, 0u);
+  for (uint64_t i = 30; i < 40; ++i) ASSERT_TRUE(store->Put(MakeRecord(i)).ok());
+  EXPECT_FALSE(In(store->tier(0), 0));
+  EXPECT_EQ(store->expired_leases(), 0u);
+}
+
+TEST(TieredStoreTest, UnreleasedLeasesExpireAndAreCounted) {
+  TieredStoreOptions o;
+  o.lease_timeout = std::chrono::milliseconds(50);
+  auto store = MakeStore(8, o);
+  for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(store->Put(MakeRecord(i)).ok());
+  std::vector<ChunkKey> keys = {KeyOf(0), KeyOf(1), KeyOf(2), KeyOf(3), KeyOf(99)};
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 1000; ++i) {
+    LookupResult r = store->Lookup(keys, /*pin=*/true);
+    ASSERT_EQ(r.num_leading_hits, 4u);
+    ASSERT_NE(r.lease, kNoLease);
+  }
+  if (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(40)) {
+    EXPECT_EQ(store->pinned_bytes(), 4 * kRec12);  // distinct chunks count once
+  }
+  EXPECT_EQ(store->Erase(KeyOf(0)).code(), absl::StatusCode::kFailedPrecondition);
+  // Wait (bounded) for the timeout: the background thread or this call reaps them.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (store->pinned_bytes() != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(store->pinned_bytes(), 0u);
+  EXPECT_EQ(store->expired_leases(), 1000u);
+  EXPECT_EQ(store->tier(0).stats().pinned_bytes, 0u);
+  EXPECT_TRUE(store->Erase(KeyOf(0)).ok());
+}
+
+TEST(TieredStoreTest, BackgroundThreadReapsExpiredLeasesWithoutCalls) {
+  TieredStoreOptions o;
+  o.lease_timeout = std::chrono::milliseconds(20);
+  auto store = MakeStore(8, o);
+  ASSERT_TRUE(store->Put(MakeRecord(0)).ok());
+  ChunkKey k = KeyOf(0);
+  ASSERT_NE(store->Lookup(std::span(&k, 1), true).lease, kNoLease);
+  // Only expired_leases() (which does not reap) and the tier are observed here.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (store->expired_leases() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(store->expired_leases(), 1u);
+  EXPECT_EQ(store->tier(0).stats().pinned_bytes, 0u);
+}
+
+TEST(TieredStoreTest, FlushMakesEveryPutVisibleInTierOne) {
+  TieredStoreOptions o;
+  o.max_pending_write_bytes = 3 * kRec12;  // exercise back-pressure
+  auto store = MakeStore(16, o);
+  for (uint64_t i = 0; i < 100; ++i) ASSERT_TRUE(store->Put(MakeRecord(i)).ok());
+  store->Flush();
+  for (uint64_t i = 0; i < 100; ++i) {
+    ASSERT_EQ(ReadFrom(store->tier(1), i), MakeRecord(i)) << i;
+  }
+  TieredStoreStats s = store->stats();
+  EXPECT_EQ(s.writebacks, 100u);
+  EXPECT_EQ(s.writeback_errors, 0u);
+  EXPECT_EQ(s.pending_write_bytes, 0u);
+  EXPECT_TRUE(store->healthy());
+}
+
+TEST(TieredStoreTest, RecordTooLargeForTierZeroLandsInTierOne) {
+  auto store = MakeStore(2);                 // 1024-byte top tier
+  std::vector<std::byte> big = MakeRecord(7, 100);  // 3328 bytes
+  ASSERT_TRUE(store->Put(big).ok());
+  store->Flush();
+  EXPECT_FALSE(In(store->tier(0), 7));
+  GetInfo info;
+  absl::StatusOr<std::vector<std::byte>> got = store->Get(KeyOf(7), &info);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(*got, big);
+  EXPECT_EQ(info.tier_index, 1);
+  EXPECT_FALSE(info.promoted);
+}
+
+TEST(TieredStoreTest, CorruptLowerTierRecordIsErasedAndMissed) {
+  auto store = MakeStore(8);
+  std::vector<std::byte> rec = MakeRecord(3);
+  rec[kChunkHeaderBytes + 5] ^= std::byte{0xff};  // payload only: the header still parses
+  ASSERT_TRUE(store->tier(1).Put(rec).ok());
+  EXPECT_EQ(store->Get(KeyOf(3)).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store->stats().integrity_errors, 1u);
+  EXPECT_FALSE(In(store->tier(1), 3));
+  EXPECT_FALSE(In(store->tier(0), 3));
+}
+
+TEST(TieredStoreTest, EraseRemovesFromEveryTier) {
+  auto store = MakeStore(8);
+  ASSERT_TRUE(store->Put(MakeRecord(1)).ok());
+  store->Flush();
+  ASSERT_TRUE(In(store->tier(1), 1));
+  ASSERT_TRUE(store->Erase(KeyOf(1)).ok());
+  store->Flush();
+  EXPECT_FALSE(In(store->tier(0), 1));
+  EXPECT_FALSE(In(store->tier(1), 1));
+  EXPECT_EQ(store->Get(KeyOf(1)).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(TieredStoreTest, ConcurrentPutAndGetOfTheSameKeyNeverSeePartialRecords) {
+  auto store = MakeStore(6);
+  std::vector<std::vector<std::byte>> records;
+  for (uint64_t i = 0; i < 16; ++i) records.push_back(MakeRecord(i, 4 + i * 3));
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> verified{0}, misses{0}, failures{0};
+  std::thread writer([&] {
+    std::mt19937 rng(1);
+    for (int op = 0; op < 3000; ++op) {
+      const uint64_t i = rng() % 4 == 0 ? 0 : rng() % records.size();
+      if (!store->Put(records[i]).ok()) failures++;
+      if (op % 97 == 0 && !store->Erase(KeyOf(i)).ok()) failures++;
+    }
+    stop = true;
+  });
+  auto reader = [&](int seed) {
+    std::mt19937 rng(seed);
+    std::vector<std::byte> out(1 << 14);
+    while (!stop) {
+      const uint64_t i = rng() % 2 == 0 ? 0 : rng() % records.size();
+      absl::StatusOr<uint64_t> n = store->Get(KeyOf(i), out);
+      if (!n.ok()) {
+        (n.status().code() == absl::StatusCode::kNotFound ? misses : failures)++;
+        continue;
+      }
+      if (VerifyChunk(std::span(out).first(*n), {kNs, KeyOf(i)}).ok() &&
+          *n == records[i].size() && std::memcmp(out.data(), records[i].data(), *n) == 0) {
+        verified++;
+      } else {
+        failures++;
+      }
+    }
+  };
+  std::thread r1(reader, 2), r2(reader, 3);
+  writer.join();
+  r1.join();
+  r2.join();
+  store->Flush();
+  EXPECT_EQ(failures.load(), 0u);
+  EXPECT_GT(verified.load(), 0u);
+  EXPECT_EQ(store->stats().integrity_errors, 0u);
+  EXPECT_TRUE(store->healthy());
+}
+
+// A lower tier whose Put throws: the write-back thread dies, visibly.
+class ThrowingTier final : public Tier {
+ public:
+  std::string_view name() const override { return "throwing"; }
+  TierKind kind() const override { return TierKind::kDisk; }
+  absl::Status Put(std::span<const std::byte>) override {
+    throw std::runtime_error("injected failure");
+  }
+  absl::StatusOr<uint64_t> Get(const ChunkKey&, std::span<std::byte>) override {
+    return absl::NotFoundError("");
+  }
+  absl::StatusOr<uint64_t> RecordSize(const ChunkKey&) override {
+    return absl::NotFoundError("");
+  }
+  std::vector<bool> Contains(std::span<const ChunkKey> keys) override {
+    return std::vector<bool>(keys.size(), false);
+  }
+  absl::Status Erase(const ChunkKey&) override { return absl::OkStatus(); }
+  absl::StatusOr<ListPage> List(const ListOptions&) override { return ListPage{}; }
+  TierStats stats() const override { return {}; }
+  uint64_t capacity_bytes() const override { return 0; }
+  bool Pin(const ChunkKey&) override { return false; }
+  void Unpin(const ChunkKey&) override {}
+  void SetEvictionListener(EvictionListener) override {}
+};
+
+TEST(TieredStoreTest, DeadWriteBackThreadIsVisibleAndPutsStillLandInTierZero) {
+  std::vector<std::unique_ptr<Tier>> tiers;
+  tiers.push_back(Host(1 << 16, "top"));
+  tiers.push_back(std::make_unique<ThrowingTier>());
+  auto store = TieredStore::Create(std::move(tiers), {});
+  ASSERT_TRUE(store.ok());
+  EXPECT_TRUE((*store)->healthy());
+  ASSERT_TRUE((*store)->Put(MakeRecord(1)).ok());
+  (*store)->Flush();  // returns: the thread died on this item
+  EXPECT_FALSE((*store)->healthy());
+  ASSERT_TRUE((*store)->Put(MakeRecord(2)).ok());
+  (*store)->Flush();
+  EXPECT_EQ((*store)->stats().writes_dropped, 1u);
+  EXPECT_EQ((*store)->Get(KeyOf(2)).value(), MakeRecord(2));
+}
+
+}  // namespace
+}  // namespace kvt
