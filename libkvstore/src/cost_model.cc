@@ -278,11 +278,13 @@ double CostModel::PredictPrefillSavingSeconds(uint64_t tokens) const {
 }
 
 CostModel::Decision CostModel::Decide(std::span<const TierKind> chunk_tiers,
-                                      uint32_t chunk_tokens, uint64_t chunk_bytes) const {
+                                      uint32_t chunk_tokens, uint64_t chunk_bytes,
+                                      uint64_t computed_tokens) const {
   decisions_.fetch_add(1, std::memory_order_relaxed);
   Decision d;
   const size_t n = chunk_tiers.size();
-  if (n == 0 || chunk_tokens == 0) {
+  const size_t first = chunk_tokens == 0 ? n : std::min<uint64_t>(computed_tokens / chunk_tokens, n);
+  if (first >= n) {
     no_hit_.fetch_add(1, std::memory_order_relaxed);
     return d;
   }
@@ -293,19 +295,23 @@ CostModel::Decision CostModel::Decide(std::span<const TierKind> chunk_tiers,
     tiers = tiers_;
     model = model_;
   }
+  auto saved = [&](double tokens) {
+    return model.s_per_token * tokens + model.s_per_token_ctx * AttendedPairs(tokens, 0);
+  };
+  const double already = saved(static_cast<double>(computed_tokens));
   double load = 0;
-  for (size_t k = 1; k <= n; ++k) {
+  for (size_t k = first + 1; k <= n; ++k) {
     const TierEstimate& e = tiers[std::min(static_cast<size_t>(chunk_tiers[k - 1]), size_t{2})];
     load += e.latency_s + static_cast<double>(chunk_bytes) / e.bandwidth_bytes_per_s;
-    const double tok = static_cast<double>(k) * chunk_tokens;
-    const double recompute = model.s_per_token * tok + model.s_per_token_ctx * AttendedPairs(tok, 0);
+    const double recompute = saved(static_cast<double>(k) * chunk_tokens) - already;
     const double saving = recompute - options_.safety_factor * load;
     if (saving > d.saving_s) {
       d = Decision{k, load, recompute, saving};
     }
   }
-  chunks_considered_.fetch_add(n, std::memory_order_relaxed);
-  chunks_chosen_.fetch_add(d.chunks_to_load, std::memory_order_relaxed);
+  chunks_considered_.fetch_add(n - first, std::memory_order_relaxed);
+  chunks_chosen_.fetch_add(d.chunks_to_load == 0 ? 0 : d.chunks_to_load - first,
+                           std::memory_order_relaxed);
   if (d.chunks_to_load == n) {
     load_all_.fetch_add(1, std::memory_order_relaxed);
   } else if (d.chunks_to_load == 0) {
@@ -318,10 +324,11 @@ CostModel::Decision CostModel::Decide(std::span<const TierKind> chunk_tiers,
       out->push_back(KindName(k).empty() ? '?' : KindName(k)[0]);
     });
     spdlog::debug(
-        "kvt cost model: decide chunks={} chunk_tokens={} chunk_bytes={} tiers={} "
+        "kvt cost model: decide chunks={} computed_tokens={} chunk_tokens={} chunk_bytes={} "
+        "tiers={} "
         "prefill(f={:.4g},a={:.4g},b={:.4g},fitted={}) -> load {} chunks: load_s={:.6g} "
         "recompute_s={:.6g} saving_s={:.6g}",
-        n, chunk_tokens, chunk_bytes, tiers_str, model.fixed_s, model.s_per_token,
+        n, computed_tokens, chunk_tokens, chunk_bytes, tiers_str, model.fixed_s, model.s_per_token,
         model.s_per_token_ctx, model.fitted, d.chunks_to_load, d.load_s, d.recompute_s,
         d.saving_s);
   }

@@ -126,6 +126,26 @@ TEST(CostModelTest, QuadraticTermMakesLaterChunksWorthLoading) {
   EXPECT_NEAR(m.PredictPrefillSeconds(8, 12), 4.2e-3, 1e-15);
 }
 
+// Engine already holds 300 tokens of a 4-chunk (1024-token) host hit at 1e-4 s/token:
+// chunk 0 is skipped; chunk 1 (tokens 256..511) costs a full load (0.004214304 s) but saves
+// only 212 tokens (0.0212 s); chunks 2, 3 save 0.0256 s each. Load through chunk 3.
+TEST(CostModelTest, ComputedTokensAreNeitherLoadedNorCredited) {
+  CostModel m(LinearPrefill(1e-4));
+  std::vector<TierKind> tiers(4, TierKind::kHost);
+  CostModel::Decision d = m.Decide(tiers, kChunkTokens, kChunkBytes, 300);
+  EXPECT_EQ(d.chunks_to_load, 4u);
+  EXPECT_NEAR(d.load_s, 3 * 0.004214304, 1e-12);
+  EXPECT_NEAR(d.recompute_s, (1024 - 300) * 1e-4, 1e-12);
+  EXPECT_EQ(m.stats().chunks_considered, 3u);
+  EXPECT_EQ(m.stats().chunks_chosen, 3u);
+  // Everything already held: nothing to decide.
+  EXPECT_EQ(m.Decide(tiers, kChunkTokens, kChunkBytes, 1024).chunks_to_load, 0u);
+  EXPECT_EQ(m.stats().decisions_no_hit, 1u);
+  // Straddling chunk not worth it alone: 1023 held, chunk 3 saves 1 token (1e-4 s) but
+  // costs 0.0042 s to load.
+  EXPECT_EQ(m.Decide(tiers, kChunkTokens, kChunkBytes, 1023).chunks_to_load, 0u);
+}
+
 TEST(CostModelTest, SafetyFactorTipsCloseCallToRecompute) {
   CostModelOptions o = LinearPrefill(1e-4);
   o.tier_defaults[0] = {2e9, 0};  // 0.016777216 s per chunk vs 0.0256 recompute: load

@@ -87,6 +87,11 @@ struct ConnectorLookup {
   // Predicted seconds: loading load_tokens vs recomputing them.
   double predicted_load_s = 0;
   double predicted_recompute_s = 0;
+  // The store lease pinning the promised chunks until the matching load (LoadPayloads /
+  // Load over the same tokens) releases it, or lease_release_after / the store's
+  // lease_timeout passes. kNoLease when load_tokens == 0. Informational: the connector
+  // releases it itself.
+  LeaseId lease = kNoLease;
 };
 
 struct ConnectorLoadResult {

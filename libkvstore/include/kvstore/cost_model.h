@@ -122,6 +122,7 @@ class CostModel {
     size_t chunks_to_load = 0;
     double load_s = 0;       // predicted time to load chunks_to_load chunks (no safety factor)
     double recompute_s = 0;  // predicted time saved by not recomputing those tokens
+                             // (tokens [computed_tokens, chunks_to_load * chunk_tokens))
     double saving_s = 0;     // recompute_s - safety_factor * load_s (>= 0)
   };
   // Given the tier of each leading cached chunk (chunk i covers tokens
@@ -129,8 +130,14 @@ class CostModel {
   // number of leading chunks to load: the prefix length k maximising
   // saving(k) = recompute(0, k*chunk_tokens) - safety_factor * sum_{i<k} load(chunk i),
   // when that saving is positive; else 0. Logs inputs and decision at spdlog debug.
+  //
+  // `computed_tokens`: tokens the engine already holds. Chunks ending at or before it
+  // are neither loaded nor credited; a chunk straddling it costs a whole load but saves
+  // only the tokens after it: saving(k) = recompute(computed, k*T) - load(chunks c..k-1)
+  // with c = computed_tokens / T, for k > c. The returned chunks_to_load is still the
+  // absolute prefix length (load tokens [computed, k*T)); 0 means load nothing.
   Decision Decide(std::span<const TierKind> chunk_tiers, uint32_t chunk_tokens,
-                  uint64_t chunk_bytes) const;
+                  uint64_t chunk_bytes, uint64_t computed_tokens = 0) const;
 
   // Current estimates (for logs, metrics and tests).
   struct TierEstimate {

@@ -1,0 +1,185 @@
+/* kvtier C ABI: the engine-facing connector for engines written in other languages.
+ *
+ * A kvt_connector owns its own tiered store (a host-memory tier, plus a disk tier when
+ * disk_dir is given) and a KVConnector (connectors/kv_connector.h) over it. Semantics
+ * of every call are those of the C++ method named beside it; see docs/connector.md.
+ *
+ * Errors: every function returning int returns a kvt_status code (0 = KVT_OK; the
+ * other values are absl::StatusCode's). On an error, kvt_last_error() returns a
+ * message naming the bad value; the string belongs to the calling thread and stays
+ * valid until that thread's next kvtier call. Out-parameters are written only on
+ * KVT_OK. Functions never abort the process on bad input.
+ *
+ * Thread-safety: a kvt_connector may be used from several threads at once, except that
+ * kvt_destroy must not race any other call on the same handle.
+ *
+ * Token ids are int32 (llama.cpp llama_token, vLLM token ids). Payload order in the
+ * callbacks is the chunk codec's: [layer][k|v][token][kv_head][head_dim] (kMLA:
+ * [layer][token][latent]), elements of the declared dtype, little-endian.
+ */
+#ifndef CONNECTORS_KVTIER_C_H_
+#define CONNECTORS_KVTIER_C_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Status codes: the values of absl::StatusCode. */
+typedef enum kvt_status {
+  KVT_OK = 0,
+  KVT_CANCELLED = 1,
+  KVT_UNKNOWN = 2,
+  KVT_INVALID_ARGUMENT = 3,
+  KVT_DEADLINE_EXCEEDED = 4,
+  KVT_NOT_FOUND = 5,
+  KVT_ALREADY_EXISTS = 6,
+  KVT_PERMISSION_DENIED = 7,
+  KVT_RESOURCE_EXHAUSTED = 8,
+  KVT_FAILED_PRECONDITION = 9,
+  KVT_ABORTED = 10,
+  KVT_OUT_OF_RANGE = 11,
+  KVT_UNIMPLEMENTED = 12,
+  KVT_INTERNAL = 13,
+  KVT_UNAVAILABLE = 14,
+  KVT_DATA_LOSS = 15,
+} kvt_status;
+
+/* Element types and layout kinds: the values of kvt::DType and kvt::LayoutKind
+ * (kvstore/types.h), which are part of the on-disk format and never renumbered. */
+enum {
+  KVT_DTYPE_F32 = 0,
+  KVT_DTYPE_F16 = 1,
+  KVT_DTYPE_BF16 = 2,
+  KVT_DTYPE_FP8_E4M3 = 3,
+  KVT_DTYPE_FP8_E5M2 = 4,
+  KVT_DTYPE_I8 = 5,
+  KVT_DTYPE_BYTES = 6,
+};
+enum {
+  KVT_LAYOUT_FLASH_ATTN_NHD = 0, /* per layer [2, num_blocks, block_size, heads, head_dim] */
+  KVT_LAYOUT_FLASH_ATTN_HND = 1, /* per layer [2, num_blocks, heads, block_size, head_dim] */
+  KVT_LAYOUT_FLASH_INFER = 2,    /* per layer [num_blocks, 2, block_size, heads, head_dim] */
+  KVT_LAYOUT_MLA = 3,            /* per layer [num_blocks, block_size, latent] (heads = 1) */
+  KVT_LAYOUT_CROSS_LAYER = 4,    /* one tensor [num_blocks, layers, 2, block_size, heads, hd] */
+  KVT_LAYOUT_LLAMACPP_ROWS = 5,  /* per layer K and V [cells, heads*head_dim] */
+};
+enum { KVT_DEVICE_CPU = 0, KVT_DEVICE_CUDA = 1 };
+
+typedef struct kvt_options {
+  /* Model identity (name + revision or weights fingerprint). Required, copied. */
+  const char* model_id;
+  /* KV layout of one token position. */
+  uint32_t num_layers;
+  uint32_t num_kv_heads;
+  uint32_t head_dim;
+  int32_t dtype;       /* KVT_DTYPE_* */
+  int32_t layout_kind; /* KVT_LAYOUT_* */
+  uint32_t tp_rank;
+  uint32_t tp_world_size;
+  /* Tokens per chunk (default 256). */
+  uint32_t chunk_tokens;
+  /* Tenant ("" or NULL = default) and engine facts that change KV bytes; copied. */
+  const char* tenant;
+  const char* engine_extra;
+  /* Host-memory tier capacity in bytes (default 1 GiB). */
+  uint64_t host_capacity_bytes;
+  /* Optional disk tier: directory (NULL or "" = none) and capacity in bytes. */
+  const char* disk_dir;
+  uint64_t disk_capacity_bytes;
+  /* 1 = apply the retrieve-vs-recompute cost model in lookup (default); 0 = load every
+   * cached chunk. */
+  int32_t use_cost_model;
+  /* 1 = stores are encoded and written on a background thread (default). */
+  int32_t async_store;
+  /* Prefill model defaults (seconds per token; per attended token pair), 0 = built-in. */
+  double prefill_s_per_token;
+  double prefill_s_per_token_ctx;
+} kvt_options;
+
+/* Fills *options with the defaults above (model_id NULL: the caller must set it). */
+void kvt_options_init(kvt_options* options);
+
+typedef struct kvt_connector kvt_connector;
+
+/* Creates a connector and its store. KVT_INVALID_ARGUMENT for bad options (message
+ * names the field); KVT_RESOURCE_EXHAUSTED when the host arena cannot be allocated;
+ * disk-tier errors as reported by the disk tier. */
+int kvt_create(const kvt_options* options, kvt_connector** out);
+/* Drains pending stores and frees everything. NULL is ignored. */
+void kvt_destroy(kvt_connector* connector);
+
+/* Message of the calling thread's last error ("" when none). */
+const char* kvt_last_error(void);
+
+/* Bytes of one chunk's payload (layout bytes per token x chunk_tokens). */
+uint64_t kvt_chunk_payload_bytes(const kvt_connector* connector);
+uint32_t kvt_chunk_tokens(const kvt_connector* connector);
+
+/* KVConnector::Lookup. *load_tokens: tokens to load (multiple of chunk_tokens,
+ * < n_tokens, >= num_computed_tokens or 0). cached_tokens may be NULL. */
+int kvt_lookup(kvt_connector* connector, const int32_t* tokens, size_t n_tokens,
+               uint64_t num_computed_tokens, uint64_t* load_tokens, uint64_t* cached_tokens);
+
+/* Store callback: write exactly `bytes` bytes of chunk `chunk_index`'s payload into
+ * `payload`; return 0 on success or a kvt_status (the store stops there). */
+typedef int (*kvt_fill_fn)(void* user, size_t chunk_index, void* payload, size_t bytes);
+/* Load callback: a verified payload, valid during the call only; return 0 or a
+ * kvt_status (the load stops there and the chunk counts as not loaded). */
+typedef int (*kvt_consume_fn)(void* user, size_t chunk_index, const void* payload,
+                              size_t bytes);
+
+/* KVConnector::StorePayloads. *chunks_taken (may be NULL): chunks copied for storing. */
+int kvt_store_payloads(kvt_connector* connector, const int32_t* tokens, size_t n_tokens,
+                       kvt_fill_fn fill, void* user, size_t* chunks_taken);
+/* KVConnector::LoadPayloads. *loaded_tokens: leading tokens held after the call
+ * (skipped + delivered); tokens [*loaded_tokens, num_tokens) must be recomputed. */
+int kvt_load_payloads(kvt_connector* connector, const int32_t* tokens, size_t n_tokens,
+                      uint64_t num_tokens, uint64_t skip_tokens, kvt_consume_fn consume,
+                      void* user, uint64_t* loaded_tokens);
+
+/* Paged KV view (kernels/kv_copy.h PagedKvView). Pointer arrays are copied; the memory
+ * they point at is borrowed and must outlive its use. For every layout but
+ * KVT_LAYOUT_LLAMACPP_ROWS set layer_base (num_layers pointers; 1 for cross-layer) and
+ * leave k_base/v_base NULL; for llama.cpp rows set k_base and v_base (num_layers each). */
+typedef struct kvt_kv_view {
+  int32_t device; /* KVT_DEVICE_* */
+  uint32_t num_layers;
+  uint32_t num_kv_heads;
+  uint32_t head_dim;
+  int32_t dtype;
+  int32_t layout_kind;
+  uint32_t block_size;
+  uint32_t num_blocks;
+  void* const* layer_base;
+  size_t n_layer_base;
+  void* const* k_base;
+  void* const* v_base;
+  size_t n_kv_base;
+} kvt_kv_view;
+
+/* KVConnector::RegisterKvView. KVT_INVALID_ARGUMENT when the view is malformed or its
+ * layout differs from the connector's (both named). */
+int kvt_register_kv_view(kvt_connector* connector, const kvt_kv_view* view);
+/* KVConnector::Store: slots[i] = slot of token i (int64, vLLM convention). */
+int kvt_store(kvt_connector* connector, const int32_t* tokens, size_t n_tokens,
+              const int64_t* slots, size_t n_slots, size_t* chunks_taken);
+/* KVConnector::Load. *loaded_tokens as in kvt_load_payloads; positions below
+ * num_computed_tokens are never written. */
+int kvt_load(kvt_connector* connector, const int32_t* tokens, size_t n_tokens,
+             uint64_t num_tokens, const int64_t* slots, size_t n_slots,
+             uint64_t num_computed_tokens, uint64_t* loaded_tokens);
+
+/* KVConnector::ObservePrefill (seconds). */
+void kvt_observe_prefill(kvt_connector* connector, uint64_t new_tokens,
+                         uint64_t context_tokens, double seconds);
+/* KVConnector::Flush: waits until every async store reached the store. */
+void kvt_flush(kvt_connector* connector);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CONNECTORS_KVTIER_C_H_ */

@@ -1,0 +1,522 @@
+// KVConnector over a host-memory TieredStore: payload level, paged level (CPU copy
+// kernels), leases, integrity failures, async store back-pressure.
+#include "connectors/kv_connector.h"
+
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kvstore/chunk_codec.h"
+#include "kvstore/host_tier.h"
+
+namespace kvt {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+constexpr uint32_t kChunk = 16;
+
+// 2 layers, 2 KV heads, head_dim 4, fp16: 64 bytes per token, 1 KiB per chunk.
+KvLayout SmallLayout() {
+  KvLayout l;
+  l.num_layers = 2;
+  l.num_kv_heads = 2;
+  l.head_dim = 4;
+  l.dtype = DType::kF16;
+  l.kind = LayoutKind::kFlashAttnNHD;
+  return l;
+}
+
+ConnectorOptions Options() {
+  ConnectorOptions o;
+  o.ns.model_id = "test-model@rev1";
+  o.ns.layout = SmallLayout();
+  o.ns.chunk_tokens = kChunk;
+  return o;
+}
+
+// Decorator whose Put waits for a gate (to prove Store does not wait for the tier).
+class GatedTier final : public Tier {
+ public:
+  explicit GatedTier(std::unique_ptr<Tier> inner) : inner_(std::move(inner)) {}
+  void Open() { gate_.Notify(); }
+  std::string_view name() const override { return inner_->name(); }
+  TierKind kind() const override { return inner_->kind(); }
+  absl::Status Put(std::span<const std::byte> record) override {
+    gate_.WaitForNotification();
+    return inner_->Put(record);
+  }
+  absl::StatusOr<uint64_t> Get(const ChunkKey& k, std::span<std::byte> out) override {
+    return inner_->Get(k, out);
+  }
+  absl::StatusOr<uint64_t> RecordSize(const ChunkKey& k) override { return inner_->RecordSize(k); }
+  std::vector<bool> Contains(std::span<const ChunkKey> keys) override {
+    return inner_->Contains(keys);
+  }
+  absl::Status Erase(const ChunkKey& k) override { return inner_->Erase(k); }
+  absl::StatusOr<ListPage> List(const ListOptions& o) override { return inner_->List(o); }
+  TierStats stats() const override { return inner_->stats(); }
+  uint64_t capacity_bytes() const override { return inner_->capacity_bytes(); }
+  bool Pin(const ChunkKey& k) override { return inner_->Pin(k); }
+  void Unpin(const ChunkKey& k) override { inner_->Unpin(k); }
+  void SetEvictionListener(EvictionListener l) override { inner_->SetEvictionListener(std::move(l)); }
+
+ private:
+  std::unique_ptr<Tier> inner_;
+  absl::Notification gate_;
+};
+
+std::unique_ptr<Tier> MakeHost() {
+  HostTierOptions o;
+  o.capacity_bytes = 4 << 20;
+  o.use_pinned_memory = false;
+  auto t = HostTier::Create(o);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return std::move(*t);
+}
+
+std::shared_ptr<TieredStore> MakeStore(std::unique_ptr<Tier> tier0 = nullptr) {
+  std::vector<std::unique_ptr<Tier>> tiers;
+  tiers.push_back(tier0 ? std::move(tier0) : MakeHost());
+  auto s = TieredStore::Create(std::move(tiers), TieredStoreOptions{});
+  EXPECT_TRUE(s.ok()) << s.status();
+  return std::shared_ptr<TieredStore>(std::move(*s));
+}
+
+std::unique_ptr<KVConnector> MakeConnector(std::shared_ptr<TieredStore> store,
+                                           ConnectorOptions o = Options()) {
+  auto c = KVConnector::Create(o, std::move(store));
+  EXPECT_TRUE(c.ok()) << c.status();
+  return std::move(*c);
+}
+
+std::vector<TokenId> Prompt(size_t n, TokenId seed = 1000) {
+  std::vector<TokenId> t(n);
+  for (size_t i = 0; i < n; ++i) t[i] = seed + static_cast<TokenId>(i * 7 % 32000);
+  return t;
+}
+
+// Deterministic payload byte j of chunk i.
+std::byte PayloadByte(size_t chunk, size_t j) {
+  return static_cast<std::byte>((chunk * 131 + j * 7 + 3) & 0xff);
+}
+std::vector<std::byte> ExpectedPayload(size_t chunk, size_t bytes) {
+  std::vector<std::byte> p(bytes);
+  for (size_t j = 0; j < bytes; ++j) p[j] = PayloadByte(chunk, j);
+  return p;
+}
+
+struct Filler {
+  std::atomic<int> calls{0};
+  std::vector<size_t> chunks;
+  ChunkFill fn() {
+    return [this](size_t chunk, std::span<std::byte> payload) {
+      ++calls;
+      chunks.push_back(chunk);
+      for (size_t j = 0; j < payload.size(); ++j) payload[j] = PayloadByte(chunk, j);
+      return absl::OkStatus();
+    };
+  }
+};
+
+struct Consumer {
+  std::vector<size_t> chunks;
+  std::vector<std::vector<std::byte>> payloads;
+  ChunkConsume fn() {
+    return [this](size_t chunk, std::span<const std::byte> payload) {
+      chunks.push_back(chunk);
+      payloads.emplace_back(payload.begin(), payload.end());
+      return absl::OkStatus();
+    };
+  }
+};
+
+TEST(KVConnectorTest, CreateRejectsBadOptionsAndNullStore) {
+  ConnectorOptions o = Options();
+  o.ns.model_id = "";
+  auto c = KVConnector::Create(o, MakeStore());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), HasSubstr("model_id"));
+  o = Options();
+  o.cost.ewma_alpha = 2;
+  EXPECT_EQ(KVConnector::Create(o, MakeStore()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(KVConnector::Create(Options(), nullptr).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(KVConnectorTest, StoreThenLoadReturnsIdenticalPayloads) {
+  auto store = MakeStore();
+  auto conn = MakeConnector(store);
+  const uint64_t payload = conn->chunk_payload_bytes();
+  ASSERT_EQ(payload, 1024u);
+  std::vector<TokenId> tokens = Prompt(4 * kChunk + 5);
+  Filler fill;
+  ASSERT_EQ(*conn->StorePayloads(tokens, fill.fn()), 4u);
+  EXPECT_THAT(fill.chunks, ElementsAre(0, 1, 2, 3));
+  conn->Flush();
+
+  auto lookup = conn->Lookup(tokens, 0);
+  ASSERT_TRUE(lookup.ok()) << lookup.status();
+  EXPECT_EQ(lookup->cached_tokens, 4 * kChunk);
+  EXPECT_EQ(lookup->load_tokens, 4 * kChunk);
+  EXPECT_GT(lookup->predicted_recompute_s, lookup->predicted_load_s);
+  EXPECT_NE(lookup->lease, kNoLease);
+
+  Consumer consume;
+  auto loaded = conn->LoadPayloads(tokens, lookup->load_tokens, consume.fn());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->loaded_tokens, 4 * kChunk);
+  EXPECT_THAT(loaded->failed_chunks, IsEmpty());
+  EXPECT_TRUE(loaded->first_error.ok());
+  ASSERT_THAT(consume.chunks, ElementsAre(0, 1, 2, 3));
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(consume.payloads[i], ExpectedPayload(i, payload)) << i;
+
+  ConnectorStats s = conn->stats();
+  EXPECT_EQ(s.store_chunks_taken, 4u);
+  EXPECT_EQ(s.store_chunks_put, 4u);
+  EXPECT_EQ(s.load_chunks_ok, 4u);
+  EXPECT_EQ(s.load_bytes, 4 * (payload + kChunkHeaderBytes));
+  EXPECT_EQ(s.cost.transfers_observed, 4u);
+  EXPECT_EQ(s.leases_released_by_load, 1u);
+  EXPECT_EQ(store->pinned_bytes(), 0u);
+}
+
+TEST(KVConnectorTest, LookupAlwaysLeavesTheLastToken) {
+  auto conn = MakeConnector(MakeStore());
+  std::vector<TokenId> tokens = Prompt(4 * kChunk);
+  Filler fill;
+  ASSERT_EQ(*conn->StorePayloads(tokens, fill.fn()), 4u);
+  conn->Flush();
+  // Exactly 4 chunks cached and the prompt is exactly 4 chunks: the last chunk holds
+  // the last token, so only 3 chunks may be loaded.
+  EXPECT_EQ(conn->Lookup(tokens, 0)->load_tokens, 3 * kChunk);
+  EXPECT_EQ(conn->Lookup(tokens, 0)->cached_tokens, 3 * kChunk);
+  std::vector<TokenId> longer = tokens;
+  longer.push_back(5);
+  EXPECT_EQ(conn->Lookup(longer, 0)->load_tokens, 4 * kChunk);
+  // Degenerate prompts.
+  EXPECT_EQ(conn->Lookup(std::span<const TokenId>(), 0)->load_tokens, 0u);
+  EXPECT_EQ(conn->Lookup(std::span<const TokenId>(tokens).first(1), 0)->load_tokens, 0u);
+  EXPECT_EQ(conn->Lookup(std::span<const TokenId>(tokens).first(kChunk), 0)->load_tokens, 0u);
+}
+
+TEST(KVConnectorTest, LookupRespectsNumComputedTokens) {
+  auto store = MakeStore();
+  auto conn = MakeConnector(store);
+  std::vector<TokenId> tokens = Prompt(4 * kChunk + 1);
+  Filler fill;
+  ASSERT_EQ(*conn->StorePayloads(tokens, fill.fn()), 4u);
+  conn->Flush();
+  EXPECT_EQ(conn->Lookup(tokens, 20)->load_tokens, 4 * kChunk);  // >= computed
+  auto none = conn->Lookup(tokens, 4 * kChunk);                  // holds it all already
+  EXPECT_EQ(none->load_tokens, 0u);
+  EXPECT_EQ(none->lease, kNoLease);
+  EXPECT_EQ(conn->Lookup(tokens, 4 * kChunk + 1)->load_tokens, 0u);
+  auto bad = conn->Lookup(tokens, 4 * kChunk + 2);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("num_computed_tokens = 66"));
+
+  // LoadPayloads skips chunks wholly below skip_tokens.
+  Consumer consume;
+  auto loaded = conn->LoadPayloads(tokens, 4 * kChunk, consume.fn(), /*skip_tokens=*/2 * kChunk + 3);
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_THAT(consume.chunks, ElementsAre(2, 3));
+  EXPECT_EQ(loaded->loaded_tokens, 4 * kChunk);
+  // Bad load arguments.
+  EXPECT_EQ(conn->LoadPayloads(tokens, kChunk + 1, consume.fn()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(conn->LoadPayloads(tokens, 5 * kChunk, consume.fn()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(conn->LoadPayloads(tokens, kChunk, consume.fn(), 2 * kChunk).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(KVConnectorTest, ChunkErasedBetweenLookupAndLoadIsReportedAndLaterChunksNotDelivered) {
+  auto store = MakeStore();
+  auto conn = MakeConnector(store);
+  std::vector<TokenId> tokens = Prompt(4 * kChunk + 1);
+  Filler fill;
+  ASSERT_EQ(*conn->StorePayloads(tokens, fill.fn()), 4u);
+  conn->Flush();
+  auto lookup = conn->Lookup(tokens, 0);
+  ASSERT_EQ(lookup->load_tokens, 4 * kChunk);
+  // The lease runs out (simulated by releasing it) and chunk 2 is evicted.
+  store->ReleaseLease(lookup->lease);
+  std::vector<ChunkKey> keys = ComputeChunkKeys(conn->ns(), tokens, {.chunk_tokens = kChunk});
+  ASSERT_TRUE(store->Erase(keys[2]).ok());
+
+  Consumer consume;
+  auto loaded = conn->LoadPayloads(tokens, lookup->load_tokens, consume.fn());
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_EQ(loaded->loaded_tokens, 2 * kChunk);
+  EXPECT_THAT(loaded->failed_chunks, ElementsAre(2, 3));
+  EXPECT_EQ(loaded->first_error.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(consume.chunks, ElementsAre(0, 1));  // chunk 3 exists but is not delivered
+  ConnectorStats s = conn->stats();
+  EXPECT_EQ(s.load_misses, 1u);
+  EXPECT_EQ(s.load_chunks_failed, 2u);
+  EXPECT_EQ(s.load_chunks_ok, 2u);
+}
+
+TEST(KVConnectorTest, PinnedChunkCannotBeErasedUntilLoadReleasesIt) {
+  auto store = MakeStore();
+  auto conn = MakeConnector(store);
+  std::vector<TokenId> tokens = Prompt(2 * kChunk + 1);
+  Filler fill;
+  ASSERT_EQ(*conn->StorePayloads(tokens, fill.fn()), 2u);
+  conn->Flush();
+  auto lookup = conn->Lookup(tokens, 0);
+  ASSERT_EQ(lookup->load_tokens, 2 * kChunk);
+  EXPECT_EQ(store->pinned_bytes(), 2 * (conn->chunk_payload_bytes() + kChunkHeaderBytes));
+  std::vector<ChunkKey> keys = ComputeChunkKeys(conn->ns(), tokens, {.chunk_tokens = kChunk});
+  EXPECT_EQ(store->tier(0).Erase(keys[1]).code(), absl::StatusCode::kFailedPrecondition);
+  Consumer consume;
+  ASSERT_EQ(conn->LoadPayloads(tokens, 2 * kChunk, consume.fn())->loaded_tokens, 2 * kChunk);
+  EXPECT_EQ(store->pinned_bytes(), 0u);
+  EXPECT_TRUE(store->tier(0).Erase(keys[1]).ok());
+  EXPECT_EQ(conn->stats().leases_released_by_load, 1u);
+}
+
+TEST(KVConnectorTest, StaleLeaseReleasedByLaterLookup) {
+  auto store = MakeStore();
+  ConnectorOptions o = Options();
+  o.lease_release_after = std::chrono::milliseconds(1);
+  auto conn = MakeConnector(store, o);
+  std::vector<TokenId> tokens = Prompt(2 * kChunk + 1);
+  Filler fill;
+  ASSERT_EQ(*conn->StorePayloads(tokens, fill.fn()), 2u);
+  conn->Flush();
+  ASSERT_EQ(conn->Lookup(tokens, 0)->load_tokens, 2 * kChunk);
+  EXPECT_GT(store->pinned_bytes(), 0u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // let the 1 ms lease age
+  // A lookup that finds nothing still reaps the stale lease.
+  ASSERT_EQ(conn->Lookup(Prompt(8, 7), 0)->load_tokens, 0u);
+  EXPECT_EQ(store->pinned_bytes(), 0u);
+  EXPECT_EQ(conn->stats().leases_released_by_timeout, 1u);
+}
+
+ChunkHeader HeaderFor(const KVConnector& conn, const std::vector<ChunkKey>& keys, size_t i) {
+  ChunkHeader h;
+  h.ns = conn.ns();
+  h.key = keys[i];
+  h.parent = i == 0 ? RootKey(conn.ns()) : keys[i - 1];
+  h.token_count = conn.chunk_tokens();
+  h.layout = conn.ns_params().layout;
+  h.payload_bytes = conn.chunk_payload_bytes();
+  return h;
+}
+
+TEST(KVConnectorTest, CorruptedChunkFailsVerificationAndItsBytesNeverReachConsume) {
+  auto store = MakeStore();
+  auto conn = MakeConnector(store);
+  std::vector<TokenId> tokens = Prompt(4 * kChunk + 1);
+  Filler fill;
+  ASSERT_EQ(*conn->StorePayloads(tokens, fill.fn()), 4u);
+  conn->Flush();
+  // Replace chunk 1 with a record under the right key whose payload bytes were altered
+  // after the checksum was computed.
+  std::vector<ChunkKey> keys = ComputeChunkKeys(conn->ns(), tokens, {.chunk_tokens = kChunk});
+  std::vector<std::byte> payload = ExpectedPayload(1, conn->chunk_payload_bytes());
+  auto record = EncodeChunk(HeaderFor(*conn, keys, 1), payload);
+  ASSERT_TRUE(record.ok());
+  (*record)[kChunkHeaderBytes + 100] ^= std::byte{0x40};
+  ASSERT_TRUE(store->tier(0).Put(*record).ok());
+
+  const uint64_t integrity_before = IntegrityErrorCount();
+  auto lookup = conn->Lookup(tokens, 0);
+  ASSERT_EQ(lookup->load_tokens, 4 * kChunk);  // lookup cannot know; load must catch it
+  Consumer consume;
+  auto loaded = conn->LoadPayloads(tokens, lookup->load_tokens, consume.fn());
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_EQ(loaded->loaded_tokens, kChunk);
+  EXPECT_THAT(loaded->failed_chunks, ElementsAre(1, 2, 3));
+  EXPECT_EQ(loaded->first_error.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(consume.chunks, ElementsAre(0));
+  EXPECT_EQ(conn->stats().load_data_loss, 1u);
+  EXPECT_EQ(IntegrityErrorCount(), integrity_before + 1);
+}
+
+TEST(KVConnectorTest, RecordOfAnotherNamespaceUnderOurKeyIsAMismatch) {
+  auto store = MakeStore();
+  auto conn = MakeConnector(store);
+  std::vector<TokenId> tokens = Prompt(2 * kChunk + 1);
+  Filler fill;
+  ASSERT_EQ(*conn->StorePayloads(tokens, fill.fn()), 2u);
+  conn->Flush();
+  std::vector<ChunkKey> keys = ComputeChunkKeys(conn->ns(), tokens, {.chunk_tokens = kChunk});
+  ChunkHeader h = HeaderFor(*conn, keys, 0);
+  NamespaceParams other = conn->ns_params();
+  other.model_id = "other-model";
+  h.ns = ComputeNamespace(other);
+  auto record = EncodeChunk(h, ExpectedPayload(0, conn->chunk_payload_bytes()));
+  ASSERT_TRUE(record.ok());
+  ASSERT_TRUE(store->tier(0).Put(*record).ok());
+  Consumer consume;
+  auto loaded = conn->LoadPayloads(tokens, 2 * kChunk, consume.fn());
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_EQ(loaded->loaded_tokens, 0u);
+  EXPECT_THAT(loaded->failed_chunks, ElementsAre(0, 1));
+  EXPECT_EQ(loaded->first_error.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(consume.chunks, IsEmpty());
+  EXPECT_EQ(conn->stats().load_mismatch, 1u);
+}
+
+TEST(KVConnectorTest, DivergingPromptInsideChunkKOnlyHitsChunksBeforeK) {
+  auto conn = MakeConnector(MakeStore());
+  std::vector<TokenId> a = Prompt(5 * kChunk + 1);
+  Filler fill;
+  ASSERT_EQ(*conn->StorePayloads(a, fill.fn()), 5u);
+  conn->Flush();
+  std::vector<TokenId> b = a;
+  b[2 * kChunk + 7] += 1;  // diverges inside chunk 2
+  auto lookup = conn->Lookup(b, 0);
+  EXPECT_EQ(lookup->cached_tokens, 2 * kChunk);
+  EXPECT_EQ(lookup->load_tokens, 2 * kChunk);
+  // Storing b adds only its chunks 2..4 (chunks 0, 1 are shared and cached).
+  Filler fill_b;
+  EXPECT_EQ(*conn->StorePayloads(b, fill_b.fn()), 3u);
+  EXPECT_THAT(fill_b.chunks, ElementsAre(2, 3, 4));
+}
+
+TEST(KVConnectorTest, StoreSkipsChunksAlreadyCached) {
+  auto conn = MakeConnector(MakeStore());
+  std::vector<TokenId> tokens = Prompt(6 * kChunk + 1);
+  Filler first;
+  ASSERT_EQ(*conn->StorePayloads(std::span<const TokenId>(tokens).first(4 * kChunk), first.fn()),
+            4u);
+  conn->Flush();
+  Filler second;
+  EXPECT_EQ(*conn->StorePayloads(tokens, second.fn()), 2u);
+  EXPECT_THAT(second.chunks, ElementsAre(4, 5));
+  EXPECT_EQ(conn->stats().store_chunks_skipped, 4u);
+}
+
+TEST(KVConnectorTest, FillErrorStopsTheStoreAndIsReturned) {
+  auto conn = MakeConnector(MakeStore());
+  std::vector<TokenId> tokens = Prompt(3 * kChunk);
+  auto r = conn->StorePayloads(tokens, [](size_t chunk, std::span<std::byte> p) {
+    if (chunk == 1) return absl::UnavailableError("engine busy");
+    std::memset(p.data(), 1, p.size());
+    return absl::OkStatus();
+  });
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(r.status().message(), HasSubstr("chunk 1"));
+  conn->Flush();
+  EXPECT_EQ(conn->stats().store_chunks_taken, 1u);
+  EXPECT_EQ(conn->stats().store_pending_bytes, 0u);
+}
+
+// The store's tier-0 Put is held shut: StorePayloads must still return once every
+// chunk has been copied out (fill called), and the copies, not the engine's memory,
+// must be what lands in the store.
+TEST(KVConnectorTest, AsyncStoreNeverBlocksBeyondTheCopy) {
+  auto gated = std::make_unique<GatedTier>(MakeHost());
+  GatedTier* gate = gated.get();
+  auto store = MakeStore(std::move(gated));
+  auto conn = MakeConnector(store);
+  std::vector<TokenId> tokens = Prompt(4 * kChunk + 1);
+  // The engine's "KV memory" for 4 chunks.
+  const size_t payload = conn->chunk_payload_bytes();
+  std::vector<std::byte> engine_kv(4 * payload);
+  for (size_t i = 0; i < 4; ++i) {
+    std::vector<std::byte> p = ExpectedPayload(i, payload);
+    std::memcpy(engine_kv.data() + i * payload, p.data(), payload);
+  }
+  std::atomic<int> fills{0};
+  absl::Notification returned;
+  absl::StatusOr<size_t> taken;
+  std::thread engine([&] {
+    taken = conn->StorePayloads(tokens, [&](size_t chunk, std::span<std::byte> out) {
+      ++fills;
+      std::memcpy(out.data(), engine_kv.data() + chunk * payload, payload);
+      return absl::OkStatus();
+    });
+    returned.Notify();
+  });
+  const bool did_return = returned.WaitForNotificationWithTimeout(absl::Seconds(20));
+  EXPECT_TRUE(did_return) << "StorePayloads blocked on the tier";
+  EXPECT_EQ(fills.load(), 4);
+  // The engine reuses its blocks right away.
+  std::fill(engine_kv.begin(), engine_kv.end(), std::byte{0xEE});
+  EXPECT_EQ(conn->stats().store_chunks_put, 0u);  // nothing could reach the store yet
+  gate->Open();
+  engine.join();
+  ASSERT_TRUE(taken.ok());
+  EXPECT_EQ(*taken, 4u);
+  conn->Flush();
+  EXPECT_EQ(conn->stats().store_chunks_put, 4u);
+  EXPECT_EQ(conn->stats().store_pending_bytes, 0u);
+  Consumer consume;
+  ASSERT_EQ(conn->LoadPayloads(tokens, 4 * kChunk, consume.fn())->loaded_tokens, 4 * kChunk);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(consume.payloads[i], ExpectedPayload(i, payload));
+}
+
+TEST(KVConnectorTest, StoreDropsChunksWhenPendingQueueIsFull) {
+  auto gated = std::make_unique<GatedTier>(MakeHost());
+  GatedTier* gate = gated.get();
+  auto store = MakeStore(std::move(gated));
+  ConnectorOptions o = Options();
+  o.max_pending_store_bytes = 2 * (1024 + kChunkHeaderBytes);  // room for two chunks
+  auto conn = MakeConnector(store, o);
+  std::vector<TokenId> tokens = Prompt(4 * kChunk + 1);
+  Filler fill;
+  absl::StatusOr<size_t> taken;
+  std::thread engine([&] { taken = conn->StorePayloads(tokens, fill.fn()); });
+  engine.join();  // returns although the tier is shut
+  ASSERT_TRUE(taken.ok());
+  EXPECT_EQ(*taken, 2u);
+  EXPECT_EQ(fill.calls.load(), 2);
+  EXPECT_EQ(conn->stats().store_chunks_dropped, 2u);
+  gate->Open();
+  conn->Flush();
+  EXPECT_EQ(conn->Lookup(tokens, 0)->cached_tokens, 2 * kChunk);
+}
+
+TEST(KVConnectorTest, SyncStorePutsBeforeReturning) {
+  ConnectorOptions o = Options();
+  o.async_store = false;
+  auto conn = MakeConnector(MakeStore(), o);
+  std::vector<TokenId> tokens = Prompt(2 * kChunk + 1);
+  Filler fill;
+  ASSERT_EQ(*conn->StorePayloads(tokens, fill.fn()), 2u);
+  EXPECT_EQ(conn->stats().store_chunks_put, 2u);  // no Flush needed
+  EXPECT_EQ(conn->Lookup(tokens, 0)->cached_tokens, 2 * kChunk);
+}
+
+TEST(KVConnectorTest, CostModelCanChooseRecomputeAndReleasesThePins) {
+  auto store = MakeStore();
+  ConnectorOptions o = Options();
+  o.cost.tier_defaults[0] = {1e3, 0.1};  // a hopeless "host" tier: 1 KB/s, 100 ms
+  auto conn = MakeConnector(store, o);
+  std::vector<TokenId> tokens = Prompt(4 * kChunk + 1);
+  Filler fill;
+  ASSERT_EQ(*conn->StorePayloads(tokens, fill.fn()), 4u);
+  conn->Flush();
+  auto lookup = conn->Lookup(tokens, 0);
+  EXPECT_EQ(lookup->cached_tokens, 4 * kChunk);
+  EXPECT_EQ(lookup->load_tokens, 0u);
+  EXPECT_EQ(store->pinned_bytes(), 0u);
+  EXPECT_EQ(conn->stats().cost.decisions_recompute, 1u);
+  o.use_cost_model = false;
+  auto eager = MakeConnector(store, o);
+  EXPECT_EQ(eager->Lookup(tokens, 0)->load_tokens, 4 * kChunk);
+}
+
+TEST(KVConnectorTest, ObservedPrefillsFeedTheCostModel) {
+  auto conn = MakeConnector(MakeStore());
+  for (uint64_t t : {100, 200, 400, 800, 1600, 3200, 6400, 12800}) {
+    conn->ObservePrefill(t, 0, std::chrono::duration<double>(2e-5 * t));
+  }
+  EXPECT_TRUE(conn->cost_model().prefill_model().fitted);
+  EXPECT_NEAR(conn->cost_model().PredictPrefillSeconds(0, 1000), 0.02, 1e-9);
+}
+
+}  // namespace
+}  // namespace kvt
