@@ -1,0 +1,137 @@
+// DiskTier: the local-disk level of the cache (docs/disk-tier.md).
+//
+// Records (kvstore/chunk_codec.h) live in preallocated record files
+// `<dir>/records/rec-<id>.dat` (fallocate), each record at a 4096-aligned offset and
+// padded with zeros to a multiple of 4096, written and read with io_uring on O_DIRECT
+// descriptors (pieces of 1 MiB, `queue_depth` in flight). The index
+// (key → file, offset, length, payload checksum, last access, namespace, parent,
+// token count) is a RocksDB database in `<dir>/index`.
+//
+// Write order: the record is written and fdatasync'd BEFORE its index entry is written
+// (RocksDB, synced WAL), so every acknowledged Put survives a crash of the process or
+// the machine, and a record whose write was interrupted has no index entry and is
+// never read back. Index deletions are synced before their extent is reused. Every Get
+// re-verifies the record's header and payload checksum against the index; a record
+// that fails (or whose file was truncated or deleted behind the tier's back) counts an
+// integrity error, loses its index entry and reads as NotFound.
+//
+// Space: `capacity_bytes` bounds the total size of the record files (strict). Files are
+// created on demand (file_bytes each, the last one smaller); when no extent fits and no
+// file can be created (capacity reached, or fallocate says ENOSPC), unpinned records
+// are evicted in least-recently-accessed order. used_bytes counts padded extents.
+#ifndef KVSTORE_DISK_TIER_H_
+#define KVSTORE_DISK_TIER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kvstore/tier.h"
+
+namespace kvt {
+
+// Points on the write path where tests inject a failure (DiskTierOptions::fault_injector).
+enum class DiskFaultPoint : uint8_t {
+  kFallocate = 0,  // creating/growing a record file
+  kWrite = 1,      // writing a record's bytes
+  kSync = 2,       // fdatasync after the write
+};
+
+// The I/O engine actually in use.
+enum class DiskIoBackend : uint8_t { kIoUring = 0, kPread = 1 };
+std::string_view DiskIoBackendName(DiskIoBackend backend);
+
+struct DiskTierOptions {
+  // Directory owned by this tier (created if missing). Holds records/ and index/.
+  std::string dir;
+  // Bound on the total size of the record files, bytes. REQUIRES: multiple of 4096, > 0.
+  uint64_t capacity_bytes = 0;
+  // I/Os in flight per transfer. REQUIRES: 1..256.
+  uint32_t queue_depth = 8;
+  // Size of one I/O, bytes; larger records are split. REQUIRES: multiple of 4096.
+  uint64_t io_bytes = 1ull << 20;
+  // Size of each preallocated record file, bytes; a record never spans files, so this
+  // is also the largest record the tier accepts. REQUIRES: multiple of 4096, > 0.
+  uint64_t file_bytes = 1ull << 30;
+  // Use pread/pwrite even where io_uring is allowed (tests, debugging).
+  bool force_pread = false;
+  // Open record files with O_DIRECT. When the filesystem refuses it (e.g. tmpfs) the
+  // tier falls back to buffered I/O (still fdatasync'd) and logs a warning.
+  bool direct_io = true;
+  // On Open, read each indexed record's header (one 4 KiB read) and drop entries whose
+  // record does not match. Payload checksums are verified on every Get regardless.
+  bool verify_headers_on_open = true;
+  // Last-access times are kept in memory and written to the index in batches of this
+  // many (and on destruction). REQUIRES: >= 1.
+  uint32_t access_flush_batch = 256;
+  // Test-only: called before each operation at a DiskFaultPoint with the record file id;
+  // a non-zero return is treated as that errno from the system call.
+  std::function<int(DiskFaultPoint point, uint32_t file_id)> fault_injector;
+
+  // OK, or InvalidArgument naming the field and the expected range.
+  absl::Status Validate() const;
+};
+
+// Extra counters beyond TierStats.
+struct DiskTierExtraStats {
+  uint64_t files = 0;             // record files in use
+  uint64_t file_bytes_total = 0;  // their total size (<= capacity_bytes)
+  uint64_t dropped_on_open = 0;   // index entries dropped by Open's checks
+  uint64_t files_lost = 0;        // record files found deleted behind the tier's back
+  uint64_t enospc = 0;            // ENOSPC seen from fallocate/write
+};
+
+// Thread-safe. All methods may be called concurrently; I/O runs outside the tier's
+// locks (a pool of io_uring instances, one per concurrent caller).
+class DiskTier final : public Tier {
+ public:
+  // Opens (or creates) the tier in options.dir, rebuilding the allocator's free lists
+  // and the LRU order from the index. InvalidArgument for bad options; Internal or
+  // Unavailable when the directory or the RocksDB index cannot be opened (e.g. held by
+  // another process).
+  static absl::StatusOr<std::unique_ptr<DiskTier>> Open(const DiskTierOptions& options);
+  ~DiskTier() override;
+
+  std::string_view name() const override { return "disk"; }
+  TierKind kind() const override { return TierKind::kDisk; }
+
+  // See Tier::Put. Also ResourceExhausted for ENOSPC on write, with nothing stored;
+  // ResourceExhausted when the record is larger than file_bytes or capacity_bytes.
+  absl::Status Put(std::span<const std::byte> record) override;
+  // See Tier::Get. The record is verified (header, key, namespace, length and payload
+  // checksum against the index) before OK is returned; on any error the contents of
+  // `out` are unspecified. Fastest when out.data() is 4096-aligned (no bounce copy).
+  absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out) override;
+  absl::StatusOr<uint64_t> RecordSize(const ChunkKey& key) override;
+  std::vector<bool> Contains(std::span<const ChunkKey> keys) override;
+  absl::Status Erase(const ChunkKey& key) override;
+  // Ordered by key (the index's order); page_token = ToHex() of the last key of the
+  // previous page. InvalidArgument for a bad page_size or page_token.
+  absl::StatusOr<ListPage> List(const ListOptions& options) override;
+  TierStats stats() const override;
+  uint64_t capacity_bytes() const override;
+  bool Pin(const ChunkKey& key) override;
+  void Unpin(const ChunkKey& key) override;
+  void SetEvictionListener(EvictionListener listener) override;
+
+  DiskIoBackend backend() const;
+  bool direct_io() const;
+  DiskTierExtraStats extra_stats() const;
+  // Writes batched last-access times to the index now.
+  absl::Status FlushAccessTimes();
+
+  class Impl;
+
+ private:
+  explicit DiskTier(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvt
+
+#endif  // KVSTORE_DISK_TIER_H_

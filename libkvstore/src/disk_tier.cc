@@ -1,0 +1,574 @@
+// DiskTier data path: Put, Get, eviction, index bookkeeping. See docs/disk-tier.md.
+#include "kvstore/disk_tier.h"
+
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "disk_tier_impl.h"
+#include "kvstore/chunk_codec.h"
+#include "spdlog/spdlog.h"
+
+namespace kvt {
+
+using internal::ErrnoToStatus;
+using internal::Extent;
+using internal::IndexEntry;
+using internal::IoRing;
+using internal::RoundUpToIoAlign;
+
+namespace {
+
+int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
+
+struct XxhStateFree {
+  void operator()(XXH3_state_t* s) const { XXH3_freeState(s); }
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------- ring pool
+
+class DiskTier::Impl::RingLease {
+ public:
+  RingLease(Impl* impl, std::unique_ptr<IoRing> ring) : impl_(impl), ring_(std::move(ring)) {}
+  ~RingLease() { impl_->ReleaseRing(std::move(ring_)); }
+  IoRing* operator->() { return ring_.get(); }
+
+ private:
+  Impl* impl_;
+  std::unique_ptr<IoRing> ring_;
+};
+
+absl::StatusOr<std::unique_ptr<IoRing>> DiskTier::Impl::AcquireRing() {
+  {
+    absl::MutexLock l(&ring_mu_);
+    if (!rings_.empty()) {
+      auto r = std::move(rings_.back());
+      rings_.pop_back();
+      return r;
+    }
+  }
+  internal::IoRingOptions ro;
+  ro.queue_depth = options_.queue_depth;
+  ro.io_bytes = options_.io_bytes;
+  ro.force_pread = options_.force_pread || (index_ && backend_ == internal::IoBackend::kPread);
+  return IoRing::Create(ro);
+}
+
+void DiskTier::Impl::ReleaseRing(std::unique_ptr<IoRing> ring) {
+  if (!ring) return;
+  absl::MutexLock l(&ring_mu_);
+  rings_.push_back(std::move(ring));
+}
+
+// ---------------------------------------------------------------- bookkeeping
+
+DiskTier::Impl::Entry DiskTier::Impl::DetachLocked(
+    absl::flat_hash_map<ChunkKey, Entry>::iterator it) {
+  Entry e = it->second;
+  lru_.erase(e.lru);
+  dirty_access_.erase(it->first);
+  used_bytes_ -= e.padded;
+  map_.erase(it);
+  return e;
+}
+
+void DiskTier::Impl::ReleaseExtentLocked(const Entry& e) {
+  const Extent ext{e.idx.file_id, e.idx.offset, e.padded};
+  if (e.readers > 0) {
+    doomed_[e.gen] = Doomed{ext, e.readers};
+  } else {
+    alloc_.Free(ext);
+  }
+}
+
+void DiskTier::Impl::FinishReadLocked(const ChunkKey& key, uint64_t gen) {
+  auto it = map_.find(key);
+  if (it != map_.end() && it->second.gen == gen) {
+    --it->second.readers;
+    return;
+  }
+  auto d = doomed_.find(gen);
+  if (d != doomed_.end() && --d->second.readers == 0) {
+    alloc_.Free(d->second.extent);
+    doomed_.erase(d);
+  }
+}
+
+void DiskTier::Impl::DropEntry(const ChunkKey& key, uint64_t gen) {
+  absl::MutexLock il(&index_mu_);
+  Entry e;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = map_.find(key);
+    if (it == map_.end() || it->second.gen != gen) return;  // replaced or gone already
+    e = DetachLocked(it);
+  }
+  absl::Status s = index_->Delete(std::span<const ChunkKey>(&key, 1), /*sync=*/true);
+  absl::MutexLock l(&mu_);
+  if (s.ok()) {
+    ReleaseExtentLocked(e);
+  } else {
+    // The index may still point at the extent: leak it until the next Open.
+    ++counters_.io_errors;
+    spdlog::error("disk tier: cannot drop index entry {}: {}", key.ToHex(), s.ToString());
+  }
+}
+
+void DiskTier::Impl::EvictDetached(std::vector<std::pair<ChunkKey, Entry>> victims) {
+  EvictionListener listener;
+  std::map<uint32_t, std::shared_ptr<RecordFile>> files;
+  {
+    absl::MutexLock l(&mu_);
+    listener = listener_;
+    if (listener) files = files_;
+  }
+  if (listener) {
+    // Hand each record to the owner (demotion) before its bytes can be reused.
+    for (const auto& [key, e] : victims) {
+      auto f = files.find(e.idx.file_id);
+      if (f == files.end()) continue;
+      auto buf = internal::AllocateAligned(e.padded);
+      std::span<std::byte> out(buf.get(), e.idx.record_bytes);
+      if (ReadVerified(key, e.idx, f->second, out).ok()) listener(key, out);
+    }
+  }
+  std::vector<ChunkKey> keys;
+  keys.reserve(victims.size());
+  for (const auto& v : victims) keys.push_back(v.first);
+  // Synced: the deletion is durable before the extents are reused.
+  absl::Status s = index_->Delete(keys, /*sync=*/true);
+  absl::MutexLock l(&mu_);
+  if (!s.ok()) {
+    ++counters_.io_errors;
+    spdlog::error("disk tier: evicting {} chunks from the index failed: {}", keys.size(),
+                  s.ToString());
+    return;  // extents leak until the next Open, which rebuilds the free lists
+  }
+  for (const auto& v : victims) ReleaseExtentLocked(v.second);
+  counters_.evictions += victims.size();
+}
+
+absl::StatusOr<Extent> DiskTier::Impl::Reserve(uint64_t padded) {
+  absl::MutexLock il(&index_mu_);
+  while (true) {
+    std::vector<std::pair<ChunkKey, Entry>> victims;
+    uint32_t new_id = 0;
+    uint64_t new_size = 0;
+    {
+      absl::MutexLock l(&mu_);
+      if (auto ext = alloc_.Allocate(padded)) return *ext;
+      const uint64_t total = alloc_.total_bytes();
+      const uint64_t room = options_.capacity_bytes - total;
+      if (!no_more_files_ && room >= padded) {
+        new_id = next_file_id_++;
+        new_size = std::min(options_.file_bytes, room);
+      } else {
+        // Evict least-recently accessed unpinned chunks worth at least `padded` bytes.
+        uint64_t freed = 0;
+        std::vector<ChunkKey> picked;
+        for (auto it = lru_.rbegin(); it != lru_.rend() && freed < padded; ++it) {
+          const Entry& en = map_.at(*it);
+          if (en.pins > 0) continue;
+          freed += en.padded;
+          picked.push_back(*it);
+        }
+        for (const ChunkKey& k : picked) victims.emplace_back(k, DetachLocked(map_.find(k)));
+        if (victims.empty()) {
+          return absl::ResourceExhaustedError(absl::StrCat(
+              "disk tier full: ", padded, " bytes needed, ", alloc_.free_bytes(), " free of ",
+              options_.capacity_bytes, ", and all ", map_.size(), " chunks are pinned"));
+        }
+      }
+    }
+    if (new_size > 0) {
+      auto f = CreateFile(new_id, new_size);
+      absl::MutexLock l(&mu_);
+      if (f.ok()) {
+        alloc_.AddFile(new_id, new_size);
+        files_[new_id] = std::move(*f);
+        continue;
+      }
+      if (absl::IsResourceExhausted(f.status())) {
+        // The filesystem is full: live within the files we have, evicting as needed.
+        ++extra_.enospc;
+        no_more_files_ = true;
+        spdlog::warn("disk tier: {}; no more record files, evicting instead", f.status().ToString());
+        if (map_.empty() && alloc_.total_bytes() == 0) return f.status();
+        continue;
+      }
+      ++counters_.io_errors;
+      return f.status();
+    }
+    EvictDetached(std::move(victims));
+  }
+}
+
+// ---------------------------------------------------------------- Put / Get
+
+absl::Status DiskTier::Impl::Put(std::span<const std::byte> record) {
+  auto hdr = DecodeChunkHeader(record);
+  if (!hdr.ok()) return hdr.status();
+  if (record.size() != hdr->record_bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat("record is ", record.size(),
+                                                   " bytes but its header says ",
+                                                   hdr->record_bytes()));
+  }
+  const uint64_t padded = RoundUpToIoAlign(record.size());
+  if (padded > options_.file_bytes || padded > options_.capacity_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "record of ", record.size(), " bytes can never fit: file_bytes = ", options_.file_bytes,
+        ", capacity_bytes = ", options_.capacity_bytes));
+  }
+  auto ext = Reserve(padded);
+  if (!ext.ok()) return ext.status();
+
+  std::shared_ptr<RecordFile> file;
+  {
+    absl::MutexLock l(&mu_);
+    auto f = files_.find(ext->file_id);
+    if (f != files_.end()) file = f->second;
+  }
+  absl::Status s;
+  if (!file) {
+    s = absl::UnavailableError("record file removed during the write");
+  } else {
+    auto ring = AcquireRing();
+    if (!ring.ok()) {
+      s = ring.status();
+    } else {
+      RingLease lease(this, std::move(*ring));
+      const int werr = Fault(DiskFaultPoint::kWrite, ext->file_id);
+      s = werr != 0 ? ErrnoToStatus(werr, "write record (injected)")
+                    : lease->WriteAt(file->fd, ext->offset, record);
+    }
+    if (s.ok()) {
+      int serr = Fault(DiskFaultPoint::kSync, ext->file_id);
+      if (serr == 0 && ::fdatasync(file->fd) != 0) serr = errno;
+      if (serr != 0) s = ErrnoToStatus(serr, absl::StrCat("fdatasync ", file->path));
+    }
+  }
+  if (s.ok()) {
+    IndexEntry e;
+    e.file_id = ext->file_id;
+    e.offset = ext->offset;
+    e.record_bytes = record.size();
+    e.payload_checksum = hdr->payload_checksum;
+    e.last_access_ms = NowMs();
+    e.ns = hdr->ns;
+    e.parent = hdr->parent;
+    e.token_count = hdr->token_count;
+    absl::MutexLock il(&index_mu_);
+    {
+      absl::MutexLock l(&mu_);
+      if (files_.count(ext->file_id) == 0) s = absl::UnavailableError("record file removed during the write");
+    }
+    // The record is durable; only now may the index point at it.
+    if (s.ok()) s = index_->Put(hdr->key, e, /*sync=*/true);
+    if (s.ok()) {
+      absl::MutexLock l(&mu_);
+      Entry en;
+      en.idx = e;
+      en.padded = padded;
+      en.gen = next_gen_++;
+      if (auto old = map_.find(hdr->key); old != map_.end()) {
+        en.pins = old->second.pins;  // pins follow the key
+        ReleaseExtentLocked(DetachLocked(old));
+      }
+      lru_.push_front(hdr->key);
+      en.lru = lru_.begin();
+      used_bytes_ += padded;
+      map_.emplace(hdr->key, en);
+      ++counters_.puts;
+      counters_.bytes_in += record.size();
+      return absl::OkStatus();
+    }
+  }
+  absl::MutexLock l(&mu_);
+  alloc_.Free(*ext);
+  ++counters_.io_errors;
+  if (absl::IsResourceExhausted(s)) ++extra_.enospc;
+  spdlog::warn("disk tier: put {} failed: {}", hdr->key.ToHex(), s.ToString());
+  return s;
+}
+
+absl::Status DiskTier::Impl::ReadVerified(const ChunkKey& key, const IndexEntry& e,
+                                          const std::shared_ptr<RecordFile>& file,
+                                          std::span<std::byte> out) {
+  auto ring = AcquireRing();
+  if (!ring.ok()) return ring.status();
+  RingLease lease(this, std::move(*ring));
+  std::unique_ptr<XXH3_state_t, XxhStateFree> st(XXH3_createState());
+  if (!st) return absl::ResourceExhaustedError("XXH3_createState failed");
+  XXH3_64bits_reset(st.get());
+  uint64_t seen = 0;
+  // Hash the payload while later pieces are still in flight.
+  auto hash = [&](std::span<const std::byte> b) {
+    const uint64_t skip = seen < kChunkHeaderBytes ? std::min<uint64_t>(kChunkHeaderBytes - seen, b.size()) : 0;
+    if (b.size() > skip) XXH3_64bits_update(st.get(), b.data() + skip, b.size() - skip);
+    seen += b.size();
+  };
+  absl::Status s = lease->ReadAt(file->fd, e.offset, e.record_bytes, out, hash);
+  if (!s.ok()) return s;
+  auto h = DecodeChunkHeader(out.first(e.record_bytes));
+  if (!h.ok()) return absl::DataLossError(absl::StrCat("header: ", h.status().message()));
+  if (h->key != key || h->ns != e.ns || h->record_bytes() != e.record_bytes ||
+      h->payload_checksum != e.payload_checksum) {
+    return absl::DataLossError("record header does not match the index entry");
+  }
+  const uint64_t digest = XXH3_64bits_digest(st.get());
+  if (digest != e.payload_checksum) {
+    return absl::DataLossError(absl::StrCat("payload checksum ", digest, " != ", e.payload_checksum));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> DiskTier::Impl::Get(const ChunkKey& key, std::span<std::byte> out) {
+  IndexEntry e;
+  uint64_t gen;
+  std::shared_ptr<RecordFile> file;
+  bool flush = false;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = map_.find(key);
+    if (it == map_.end()) {
+      ++counters_.misses;
+      return absl::NotFoundError(absl::StrCat("chunk ", key.ToHex(), " not on disk"));
+    }
+    Entry& en = it->second;
+    if (out.size() < en.idx.record_bytes) {
+      return absl::OutOfRangeError(absl::StrCat("chunk ", key.ToHex(), " needs ",
+                                                en.idx.record_bytes, " bytes, buffer has ",
+                                                out.size()));
+    }
+    en.idx.last_access_ms = NowMs();
+    lru_.splice(lru_.begin(), lru_, en.lru);
+    dirty_access_.insert(key);
+    flush = dirty_access_.size() >= options_.access_flush_batch;
+    ++en.readers;
+    e = en.idx;
+    gen = en.gen;
+    if (auto f = files_.find(e.file_id); f != files_.end()) file = f->second;
+  }
+  absl::Status s;
+  bool lost = !file || !StillOnDisk(*file);
+  if (lost) {
+    s = absl::DataLossError("record file is gone");
+  } else {
+    s = ReadVerified(key, e, file, out);
+    if (absl::IsDataLoss(s) && s.message().find("short read") != std::string_view::npos) {
+      RepairTruncatedFile(file);
+    }
+  }
+  {
+    absl::MutexLock l(&mu_);
+    FinishReadLocked(key, gen);
+    if (s.ok()) {
+      ++counters_.hits;
+      counters_.bytes_out += e.record_bytes;
+    } else {
+      ++counters_.misses;
+      if (absl::IsDataLoss(s)) {
+        ++counters_.integrity_errors;
+      } else {
+        ++counters_.io_errors;
+      }
+    }
+  }
+  if (!s.ok()) {
+    if (!absl::IsDataLoss(s)) return s;  // e.g. Unavailable: keep the entry, retry later
+    spdlog::warn("disk tier: chunk {} failed verification ({}); dropped", key.ToHex(), s.ToString());
+    if (lost && file) {
+      HandleLostFile(e.file_id);
+    } else {
+      DropEntry(key, gen);
+    }
+    return absl::NotFoundError(absl::StrCat("chunk ", key.ToHex(),
+                                            " failed verification on disk and was dropped: ",
+                                            s.message()));
+  }
+  if (flush) {
+    if (absl::Status fs = FlushAccessTimes(); !fs.ok()) {
+      spdlog::warn("disk tier: last-access flush failed: {}", fs.ToString());
+    }
+  }
+  return e.record_bytes;
+}
+
+absl::Status DiskTier::Impl::FlushAccessTimes() {
+  absl::MutexLock il(&index_mu_);
+  std::vector<std::pair<ChunkKey, IndexEntry>> batch;
+  {
+    absl::MutexLock l(&mu_);
+    batch.reserve(dirty_access_.size());
+    for (const ChunkKey& k : dirty_access_) {
+      auto it = map_.find(k);
+      if (it != map_.end()) batch.emplace_back(k, it->second.idx);
+    }
+    dirty_access_.clear();
+  }
+  // Not synced: a lost access time only makes LRU slightly less exact after a crash.
+  return index_->PutMany(batch, /*sync=*/false);
+}
+
+// ---------------------------------------------------------------- the rest of Tier
+
+absl::StatusOr<uint64_t> DiskTier::Impl::RecordSize(const ChunkKey& key) {
+  absl::MutexLock l(&mu_);
+  auto it = map_.find(key);
+  if (it == map_.end()) return absl::NotFoundError(absl::StrCat("chunk ", key.ToHex(), " not on disk"));
+  return it->second.idx.record_bytes;
+}
+
+std::vector<bool> DiskTier::Impl::Contains(std::span<const ChunkKey> keys) {
+  std::vector<bool> r(keys.size());
+  absl::MutexLock l(&mu_);
+  for (size_t i = 0; i < keys.size(); ++i) r[i] = map_.contains(keys[i]);
+  return r;
+}
+
+absl::Status DiskTier::Impl::Erase(const ChunkKey& key) {
+  absl::MutexLock il(&index_mu_);
+  Entry e;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = map_.find(key);
+    if (it == map_.end()) return absl::OkStatus();
+    if (it->second.pins > 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("chunk ", key.ToHex(), " is pinned (", it->second.pins, " pins)"));
+    }
+    e = DetachLocked(it);
+  }
+  absl::Status s = index_->Delete(std::span<const ChunkKey>(&key, 1), /*sync=*/true);
+  absl::MutexLock l(&mu_);
+  if (!s.ok()) {
+    ++counters_.io_errors;
+    return s;  // extent leaks until the next Open
+  }
+  ReleaseExtentLocked(e);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ListPage> DiskTier::Impl::List(const ListOptions& options) {
+  if (options.page_size < 1 || options.page_size > 100000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_size = ", options.page_size, ", expected 1..100000"));
+  }
+  std::string start;
+  std::optional<ChunkKey> after;
+  if (!options.page_token.empty()) {
+    auto k = ChunkKey::FromHex(options.page_token);
+    if (!k.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("page_token '", options.page_token, "' is not a 32-hex-digit chunk key"));
+    }
+    after = *k;
+    start = internal::EncodeIndexKey(*k);
+  }
+  ListPage page;
+  bool more = false;
+  absl::Status s = index_->Scan(start, [&](std::string_view, absl::StatusOr<ChunkKey> key,
+                                           absl::StatusOr<IndexEntry> e) {
+    if (!key.ok() || !e.ok()) return true;
+    if (after && *key == *after) return true;
+    if (options.ns && e->ns != *options.ns) return true;
+    if (page.chunks.size() == options.page_size) {
+      more = true;
+      return false;
+    }
+    ChunkInfo ci;
+    ci.key = *key;
+    ci.ns = e->ns;
+    ci.parent = e->parent;
+    ci.token_count = e->token_count;
+    ci.record_bytes = e->record_bytes;
+    ci.last_access_unix_ms = e->last_access_ms;
+    page.chunks.push_back(ci);
+    return true;
+  });
+  if (!s.ok()) return s;
+  {
+    // Batched access times live in memory until flushed.
+    absl::MutexLock l(&mu_);
+    for (auto& ci : page.chunks) {
+      if (auto it = map_.find(ci.key); it != map_.end()) ci.last_access_unix_ms = it->second.idx.last_access_ms;
+    }
+  }
+  if (more) page.next_page_token = page.chunks.back().key.ToHex();
+  return page;
+}
+
+TierStats DiskTier::Impl::stats() const {
+  absl::MutexLock l(&mu_);
+  TierStats st = counters_;
+  st.capacity_bytes = options_.capacity_bytes;
+  st.used_bytes = used_bytes_;
+  st.chunks = map_.size();
+  st.pinned_bytes = 0;
+  for (const auto& [k, e] : map_) {
+    if (e.pins > 0) st.pinned_bytes += e.padded;
+  }
+  return st;
+}
+
+DiskTierExtraStats DiskTier::Impl::extra_stats() const {
+  absl::MutexLock l(&mu_);
+  DiskTierExtraStats x = extra_;
+  x.files = files_.size();
+  x.file_bytes_total = alloc_.total_bytes();
+  return x;
+}
+
+bool DiskTier::Impl::Pin(const ChunkKey& key) {
+  absl::MutexLock l(&mu_);
+  auto it = map_.find(key);
+  if (it == map_.end()) return false;
+  ++it->second.pins;
+  return true;
+}
+
+void DiskTier::Impl::Unpin(const ChunkKey& key) {
+  absl::MutexLock l(&mu_);
+  auto it = map_.find(key);
+  if (it != map_.end() && it->second.pins > 0) --it->second.pins;
+}
+
+void DiskTier::Impl::SetEvictionListener(EvictionListener listener) {
+  absl::MutexLock l(&mu_);
+  listener_ = std::move(listener);
+}
+
+// ---------------------------------------------------------------- DiskTier
+
+DiskTier::DiskTier(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DiskTier::~DiskTier() = default;
+absl::Status DiskTier::Put(std::span<const std::byte> record) { return impl_->Put(record); }
+absl::StatusOr<uint64_t> DiskTier::Get(const ChunkKey& key, std::span<std::byte> out) {
+  return impl_->Get(key, out);
+}
+absl::StatusOr<uint64_t> DiskTier::RecordSize(const ChunkKey& key) { return impl_->RecordSize(key); }
+std::vector<bool> DiskTier::Contains(std::span<const ChunkKey> keys) { return impl_->Contains(keys); }
+absl::Status DiskTier::Erase(const ChunkKey& key) { return impl_->Erase(key); }
+absl::StatusOr<ListPage> DiskTier::List(const ListOptions& options) { return impl_->List(options); }
+TierStats DiskTier::stats() const { return impl_->stats(); }
+uint64_t DiskTier::capacity_bytes() const { return impl_->options_.capacity_bytes; }
+bool DiskTier::Pin(const ChunkKey& key) { return impl_->Pin(key); }
+void DiskTier::Unpin(const ChunkKey& key) { impl_->Unpin(key); }
+void DiskTier::SetEvictionListener(EvictionListener listener) {
+  impl_->SetEvictionListener(std::move(listener));
+}
+DiskIoBackend DiskTier::backend() const {
+  return impl_->backend_ == internal::IoBackend::kIoUring ? DiskIoBackend::kIoUring
+                                                           : DiskIoBackend::kPread;
+}
+bool DiskTier::direct_io() const { return impl_->direct_io_.load(); }
+DiskTierExtraStats DiskTier::extra_stats() const { return impl_->extra_stats(); }
+absl::Status DiskTier::FlushAccessTimes() { return impl_->FlushAccessTimes(); }
+
+}  // namespace kvt

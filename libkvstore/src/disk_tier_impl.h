@@ -1,0 +1,139 @@
+// Private to libkvstore: DiskTier's implementation class, shared by disk_tier.cc
+// (data path) and disk_tier_open.cc (Open, file management, recovery).
+#ifndef KVSTORE_SRC_DISK_TIER_IMPL_H_
+#define KVSTORE_SRC_DISK_TIER_IMPL_H_
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/mutex.h"
+#include "disk_tier_alloc.h"
+#include "disk_tier_index.h"
+#include "kvstore/disk_tier.h"
+#include "uring_file.h"
+
+namespace kvt {
+
+// One preallocated record file. Shared by readers so its fd outlives a concurrent
+// removal (closed when the last holder lets go).
+struct RecordFile {
+  uint32_t id = 0;
+  std::string path;
+  int fd = -1;
+  uint64_t size = 0;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  ~RecordFile();
+};
+
+class DiskTier::Impl {
+ public:
+  explicit Impl(const DiskTierOptions& options) : options_(options) {}
+  ~Impl();
+
+  // --- disk_tier_open.cc ---
+  absl::Status Init();
+  // Creates record file `id` of `size` bytes (open + fallocate + directory fsync).
+  absl::StatusOr<std::shared_ptr<RecordFile>> CreateFile(uint32_t id, uint64_t size);
+  absl::StatusOr<std::shared_ptr<RecordFile>> OpenFile(uint32_t id, const std::string& path,
+                                                       bool create);
+  // True when the file at f.path is still the inode the tier opened.
+  static bool StillOnDisk(const RecordFile& f);
+  // Drops every entry of a file removed behind the tier's back; new files replace it.
+  void HandleLostFile(uint32_t file_id) ABSL_LOCKS_EXCLUDED(index_mu_, mu_);
+  // Re-extends a file found truncated (entries in the lost range fail on their own Gets).
+  void RepairTruncatedFile(const std::shared_ptr<RecordFile>& f);
+
+  // --- disk_tier.cc ---
+  absl::Status Put(std::span<const std::byte> record);
+  absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out);
+  absl::StatusOr<uint64_t> RecordSize(const ChunkKey& key);
+  std::vector<bool> Contains(std::span<const ChunkKey> keys);
+  absl::Status Erase(const ChunkKey& key);
+  absl::StatusOr<ListPage> List(const ListOptions& options);
+  TierStats stats() const;
+  DiskTierExtraStats extra_stats() const;
+  bool Pin(const ChunkKey& key);
+  void Unpin(const ChunkKey& key);
+  void SetEvictionListener(EvictionListener listener);
+  absl::Status FlushAccessTimes() ABSL_LOCKS_EXCLUDED(index_mu_, mu_);
+
+  struct Entry {
+    internal::IndexEntry idx;
+    uint64_t padded = 0;  // extent length on disk
+    uint64_t gen = 0;     // unique per stored record
+    uint32_t pins = 0;
+    uint32_t readers = 0;
+    std::list<ChunkKey>::iterator lru;  // position in lru_ (front = most recent)
+  };
+  // An entry removed while readers were copying it: its extent is freed by the last one.
+  struct Doomed {
+    internal::Extent extent;
+    uint32_t readers = 0;
+  };
+
+  class RingLease;
+  absl::StatusOr<std::unique_ptr<internal::IoRing>> AcquireRing() ABSL_LOCKS_EXCLUDED(ring_mu_);
+  void ReleaseRing(std::unique_ptr<internal::IoRing> ring) ABSL_LOCKS_EXCLUDED(ring_mu_);
+
+  // Reserves an extent of `padded` bytes: free space, else a new file, else eviction.
+  absl::StatusOr<internal::Extent> Reserve(uint64_t padded) ABSL_LOCKS_EXCLUDED(index_mu_, mu_);
+  // Removes `keys` (already detached from the map) from the index, then frees extents.
+  void EvictDetached(std::vector<std::pair<ChunkKey, Entry>> victims)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(index_mu_) ABSL_LOCKS_EXCLUDED(mu_);
+  // Unlinks an entry from the map and LRU; returns it.
+  Entry DetachLocked(absl::flat_hash_map<ChunkKey, Entry>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees the extent of a detached entry now, or when its last reader finishes.
+  void ReleaseExtentLocked(const Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FinishReadLocked(const ChunkKey& key, uint64_t gen) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops `key` from index and map if it is still record `gen` (after a failed verify).
+  void DropEntry(const ChunkKey& key, uint64_t gen) ABSL_LOCKS_EXCLUDED(index_mu_, mu_);
+  // Reads and verifies a whole record into out[0, e.record_bytes).
+  absl::Status ReadVerified(const ChunkKey& key, const internal::IndexEntry& e,
+                            const std::shared_ptr<RecordFile>& file, std::span<std::byte> out);
+  int Fault(DiskFaultPoint point, uint32_t file_id) const {
+    return options_.fault_injector ? options_.fault_injector(point, file_id) : 0;
+  }
+
+  const DiskTierOptions options_;
+  std::unique_ptr<internal::DiskIndex> index_;
+  internal::IoBackend backend_ = internal::IoBackend::kIoUring;
+  std::atomic<bool> direct_io_{true};
+
+  // Lock order: index_mu_ before mu_. index_mu_ serializes every index write (and the
+  // map change that goes with it) so the map and RocksDB change in the same order.
+  absl::Mutex index_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<ChunkKey, Entry> map_ ABSL_GUARDED_BY(mu_);
+  std::list<ChunkKey> lru_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<ChunkKey> dirty_access_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, Doomed> doomed_ ABSL_GUARDED_BY(mu_);
+  internal::ExtentAllocator alloc_ ABSL_GUARDED_BY(mu_);
+  std::map<uint32_t, std::shared_ptr<RecordFile>> files_ ABSL_GUARDED_BY(mu_);
+  uint32_t next_file_id_ ABSL_GUARDED_BY(mu_) = 0;
+  // Set when fallocate reported ENOSPC: no new files; make room by eviction instead.
+  bool no_more_files_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t next_gen_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  TierStats counters_ ABSL_GUARDED_BY(mu_);
+  DiskTierExtraStats extra_ ABSL_GUARDED_BY(mu_);
+  EvictionListener listener_ ABSL_GUARDED_BY(mu_);
+
+  absl::Mutex ring_mu_;
+  std::vector<std::unique_ptr<internal::IoRing>> rings_ ABSL_GUARDED_BY(ring_mu_);
+};
+
+}  // namespace kvt
+
+#endif  // KVSTORE_SRC_DISK_TIER_IMPL_H_

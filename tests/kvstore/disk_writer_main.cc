@@ -1,0 +1,44 @@
+// kvt_disk_writer: child process for DiskTierTest.KillDuringWritesKeepsAcknowledgedChunks.
+// Usage: kvt_disk_writer <dir> <capacity_bytes> <file_bytes> <max_puts>
+// Puts MakeRecord(i) for i = 0.. and writes "<i> <key hex>\n" to file descriptor 3 after
+// each Put returned OK, until killed or max_puts reached. (fd 3, not stdout: the
+// tier's logger writes to stdout.)
+#include <cstdio>
+#include <string>
+#include <cstdlib>
+
+#include <unistd.h>
+
+#include "disk_test_util.h"
+#include "kvstore/disk_tier.h"
+
+int main(int argc, char** argv) {
+  if (argc != 5) {
+    std::fprintf(stderr, "usage: %s <dir> <capacity_bytes> <file_bytes> <max_puts>\n", argv[0]);
+    return 2;
+  }
+  kvt::DiskTierOptions o;
+  o.dir = argv[1];
+  o.capacity_bytes = std::strtoull(argv[2], nullptr, 10);
+  o.file_bytes = std::strtoull(argv[3], nullptr, 10);
+  o.io_bytes = 64 << 10;
+  o.queue_depth = 4;
+  const long max_puts = std::strtol(argv[4], nullptr, 10);
+  auto tier = kvt::DiskTier::Open(o);
+  if (!tier.ok()) {
+    std::fprintf(stderr, "open: %s\n", tier.status().ToString().c_str());
+    return 1;
+  }
+  for (long i = 0; i < max_puts; ++i) {
+    auto rec = kvt::testing::MakeRecord(static_cast<uint64_t>(i), 128 + static_cast<uint32_t>(i % 5) * 64);
+    if (absl::Status s = (*tier)->Put(rec); !s.ok()) {
+      std::fprintf(stderr, "put %ld: %s\n", i, s.ToString().c_str());
+      return 1;
+    }
+    // One write(2) per line: the parent sees whole lines only.
+    const std::string line =
+        std::to_string(i) + " " + kvt::testing::TestKey(static_cast<uint64_t>(i)).ToHex() + "\n";
+    if (::write(3, line.data(), line.size()) != static_cast<ssize_t>(line.size())) return 1;
+  }
+  return 0;
+}
