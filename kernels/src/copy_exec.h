@@ -38,10 +38,12 @@ bool CudaCanAccess(const void* ptr);
 // (device, pinned host or pageable host memory of `payload_bytes`) on `stream`
 // (a cudaStream_t; nullptr = legacy default stream) and waits for completion.
 // Segments that are contiguous and at least `memcpy_min_bytes` long use
-// cudaMemcpyAsync; the rest run in one kernel launch.
+// cudaMemcpyAsync; the rest run in one kernel launch. `payload_has_gaps`: the plan
+// leaves some payload bytes unwritten (padding slots), which a staged gather must
+// preserve.
 CudaResult ExecuteOnCuda(const CopySegment* segments, size_t count, std::byte* payload,
                          uint64_t payload_bytes, CopyDirection direction, void* stream,
-                         uint64_t memcpy_min_bytes);
+                         uint64_t memcpy_min_bytes, bool payload_has_gaps);
 
 }  // namespace kvt::kernels_internal
 

@@ -8,6 +8,12 @@
 #include <cstdint>
 #include <vector>
 
+#if defined(__CUDACC__)
+#define KVT_HOST_DEVICE __host__ __device__
+#else
+#define KVT_HOST_DEVICE
+#endif
+
 namespace kvt::kernels_internal {
 
 // `rows` rows of `row_bytes` bytes each. Row r lives at cache_addr + r * cache_stride
@@ -20,9 +26,9 @@ struct CopySegment {
   uint32_t rows;
   uint32_t row_bytes;
 
-  uint64_t bytes() const { return uint64_t{rows} * row_bytes; }
+  KVT_HOST_DEVICE uint64_t bytes() const { return uint64_t{rows} * row_bytes; }
   // True when the rows are back to back on both sides (one memcpy does it).
-  bool contiguous() const {
+  KVT_HOST_DEVICE bool contiguous() const {
     return rows == 1 || (cache_stride == row_bytes && payload_stride == row_bytes);
   }
 };

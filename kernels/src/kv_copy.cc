@@ -261,7 +261,8 @@ absl::Status Execute(const PagedKvView& view, std::span<const int64_t> slots,
   }
   kernels_internal::CudaResult r =
       kernels_internal::ExecuteOnCuda(plan.data(), plan.size(), payload, payload_bytes, direction,
-                                      options.cuda_stream, options.cuda_memcpy_min_bytes);
+                                      options.cuda_stream, options.cuda_memcpy_min_bytes,
+                                      std::find(slots.begin(), slots.end(), -1) != slots.end());
   if (r.error != 0) {
     return absl::InternalError(absl::StrCat("CUDA copy failed: ", r.what));
   }

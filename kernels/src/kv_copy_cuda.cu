@@ -32,14 +32,32 @@ __device__ void CopyRows(const CopySegment& s, char* payload, bool gather) {
   char* pay = payload + s.payload_offset;
   const char* src = gather ? cache : pay;
   char* dst = gather ? pay : cache;
+  if (s.contiguous()) {  // one flat run: no index division
+    const uint64_t units = s.bytes() / sizeof(Unit);
+    for (uint64_t i = threadIdx.x; i < units; i += blockDim.x) {
+      reinterpret_cast<Unit*>(dst)[i] = reinterpret_cast<const Unit*>(src)[i];
+    }
+    return;
+  }
   const uint64_t src_stride = gather ? s.cache_stride : s.payload_stride;
   const uint64_t dst_stride = gather ? s.payload_stride : s.cache_stride;
+  // Strided rows (HND heads): rows <= block_size, so rows * units fits 32 bits in
+  // practice; 32-bit division is much cheaper than 64-bit on the GPU.
   const uint32_t units_per_row = s.row_bytes / sizeof(Unit);
   const uint64_t units = uint64_t{s.rows} * units_per_row;
-  for (uint64_t i = threadIdx.x; i < units; i += blockDim.x) {
-    const uint64_t r = i / units_per_row, c = i % units_per_row;
-    reinterpret_cast<Unit*>(dst + r * dst_stride)[c] =
-        reinterpret_cast<const Unit*>(src + r * src_stride)[c];
+  if (units <= 0xffffffffull) {
+    for (uint32_t i = threadIdx.x; i < units; i += blockDim.x) {
+      const uint32_t r = i / units_per_row, c = i - r * units_per_row;
+      reinterpret_cast<Unit*>(dst + r * dst_stride)[c] =
+          reinterpret_cast<const Unit*>(src + r * src_stride)[c];
+    }
+    return;
+  }
+  for (uint32_t r = 0; r < s.rows; ++r) {
+    for (uint32_t c = threadIdx.x; c < units_per_row; c += blockDim.x) {
+      reinterpret_cast<Unit*>(dst + r * dst_stride)[c] =
+          reinterpret_cast<const Unit*>(src + r * src_stride)[c];
+    }
   }
 }
 
@@ -58,6 +76,10 @@ __global__ void CopySegmentsKernel(const CopySegment* segments, uint32_t count, 
     }
   }
 }
+
+// Contiguous runs longer than this are cut into pieces of this size for the kernel
+// (a multiple of 16, so the pieces keep the run's alignment).
+constexpr uint64_t kKernelPieceBytes = 64 * 1024;
 
 // Frees a stream-ordered allocation on every return path (errors included).
 struct AsyncFree {
@@ -93,7 +115,7 @@ bool CudaCanAccess(const void* ptr) {
 
 CudaResult ExecuteOnCuda(const CopySegment* segment_data, size_t count, std::byte* payload,
                          uint64_t payload_bytes, CopyDirection direction, void* stream_ptr,
-                         uint64_t memcpy_min_bytes) {
+                         uint64_t memcpy_min_bytes, bool payload_has_gaps) {
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const bool gather = direction == CopyDirection::kGather;
 
@@ -105,7 +127,9 @@ CudaResult ExecuteOnCuda(const CopySegment* segment_data, size_t count, std::byt
   if (staged) {
     KVT_CUDA_TRY(cudaMallocAsync(&staging, payload_bytes, stream));
     target = static_cast<char*>(staging);
-    if (!gather) {
+    // Scatter reads the payload; a gather with padding rows must hand them back
+    // unchanged, so the staging copy starts as the caller's bytes.
+    if (!gather || payload_has_gaps) {
       KVT_CUDA_TRY(cudaMemcpyAsync(staging, payload, payload_bytes, cudaMemcpyHostToDevice,
                                    stream));
     }
@@ -127,6 +151,14 @@ CudaResult ExecuteOnCuda(const CopySegment* segment_data, size_t count, std::byt
       void* pay = target + s.payload_offset;
       KVT_CUDA_TRY(cudaMemcpyAsync(gather ? pay : cache, gather ? cache : pay, s.bytes(),
                                    cudaMemcpyDefault, stream));
+    } else if (s.contiguous() && s.bytes() > kKernelPieceBytes) {
+      // Split long flat runs so one launch spreads them over many SMs.
+      for (uint64_t off = 0; off < s.bytes(); off += kKernelPieceBytes) {
+        const uint64_t n = s.bytes() - off < kKernelPieceBytes ? s.bytes() - off
+                                                               : kKernelPieceBytes;
+        small.push_back(CopySegment{s.cache_addr + off, s.payload_offset + off, n, n, 1,
+                                    static_cast<uint32_t>(n)});
+      }
     } else {
       small.push_back(s);
     }
