@@ -1,6 +1,7 @@
 #include "kvstore/tiered_store.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <deque>
 #include <exception>
 #include <thread>
@@ -63,14 +64,17 @@ class TieredStore::Impl {
     if (s.ok()) {
       if (!options_.write_through) return s;
       auto [first, last] = WriteThroughRange();
-      if (first <= last) Enqueue(record, header->key, first, last, /*demotion=*/false);
+      // Key only: the worker reads the record back from tier 0 when it gets to it
+      // (no second copy on the Put path). If tier 0 evicts it first, the eviction
+      // listener queues a demotion carrying the bytes.
+      if (first <= last) Enqueue({}, record.size(), header->key, first, last);
       return s;
     }
     if (!absl::IsResourceExhausted(s)) return s;
     // Tier 0 cannot take it: the lower tiers still can.
     auto [first, last] = WriteThroughRange();
     if (!options_.write_through || first > last) first = last = 1;
-    Enqueue(record, header->key, first, last, /*demotion=*/false);
+    Enqueue(record, record.size(), header->key, first, last);
     return absl::OkStatus();
   }
 
@@ -198,7 +202,7 @@ class TieredStore::Impl {
       absl::MutexLock lock(&queue_mu_);
       for (auto it = queue_.begin(); it != queue_.end();) {
         if (it->key == key) {
-          pending_bytes_ -= it->record.size();
+          pending_bytes_ -= it->record_bytes;
           it = queue_.erase(it);
         } else {
           ++it;
@@ -248,7 +252,9 @@ class TieredStore::Impl {
 
  private:
   struct WriteItem {
+    // The bytes to write; empty = read the record back from tier 0 at write time.
     std::vector<std::byte> record;
+    uint64_t record_bytes = 0;  // counted in pending_bytes_
     ChunkKey key;
     size_t first_tier = 0;  // inclusive range of target tiers
     size_t last_tier = 0;
@@ -280,8 +286,17 @@ class TieredStore::Impl {
     return {1, last};
   }
 
-  // Called by tier `t` with its lock held: copy and queue, never block.
+  // Called by tier `t` with its lock held: copy and queue, never block. When the next
+  // tier is local (not remote) and already holds the key (the usual case with
+  // write-through), nothing is copied: asking it is an in-memory lookup, and the lock
+  // order tier t -> tier t+1 -> queue_mu_ has no cycle (no tier calls a higher one).
   void OnEvicted(size_t t, const ChunkKey& key, std::span<const std::byte> record) {
+    Tier& next = *tiers_[t + 1];
+    if (next.kind() != TierKind::kRemote && next.Contains(std::span(&key, 1))[0]) {
+      absl::MutexLock lock(&queue_mu_);
+      ++counters_.demotions_skipped;
+      return;
+    }
     absl::MutexLock lock(&queue_mu_);
     if (!healthy_ || stop_) {
       ++counters_.writes_dropped;
@@ -293,15 +308,17 @@ class TieredStore::Impl {
       return;
     }
     ++counters_.demotions_queued;
-    PushLocked(record, key, t + 1, t + 1, /*demotion=*/true);
+    PushLocked(record, record.size(), key, t + 1, t + 1, /*demotion=*/true);
   }
 
-  void Enqueue(std::span<const std::byte> record, const ChunkKey& key, size_t first,
-               size_t last, bool demotion) {
+  // Queues a write-through (blocking while the queue is over the limit). `record` empty
+  // means "read it back from tier 0".
+  void Enqueue(std::span<const std::byte> record, uint64_t record_bytes, const ChunkKey& key,
+               size_t first, size_t last) {
     absl::MutexLock lock(&queue_mu_);
     const uint64_t limit = options_.max_pending_write_bytes;
     if (limit > 0) {
-      const uint64_t size = record.size();
+      const uint64_t size = record_bytes;
       struct Args {
         Impl* self;
         uint64_t size;
@@ -318,18 +335,20 @@ class TieredStore::Impl {
       ++counters_.writes_dropped;
       return;
     }
-    PushLocked(record, key, first, last, demotion);
+    PushLocked(record, record_bytes, key, first, last, /*demotion=*/false);
   }
 
-  void PushLocked(std::span<const std::byte> record, const ChunkKey& key, size_t first,
-                  size_t last, bool demotion) ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_) {
+  void PushLocked(std::span<const std::byte> record, uint64_t record_bytes, const ChunkKey& key,
+                  size_t first, size_t last, bool demotion)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_) {
     WriteItem item;
     item.record.assign(record.begin(), record.end());
+    item.record_bytes = record_bytes;
     item.key = key;
     item.first_tier = first;
     item.last_tier = last;
     item.demotion = demotion;
-    pending_bytes_ += item.record.size();
+    pending_bytes_ += record_bytes;
     queue_.push_back(std::move(item));
     queue_cv_.Signal();
   }
@@ -378,10 +397,19 @@ class TieredStore::Impl {
         }
       }
       if (have_item) {
-        uint64_t ok = 0, failed = 0;
-        for (size_t t = item.first_tier; t <= item.last_tier && t < tiers_.size(); ++t) {
+        uint64_t ok = 0, failed = 0, gone = 0;
+        std::span<const std::byte> record = item.record;
+        if (record.empty()) {
+          absl::StatusOr<std::span<const std::byte>> r = ReadBackFromTierZero(item.key);
+          if (r.ok()) {
+            record = *r;
+          } else {
+            ++gone;  // evicted (a demotion carries it) or erased since the Put
+          }
+        }
+        for (size_t t = item.first_tier; !record.empty() && t <= item.last_tier; ++t) {
           if (item.demotion && tiers_[t]->Contains(std::span(&item.key, 1))[0]) continue;
-          absl::Status s = tiers_[t]->Put(item.record);
+          absl::Status s = tiers_[t]->Put(record);
           if (s.ok()) {
             ++ok;
           } else {
@@ -395,6 +423,7 @@ class TieredStore::Impl {
           cancelled = inflight_cancelled_;
           counters_.writebacks += ok;
           counters_.writeback_errors += failed;
+          counters_.writebacks_skipped += gone;
         }
         if (cancelled) {  // erased while we wrote it: erase what we wrote
           for (size_t t = item.first_tier; t <= item.last_tier && t < tiers_.size(); ++t) {
@@ -402,7 +431,7 @@ class TieredStore::Impl {
           }
         }
         absl::MutexLock lock(&queue_mu_);
-        pending_bytes_ -= item.record.size();
+        pending_bytes_ -= item.record_bytes;
         in_progress_ = false;
       }
       if (absl::Now() >= next_reap) {
@@ -410,6 +439,28 @@ class TieredStore::Impl {
         next_reap = absl::Now() + reap_period;
       }
     }
+  }
+
+  // Copies the record of `key` from tier 0 into the worker's 4096-aligned scratch
+  // buffer (aligned so a disk tier can use it for O_DIRECT without a bounce copy).
+  absl::StatusOr<std::span<const std::byte>> ReadBackFromTierZero(const ChunkKey& key) {
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      absl::StatusOr<uint64_t> size = tiers_[0]->RecordSize(key);
+      if (!size.ok()) return size.status();
+      if (*size > scratch_bytes_) {
+        const uint64_t bytes = (*size + 4095) / 4096 * 4096;
+        scratch_.reset(static_cast<std::byte*>(std::aligned_alloc(4096, bytes)));
+        if (scratch_ == nullptr) {
+          scratch_bytes_ = 0;
+          return absl::ResourceExhaustedError("write-back scratch buffer");
+        }
+        scratch_bytes_ = bytes;
+      }
+      absl::StatusOr<uint64_t> n = tiers_[0]->Get(key, std::span(scratch_.get(), scratch_bytes_));
+      if (n.ok()) return std::span<const std::byte>(scratch_.get(), *n);
+      if (!absl::IsOutOfRange(n.status())) return n.status();
+    }
+    return absl::UnavailableError("record size kept changing");
   }
 
   void ReapExpired() {
@@ -514,6 +565,13 @@ class TieredStore::Impl {
   uint64_t misses_ ABSL_GUARDED_BY(stats_mu_) = 0;
   uint64_t promotions_ ABSL_GUARDED_BY(stats_mu_) = 0;
   uint64_t integrity_errors_ ABSL_GUARDED_BY(stats_mu_) = 0;
+
+  // Worker-thread only.
+  struct FreeDeleter {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
+  std::unique_ptr<std::byte, FreeDeleter> scratch_;
+  uint64_t scratch_bytes_ = 0;
 
   std::thread worker_;  // last: started after every member above is constructed
 };

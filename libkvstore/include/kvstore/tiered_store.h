@@ -57,8 +57,10 @@ struct TieredStoreStats {
   uint64_t promotions = 0;          // hits below tier 0 copied into tier 0
   uint64_t demotions_queued = 0;    // evicted records queued for the next tier
   uint64_t demotions_dropped = 0;   // evicted records dropped (queue over 2x the limit)
+  uint64_t demotions_skipped = 0;   // evicted records the next tier already held
   uint64_t writebacks = 0;          // successful Puts into lower tiers by the background thread
   uint64_t writeback_errors = 0;    // failed Puts into lower tiers (the record stays above)
+  uint64_t writebacks_skipped = 0;  // write-throughs whose record had left tier 0 first
   uint64_t writes_dropped = 0;      // write-backs not queued because the thread is dead
   uint64_t integrity_errors = 0;    // lower-tier records that failed VerifyChunk (erased there)
   uint64_t pending_write_bytes = 0; // bytes queued or being written now
