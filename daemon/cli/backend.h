@@ -1,0 +1,89 @@
+// The cache the CLI talks to, behind one small interface so every command works the
+// same against a running kvtierd (gRPC) and against a disk tier directory opened
+// offline. Commands are written only against CacheBackend.
+#ifndef KVTIER_CLI_BACKEND_H_
+#define KVTIER_CLI_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kvstore/chunk_codec.h"
+#include "kvstore/tier.h"
+#include "kvstore/types.h"
+
+namespace kvt::cli {
+
+struct TierSummary {
+  std::string name;  // "host", "disk", ...
+  TierKind kind = TierKind::kDisk;
+  TierStats stats;
+};
+
+struct StatsSnapshot {
+  std::string source;              // e.g. "kvtierd unix:/run/kvtier.sock" or "disk-dir /data/kv"
+  std::vector<TierSummary> tiers;  // fastest first
+  // Store-level lookups (a hit in any tier) when the backend counts them separately
+  // from the per-tier counters; nullopt offline.
+  std::optional<uint64_t> store_hits;
+  std::optional<uint64_t> store_misses;
+  uint64_t integrity_errors = 0;  // sum over tiers plus store-level
+  uint64_t pinned_bytes = 0;
+};
+
+// One chunk in one tier (a chunk held by two tiers is listed twice).
+struct ListedChunk {
+  ChunkInfo info;
+  TierKind tier = TierKind::kDisk;
+};
+
+struct ChunkListRequest {
+  std::optional<NamespaceId> ns;
+  std::string page_token;  // "" = from the start
+  size_t page_size = 1000;
+};
+
+struct ChunkListPage {
+  std::vector<ListedChunk> chunks;
+  std::string next_page_token;  // "" = last page
+};
+
+// Not thread-safe (one CLI command at a time).
+class CacheBackend {
+ public:
+  virtual ~CacheBackend() = default;
+
+  // What this backend is connected to, for messages and --json "source".
+  virtual std::string Describe() const = 0;
+
+  // Unavailable when the daemon cannot be reached.
+  virtual absl::StatusOr<StatsSnapshot> Stats() = 0;
+
+  // Chunks of every tier (one entry per tier holding a chunk), paginated, stable order.
+  // InvalidArgument for a bad page token.
+  virtual absl::StatusOr<ChunkListPage> List(const ChunkListRequest& request) = 0;
+
+  // For each key, the fastest tier holding it now, or nullopt (no data moves, no LRU
+  // touch, no pin).
+  virtual absl::StatusOr<std::vector<std::optional<TierKind>>> Locate(
+      std::span<const ChunkKey> keys) = 0;
+
+  // The verified header of a cached chunk (layout, token count, parent). NotFound on a miss.
+  virtual absl::StatusOr<ChunkHeader> ReadHeader(const ChunkKey& key) = 0;
+
+  // Removes `key` from every tier. OK when it was absent; FailedPrecondition when pinned.
+  virtual absl::Status Erase(const ChunkKey& key) = 0;
+};
+
+// Lists every chunk (all pages) of `ns` (all namespaces when nullopt).
+absl::StatusOr<std::vector<ListedChunk>> ListAll(CacheBackend& backend,
+                                                 std::optional<NamespaceId> ns);
+
+}  // namespace kvt::cli
+
+#endif  // KVTIER_CLI_BACKEND_H_

@@ -1,0 +1,66 @@
+// Pieces every command shares: opening the backend, loading a prompt, failing.
+#include <ostream>
+
+#include "absl/strings/str_cat.h"
+#include "commands.h"
+#include "disk_backend.h"
+#include "prompt_file.h"
+#ifdef KVT_CLI_HAVE_DAEMON
+#include "daemon_backend.h"
+#endif
+
+namespace kvt::cli {
+
+int Fail(std::ostream& err, std::string_view command, const absl::Status& status) {
+  err << "kvtier " << command << ": " << status.message() << "\n";
+  return ExitCodeFor(status);
+}
+
+absl::StatusOr<std::unique_ptr<CacheBackend>> OpenBackend(const GlobalFlags& flags) {
+  if (!flags.daemon.empty() && !flags.disk_dir.empty()) {
+    return absl::InvalidArgumentError("give either --daemon or --disk-dir, not both");
+  }
+  if (!flags.disk_dir.empty()) {
+    DiskBackendOptions o;
+    o.dir = flags.disk_dir;
+    if (!flags.disk_capacity.empty()) {
+      auto c = ParseBytes(flags.disk_capacity);
+      if (!c.ok()) return absl::InvalidArgumentError(absl::StrCat("--disk-capacity: ", c.status().message()));
+      o.capacity_bytes = *c;
+    }
+    return OpenDiskBackend(o);
+  }
+  if (flags.daemon.empty()) {
+    return absl::InvalidArgumentError(
+        "no cache to talk to: give --daemon unix:/path/to/kvtierd.sock (or host:port, or set "
+        "KVTIER_DAEMON), or --disk-dir DIR to open a disk tier offline");
+  }
+#ifdef KVT_CLI_HAVE_DAEMON
+  DaemonBackendOptions o;
+  o.address = flags.daemon;
+  o.token = flags.token;
+  o.timeout_ms = static_cast<int64_t>(flags.timeout_s * 1000);
+  return OpenDaemonBackend(o);
+#else
+  return absl::UnimplementedError(
+      "this kvtier was built without gRPC support (KVT_BUILD_DAEMON=OFF); use --disk-dir");
+#endif
+}
+
+absl::StatusOr<std::vector<TokenId>> LoadPrompt(const PromptFlags& flags) {
+  if (!flags.tokens_file.empty() && !flags.text_file.empty()) {
+    return absl::InvalidArgumentError("give either a token file or a text file, not both");
+  }
+  if (!flags.tokens_file.empty()) return ReadTokenFile(flags.tokens_file);
+  if (!flags.text_file.empty()) {
+    if (flags.tokenizer_gguf.empty()) {
+      return absl::InvalidArgumentError(
+          "a text prompt needs --tokenizer MODEL.gguf (the engine's model, whose vocabulary "
+          "tokenizes it), or give token ids with --tokens FILE");
+    }
+    return TokenizeTextFile(flags.text_file, flags.tokenizer_gguf, !flags.no_bos);
+  }
+  return absl::InvalidArgumentError("no prompt: give --tokens FILE (token ids) or --text FILE --tokenizer MODEL.gguf");
+}
+
+}  // namespace kvt::cli

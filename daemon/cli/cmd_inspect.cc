@@ -1,0 +1,152 @@
+// kvtier inspect: hash a prompt exactly as engines do (ComputeNamespace +
+// ComputeChunkKeys) and show which leading chunks are cached, in which tier.
+#include <optional>
+#include <ostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "commands.h"
+#include "nlohmann/json.hpp"
+
+namespace kvt::cli {
+
+namespace {
+
+std::string DescribeParams(const NamespaceParams& p) {
+  return absl::StrFormat("model %s, %dx%dx%d %s %s, tp %d/%d, chunk %d, tenant \"%s\"%s", p.model_id,
+                         p.layout.num_layers, p.layout.num_kv_heads, p.layout.head_dim,
+                         DTypeName(p.layout.dtype), LayoutKindName(p.layout.kind), p.tp_rank,
+                         p.tp_world_size, p.chunk_tokens, p.tenant,
+                         p.engine_extra.empty() ? "" : absl::StrCat(", extra \"", p.engine_extra, "\""));
+}
+
+}  // namespace
+
+int RunInspect(const InspectFlags& flags, const GlobalFlags& global, std::ostream& out,
+               std::ostream& err) {
+  constexpr std::string_view kCmd = "inspect";
+  auto ns = flags.ns.Resolve();
+  if (!ns.ok()) return Fail(err, kCmd, ns.status());
+  std::optional<NamespaceParams> params;
+  if (flags.ns.has_model()) params = *flags.ns.Params();
+  const uint32_t chunk_tokens = flags.ns.chunk_tokens;
+  if (chunk_tokens == 0) return Fail(err, kCmd, absl::InvalidArgumentError("--chunk-tokens must be > 0"));
+  auto tokens = LoadPrompt(flags.prompt);
+  if (!tokens.ok()) return Fail(err, kCmd, tokens.status());
+  auto backend = OpenBackend(global);
+  if (!backend.ok()) return Fail(err, kCmd, backend.status());
+
+  ChunkKeyOptions ko;
+  ko.chunk_tokens = chunk_tokens;
+  ko.include_partial = flags.include_partial;
+  const std::vector<ChunkKey> keys = ComputeChunkKeys(*ns, *tokens, ko);
+  std::vector<std::optional<TierKind>> where;
+  if (!keys.empty()) {
+    auto located = (*backend)->Locate(keys);
+    if (!located.ok()) return Fail(err, kCmd, located.status());
+    where = std::move(*located);
+  }
+  size_t cached = 0, leading = 0;
+  bool run = true;
+  uint64_t tokens_to_load = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const uint32_t n = static_cast<uint32_t>(
+        std::min<size_t>(chunk_tokens, tokens->size() - i * static_cast<size_t>(chunk_tokens)));
+    if (where[i]) ++cached;
+    if (run && where[i]) {
+      ++leading;
+      tokens_to_load += n;
+    } else {
+      run = false;
+    }
+  }
+  if (cached == 0) {
+    // Distinguish "this prompt is not cached" from "no such namespace": the latter
+    // almost always means a namespace flag differs from what the engine hashes.
+    ChunkListRequest req;
+    req.ns = *ns;
+    req.page_size = 1;
+    auto page = (*backend)->List(req);
+    if (!page.ok()) return Fail(err, kCmd, page.status());
+    if (page->chunks.empty()) {
+      return Fail(err, kCmd, absl::NotFoundError(absl::StrCat(
+                                 "unknown namespace ", ns->ToHex(),
+                                 params ? absl::StrCat(" (", DescribeParams(*params), ")") : "",
+                                 ": ", (*backend)->Describe(),
+                                 " holds no chunk of it. Every namespace field must match what the "
+                                 "engine hashes (model id, layout, dtype, tp, chunk tokens, tenant, "
+                                 "engine extra); `kvtier ls` shows the namespaces present")));
+    }
+  }
+  const size_t full = tokens->size() / chunk_tokens;
+  const size_t partial = tokens->size() % chunk_tokens;
+  std::optional<uint64_t> bytes_to_load;
+  if (params) bytes_to_load = params->layout.payload_bytes(1) * tokens_to_load;
+  const uint64_t recompute = tokens->size() - tokens_to_load;
+
+  if (global.json) {
+    nlohmann::json j;
+    j["source"] = (*backend)->Describe();
+    j["namespace"] = ns->ToHex();
+    if (params) {
+      j["model_id"] = params->model_id;
+      j["tenant"] = params->tenant;
+    }
+    j["prompt_tokens"] = tokens->size();
+    j["chunk_tokens"] = chunk_tokens;
+    j["full_chunks"] = full;
+    j["partial_chunk_tokens"] = partial;
+    j["chunks"] = nlohmann::json::array();
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const size_t first = i * chunk_tokens;
+      const size_t n = std::min<size_t>(chunk_tokens, tokens->size() - first);
+      j["chunks"].push_back({{"index", i},
+                             {"first_token", first},
+                             {"tokens", n},
+                             {"key", keys[i].ToHex()},
+                             {"cached", where[i].has_value()},
+                             {"tier", where[i] ? nlohmann::json(std::string(TierName(*where[i])))
+                                               : nlohmann::json(nullptr)},
+                             {"leading", i < leading}});
+    }
+    j["cached_chunks"] = cached;
+    j["leading_chunks"] = leading;
+    j["tokens_to_load"] = tokens_to_load;
+    j["tokens_to_recompute"] = recompute;
+    j["bytes_to_load"] = bytes_to_load ? nlohmann::json(*bytes_to_load) : nlohmann::json(nullptr);
+    out << j.dump(2) << "\n";
+    return kExitOk;
+  }
+
+  out << "source     " << (*backend)->Describe() << "\n";
+  out << "namespace  " << ns->ToHex();
+  if (params) out << " (" << DescribeParams(*params) << ")";
+  out << "\n";
+  out << absl::StrFormat("prompt     %s tokens = %d full chunks of %d", WithCommas(tokens->size()), full,
+                         chunk_tokens);
+  if (partial) {
+    out << absl::StrFormat(" + %d tokens (%s)", partial,
+                           flags.include_partial ? "partial chunk, keyed" : "partial, not keyed");
+  }
+  out << "\n\n";
+  Table t({"CHUNK", "TOKENS", "KEY", "TIER", "STATUS"}, {true, false, false, false, false});
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const size_t first = i * chunk_tokens;
+    const size_t n = std::min<size_t>(chunk_tokens, tokens->size() - first);
+    std::string status = where[i] ? (i < leading ? "cached" : "cached (after a miss: not loadable)") : "miss";
+    t.AddRow({absl::StrCat(i), absl::StrCat(first, "-", first + n - 1), keys[i].ToHex(),
+              where[i] ? std::string(TierName(*where[i])) : "-", status});
+  }
+  if (keys.empty()) {
+    out << "(the prompt is shorter than one chunk: nothing is keyed)\n";
+  } else {
+    t.Print(out);
+  }
+  out << absl::StrFormat("\nleading cached chunks: %d of %d -> an engine would load %s tokens", leading,
+                         keys.size(), WithCommas(tokens_to_load));
+  if (bytes_to_load) out << " (" << HumanBytes(*bytes_to_load) << ")";
+  out << " and recompute " << WithCommas(recompute) << "\n";
+  return kExitOk;
+}
+
+}  // namespace kvt::cli

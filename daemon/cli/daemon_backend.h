@@ -1,0 +1,31 @@
+// Daemon backend: talks to kvtierd over gRPC (proto/kvtier.proto, service
+// kvtier.v1.KvTier). Every call carries a deadline; an unreachable daemon is an
+// Unavailable error naming the address, never a hang.
+#ifndef KVTIER_CLI_DAEMON_BACKEND_H_
+#define KVTIER_CLI_DAEMON_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "backend.h"
+
+namespace kvt::cli {
+
+struct DaemonBackendOptions {
+  // "unix:/path/to.sock", "unix:///abs/path", or "host:port".
+  std::string address;
+  // Tenant token, sent as "authorization: Bearer <token>" ("" = none).
+  std::string token;
+  // Deadline of each RPC and of the initial connection, ms. REQUIRES: > 0.
+  int64_t timeout_ms = 5000;
+};
+
+// Connects (waiting up to timeout_ms) and checks Health. Unavailable naming the address
+// when nothing answers; InvalidArgument for an empty address or bad timeout.
+absl::StatusOr<std::unique_ptr<CacheBackend>> OpenDaemonBackend(const DaemonBackendOptions& options);
+
+}  // namespace kvt::cli
+
+#endif  // KVTIER_CLI_DAEMON_BACKEND_H_

@@ -1,0 +1,137 @@
+#include "disk_backend.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "kvstore/disk_tier.h"
+
+namespace kvt::cli {
+
+absl::StatusOr<std::vector<ListedChunk>> ListAll(CacheBackend& backend,
+                                                 std::optional<NamespaceId> ns) {
+  std::vector<ListedChunk> all;
+  ChunkListRequest req;
+  req.ns = ns;
+  req.page_size = 10000;
+  for (;;) {
+    auto page = backend.List(req);
+    if (!page.ok()) return page.status();
+    for (auto& c : page->chunks) all.push_back(std::move(c));
+    if (page->next_page_token.empty()) break;
+    req.page_token = page->next_page_token;
+  }
+  return all;
+}
+
+namespace {
+
+namespace fs = std::filesystem;
+
+class DiskBackend final : public CacheBackend {
+ public:
+  DiskBackend(std::string dir, std::unique_ptr<DiskTier> tier)
+      : dir_(std::move(dir)), tier_(std::move(tier)) {}
+
+  std::string Describe() const override { return absl::StrCat("disk-dir ", dir_); }
+
+  absl::StatusOr<StatsSnapshot> Stats() override {
+    StatsSnapshot s;
+    s.source = Describe();
+    TierSummary t;
+    t.name = std::string(tier_->name());
+    t.kind = tier_->kind();
+    t.stats = tier_->stats();
+    s.integrity_errors = t.stats.integrity_errors;
+    s.pinned_bytes = t.stats.pinned_bytes;
+    s.tiers.push_back(t);
+    return s;
+  }
+
+  absl::StatusOr<ChunkListPage> List(const ChunkListRequest& request) override {
+    ListOptions o;
+    o.ns = request.ns;
+    o.page_token = request.page_token;
+    o.page_size = request.page_size;
+    auto page = tier_->List(o);
+    if (!page.ok()) return page.status();
+    ChunkListPage out;
+    out.next_page_token = page->next_page_token;
+    out.chunks.reserve(page->chunks.size());
+    for (const auto& c : page->chunks) out.chunks.push_back(ListedChunk{c, tier_->kind()});
+    return out;
+  }
+
+  absl::StatusOr<std::vector<std::optional<TierKind>>> Locate(
+      std::span<const ChunkKey> keys) override {
+    std::vector<bool> present = tier_->Contains(keys);
+    std::vector<std::optional<TierKind>> out(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (i < present.size() && present[i]) out[i] = tier_->kind();
+    }
+    return out;
+  }
+
+  absl::StatusOr<ChunkHeader> ReadHeader(const ChunkKey& key) override {
+    auto size = tier_->RecordSize(key);
+    if (!size.ok()) return size.status();
+    const size_t alloc = (*size + 4095) / 4096 * 4096;
+    std::unique_ptr<std::byte, decltype(&std::free)> buf(
+        static_cast<std::byte*>(std::aligned_alloc(4096, alloc)), &std::free);
+    if (!buf) return absl::ResourceExhaustedError("out of memory reading a record");
+    auto got = tier_->Get(key, std::span<std::byte>(buf.get(), alloc));
+    if (!got.ok()) return got.status();
+    return DecodeChunkHeader(std::span<const std::byte>(buf.get(), *got));
+  }
+
+  absl::Status Erase(const ChunkKey& key) override { return tier_->Erase(key); }
+
+ private:
+  std::string dir_;
+  std::unique_ptr<DiskTier> tier_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CacheBackend>> OpenDiskBackend(const DiskBackendOptions& options) {
+  std::error_code ec;
+  const fs::path dir(options.dir);
+  if (!fs::is_directory(dir / "index", ec) || !fs::is_directory(dir / "records", ec)) {
+    return absl::NotFoundError(absl::StrCat(
+        "no disk tier at --disk-dir '", options.dir,
+        "' (expected its index/ and records/ subdirectories; is this the directory of a "
+        "kvtierd disk tier?)"));
+  }
+  uint64_t files_total = 0;
+  for (const auto& de : fs::directory_iterator(dir / "records", ec)) {
+    const std::string name = de.path().filename().string();
+    if (de.is_regular_file(ec) && absl::StartsWith(name, "rec-") && absl::EndsWith(name, ".dat")) {
+      files_total += de.file_size(ec);
+    }
+  }
+  files_total = (files_total + 4095) / 4096 * 4096;
+  if (options.capacity_bytes != 0 && options.capacity_bytes < files_total) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--disk-capacity ", options.capacity_bytes, " is below the ", files_total,
+        " bytes of record files already in '", options.dir,
+        "'; opening with it would delete cached chunks"));
+  }
+  DiskTierOptions o;
+  o.dir = options.dir;
+  o.capacity_bytes = options.capacity_bytes != 0 ? (options.capacity_bytes + 4095) / 4096 * 4096
+                                                 : std::max<uint64_t>(files_total, 4096);
+  auto tier = DiskTier::Open(o);
+  if (!tier.ok()) {
+    return absl::Status(tier.status().code() == absl::StatusCode::kInvalidArgument
+                            ? absl::StatusCode::kInvalidArgument
+                            : absl::StatusCode::kUnavailable,
+                        absl::StrCat("cannot open the disk tier in '", options.dir, "': ",
+                                     tier.status().message(),
+                                     " (if kvtierd is running on it, use --daemon instead)"));
+  }
+  return std::unique_ptr<CacheBackend>(new DiskBackend(options.dir, std::move(*tier)));
+}
+
+}  // namespace kvt::cli

@@ -1,0 +1,43 @@
+// Minimal GGUF metadata reader for `kvtier plan --gguf FILE`: reads only the header and
+// the key/value metadata (never tensor data) and extracts the KV-cache shape.
+//
+// Format source: ggml's docs/gguf.md (GGUF v2/v3): "GGUF" magic, u32 version,
+// u64 tensor_count, u64 metadata_kv_count, then per pair: gguf string key (u64 length +
+// bytes), u32 value type, value. Types: 0 u8, 1 i8, 2 u16, 3 i16, 4 u32, 5 i32, 6 f32,
+// 7 bool, 8 string, 9 array (u32 element type, u64 count, elements), 10 u64, 11 i64,
+// 12 f64. All little-endian.
+//
+// Keys used (llama.cpp's llama-arch.cpp names): general.architecture, general.name,
+// <arch>.block_count, <arch>.attention.head_count, <arch>.attention.head_count_kv
+// (scalar or per-layer array), <arch>.embedding_length, <arch>.attention.key_length,
+// <arch>.attention.value_length, and for MLA models <arch>.attention.kv_lora_rank +
+// <arch>.rope.dimension_count (latent = kv_lora_rank + rope dims, e.g. 512 + 64 = 576).
+#ifndef KVTIER_CLI_GGUF_SHAPE_H_
+#define KVTIER_CLI_GGUF_SHAPE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace kvt::cli {
+
+struct GgufModelShape {
+  std::string architecture;
+  std::string name;  // general.name, "" when absent
+  uint32_t num_layers = 0;
+  uint32_t num_kv_heads = 0;  // max over layers when per-layer
+  uint32_t head_dim = 0;      // key_length, or embedding_length / head_count; MLA: latent
+  bool mla = false;
+  // Human-readable caveats (per-layer KV heads that vary, K/V head dims that differ).
+  std::vector<std::string> notes;
+};
+
+// InvalidArgument naming the file and what is wrong (not GGUF, unsupported version,
+// truncated, missing key) — never reads past a declared length.
+absl::StatusOr<GgufModelShape> ReadGgufShape(const std::string& path);
+
+}  // namespace kvt::cli
+
+#endif  // KVTIER_CLI_GGUF_SHAPE_H_

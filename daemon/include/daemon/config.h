@@ -1,0 +1,90 @@
+// kvtierd configuration: one YAML file (parsed with yaml-cpp) plus command-line flags
+// that override it. Every field, its default and its unit are documented in
+// docs/daemon.md; LoadDaemonConfig rejects unknown keys so a typo is an error, not a
+// silently ignored setting.
+#ifndef KVT_DAEMON_CONFIG_H_
+#define KVT_DAEMON_CONFIG_H_
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace kvt::daemon {
+
+struct TenantConfig {
+  std::string name;                 // "" is the default tenant
+  std::vector<std::string> tokens;  // bearer tokens that authenticate as this tenant
+};
+
+// When the daemon acknowledges a Put.
+enum class Durability : uint8_t {
+  kSync = 0,   // after the record is durable on the disk tier (fdatasync + synced index)
+  kAsync = 1,  // after it is in host memory; written to disk in the background (Flush on SIGTERM)
+};
+
+struct DaemonConfig {
+  // gRPC listen addresses: "unix:///path.sock" or "host:port". Default: one unix socket.
+  std::vector<std::string> listen;
+  // Allow TCP addresses other than loopback (127.0.0.0/8, ::1, localhost).
+  bool allow_remote = false;
+  // Directory for the disk tier (records/, index/) and namespaces.log. Created if missing.
+  std::string data_dir;
+  uint64_t host_capacity_bytes = 1ull << 30;
+  uint64_t disk_capacity_bytes = 8ull << 30;
+  uint64_t disk_file_bytes = 1ull << 30;  // largest record the disk tier accepts
+  bool disk_direct_io = true;
+  Durability durability = Durability::kSync;
+  // Verify every record's payload checksum before storing it.
+  bool verify_on_put = true;
+  // Worker threads that run store operations (gRPC threads never touch disk).
+  uint32_t workers = 4;
+  // Largest record accepted, bytes (<= disk_file_bytes).
+  uint64_t max_record_bytes = 256ull << 20;
+  // Bytes of Put records being received at once across all streams (beyond it:
+  // RESOURCE_EXHAUSTED).
+  uint64_t max_inflight_bytes = 1ull << 30;
+  // Data bytes per Get message unless the client asks for less.
+  uint32_t get_part_bytes = 4u << 20;
+  // Shared-memory fast path.
+  bool shm_enabled = true;
+  uint64_t shm_max_region_bytes = 1ull << 30;
+  uint32_t shm_max_regions = 64;
+  // Metrics/health HTTP address "host:port" (port 0 = any free port); "" disables it.
+  std::string metrics_listen = "127.0.0.1:9464";
+  // Tenants; when non-empty every call must carry a valid token.
+  std::vector<TenantConfig> tenants;
+  std::string log_level = "info";
+  // Written once serving: JSON {"pid", "listen", "metrics_port"} (tests, scripts).
+  std::string ready_file;
+  // Graceful shutdown: how long in-flight calls may take before they are cancelled.
+  std::chrono::milliseconds shutdown_grace{5000};
+
+  bool auth_enabled() const { return !tenants.empty(); }
+  // InvalidArgument naming the field: empty listen/data_dir, non-loopback address
+  // without allow_remote, capacities, bad limits, duplicate tokens, empty token.
+  absl::Status Validate() const;
+};
+
+// Defaults: listen = unix://$XDG_RUNTIME_DIR/kvtierd.sock (or /tmp/kvtierd-<uid>.sock),
+// data_dir = /var/tmp/kvtierd-<uid>.
+DaemonConfig DefaultDaemonConfig();
+
+// Parses YAML text over `base`. InvalidArgument naming the key for a bad value or an
+// unknown key.
+absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, DaemonConfig base);
+// Reads and parses a file. NotFound when it does not exist.
+absl::StatusOr<DaemonConfig> LoadDaemonConfig(const std::string& path, DaemonConfig base);
+
+// Parses "512MiB", "8GiB", "1G", "4096" into bytes. InvalidArgument otherwise.
+absl::StatusOr<uint64_t> ParseByteSize(const std::string& text);
+
+// True for a unix: address or a TCP address on loopback.
+bool IsLocalAddress(const std::string& address);
+
+}  // namespace kvt::daemon
+
+#endif  // KVT_DAEMON_CONFIG_H_

@@ -1,0 +1,237 @@
+#include "daemon/config.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "yaml-cpp/yaml.h"
+
+namespace kvt::daemon {
+
+absl::StatusOr<uint64_t> ParseByteSize(const std::string& text) {
+  std::string t = absl::AsciiStrToLower(std::string(absl::StripAsciiWhitespace(text)));
+  struct Suffix {
+    const char* s;
+    uint64_t mult;
+  };
+  static const Suffix kSuffixes[] = {{"tib", 1ull << 40}, {"gib", 1ull << 30}, {"mib", 1ull << 20},
+                                     {"kib", 1ull << 10}, {"tb", 1000000000000ull}, {"gb", 1000000000ull},
+                                     {"mb", 1000000ull},  {"kb", 1000ull},        {"t", 1ull << 40},
+                                     {"g", 1ull << 30},   {"m", 1ull << 20},      {"k", 1ull << 10},
+                                     {"b", 1}};
+  uint64_t mult = 1;
+  for (const auto& suf : kSuffixes) {
+    if (absl::EndsWith(t, suf.s)) {
+      mult = suf.mult;
+      t.resize(t.size() - std::strlen(suf.s));
+      break;
+    }
+  }
+  uint64_t v = 0;
+  if (t.empty() || !absl::SimpleAtoi(absl::StripAsciiWhitespace(t), &v) || (v != 0 && mult > UINT64_MAX / v))
+    return absl::InvalidArgumentError(
+        absl::StrFormat("byte size '%s': expected an integer with an optional unit (KiB, MiB, GiB, TiB)", text));
+  return v * mult;
+}
+
+bool IsLocalAddress(const std::string& a) {
+  if (absl::StartsWith(a, "unix:") || absl::StartsWith(a, "unix-abstract:")) return true;
+  std::string host = a;
+  if (absl::StartsWith(host, "[")) {
+    host = host.substr(1, host.find(']') == std::string::npos ? host.size() : host.find(']') - 1);
+  } else if (auto p = host.rfind(':'); p != std::string::npos) {
+    host = host.substr(0, p);
+  }
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
+DaemonConfig DefaultDaemonConfig() {
+  DaemonConfig c;
+  const char* xdg = std::getenv("XDG_RUNTIME_DIR");
+  if (xdg != nullptr && *xdg != '\0') {
+    c.listen.push_back(absl::StrFormat("unix://%s/kvtierd.sock", xdg));
+  } else {
+    c.listen.push_back(absl::StrFormat("unix:///tmp/kvtierd-%d.sock", getuid()));
+  }
+  c.data_dir = absl::StrFormat("/var/tmp/kvtierd-%d", getuid());
+  return c;
+}
+
+absl::Status DaemonConfig::Validate() const {
+  auto bad = [](const std::string& field, const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrFormat("config %s: %s", field, why));
+  };
+  if (listen.empty()) return bad("listen", "at least one address is required");
+  for (const auto& a : listen) {
+    if (a.empty()) return bad("listen", "empty address");
+    if (!allow_remote && !IsLocalAddress(a))
+      return bad("listen", absl::StrFormat("'%s' is not a unix socket or loopback address; set "
+                                           "allow_remote: true to listen on it",
+                                           a));
+  }
+  if (data_dir.empty()) return bad("data_dir", "must not be empty");
+  if (host_capacity_bytes < (1ull << 20)) return bad("host_capacity", "must be at least 1 MiB");
+  if (disk_capacity_bytes == 0 || disk_capacity_bytes % 4096 != 0)
+    return bad("disk_capacity", "must be a positive multiple of 4096");
+  if (disk_file_bytes == 0 || disk_file_bytes % 4096 != 0)
+    return bad("disk_file_bytes", "must be a positive multiple of 4096");
+  if (workers < 1 || workers > 256) return bad("workers", absl::StrFormat("%d, expected 1..256", workers));
+  if (max_record_bytes < 4096 || max_record_bytes > disk_file_bytes || max_record_bytes > (1ull << 30))
+    return bad("max_record_bytes", "expected 4 KiB .. min(disk_file_bytes, 1 GiB)");
+  if (max_inflight_bytes < max_record_bytes)
+    return bad("max_inflight_bytes", "must be at least max_record_bytes");
+  if (get_part_bytes < 4096 || get_part_bytes > (8u << 20))
+    return bad("get_part_bytes", absl::StrFormat("%d, expected 4 KiB .. 8 MiB", get_part_bytes));
+  if (shm_max_region_bytes < (1ull << 20) || shm_max_region_bytes > (4ull << 30))
+    return bad("shm.max_region_bytes", "expected 1 MiB .. 4 GiB");
+  if (shm_max_regions < 1 || shm_max_regions > 4096) return bad("shm.max_regions", "expected 1..4096");
+  std::set<std::string> tokens, names;
+  for (const auto& t : tenants) {
+    if (!names.insert(t.name).second) return bad("tenants", absl::StrFormat("duplicate tenant '%s'", t.name));
+    if (t.tokens.empty()) return bad("tenants", absl::StrFormat("tenant '%s' has no token", t.name));
+    for (const auto& tok : t.tokens) {
+      if (tok.size() < 8) return bad("tenants", absl::StrFormat("a token of tenant '%s' is shorter than 8 characters", t.name));
+      if (!tokens.insert(tok).second) return bad("tenants", "the same token is listed twice");
+    }
+  }
+  static const std::set<std::string> kLevels = {"trace", "debug", "info", "warn", "error", "off"};
+  if (!kLevels.count(log_level)) return bad("log_level", "expected trace|debug|info|warn|error|off");
+  return absl::OkStatus();
+}
+
+namespace {
+
+absl::Status CheckKeys(const YAML::Node& node, const std::string& where, const std::set<std::string>& allowed) {
+  if (!node.IsMap()) return absl::InvalidArgumentError(absl::StrFormat("config %s: expected a mapping", where));
+  for (const auto& kv : node) {
+    std::string k = kv.first.as<std::string>();
+    if (!allowed.count(k))
+      return absl::InvalidArgumentError(absl::StrFormat("config %s: unknown key '%s'", where, k));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, DaemonConfig c) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrFormat("config: YAML parse error: %s", e.what()));
+  }
+  if (root.IsNull()) return c;
+  try {
+    if (auto s = CheckKeys(root, "(top level)",
+                           {"listen", "allow_remote", "data_dir", "host_capacity", "disk_capacity",
+                            "disk_file_bytes", "disk_direct_io", "durability", "verify_on_put", "workers",
+                            "max_record_bytes", "max_inflight_bytes", "get_part_bytes", "shm", "metrics",
+                            "tenants", "log_level", "ready_file", "shutdown_grace_ms"});
+        !s.ok())
+      return s;
+    auto bytes = [&](const char* key, uint64_t* out) -> absl::Status {
+      if (!root[key]) return absl::OkStatus();
+      auto v = ParseByteSize(root[key].as<std::string>());
+      if (!v.ok()) return absl::InvalidArgumentError(absl::StrFormat("config %s: %s", key, v.status().message()));
+      *out = *v;
+      return absl::OkStatus();
+    };
+    if (root["listen"]) {
+      c.listen.clear();
+      if (root["listen"].IsSequence()) {
+        for (const auto& a : root["listen"]) c.listen.push_back(a.as<std::string>());
+      } else {
+        c.listen.push_back(root["listen"].as<std::string>());
+      }
+    }
+    if (root["allow_remote"]) c.allow_remote = root["allow_remote"].as<bool>();
+    if (root["data_dir"]) c.data_dir = root["data_dir"].as<std::string>();
+    for (auto [key, out] : {std::pair{"host_capacity", &c.host_capacity_bytes},
+                            std::pair{"disk_capacity", &c.disk_capacity_bytes},
+                            std::pair{"disk_file_bytes", &c.disk_file_bytes},
+                            std::pair{"max_record_bytes", &c.max_record_bytes},
+                            std::pair{"max_inflight_bytes", &c.max_inflight_bytes}}) {
+      if (auto s = bytes(key, out); !s.ok()) return s;
+    }
+    if (root["get_part_bytes"]) {
+      uint64_t v = c.get_part_bytes;
+      if (auto s = bytes("get_part_bytes", &v); !s.ok()) return s;
+      if (v > (8u << 20)) return absl::InvalidArgumentError("config get_part_bytes: at most 8 MiB");
+      c.get_part_bytes = static_cast<uint32_t>(v);
+    }
+    if (root["disk_direct_io"]) c.disk_direct_io = root["disk_direct_io"].as<bool>();
+    if (root["durability"]) {
+      std::string d = root["durability"].as<std::string>();
+      if (d == "sync") c.durability = Durability::kSync;
+      else if (d == "async") c.durability = Durability::kAsync;
+      else return absl::InvalidArgumentError(absl::StrFormat("config durability: '%s', expected sync|async", d));
+    }
+    if (root["verify_on_put"]) c.verify_on_put = root["verify_on_put"].as<bool>();
+    if (root["workers"]) c.workers = root["workers"].as<uint32_t>();
+    if (root["log_level"]) c.log_level = root["log_level"].as<std::string>();
+    if (root["ready_file"]) c.ready_file = root["ready_file"].as<std::string>();
+    if (root["shutdown_grace_ms"]) c.shutdown_grace = std::chrono::milliseconds(root["shutdown_grace_ms"].as<int64_t>());
+    if (const auto shm = root["shm"]) {
+      if (auto s = CheckKeys(shm, "shm", {"enabled", "max_region_bytes", "max_regions"}); !s.ok()) return s;
+      if (shm["enabled"]) c.shm_enabled = shm["enabled"].as<bool>();
+      if (shm["max_region_bytes"]) {
+        auto v = ParseByteSize(shm["max_region_bytes"].as<std::string>());
+        if (!v.ok()) return absl::InvalidArgumentError("config shm.max_region_bytes: " + std::string(v.status().message()));
+        c.shm_max_region_bytes = *v;
+      }
+      if (shm["max_regions"]) c.shm_max_regions = shm["max_regions"].as<uint32_t>();
+    }
+    if (const auto m = root["metrics"]) {
+      if (auto s = CheckKeys(m, "metrics", {"listen"}); !s.ok()) return s;
+      if (m["listen"]) c.metrics_listen = m["listen"].as<std::string>();
+    }
+    if (const auto t = root["tenants"]) {
+      if (!t.IsSequence()) return absl::InvalidArgumentError("config tenants: expected a list");
+      c.tenants.clear();
+      for (const auto& e : t) {
+        if (auto s = CheckKeys(e, "tenants[]", {"name", "tokens", "token_files"}); !s.ok()) return s;
+        TenantConfig tc;
+        if (!e["name"]) return absl::InvalidArgumentError("config tenants[]: 'name' is required");
+        tc.name = e["name"].as<std::string>();
+        if (e["tokens"])
+          for (const auto& tok : e["tokens"]) tc.tokens.push_back(tok.as<std::string>());
+        if (e["token_files"]) {
+          for (const auto& f : e["token_files"]) {
+            std::ifstream in(f.as<std::string>());
+            if (!in)
+              return absl::NotFoundError(absl::StrFormat("config tenants[%s].token_files: cannot read '%s'",
+                                                         tc.name, f.as<std::string>()));
+            std::string line;
+            while (std::getline(in, line)) {
+              line = std::string(absl::StripAsciiWhitespace(line));
+              if (!line.empty() && line[0] != '#') tc.tokens.push_back(line);
+            }
+          }
+        }
+        c.tenants.push_back(std::move(tc));
+      }
+    }
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrFormat("config: bad value: %s", e.what()));
+  }
+  return c;
+}
+
+absl::StatusOr<DaemonConfig> LoadDaemonConfig(const std::string& path, DaemonConfig base) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrFormat("config file '%s' cannot be read", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto c = ParseDaemonConfig(ss.str(), std::move(base));
+  if (!c.ok()) return absl::Status(c.status().code(), absl::StrFormat("%s: %s", path, c.status().message()));
+  return c;
+}
+
+}  // namespace kvt::daemon

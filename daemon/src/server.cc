@@ -1,0 +1,310 @@
+#include "daemon/server.h"
+
+#include <grpcpp/grpcpp.h>
+#include <httplib.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "catalog.h"
+#include "kvstore/chunk_codec.h"
+#include "kvstore/disk_tier.h"
+#include "kvstore/host_tier.h"
+#include "kvstore/remote_client.h"
+#include "kvstore/tiered_store.h"
+#include "metrics.h"
+#include "nlohmann/json.hpp"
+#include "service.h"
+#include "spdlog/spdlog.h"
+#include "worker_pool.h"
+
+namespace kvt::daemon {
+
+namespace {
+
+// For "unix:///p" or "unix:p": the socket path; else "".
+std::string UnixPath(const std::string& address) {
+  if (absl::StartsWith(address, "unix://")) return address.substr(7);
+  if (absl::StartsWith(address, "unix:")) return address.substr(5);
+  return "";
+}
+
+// Removes a stale socket file; FailedPrecondition when a live server answers on it.
+absl::Status PrepareUnixSocket(const std::string& path) {
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) return absl::OkStatus();
+  if (!S_ISSOCK(st.st_mode))
+    return absl::FailedPreconditionError(absl::StrFormat("listen: %s exists and is not a socket", path));
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  const bool live = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  if (live) return absl::FailedPreconditionError(absl::StrFormat("listen: another server is listening on %s", path));
+  unlink(path.c_str());
+  return absl::OkStatus();
+}
+
+const char* TierLabel(TierKind k) {
+  switch (k) {
+    case TierKind::kHost: return "host";
+    case TierKind::kDisk: return "disk";
+    case TierKind::kRemote: return "remote";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+class KvtierServer::Impl {
+ public:
+  DaemonConfig config;
+  std::unique_ptr<TieredStore> store;
+  DiskTier* disk = nullptr;
+  std::unique_ptr<Catalog> catalog;
+  Metrics metrics;
+  std::unique_ptr<WorkerPool> pool;
+  std::unique_ptr<KvTierService> service;
+  std::unique_ptr<grpc::Server> grpc_server;
+  std::unique_ptr<httplib::Server> http;
+  std::thread http_thread;
+  std::vector<std::string> bound;
+  int metrics_port = 0;
+  absl::Mutex shutdown_mu;
+  bool shut_down ABSL_GUARDED_BY(shutdown_mu) = false;
+
+  std::string RenderMetrics() {
+    std::string out;
+    metrics.Render(&out);
+    absl::StrAppendFormat(&out, "# TYPE kvtier_tier_capacity_bytes gauge\n# TYPE kvtier_tier_used_bytes gauge\n"
+                                "# TYPE kvtier_tier_chunks gauge\n# TYPE kvtier_tier_pinned_bytes gauge\n"
+                                "# TYPE kvtier_tier_hits_total counter\n# TYPE kvtier_tier_misses_total counter\n"
+                                "# TYPE kvtier_tier_evictions_total counter\n"
+                                "# TYPE kvtier_tier_integrity_errors_total counter\n"
+                                "# TYPE kvtier_tier_bytes_in_total counter\n# TYPE kvtier_tier_bytes_out_total counter\n"
+                                "# TYPE kvtier_tier_io_errors_total counter\n");
+    for (size_t t = 0; t < store->num_tiers(); ++t) {
+      Tier& tier = store->tier(t);
+      TierStats s = tier.stats();
+      const char* l = TierLabel(tier.kind());
+      absl::StrAppendFormat(&out,
+                            "kvtier_tier_capacity_bytes{tier=\"%s\"} %d\nkvtier_tier_used_bytes{tier=\"%s\"} %d\n"
+                            "kvtier_tier_chunks{tier=\"%s\"} %d\nkvtier_tier_pinned_bytes{tier=\"%s\"} %d\n"
+                            "kvtier_tier_hits_total{tier=\"%s\"} %d\nkvtier_tier_misses_total{tier=\"%s\"} %d\n"
+                            "kvtier_tier_evictions_total{tier=\"%s\"} %d\n"
+                            "kvtier_tier_integrity_errors_total{tier=\"%s\"} %d\n"
+                            "kvtier_tier_bytes_in_total{tier=\"%s\"} %d\nkvtier_tier_bytes_out_total{tier=\"%s\"} %d\n"
+                            "kvtier_tier_io_errors_total{tier=\"%s\"} %d\n",
+                            l, s.capacity_bytes, l, s.used_bytes, l, s.chunks, l, s.pinned_bytes, l, s.hits, l,
+                            s.misses, l, s.evictions, l, s.integrity_errors, l, s.bytes_in, l, s.bytes_out, l,
+                            s.io_errors);
+    }
+    TieredStoreStats ss = store->stats();
+    std::string detail;
+    const bool ok = service->Healthy(&detail);
+    absl::StrAppendFormat(&out,
+                          "# TYPE kvtier_store_hits_total counter\nkvtier_store_hits_total %d\n"
+                          "# TYPE kvtier_store_misses_total counter\nkvtier_store_misses_total %d\n"
+                          "# TYPE kvtier_store_promotions_total counter\nkvtier_store_promotions_total %d\n"
+                          "# TYPE kvtier_store_writeback_errors_total counter\nkvtier_store_writeback_errors_total %d\n"
+                          "# TYPE kvtier_store_pending_write_bytes gauge\nkvtier_store_pending_write_bytes %d\n"
+                          "# TYPE kvtier_pinned_bytes gauge\nkvtier_pinned_bytes %d\n"
+                          "# HELP kvtier_integrity_errors_total Records that failed verification in this process.\n"
+                          "# TYPE kvtier_integrity_errors_total counter\nkvtier_integrity_errors_total %d\n"
+                          "# TYPE kvtier_shm_regions gauge\nkvtier_shm_regions %d\n"
+                          "# TYPE kvtier_worker_task_failures_total counter\nkvtier_worker_task_failures_total %d\n"
+                          "# HELP kvtier_healthy 1 while every background thread is alive.\n"
+                          "# TYPE kvtier_healthy gauge\nkvtier_healthy %d\n",
+                          ss.hits, ss.misses, ss.promotions, ss.writeback_errors, ss.pending_write_bytes,
+                          store->pinned_bytes(), IntegrityErrorCount(), service->shm_regions(), pool->task_failures(),
+                          ok ? 1 : 0);
+    return out;
+  }
+
+  absl::Status StartHttp() {
+    if (config.metrics_listen.empty()) return absl::OkStatus();
+    auto colon = config.metrics_listen.rfind(':');
+    int port = 0;
+    if (colon == std::string::npos || !absl::SimpleAtoi(config.metrics_listen.substr(colon + 1), &port) || port < 0 ||
+        port > 65535)
+      return absl::InvalidArgumentError(
+          absl::StrFormat("metrics.listen: '%s', expected host:port", config.metrics_listen));
+    std::string host = config.metrics_listen.substr(0, colon);
+    if (!config.allow_remote && !IsLocalAddress(config.metrics_listen))
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "metrics.listen: '%s' is not loopback; set allow_remote: true to expose it", config.metrics_listen));
+    http = std::make_unique<httplib::Server>();
+    http->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(RenderMetrics(), "text/plain; version=0.0.4");
+    });
+    http->Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
+      std::string detail;
+      if (service->Healthy(&detail)) {
+        res.set_content("ok\n", "text/plain");
+      } else {
+        res.status = 503;
+        res.set_content("unhealthy: " + detail + "\n", "text/plain");
+      }
+    });
+    if (port == 0) {
+      metrics_port = http->bind_to_any_port(host);
+    } else {
+      metrics_port = http->bind_to_port(host, port) ? port : -1;
+    }
+    if (metrics_port <= 0)
+      return absl::UnavailableError(absl::StrFormat("metrics.listen: cannot bind %s", config.metrics_listen));
+    http_thread = std::thread([this] { http->listen_after_bind(); });
+    return absl::OkStatus();
+  }
+
+  void Shutdown() {
+    {
+      absl::MutexLock lock(&shutdown_mu);
+      if (shut_down) return;
+      shut_down = true;
+    }
+    spdlog::info("kvtierd: shutting down (grace {} ms)", config.shutdown_grace.count());
+    if (grpc_server) {
+      grpc_server->Shutdown(std::chrono::system_clock::now() + config.shutdown_grace);
+      grpc_server->Wait();
+    }
+    if (pool) pool->Stop();
+    if (http) {
+      http->stop();
+      if (http_thread.joinable()) http_thread.join();
+    }
+    if (store) {
+      store->Flush();
+      if (disk) {
+        if (absl::Status s = disk->FlushAccessTimes(); !s.ok())
+          spdlog::warn("kvtierd: flushing access times: {}", s.ToString());
+      }
+    }
+    grpc_server.reset();
+    service.reset();
+    store.reset();  // drains and closes the tiers
+    for (const auto& a : bound)
+      if (std::string p = UnixPath(a); !p.empty()) unlink(p.c_str());
+    spdlog::info("kvtierd: stopped; every acknowledged put is on disk");
+  }
+};
+
+absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonConfig& config) {
+  if (absl::Status s = config.Validate(); !s.ok()) return s;
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  std::error_code ec;
+  std::filesystem::create_directories(config.data_dir, ec);
+  if (ec) return absl::InternalError(absl::StrFormat("data_dir %s: %s", config.data_dir, ec.message()));
+
+  HostTierOptions ho;
+  ho.capacity_bytes = config.host_capacity_bytes;
+  auto host = HostTier::Create(ho);
+  if (!host.ok()) return host.status();
+  DiskTierOptions dopt;
+  dopt.dir = config.data_dir + "/disk";
+  dopt.capacity_bytes = config.disk_capacity_bytes;
+  dopt.file_bytes = std::min(config.disk_file_bytes, config.disk_capacity_bytes);
+  dopt.direct_io = config.disk_direct_io;
+  auto disk = DiskTier::Open(dopt);
+  if (!disk.ok()) return disk.status();
+  impl->disk = disk->get();
+  std::vector<std::unique_ptr<Tier>> tiers;
+  tiers.push_back(std::move(*host));
+  tiers.push_back(std::move(*disk));
+  TieredStoreOptions so;
+  so.write_through = config.durability == Durability::kAsync;
+  so.write_through_remote = false;
+  auto store = TieredStore::Create(std::move(tiers), so);
+  if (!store.ok()) return store.status();
+  impl->store = std::move(*store);
+
+  auto catalog = Catalog::Open(config.data_dir + "/namespaces.log");
+  if (!catalog.ok()) return catalog.status();
+  impl->catalog = std::move(*catalog);
+  {  // key → namespace for every chunk on disk
+    ListOptions lo;
+    lo.page_size = 10000;
+    for (;;) {
+      auto page = impl->disk->List(lo);
+      if (!page.ok()) return page.status();
+      for (const auto& c : page->chunks) impl->catalog->NoteKey(c.key, c.ns);
+      if (page->next_page_token.empty()) break;
+      lo.page_token = page->next_page_token;
+    }
+    spdlog::info("kvtierd: {} chunks on disk in {}", impl->catalog->num_keys(), dopt.dir);
+  }
+
+  impl->pool = std::make_unique<WorkerPool>(config.workers);
+  ServiceDeps deps;
+  deps.config = &impl->config;
+  deps.store = impl->store.get();
+  deps.disk_index = 1;
+  deps.catalog = impl->catalog.get();
+  deps.metrics = &impl->metrics;
+  deps.pool = impl->pool.get();
+  impl->service = std::make_unique<KvTierService>(deps);
+
+  grpc::ServerBuilder builder;
+  builder.SetMaxReceiveMessageSize(kKvtierMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kKvtierMaxMessageBytes);
+  std::vector<std::unique_ptr<int>> ports;
+  for (const auto& a : config.listen) {
+    if (std::string p = UnixPath(a); !p.empty()) {
+      if (absl::Status s = PrepareUnixSocket(p); !s.ok()) return s;
+    }
+    ports.push_back(std::make_unique<int>(0));
+    builder.AddListeningPort(a, grpc::InsecureServerCredentials(), ports.back().get());
+  }
+  builder.RegisterService(impl->service.get());
+  const mode_t old_umask = umask(0077);  // unix sockets: owner only
+  impl->grpc_server = builder.BuildAndStart();
+  umask(old_umask);
+  if (!impl->grpc_server) return absl::UnavailableError("gRPC server failed to start (address in use?)");
+  for (size_t i = 0; i < config.listen.size(); ++i) {
+    const std::string& a = config.listen[i];
+    if (*ports[i] == 0) return absl::UnavailableError(absl::StrFormat("listen: cannot bind %s", a));
+    if (UnixPath(a).empty()) {
+      impl->bound.push_back(absl::StrFormat("%s:%d", a.substr(0, a.rfind(':')), *ports[i]));
+    } else {
+      impl->bound.push_back(a);
+    }
+  }
+  if (absl::Status s = impl->StartHttp(); !s.ok()) {
+    impl->Shutdown();
+    return s;
+  }
+  for (const auto& a : impl->bound) spdlog::info("kvtierd: serving gRPC on {}", a);
+  if (impl->metrics_port > 0)
+    spdlog::info("kvtierd: metrics on http://{}:{}/metrics", config.metrics_listen.substr(0, config.metrics_listen.rfind(':')),
+                 impl->metrics_port);
+  if (!config.ready_file.empty()) {
+    nlohmann::json j = {{"pid", getpid()}, {"listen", impl->bound}, {"metrics_port", impl->metrics_port}};
+    std::string tmp = config.ready_file + ".tmp";
+    {
+      std::ofstream out(tmp);
+      out << j.dump() << "\n";
+    }
+    std::filesystem::rename(tmp, config.ready_file, ec);
+  }
+  return std::unique_ptr<KvtierServer>(new KvtierServer(std::move(impl)));
+}
+
+KvtierServer::KvtierServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+KvtierServer::~KvtierServer() { Shutdown(); }
+void KvtierServer::Shutdown() { impl_->Shutdown(); }
+const std::vector<std::string>& KvtierServer::listen_addresses() const { return impl_->bound; }
+int KvtierServer::metrics_port() const { return impl_->metrics_port; }
+bool KvtierServer::healthy() const { return impl_->service && impl_->service->Healthy(nullptr); }
+
+}  // namespace kvt::daemon

@@ -1,0 +1,101 @@
+// KvTierService: the gRPC callback-API implementation of proto/kvtier.proto.
+//
+// Threads: gRPC threads only parse, authenticate and validate; every operation that
+// touches the store (memory copies, disk I/O, RocksDB) runs on the WorkerPool, which
+// finishes the reactor (or starts its next read/write) when done.
+#ifndef KVT_DAEMON_SERVICE_H_
+#define KVT_DAEMON_SERVICE_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "catalog.h"
+#include "daemon/config.h"
+#include "kvstore/shm_region.h"
+#include "kvstore/tiered_store.h"
+#include "metrics.h"
+#include "proto/kvtier.grpc.pb.h"
+#include "worker_pool.h"
+
+namespace kvt::daemon {
+
+struct ServiceDeps {
+  const DaemonConfig* config = nullptr;
+  TieredStore* store = nullptr;
+  int disk_index = -1;  // tier index of the disk tier in `store`
+  Catalog* catalog = nullptr;
+  Metrics* metrics = nullptr;
+  WorkerPool* pool = nullptr;
+};
+
+struct ShmEntry {
+  std::shared_ptr<ShmRegion> region;
+  std::string tenant;
+};
+
+// Thread-safe.
+class KvTierService final : public ::kvtier::v1::KvTier::CallbackService {
+ public:
+  explicit KvTierService(const ServiceDeps& deps);
+  ~KvTierService() override;
+
+  grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* ctx, const ::kvtier::v1::LookupRequest* req,
+                                   ::kvtier::v1::LookupResponse* resp) override;
+  grpc::ServerReadReactor<::kvtier::v1::PutRequest>* Put(grpc::CallbackServerContext* ctx,
+                                                         ::kvtier::v1::PutResponse* resp) override;
+  grpc::ServerWriteReactor<::kvtier::v1::GetResponse>* Get(grpc::CallbackServerContext* ctx,
+                                                           const ::kvtier::v1::GetRequest* req) override;
+  grpc::ServerUnaryReactor* Evict(grpc::CallbackServerContext* ctx, const ::kvtier::v1::EvictRequest* req,
+                                  ::kvtier::v1::EvictResponse* resp) override;
+  grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* ctx, const ::kvtier::v1::ListRequest* req,
+                                 ::kvtier::v1::ListResponse* resp) override;
+  grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx, const ::kvtier::v1::StatsRequest* req,
+                                  ::kvtier::v1::StatsResponse* resp) override;
+  grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* ctx, const ::kvtier::v1::HealthRequest* req,
+                                   ::kvtier::v1::HealthResponse* resp) override;
+  grpc::ServerUnaryReactor* ShmAttach(grpc::CallbackServerContext* ctx, const ::kvtier::v1::ShmAttachRequest* req,
+                                      ::kvtier::v1::ShmAttachResponse* resp) override;
+  grpc::ServerUnaryReactor* ShmDetach(grpc::CallbackServerContext* ctx, const ::kvtier::v1::ShmDetachRequest* req,
+                                      ::kvtier::v1::ShmDetachResponse* resp) override;
+
+  // Health: store write-back thread alive and every worker alive. `detail` says what died.
+  bool Healthy(std::string* detail) const;
+  size_t shm_regions();
+
+  // --- used by the reactors (service_rpcs.cc) ---
+  const ServiceDeps& deps() const { return deps_; }
+  // Tenant of the caller, or UNAUTHENTICATED. Also notes the client id.
+  absl::StatusOr<std::string> Authenticate(grpc::CallbackServerContext* ctx);
+  // Validates, checks tenancy and stores one whole record (runs on a worker).
+  absl::Status StoreRecord(std::span<const std::byte> record, const std::string& tenant, ChunkKey* key_out);
+  // Region owned by `tenant`, or nullptr.
+  std::shared_ptr<ShmRegion> FindRegion(uint64_t id, const std::string& tenant);
+  std::atomic<uint64_t>& inflight_bytes() { return inflight_bytes_; }
+
+ private:
+  // Runs `fn` on a worker, then finishes the unary reactor with its status and records metrics.
+  grpc::ServerUnaryReactor* RunUnary(grpc::CallbackServerContext* ctx, Rpc rpc, uint32_t version,
+                                     std::function<absl::Status(const std::string& tenant)> fn);
+
+  const ServiceDeps deps_;
+  absl::flat_hash_map<std::string, std::string> token_to_tenant_;
+  std::atomic<uint64_t> inflight_bytes_{0};
+  absl::Mutex shm_mu_;
+  absl::flat_hash_map<uint64_t, ShmEntry> regions_ ABSL_GUARDED_BY(shm_mu_);
+  uint64_t next_region_id_ ABSL_GUARDED_BY(shm_mu_) = 1;
+};
+
+// INVALID_ARGUMENT / FAILED_PRECONDITION for a bad protocol_version.
+absl::Status CheckVersion(uint32_t version);
+// Converts and validates a key list (1..4096 non-zero keys), naming `field` on error.
+absl::StatusOr<std::vector<ChunkKey>> KeysFromProto(
+    const google::protobuf::RepeatedPtrField<::kvtier::v1::Key128>& keys, const char* field);
+::kvtier::v1::TierKind TierToProto(TierKind kind);
+
+}  // namespace kvt::daemon
+
+#endif  // KVT_DAEMON_SERVICE_H_

@@ -1,0 +1,351 @@
+// The streaming RPCs of KvTierService: Put (client streaming) and Get (server streaming).
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "kvstore/chunk_codec.h"
+#include "kvstore/remote_client.h"
+#include "service.h"
+#include "spdlog/spdlog.h"
+
+namespace kvt::daemon {
+
+namespace pb = ::kvtier::v1;
+
+namespace {
+
+struct AlignedFree {
+  void operator()(std::byte* p) const { std::free(p); }
+};
+using AlignedBuf = std::unique_ptr<std::byte, AlignedFree>;
+
+// Uninitialised 4096-aligned buffer (the disk tier reads/writes O_DIRECT without a bounce).
+AlignedBuf AllocRecord(uint64_t bytes) {
+  const uint64_t n = (bytes + 4095) & ~uint64_t{4095};
+  return AlignedBuf(static_cast<std::byte*>(std::aligned_alloc(4096, n == 0 ? 4096 : n)));
+}
+
+// ---------------------------------------------------------------------------------------
+class PutReactor final : public grpc::ServerReadReactor<pb::PutRequest> {
+ public:
+  PutReactor(KvTierService* svc, grpc::CallbackServerContext* ctx, pb::PutResponse* resp)
+      : svc_(svc), resp_(resp), start_(std::chrono::steady_clock::now()) {
+    auto tenant = svc_->Authenticate(ctx);
+    if (!tenant.ok()) {
+      Done(tenant.status());
+      return;
+    }
+    tenant_ = *tenant;
+    StartRead(&req_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // client half-closed (or the call broke)
+      if (expected_ > 0)
+        Done(absl::InvalidArgumentError(absl::StrFormat(
+            "data: stream ended inside a record (%d of %d bytes received)", received_, expected_)));
+      else
+        Done(absl::OkStatus());
+      return;
+    }
+    absl::Status s = Consume();
+    if (!s.ok()) {
+      Done(s);
+      return;
+    }
+    if (expected_ > 0 && received_ == expected_) {
+      Submit();
+    } else {
+      StartRead(&req_);
+    }
+  }
+
+  void OnDone() override {
+    Release();
+    delete this;
+  }
+
+ private:
+  absl::Status Consume() {
+    const DaemonConfig& c = *svc_->deps().config;
+    if (absl::Status s = CheckVersion(req_.protocol_version()); !s.ok()) return s;
+    if (req_.record_bytes() != 0) {
+      if (expected_ > 0)
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "record_bytes: a new record started after %d of %d bytes of the previous one", received_, expected_));
+      if (req_.record_bytes() < kChunkHeaderBytes || req_.record_bytes() > c.max_record_bytes)
+        return absl::InvalidArgumentError(absl::StrFormat("record_bytes: %d, expected %d..%d", req_.record_bytes(),
+                                                          kChunkHeaderBytes, c.max_record_bytes));
+      if (req_.has_shm()) {
+        if (!req_.data().empty()) return absl::InvalidArgumentError("data: must be empty when shm is set");
+        const auto& sl = req_.shm();
+        if (sl.length() != req_.record_bytes())
+          return absl::InvalidArgumentError(
+              absl::StrFormat("shm.length: %d, expected record_bytes (%d)", sl.length(), req_.record_bytes()));
+        region_ = svc_->FindRegion(sl.region_id(), tenant_);
+        if (region_ == nullptr)
+          return absl::InvalidArgumentError(absl::StrFormat("shm.region_id: %d is not attached", sl.region_id()));
+        if (!region_->Contains(sl.offset(), sl.length()))
+          return absl::InvalidArgumentError(absl::StrFormat("shm.offset/length: [%d, +%d) outside the %d-byte region",
+                                                            sl.offset(), sl.length(), region_->size()));
+        shm_offset_ = sl.offset();
+        expected_ = received_ = sl.length();
+        return absl::OkStatus();
+      }
+      const uint64_t before = svc_->inflight_bytes().fetch_add(req_.record_bytes());
+      reserved_ = req_.record_bytes();
+      if (before + req_.record_bytes() > c.max_inflight_bytes)
+        return absl::ResourceExhaustedError("record_bytes: too many bytes in flight at the daemon; retry later");
+      buf_ = AllocRecord(req_.record_bytes());
+      if (buf_ == nullptr) return absl::ResourceExhaustedError("record_bytes: cannot allocate the record buffer");
+      expected_ = req_.record_bytes();
+      received_ = 0;
+    } else if (req_.has_shm()) {
+      return absl::InvalidArgumentError("shm: set without record_bytes");
+    }
+    if (req_.data().empty()) {
+      if (expected_ == 0) return absl::InvalidArgumentError("record_bytes: data sent before a record was started");
+      return absl::OkStatus();
+    }
+    if (expected_ == 0) return absl::InvalidArgumentError("record_bytes: data sent before a record was started");
+    if (req_.data().size() > expected_ - received_)
+      return absl::InvalidArgumentError(absl::StrFormat("data: %d bytes more than record_bytes (%d)",
+                                                        received_ + req_.data().size() - expected_, expected_));
+    std::memcpy(buf_.get() + received_, req_.data().data(), req_.data().size());
+    received_ += req_.data().size();
+    return absl::OkStatus();
+  }
+
+  void Submit() {
+    svc_->deps().pool->Submit([this] {
+      const bool shm = region_ != nullptr;
+      std::span<const std::byte> record = shm ? std::span<const std::byte>(region_->data() + shm_offset_, expected_)
+                                              : std::span<const std::byte>(buf_.get(), expected_);
+      ChunkKey key;
+      absl::Status s = svc_->StoreRecord(record, tenant_, &key);
+      if (s.ok()) {
+        svc_->deps().metrics->AddBytesIn(shm, expected_);
+        resp_->set_records_stored(resp_->records_stored() + 1);
+        pb::Key128* k = resp_->add_keys();
+        k->set_lo(key.lo);
+        k->set_hi(key.hi);
+      }
+      Release();
+      if (!s.ok()) {
+        Done(s);
+        return;
+      }
+      StartRead(&req_);
+    });
+  }
+
+  void Release() {
+    buf_.reset();
+    region_.reset();
+    if (reserved_ > 0) svc_->inflight_bytes().fetch_sub(reserved_);
+    reserved_ = 0;
+    expected_ = received_ = 0;
+  }
+
+  void Done(const absl::Status& s) {
+    Release();
+    svc_->deps().metrics->RecordRpc(Rpc::kPut, static_cast<int>(s.code()), std::chrono::steady_clock::now() - start_);
+    Finish(ToGrpcStatus(s));
+  }
+
+  KvTierService* const svc_;
+  pb::PutResponse* const resp_;
+  const std::chrono::steady_clock::time_point start_;
+  std::string tenant_;
+  pb::PutRequest req_;
+  AlignedBuf buf_;
+  std::shared_ptr<ShmRegion> region_;
+  uint64_t shm_offset_ = 0;
+  uint64_t expected_ = 0, received_ = 0, reserved_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------
+class GetReactor final : public grpc::ServerWriteReactor<pb::GetResponse> {
+ public:
+  GetReactor(KvTierService* svc, grpc::CallbackServerContext* ctx, const pb::GetRequest* req)
+      : svc_(svc), req_(req), start_(std::chrono::steady_clock::now()) {
+    absl::Status s = Init(ctx);
+    if (!s.ok()) {
+      Done(s);
+      return;
+    }
+    svc_->deps().pool->Submit([this] { Fetch(); });
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Done(absl::CancelledError("client went away"));
+      return;
+    }
+    if (sent_ < record_bytes_ && buf_ != nullptr) {
+      SendPart(false);
+      return;
+    }
+    buf_.reset();
+    if (++index_ >= keys_.size()) {
+      Done(absl::OkStatus());
+      return;
+    }
+    svc_->deps().pool->Submit([this] { Fetch(); });
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  absl::Status Init(grpc::CallbackServerContext* ctx) {
+    auto tenant = svc_->Authenticate(ctx);
+    if (!tenant.ok()) return tenant.status();
+    tenant_ = *tenant;
+    if (absl::Status s = CheckVersion(req_->protocol_version()); !s.ok()) return s;
+    auto keys = KeysFromProto(req_->keys(), "keys");
+    if (!keys.ok()) return keys.status();
+    keys_ = std::move(*keys);
+    if (req_->max_part_bytes() > kKvtierMaxPartBytes ||
+        (req_->max_part_bytes() != 0 && req_->max_part_bytes() < 4096))
+      return absl::InvalidArgumentError(
+          absl::StrFormat("max_part_bytes: %d, expected 0 or 4096..%d", req_->max_part_bytes(), kKvtierMaxPartBytes));
+    part_ = req_->max_part_bytes() != 0 ? req_->max_part_bytes() : svc_->deps().config->get_part_bytes;
+    if (req_->has_shm()) {
+      const auto& sl = req_->shm();
+      region_ = svc_->FindRegion(sl.region_id(), tenant_);
+      if (region_ == nullptr)
+        return absl::InvalidArgumentError(absl::StrFormat("shm.region_id: %d is not attached", sl.region_id()));
+      if (!region_->Contains(sl.offset(), sl.length()))
+        return absl::InvalidArgumentError(absl::StrFormat("shm.offset/length: [%d, +%d) outside the %d-byte region",
+                                                          sl.offset(), sl.length(), region_->size()));
+      shm_next_ = sl.offset();
+      shm_end_ = sl.offset() + sl.length();
+    }
+    return absl::OkStatus();
+  }
+
+  // Record size of `key` in the fastest tier holding it (0 = miss).
+  uint64_t SizeOf(const ChunkKey& key) {
+    TieredStore& store = *svc_->deps().store;
+    for (size_t t = 0; t < store.num_tiers(); ++t)
+      if (auto sz = store.tier(t).RecordSize(key); sz.ok()) return *sz;
+    return 0;
+  }
+
+  // On a worker: reads the record of keys_[index_] and starts writing it.
+  void Fetch() {
+    const ChunkKey key = keys_[index_];
+    TieredStore& store = *svc_->deps().store;
+    Catalog& catalog = *svc_->deps().catalog;
+    resp_.Clear();
+    resp_.set_index(static_cast<uint32_t>(index_));
+    resp_.set_header(true);
+    record_bytes_ = sent_ = 0;
+    GetInfo info;
+    bool found = false;
+    if (catalog.KeyVisible(key, tenant_)) {
+      for (int attempt = 0; attempt < 3 && !found; ++attempt) {
+        const uint64_t size = SizeOf(key);
+        if (size == 0) break;
+        std::span<std::byte> dest;
+        if (region_ != nullptr) {
+          const uint64_t at = (shm_next_ + 63) & ~uint64_t{63};
+          if (at > shm_end_ || size > shm_end_ - at) {
+            resp_.set_found(true);
+            resp_.set_shm_overflow(true);
+            resp_.set_record_bytes(size);
+            resp_.mutable_shm()->set_region_id(req_->shm().region_id());
+            StartWrite(&resp_);
+            return;
+          }
+          dest = std::span<std::byte>(region_->data() + at, size);
+          shm_at_ = at;
+        } else {
+          buf_ = AllocRecord(size);
+          if (buf_ == nullptr) break;
+          dest = std::span<std::byte>(buf_.get(), size);
+        }
+        auto n = store.Get(key, dest, &info);
+        if (n.ok()) {
+          // Defence in depth: the record's own namespace must be the caller's.
+          auto h = DecodeChunkHeader(dest.first(*n));
+          if (h.ok() && h->key == key && catalog.NsVisible(h->ns, tenant_)) {
+            found = true;
+            record_bytes_ = *n;
+          } else {
+            std::memset(dest.data(), 0, dest.size());
+            break;
+          }
+        } else if (n.status().code() != absl::StatusCode::kOutOfRange) {
+          break;  // miss (or a record that failed verification: counted by the store)
+        }
+      }
+    }
+    if (!found) {
+      buf_.reset();
+      if (SizeOf(key) == 0) catalog.ForgetKey(key);
+      resp_.set_found(false);
+      resp_.set_tier(pb::TIER_NONE);
+      StartWrite(&resp_);
+      return;
+    }
+    resp_.set_found(true);
+    resp_.set_record_bytes(record_bytes_);
+    resp_.set_tier(TierToProto(store.tier(static_cast<size_t>(std::max(info.tier_index, 0))).kind()));
+    if (region_ != nullptr) {
+      auto* sl = resp_.mutable_shm();
+      sl->set_region_id(req_->shm().region_id());
+      sl->set_offset(shm_at_);
+      sl->set_length(record_bytes_);
+      shm_next_ = shm_at_ + record_bytes_;
+      sent_ = record_bytes_;
+      svc_->deps().metrics->AddBytesOut(true, record_bytes_);
+      StartWrite(&resp_);
+      return;
+    }
+    svc_->deps().metrics->AddBytesOut(false, record_bytes_);
+    SendPart(true);
+  }
+
+  void SendPart(bool first) {
+    if (!first) {
+      resp_.Clear();
+    }
+    const uint64_t n = std::min<uint64_t>(part_, record_bytes_ - sent_);
+    resp_.set_data(reinterpret_cast<const char*>(buf_.get() + sent_), n);
+    sent_ += n;
+    StartWrite(&resp_);
+  }
+
+  void Done(const absl::Status& s) {
+    buf_.reset();
+    svc_->deps().metrics->RecordRpc(Rpc::kGet, static_cast<int>(s.code()), std::chrono::steady_clock::now() - start_);
+    Finish(ToGrpcStatus(s));
+  }
+
+  KvTierService* const svc_;
+  const pb::GetRequest* const req_;
+  const std::chrono::steady_clock::time_point start_;
+  std::string tenant_;
+  std::vector<ChunkKey> keys_;
+  size_t index_ = 0;
+  uint32_t part_ = 4u << 20;
+  pb::GetResponse resp_;
+  AlignedBuf buf_;
+  uint64_t record_bytes_ = 0, sent_ = 0;
+  std::shared_ptr<ShmRegion> region_;
+  uint64_t shm_next_ = 0, shm_end_ = 0, shm_at_ = 0;
+};
+
+}  // namespace
+
+grpc::ServerReadReactor<pb::PutRequest>* KvTierService::Put(grpc::CallbackServerContext* ctx, pb::PutResponse* resp) {
+  return new PutReactor(this, ctx, resp);
+}
+
+grpc::ServerWriteReactor<pb::GetResponse>* KvTierService::Get(grpc::CallbackServerContext* ctx,
+                                                             const pb::GetRequest* req) {
+  return new GetReactor(this, ctx, req);
+}
+
+}  // namespace kvt::daemon

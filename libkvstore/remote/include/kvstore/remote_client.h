@@ -1,0 +1,196 @@
+// RemoteClient: a client of kvtierd (proto/kvtier.proto) with kvtier types, deadlines,
+// retries with backoff, reconnects, bearer-token authentication and the same-host
+// shared-memory path. Used by RemoteTier, the kvtier CLI and the tests.
+//
+// Failure model: every call has one deadline (options.deadline) covering all its
+// attempts. Attempts that fail with UNAVAILABLE (daemon down, socket missing, connection
+// reset) are retried with exponential backoff while time is left; the gRPC channel
+// reconnects by itself (reconnect backoff capped at options.max_backoff), and the
+// channel is rebuilt after `rebuild_after_failures` consecutive failed calls. A dead,
+// paused (SIGSTOP) or unreachable daemon therefore yields Unavailable or
+// DeadlineExceeded within about options.deadline, never a hang.
+//
+// Error codes (gRPC → absl, converted in one place): NOT_FOUND = miss, UNAVAILABLE and
+// DEADLINE_EXCEEDED = daemon unreachable in time, INVALID_ARGUMENT = bad request,
+// UNAUTHENTICATED = bad token, RESOURCE_EXHAUSTED = daemon full / limit reached.
+#ifndef KVSTORE_REMOTE_CLIENT_H_
+#define KVSTORE_REMOTE_CLIENT_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kvstore/shm_region.h"
+#include "kvstore/tier.h"
+#include "kvstore/types.h"
+
+namespace grpc {
+class Channel;
+class ClientContext;
+class Status;
+}  // namespace grpc
+namespace kvtier::v1 {
+class Key128;
+}  // namespace kvtier::v1
+
+namespace kvt {
+
+// Protocol version spoken by this build (the `protocol_version` of every request).
+inline constexpr uint32_t kKvtierProtocolVersion = 1;
+// Largest gRPC message either side accepts (bytes): 8 MiB of data plus headroom.
+inline constexpr int kKvtierMaxMessageBytes = 9 << 20;
+// Largest `data` carried in one message (bytes).
+inline constexpr uint32_t kKvtierMaxPartBytes = 8u << 20;
+// Most keys in one Lookup/Get/Evict request.
+inline constexpr uint32_t kKvtierMaxBatchKeys = 4096;
+
+struct RemoteClientOptions {
+  // gRPC target: "unix:///path/to/kvtierd.sock" or "127.0.0.1:7470".
+  std::string target;
+  // Bearer token sent as `authorization` metadata; "" sends none.
+  std::string token;
+  // Deadline of one call including its retries. REQUIRES: 1 ms .. 10 min.
+  std::chrono::milliseconds deadline{2000};
+  // Attempts per call (1 = no retry). REQUIRES: 1..10.
+  int max_attempts = 3;
+  // Backoff between attempts: doubles from initial_backoff up to max_backoff (also the
+  // channel's reconnect backoff cap). REQUIRES: 0 < initial <= max <= 10 s.
+  std::chrono::milliseconds initial_backoff{20};
+  std::chrono::milliseconds max_backoff{250};
+  // Size of the data parts of a Put stream. REQUIRES: 4 KiB .. kKvtierMaxPartBytes.
+  uint32_t put_part_bytes = 4u << 20;
+  // Part size the daemon is asked to use for Get (0 = its default).
+  uint32_t get_part_bytes = 0;
+  // Consecutive failed calls after which the channel is replaced. REQUIRES: >= 1.
+  int rebuild_after_failures = 3;
+
+  absl::Status Validate() const;
+};
+
+struct RemoteLookup {
+  size_t num_leading_hits = 0;
+  // Tier of each leading hit; with per_key, of every key (nullopt = miss).
+  std::vector<std::optional<TierKind>> tier;
+  // With per_key: record bytes of every key (0 for a miss).
+  std::vector<uint64_t> record_bytes;
+};
+
+// Exactly one selector is used (the first set in this order).
+struct EvictSelector {
+  std::vector<ChunkKey> keys;
+  std::optional<NamespaceId> ns;
+  std::optional<std::chrono::milliseconds> older_than;
+  std::optional<ChunkKey> prefix;  // the key and every cached descendant
+  bool all = false;                // every chunk of the caller's tenant
+};
+
+struct EvictResult {
+  uint64_t chunks = 0;
+  uint64_t bytes = 0;
+};
+
+struct RemoteChunkInfo {
+  ChunkInfo info;
+  TierKind tier = TierKind::kHost;
+};
+
+struct RemoteListPage {
+  std::vector<RemoteChunkInfo> chunks;
+  std::string next_page_token;
+};
+
+struct RemoteTierStats {
+  std::string name;
+  TierKind kind = TierKind::kHost;
+  TierStats stats;
+};
+
+struct RemoteStats {
+  std::vector<RemoteTierStats> tiers;
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  uint64_t integrity_errors = 0;
+  uint64_t connected_clients = 0;
+  uint64_t pending_write_bytes = 0;
+  std::string tenant;
+};
+
+struct RemoteHealth {
+  bool serving = false;
+  std::string detail;
+  uint32_t protocol_version = 0;
+  std::string version;
+  bool shm_available = false;
+};
+
+// A shared-memory region attached to the daemon (see shm_region.h). Destroying it does
+// not detach it at the daemon; call RemoteClient::DetachShm (the daemon also frees every
+// region when it exits).
+struct ShmSession {
+  uint64_t region_id = 0;
+  std::unique_ptr<ShmRegion> region;
+};
+
+// Thread-safe: all methods may be called concurrently.
+class RemoteClient {
+ public:
+  static absl::StatusOr<std::unique_ptr<RemoteClient>> Create(const RemoteClientOptions& options);
+  ~RemoteClient();
+
+  // Leading hits of `keys` (1..kKvtierMaxBatchKeys) and their tiers at the daemon.
+  absl::StatusOr<RemoteLookup> Lookup(std::span<const ChunkKey> keys, bool per_key = false);
+  // Stores whole records (each verified by the daemon) in one Put stream. OK means every
+  // record was acknowledged. InvalidArgument for a record shorter than a header.
+  absl::Status Put(std::span<const std::span<const std::byte>> records);
+  absl::Status Put(std::span<const std::byte> record);
+  // Copies the record of `key` into `out` and returns its length. NotFound on a miss;
+  // OutOfRange when `out` is too small. The caller verifies the record (VerifyChunk).
+  absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out);
+  // Allocating variant.
+  absl::StatusOr<std::vector<std::byte>> Get(const ChunkKey& key);
+
+  absl::StatusOr<EvictResult> Evict(const EvictSelector& selector, bool dry_run = false);
+  // page_size 0 = the daemon's default (1000).
+  absl::StatusOr<RemoteListPage> List(std::optional<NamespaceId> ns, const std::string& page_token,
+                                      uint32_t page_size = 0);
+  absl::StatusOr<RemoteStats> Stats();
+  absl::StatusOr<RemoteHealth> Health();
+
+  // Same-host fast path. AttachShm asks the daemon for a region of `bytes` and maps it.
+  // FailedPrecondition when the daemon is not on this host / shm is disabled.
+  absl::StatusOr<std::unique_ptr<ShmSession>> AttachShm(uint64_t bytes);
+  absl::Status DetachShm(const ShmSession& session);
+  // Stores the record at [offset, offset + length) of the region (written there by the
+  // caller). REQUIRES: the bytes stay unchanged until this returns.
+  absl::Status PutShm(const ShmSession& session, uint64_t offset, uint64_t length);
+  // Has the daemon copy the record of `key` into the region at `offset` (at most
+  // `capacity` bytes); returns its length. NotFound on a miss; OutOfRange when it does
+  // not fit. The caller verifies the bytes (VerifyChunk) before use.
+  absl::StatusOr<uint64_t> GetShm(const ShmSession& session, const ChunkKey& key, uint64_t offset,
+                                  uint64_t capacity);
+
+  const RemoteClientOptions& options() const { return options_; }
+  // Random id sent as `kvtier-client-id` metadata (the daemon counts connected clients).
+  const std::string& client_id() const { return client_id_; }
+
+ private:
+  class Impl;
+  explicit RemoteClient(const RemoteClientOptions& options, std::unique_ptr<Impl> impl);
+  RemoteClientOptions options_;
+  std::string client_id_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The one place gRPC statuses become absl statuses (and back).
+absl::Status FromGrpcStatus(const grpc::Status& status);
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+}  // namespace kvt
+
+#endif  // KVSTORE_REMOTE_CLIENT_H_

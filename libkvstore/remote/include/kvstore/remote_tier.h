@@ -1,0 +1,75 @@
+// RemoteTier: a Tier (kvstore/tier.h) backed by kvtierd through RemoteClient.
+//
+// Every call has the client's deadline (RemoteTierOptions::client.deadline) and retries
+// with backoff; a dead, paused or unreachable daemon makes Get/RecordSize answer
+// Unavailable (which TieredStore counts as a miss in this tier), Contains answer
+// "absent" and Put answer Unavailable — within about the deadline, never a hang, never
+// an exception. Records read back are verified with VerifyChunk (header, length,
+// payload checksum, key) before Get returns OK; a bad one is DataLoss and counted.
+//
+// Pin/Unpin are no-ops returning true (the daemon leases its own chunks); the
+// eviction listener is never called (the daemon evicts on its own).
+#ifndef KVSTORE_REMOTE_TIER_H_
+#define KVSTORE_REMOTE_TIER_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "kvstore/remote_client.h"
+#include "kvstore/tier.h"
+
+namespace kvt {
+
+struct RemoteTierOptions {
+  RemoteClientOptions client;
+  std::string name = "remote";
+  // How long a cached Stats answer (capacity) stays fresh, ms.
+  std::chrono::milliseconds stats_refresh{1000};
+
+  absl::Status Validate() const { return client.Validate(); }
+};
+
+// Thread-safe.
+class RemoteTier final : public Tier {
+ public:
+  // Does not contact the daemon (it may be down now and up later).
+  static absl::StatusOr<std::unique_ptr<RemoteTier>> Create(const RemoteTierOptions& options);
+  ~RemoteTier() override;
+
+  std::string_view name() const override { return name_; }
+  TierKind kind() const override { return TierKind::kRemote; }
+
+  absl::Status Put(std::span<const std::byte> record) override;
+  absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out) override;
+  absl::StatusOr<uint64_t> RecordSize(const ChunkKey& key) override;
+  // Unreachable daemon: every key reads as absent.
+  std::vector<bool> Contains(std::span<const ChunkKey> keys) override;
+  absl::Status Erase(const ChunkKey& key) override;
+  // Pages come from the daemon (page tokens are the daemon's).
+  absl::StatusOr<ListPage> List(const ListOptions& options) override;
+  // Client-side counters; capacity/used/chunks from the daemon's last Stats answer.
+  TierStats stats() const override;
+  uint64_t capacity_bytes() const override;
+  bool Pin(const ChunkKey&) override { return true; }
+  void Unpin(const ChunkKey&) override {}
+  void SetEvictionListener(EvictionListener) override {}
+
+  RemoteClient& client() { return *client_; }
+
+ private:
+  RemoteTier(const RemoteTierOptions& options, std::unique_ptr<RemoteClient> client);
+  void RefreshStats() const;
+
+  const std::string name_;
+  const RemoteTierOptions options_;
+  std::unique_ptr<RemoteClient> client_;
+  mutable std::atomic<uint64_t> hits_{0}, misses_{0}, puts_{0}, bytes_in_{0}, bytes_out_{0},
+      integrity_errors_{0}, io_errors_{0}, evictions_{0};
+  mutable std::atomic<uint64_t> capacity_{0}, used_{0}, chunks_{0};
+  mutable std::atomic<int64_t> stats_at_ms_{0};
+};
+
+}  // namespace kvt
+
+#endif  // KVSTORE_REMOTE_TIER_H_

@@ -1,0 +1,166 @@
+#include "kvstore/remote_tier.h"
+
+#include <chrono>
+
+#include "absl/strings/str_format.h"
+#include "kvstore/chunk_codec.h"
+#include "spdlog/spdlog.h"
+
+namespace kvt {
+namespace {
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+bool IsUnreachable(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kDeadlineExceeded;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RemoteTier>> RemoteTier::Create(const RemoteTierOptions& options) {
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
+  auto client = RemoteClient::Create(options.client);
+  if (!client.ok()) return client.status();
+  return std::unique_ptr<RemoteTier>(new RemoteTier(options, std::move(*client)));
+}
+
+RemoteTier::RemoteTier(const RemoteTierOptions& options, std::unique_ptr<RemoteClient> client)
+    : name_(options.name), options_(options), client_(std::move(client)) {}
+RemoteTier::~RemoteTier() = default;
+
+absl::Status RemoteTier::Put(std::span<const std::byte> record) {
+  auto header = DecodeChunkHeader(record);
+  if (!header.ok()) return header.status();
+  if (record.size() != header->record_bytes())
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "RemoteTier::Put: record is %d bytes, header says %d", record.size(), header->record_bytes()));
+  absl::Status s = client_->Put(record);
+  if (s.ok()) {
+    puts_.fetch_add(1, std::memory_order_relaxed);
+    bytes_in_.fetch_add(record.size(), std::memory_order_relaxed);
+  } else {
+    io_errors_.fetch_add(1, std::memory_order_relaxed);
+    if (IsUnreachable(s)) return absl::UnavailableError("RemoteTier::Put: " + s.ToString());
+  }
+  return s;
+}
+
+absl::StatusOr<uint64_t> RemoteTier::Get(const ChunkKey& key, std::span<std::byte> out) {
+  auto n = client_->Get(key, out);
+  if (!n.ok()) {
+    if (n.status().code() == absl::StatusCode::kNotFound) {
+      misses_.fetch_add(1, std::memory_order_relaxed);
+    } else if (IsUnreachable(n.status())) {
+      misses_.fetch_add(1, std::memory_order_relaxed);
+      io_errors_.fetch_add(1, std::memory_order_relaxed);
+      return absl::UnavailableError("RemoteTier::Get: " + n.status().ToString());
+    }
+    return n.status();
+  }
+  auto header = DecodeChunkHeader(out.first(*n));
+  absl::StatusOr<ChunkHeader> verified =
+      header.ok() ? VerifyChunk(out.first(*n), DecodeExpectations{.ns = header->ns, .key = key})
+                  : absl::StatusOr<ChunkHeader>(header.status());
+  if (!verified.ok()) {
+    integrity_errors_.fetch_add(1, std::memory_order_relaxed);
+    misses_.fetch_add(1, std::memory_order_relaxed);
+    spdlog::warn("remote tier: record {} from the daemon failed verification: {}", key.ToHex(),
+                 verified.status().ToString());
+    return absl::DataLossError("RemoteTier::Get: " + verified.status().ToString());
+  }
+  hits_.fetch_add(1, std::memory_order_relaxed);
+  bytes_out_.fetch_add(*n, std::memory_order_relaxed);
+  return *n;
+}
+
+absl::StatusOr<uint64_t> RemoteTier::RecordSize(const ChunkKey& key) {
+  auto r = client_->Lookup(std::span<const ChunkKey>(&key, 1), /*per_key=*/true);
+  if (!r.ok()) {
+    if (IsUnreachable(r.status())) return absl::UnavailableError("RemoteTier::RecordSize: " + r.status().ToString());
+    return r.status();
+  }
+  if (r->record_bytes.empty() || r->record_bytes[0] == 0)
+    return absl::NotFoundError("RemoteTier::RecordSize: miss");
+  return r->record_bytes[0];
+}
+
+std::vector<bool> RemoteTier::Contains(std::span<const ChunkKey> keys) {
+  std::vector<bool> out(keys.size(), false);
+  for (size_t i = 0; i < keys.size(); i += kKvtierMaxBatchKeys) {
+    size_t n = std::min<size_t>(kKvtierMaxBatchKeys, keys.size() - i);
+    auto r = client_->Lookup(keys.subspan(i, n), /*per_key=*/true);
+    if (!r.ok()) {
+      io_errors_.fetch_add(1, std::memory_order_relaxed);
+      return out;  // unreachable: the rest reads as absent
+    }
+    for (size_t j = 0; j < n && j < r->tier.size(); ++j) out[i + j] = r->tier[j].has_value();
+  }
+  return out;
+}
+
+absl::Status RemoteTier::Erase(const ChunkKey& key) {
+  EvictSelector sel;
+  sel.keys.push_back(key);
+  auto r = client_->Evict(sel);
+  if (!r.ok()) return r.status();
+  evictions_.fetch_add(r->chunks, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ListPage> RemoteTier::List(const ListOptions& options) {
+  if (options.page_size < 1 || options.page_size > 100000)
+    return absl::InvalidArgumentError(
+        absl::StrFormat("RemoteTier::List: page_size %d, expected 1..100000", options.page_size));
+  auto r = client_->List(options.ns, options.page_token,
+                         static_cast<uint32_t>(std::min<size_t>(options.page_size, 10000)));
+  if (!r.ok()) return r.status();
+  ListPage page;
+  page.next_page_token = r->next_page_token;
+  for (const auto& c : r->chunks) page.chunks.push_back(c.info);
+  return page;
+}
+
+void RemoteTier::RefreshStats() const {
+  const int64_t now = NowMs();
+  if (now - stats_at_ms_.load(std::memory_order_relaxed) < options_.stats_refresh.count()) return;
+  stats_at_ms_.store(now, std::memory_order_relaxed);
+  auto s = client_->Stats();
+  if (!s.ok()) return;
+  uint64_t cap = 0, used = 0, chunks = 0;
+  for (const auto& t : s->tiers) {
+    cap += t.stats.capacity_bytes;
+    used += t.stats.used_bytes;
+    chunks += t.stats.chunks;
+  }
+  capacity_.store(cap, std::memory_order_relaxed);
+  used_.store(used, std::memory_order_relaxed);
+  chunks_.store(chunks, std::memory_order_relaxed);
+}
+
+TierStats RemoteTier::stats() const {
+  RefreshStats();
+  TierStats s;
+  s.capacity_bytes = capacity_.load(std::memory_order_relaxed);
+  s.used_bytes = used_.load(std::memory_order_relaxed);
+  s.chunks = chunks_.load(std::memory_order_relaxed);
+  s.hits = hits_.load(std::memory_order_relaxed);
+  s.misses = misses_.load(std::memory_order_relaxed);
+  s.puts = puts_.load(std::memory_order_relaxed);
+  s.bytes_in = bytes_in_.load(std::memory_order_relaxed);
+  s.bytes_out = bytes_out_.load(std::memory_order_relaxed);
+  s.evictions = evictions_.load(std::memory_order_relaxed);
+  s.integrity_errors = integrity_errors_.load(std::memory_order_relaxed);
+  s.io_errors = io_errors_.load(std::memory_order_relaxed);
+  return s;
+}
+
+uint64_t RemoteTier::capacity_bytes() const {
+  RefreshStats();
+  return capacity_.load(std::memory_order_relaxed);
+}
+
+}  // namespace kvt
