@@ -18,6 +18,8 @@
 #include "bench_mode.h"
 #include "kernels/kv_copy.h"
 #include "nlohmann/json.hpp"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
 
 #if KVT_KERNELS_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -84,29 +86,43 @@ const std::vector<LayoutKind> kKinds = {LayoutKind::kFlashAttnNHD, LayoutKind::k
 
 std::string Name(LayoutKind k) {
   switch (k) {
-    case LayoutKind::kFlashAttnNHD: return "flashattn_nhd";
-    case LayoutKind::kFlashAttnHND: return "flashattn_hnd";
-    case LayoutKind::kFlashInfer: return "flashinfer";
-    case LayoutKind::kMLA: return "mla";
-    case LayoutKind::kCrossLayer: return "cross_layer";
-    case LayoutKind::kLlamaCppRows: return "llamacpp_rows";
+    case LayoutKind::kFlashAttnNHD:
+      return "flashattn_nhd";
+    case LayoutKind::kFlashAttnHND:
+      return "flashattn_hnd";
+    case LayoutKind::kFlashInfer:
+      return "flashinfer";
+    case LayoutKind::kMLA:
+      return "mla";
+    case LayoutKind::kCrossLayer:
+      return "cross_layer";
+    case LayoutKind::kLlamaCppRows:
+      return "llamacpp_rows";
   }
   return "?";
 }
 
-double MemcpyGbps(uint64_t bytes, uint32_t threads, int iters) {
-  std::vector<std::byte> src(bytes, std::byte{1}), dst(bytes, std::byte{0});
-  auto run = [&] {
-    std::vector<std::jthread> w;
-    const uint64_t part = bytes / threads;
-    for (uint32_t i = 1; i < threads; ++i) {
-      const uint64_t off = i * part, len = i + 1 == threads ? bytes - off : part;
-      w.emplace_back([&, off, len] { std::memcpy(dst.data() + off, src.data() + off, len); });
-    }
-    std::memcpy(dst.data(), src.data(), threads > 1 ? part : bytes);
-  };
-  run();
-  return Gbps(bytes, MedianSeconds(iters, run));
+// Copies `bytes` from src to dst on `threads` threads (the caller's included).
+void ThreadedMemcpy(std::byte* dst, const std::byte* src, uint64_t bytes, uint32_t threads) {
+  std::vector<std::jthread> w;
+  const uint64_t part = bytes / threads;
+  for (uint32_t i = 1; i < threads; ++i) {
+    const uint64_t off = i * part, len = i + 1 == threads ? bytes - off : part;
+    w.emplace_back([=] { std::memcpy(dst + off, src + off, len); });
+  }
+  std::memcpy(dst, src, threads > 1 ? part : bytes);
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+template <typename Fn>
+double Seconds(Fn&& fn) {
+  auto start = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 int RunKernels(int argc, char** argv) {
@@ -116,10 +132,14 @@ int RunKernels(int argc, char** argv) {
   uint32_t num_blocks = 64;
   uint32_t threads = 0;
   app.add_flag("--json", json, "machine-readable output");
-  app.add_option("--iters", iters, "timed runs per figure (median reported)")->check(CLI::Range(1, 1000));
-  app.add_option("--blocks", num_blocks, "blocks in the paged cache (>= 16)")->check(CLI::Range(16u, 1u << 20));
+  app.add_option("--iters", iters, "timed runs per figure (median reported)")
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--blocks", num_blocks, "blocks in the paged cache (>= 16)")
+      ->check(CLI::Range(16u, 1u << 20));
   app.add_option("--threads", threads, "CPU copy threads (0 = hardware concurrency, max 8)");
   CLI11_PARSE(app, argc, argv);
+  // Library logs go to stderr so stdout stays the table (or pure JSON).
+  spdlog::set_default_logger(spdlog::stderr_color_mt("kvtier-bench-kernels"));
 
   KvCopyOptions options;
   options.max_threads = threads;
@@ -129,23 +149,19 @@ int RunKernels(int argc, char** argv) {
   const std::vector<int64_t> slots = ScatteredBlockSlots(num_blocks, kBlock);
 
   nlohmann::json out;
-  out["shape"] = {{"layers", kLayers}, {"kv_heads", kHeads}, {"head_dim", kHeadDim},
-                  {"dtype", "bf16"}, {"tokens", kTokens}, {"block_size", kBlock},
+  out["shape"] = {{"layers", kLayers},        {"kv_heads", kHeads},         {"head_dim", kHeadDim},
+                  {"dtype", "bf16"},          {"tokens", kTokens},          {"block_size", kBlock},
                   {"num_blocks", num_blocks}, {"cpu_threads", used_threads}};
-  const uint64_t nhd_bytes = LayoutFor(LayoutKind::kFlashAttnNHD).num_layers * 2ull * kTokens *
-                             kHeads * kHeadDim * 2;
-  const double memcpy1 = MemcpyGbps(nhd_bytes, 1, iters);
-  const double memcpyn = MemcpyGbps(nhd_bytes, used_threads, iters);
-  out["cpu"]["memcpy_1t_gbps"] = memcpy1;
-  out["cpu"]["memcpy_nt_gbps"] = memcpyn;
   if (!json) {
-    std::printf("kvtier-bench kernels: %u layers x %u KV heads x head_dim %u bf16, %u tokens, "
-                "block %u, %u blocks, %u CPU threads\n",
-                kLayers, kHeads, kHeadDim, kTokens, kBlock, num_blocks, used_threads);
-    std::printf("CPU memcpy of one NHD chunk (%.1f MiB): 1 thread %.2f GB/s, %u threads %.2f GB/s\n",
-                nhd_bytes / 1048576.0, memcpy1, used_threads, memcpyn);
-    std::printf("%-14s %9s %9s %10s %10s %12s\n", "layout", "MiB", "gather", "scatter",
-                "gather/mc", "scatter/mc");
+    std::printf(
+        "kvtier-bench kernels: %u layers x %u KV heads x head_dim %u bf16, %u tokens, "
+        "block %u, %u blocks, %u CPU threads\n"
+        "CPU: median of %d rounds; each round times memcpy (1 and %u threads) of the "
+        "same bytes, gather and scatter back to back; ratio = kernel / %u-thread memcpy\n",
+        kLayers, kHeads, kHeadDim, kTokens, kBlock, num_blocks, used_threads, iters, used_threads,
+        used_threads);
+    std::printf("%-14s %6s %11s %11s %11s %11s %9s %9s\n", "layout", "MiB", "memcpy 1t",
+                "memcpy nt", "gather", "scatter", "gather/mc", "scatter/mc");
   }
   for (LayoutKind kind : kKinds) {
     PagedKvView view;
@@ -157,25 +173,33 @@ int RunKernels(int argc, char** argv) {
       storage.emplace_back(n, std::byte{7});
       return static_cast<void*>(storage.back().data());
     });
-    std::vector<std::byte> payload(view.payload_bytes(slots.size()));
+    std::vector<std::byte> payload(view.payload_bytes(slots.size()), std::byte{1});
+    std::vector<std::byte> copy(payload.size(), std::byte{2});
     if (absl::Status s = GatherChunk(view, slots, payload, options); !s.ok()) {
       std::fprintf(stderr, "gather failed: %s\n", s.ToString().c_str());
       return 1;
     }
-    const double g = Gbps(payload.size(), MedianSeconds(iters, [&] {
-                            (void)GatherChunk(view, slots, payload, options);
-                          }));
-    const double sc = Gbps(payload.size(), MedianSeconds(iters, [&] {
-                             (void)ScatterChunk(view, slots, payload, options);
-                           }));
-    out["cpu"]["layouts"][Name(kind)] = {{"payload_bytes", payload.size()},
+    std::vector<double> t1, tn, tg, ts;
+    for (int i = 0; i < iters; ++i) {
+      t1.push_back(Seconds([&] { ThreadedMemcpy(copy.data(), payload.data(), copy.size(), 1); }));
+      tn.push_back(
+          Seconds([&] { ThreadedMemcpy(copy.data(), payload.data(), copy.size(), used_threads); }));
+      tg.push_back(Seconds([&] { (void)GatherChunk(view, slots, payload, options); }));
+      ts.push_back(Seconds([&] { (void)ScatterChunk(view, slots, payload, options); }));
+    }
+    const uint64_t bytes = payload.size();
+    const double m1 = Gbps(bytes, Median(t1)), mn = Gbps(bytes, Median(tn));
+    const double g = Gbps(bytes, Median(tg)), sc = Gbps(bytes, Median(ts));
+    out["cpu"]["layouts"][Name(kind)] = {{"payload_bytes", bytes},
+                                         {"memcpy_1t_gbps", m1},
+                                         {"memcpy_nt_gbps", mn},
                                          {"gather_gbps", g},
                                          {"scatter_gbps", sc},
-                                         {"gather_over_memcpy", g / memcpyn},
-                                         {"scatter_over_memcpy", sc / memcpyn}};
+                                         {"gather_over_memcpy", g / mn},
+                                         {"scatter_over_memcpy", sc / mn}};
     if (!json) {
-      std::printf("%-14s %9.1f %6.2f GB/s %6.2f GB/s %9.2f %11.2f\n", Name(kind).c_str(),
-                  payload.size() / 1048576.0, g, sc, g / memcpyn, sc / memcpyn);
+      std::printf("%-14s %6.1f %6.2f GB/s %6.2f GB/s %6.2f GB/s %6.2f GB/s %9.2f %9.2f\n",
+                  Name(kind).c_str(), bytes / 1048576.0, m1, mn, g, sc, g / mn, sc / mn);
     }
   }
 
@@ -195,9 +219,10 @@ int RunKernels(int argc, char** argv) {
       });
     };
     if (!json) {
-      std::printf("GPU (device cache <-> pinned host payload):\n%-14s %9s %9s %10s %10s %10s %10s %10s\n",
-                  "layout", "MiB", "gather", "scatter", "D2H memcpy", "H2D memcpy", "gather/mc",
-                  "scatter/mc");
+      std::printf(
+          "GPU (device cache <-> pinned host payload):\n%-14s %9s %9s %10s %10s %10s %10s %10s\n",
+          "layout", "MiB", "gather", "scatter", "D2H memcpy", "H2D memcpy", "gather/mc",
+          "scatter/mc");
     }
     for (LayoutKind kind : kKinds) {
       PagedKvView view;
@@ -223,17 +248,22 @@ int RunKernels(int argc, char** argv) {
         std::fprintf(stderr, "CUDA gather failed: %s\n", s.ToString().c_str());
         return 1;
       }
-      const double g = Gbps(bytes, time_gpu([&] { (void)GatherChunk(view, slots, payload, gopt); }));
-      const double sc = Gbps(bytes, time_gpu([&] { (void)ScatterChunk(view, slots, payload, gopt); }));
-      const double d2h = Gbps(bytes, time_gpu([&] {
-                                cudaMemcpyAsync(pinned, dbuf, bytes, cudaMemcpyDeviceToHost, stream);
-                              }));
-      const double h2d = Gbps(bytes, time_gpu([&] {
-                                cudaMemcpyAsync(dbuf, pinned, bytes, cudaMemcpyHostToDevice, stream);
-                              }));
-      out["gpu"]["layouts"][Name(kind)] = {{"payload_bytes", bytes},     {"gather_gbps", g},
-                                           {"scatter_gbps", sc},         {"d2h_memcpy_gbps", d2h},
-                                           {"h2d_memcpy_gbps", h2d},     {"gather_over_memcpy", g / d2h},
+      const double g =
+          Gbps(bytes, time_gpu([&] { (void)GatherChunk(view, slots, payload, gopt); }));
+      const double sc =
+          Gbps(bytes, time_gpu([&] { (void)ScatterChunk(view, slots, payload, gopt); }));
+      const double d2h = Gbps(
+          bytes,
+          time_gpu([&] { cudaMemcpyAsync(pinned, dbuf, bytes, cudaMemcpyDeviceToHost, stream); }));
+      const double h2d = Gbps(
+          bytes,
+          time_gpu([&] { cudaMemcpyAsync(dbuf, pinned, bytes, cudaMemcpyHostToDevice, stream); }));
+      out["gpu"]["layouts"][Name(kind)] = {{"payload_bytes", bytes},
+                                           {"gather_gbps", g},
+                                           {"scatter_gbps", sc},
+                                           {"d2h_memcpy_gbps", d2h},
+                                           {"h2d_memcpy_gbps", h2d},
+                                           {"gather_over_memcpy", g / d2h},
                                            {"scatter_over_memcpy", sc / h2d}};
       if (!json) {
         std::printf("%-14s %9.1f %6.2f GB/s %6.2f GB/s %6.2f GB/s %6.2f GB/s %10.2f %10.2f\n",

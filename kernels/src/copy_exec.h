@@ -16,8 +16,7 @@ namespace kvt::kernels_internal {
 // (the caller's included), one more thread per `min_bytes_per_thread` bytes.
 // Contiguous segments are one memcpy each. Cannot fail.
 void ExecuteOnCpu(const CopySegment* segments, size_t count, std::byte* payload,
-                  CopyDirection direction, uint32_t max_threads,
-                  uint64_t min_bytes_per_thread);
+                  CopyDirection direction, uint32_t max_threads, uint64_t min_bytes_per_thread);
 
 // Result of a CUDA call sequence: error == 0 is success; otherwise `what` names the
 // CUDA call and cudaGetErrorString. The one place cudaError_t becomes a message.

@@ -12,8 +12,7 @@
 namespace kvt::kernels_internal {
 namespace {
 
-void RunRange(std::span<const CopySegment> segments, std::byte* payload,
-              CopyDirection direction) {
+void RunRange(std::span<const CopySegment> segments, std::byte* payload, CopyDirection direction) {
   const bool gather = direction == CopyDirection::kGather;
   for (const CopySegment& s : segments) {
     auto* cache = reinterpret_cast<std::byte*>(static_cast<uintptr_t>(s.cache_addr));
@@ -41,15 +40,13 @@ void RunRange(std::span<const CopySegment> segments, std::byte* payload,
 }  // namespace
 
 void ExecuteOnCpu(const CopySegment* segment_data, size_t count, std::byte* payload,
-                  CopyDirection direction, uint32_t max_threads,
-                  uint64_t min_bytes_per_thread) {
+                  CopyDirection direction, uint32_t max_threads, uint64_t min_bytes_per_thread) {
   const std::span<const CopySegment> segments(segment_data, count);
   uint64_t total = 0;
   for (const CopySegment& s : segments) total += s.bytes();
-  uint64_t want = min_bytes_per_thread == 0 ? segments.size()
-                                            : total / min_bytes_per_thread;
-  const uint32_t threads = static_cast<uint32_t>(
-      std::clamp<uint64_t>(want, 1, std::max<uint32_t>(max_threads, 1)));
+  uint64_t want = min_bytes_per_thread == 0 ? segments.size() : total / min_bytes_per_thread;
+  const uint32_t threads =
+      static_cast<uint32_t>(std::clamp<uint64_t>(want, 1, std::max<uint32_t>(max_threads, 1)));
   if (threads <= 1 || segments.size() < 2) {
     RunRange(segments, payload, direction);
     return;
@@ -65,8 +62,8 @@ void ExecuteOnCpu(const CopySegment* segment_data, size_t count, std::byte* payl
   std::vector<std::jthread> workers;
   workers.reserve(cuts.size());
   for (size_t k = 1; k + 1 < cuts.size(); ++k) {
-    workers.emplace_back(RunRange, segments.subspan(cuts[k], cuts[k + 1] - cuts[k]),
-                         payload, direction);
+    workers.emplace_back(RunRange, segments.subspan(cuts[k], cuts[k + 1] - cuts[k]), payload,
+                         direction);
   }
   RunRange(segments.subspan(0, cuts[1]), payload, direction);
   // jthread joins on destruction.

@@ -38,12 +38,18 @@ bool KnownKind(LayoutKind kind) {
 
 std::string_view KindName(LayoutKind kind) {
   switch (kind) {
-    case LayoutKind::kFlashAttnNHD: return "kFlashAttnNHD";
-    case LayoutKind::kFlashAttnHND: return "kFlashAttnHND";
-    case LayoutKind::kFlashInfer: return "kFlashInfer";
-    case LayoutKind::kMLA: return "kMLA";
-    case LayoutKind::kCrossLayer: return "kCrossLayer";
-    case LayoutKind::kLlamaCppRows: return "kLlamaCppRows";
+    case LayoutKind::kFlashAttnNHD:
+      return "kFlashAttnNHD";
+    case LayoutKind::kFlashAttnHND:
+      return "kFlashAttnHND";
+    case LayoutKind::kFlashInfer:
+      return "kFlashInfer";
+    case LayoutKind::kMLA:
+      return "kMLA";
+    case LayoutKind::kCrossLayer:
+      return "kCrossLayer";
+    case LayoutKind::kLlamaCppRows:
+      return "kLlamaCppRows";
   }
   return "unknown";
 }
@@ -51,8 +57,8 @@ std::string_view KindName(LayoutKind kind) {
 // a * b, or false on 64-bit overflow.
 bool MulOk(uint64_t a, uint64_t b, uint64_t* out) { return !__builtin_mul_overflow(a, b, out); }
 
-absl::Status CheckPointers(const std::string& name, const std::vector<void*>& ptrs,
-                           size_t expected, const std::string& why) {
+absl::Status CheckPointers(const std::string& name, const std::vector<void*>& ptrs, size_t expected,
+                           const std::string& why) {
   if (ptrs.size() != expected) {
     return absl::InvalidArgumentError(absl::StrCat("PagedKvView.", name, " has ", ptrs.size(),
                                                    " pointers; expected ", expected, " (", why,
@@ -74,18 +80,21 @@ bool ProbeCuda() {
     kernels_internal::CudaResult result;
     const int count = kernels_internal::CudaDeviceCount(&result);
     if (count > 0) {
-      spdlog::info("kvtier kernels: {} CUDA device(s) found; kCuda views use the CUDA copy "
-                   "kernels, kCpu views the CPU path",
-                   count);
+      spdlog::info(
+          "kvtier kernels: {} CUDA device(s) found; kCuda views use the CUDA copy "
+          "kernels, kCpu views the CPU path",
+          count);
       return true;
     }
-    spdlog::info("kvtier kernels: built with CUDA but no usable device ({}); copy kernels use "
-                 "the CPU path (kCuda views are rejected)",
-                 result.error != 0 ? result.what : std::string("0 devices"));
+    spdlog::info(
+        "kvtier kernels: built with CUDA but no usable device ({}); copy kernels use "
+        "the CPU path (kCuda views are rejected)",
+        result.error != 0 ? result.what : std::string("0 devices"));
     return false;
 #else
-    spdlog::info("kvtier kernels: built without CUDA; copy kernels use the CPU path "
-                 "(kCuda views are rejected)");
+    spdlog::info(
+        "kvtier kernels: built without CUDA; copy kernels use the CPU path "
+        "(kCuda views are rejected)");
     return false;
 #endif
   }();
@@ -122,8 +131,7 @@ uint64_t RowAddress(const PagedKvView& v, uint32_t layer, uint32_t plane, int64_
       return reinterpret_cast<uintptr_t>(v.layer_base[0]) +
              (((b * L + layer) * 2 + plane) * B + o) * row;
     case LayoutKind::kLlamaCppRows:
-      return reinterpret_cast<uintptr_t>(plane == 0 ? v.k_base[layer] : v.v_base[layer]) +
-             s * row;
+      return reinterpret_cast<uintptr_t>(plane == 0 ? v.k_base[layer] : v.v_base[layer]) + s * row;
   }
   return 0;
 }
@@ -186,8 +194,8 @@ std::vector<CopySegment> BuildPlan(const PagedKvView& v, std::span<const int64_t
   return plan;
 }
 
-absl::Status CheckCall(const PagedKvView& view, std::span<const int64_t> slots,
-                       size_t payload_size, const KvCopyOptions& options, bool scatter) {
+absl::Status CheckCall(const PagedKvView& view, std::span<const int64_t> slots, size_t payload_size,
+                       const KvCopyOptions& options, bool scatter) {
   if (absl::Status s = view.Validate(); !s.ok()) return s;
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   if (slots.size() > UINT32_MAX) {
@@ -197,8 +205,8 @@ absl::Status CheckCall(const PagedKvView& view, std::span<const int64_t> slots,
   uint64_t want = 0;
   if (!MulOk(view.payload_bytes(1), slots.size(), &want) || payload_size != want) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "payload is ", payload_size, " bytes; expected ", want, " (", slots.size(),
-        " slots x ", view.payload_bytes(1), " bytes per token for ", view.DebugString(), ")"));
+        "payload is ", payload_size, " bytes; expected ", want, " (", slots.size(), " slots x ",
+        view.payload_bytes(1), " bytes per token for ", view.DebugString(), ")"));
   }
   const int64_t n = view.num_slots();
   for (size_t i = 0; i < slots.size(); ++i) {
@@ -219,16 +227,16 @@ absl::Status CheckCall(const PagedKvView& view, std::span<const int64_t> slots,
     std::sort(sorted.begin(), sorted.end());
     auto dup = std::adjacent_find(sorted.begin(), sorted.end());
     if (dup != sorted.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "slot ", *dup, " appears more than once; a scatter expects distinct slots"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("slot ", *dup, " appears more than once; a scatter expects distinct slots"));
     }
   }
   if (view.device == KvDevice::kCuda && !ProbeCuda()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "PagedKvView.device is kCuda but ",
-        KVT_HAVE_CUDA ? "no CUDA device is usable in this process"
-                      : "this build has no CUDA support (KVT_HAVE_CUDA off)",
-        "; pass a host (kCpu) view"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("PagedKvView.device is kCuda but ",
+                     KVT_HAVE_CUDA ? "no CUDA device is usable in this process"
+                                   : "this build has no CUDA support (KVT_HAVE_CUDA off)",
+                     "; pass a host (kCpu) view"));
   }
   return absl::OkStatus();
 }
@@ -238,8 +246,8 @@ uint32_t ThreadCap(const KvCopyOptions& o) {
   return std::clamp<uint32_t>(std::thread::hardware_concurrency(), 1, 8);
 }
 
-absl::Status Execute(const PagedKvView& view, std::span<const int64_t> slots,
-                     std::byte* payload, uint64_t payload_bytes, const KvCopyOptions& options,
+absl::Status Execute(const PagedKvView& view, std::span<const int64_t> slots, std::byte* payload,
+                     uint64_t payload_bytes, const KvCopyOptions& options,
                      CopyDirection direction) {
   const std::vector<CopySegment> plan = BuildPlan(view, slots);
   if (view.device == KvDevice::kCpu) {
@@ -251,18 +259,18 @@ absl::Status Execute(const PagedKvView& view, std::span<const int64_t> slots,
 #if KVT_HAVE_CUDA
   for (size_t i = 0; i < view.layer_base.size() + view.k_base.size() + view.v_base.size(); ++i) {
     const size_t nl = view.layer_base.size(), nk = view.k_base.size();
-    const void* p = i < nl ? view.layer_base[i]
-                    : i < nl + nk ? view.k_base[i - nl] : view.v_base[i - nl - nk];
+    const void* p = i < nl        ? view.layer_base[i]
+                    : i < nl + nk ? view.k_base[i - nl]
+                                  : view.v_base[i - nl - nk];
     if (!kernels_internal::CudaCanAccess(p)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "PagedKvView.device is kCuda but tensor pointer ", i,
-          " is not CUDA-accessible memory on the current device"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("PagedKvView.device is kCuda but tensor pointer ", i,
+                       " is not CUDA-accessible memory on the current device"));
     }
   }
-  kernels_internal::CudaResult r =
-      kernels_internal::ExecuteOnCuda(plan.data(), plan.size(), payload, payload_bytes, direction,
-                                      options.cuda_stream, options.cuda_memcpy_min_bytes,
-                                      std::find(slots.begin(), slots.end(), -1) != slots.end());
+  kernels_internal::CudaResult r = kernels_internal::ExecuteOnCuda(
+      plan.data(), plan.size(), payload, payload_bytes, direction, options.cuda_stream,
+      options.cuda_memcpy_min_bytes, std::find(slots.begin(), slots.end(), -1) != slots.end());
   if (r.error != 0) {
     return absl::InternalError(absl::StrCat("CUDA copy failed: ", r.what));
   }
@@ -277,30 +285,34 @@ absl::Status Execute(const PagedKvView& view, std::span<const int64_t> slots,
 
 std::string_view KvDeviceName(KvDevice device) {
   switch (device) {
-    case KvDevice::kCpu: return "cpu";
-    case KvDevice::kCuda: return "cuda";
+    case KvDevice::kCpu:
+      return "cpu";
+    case KvDevice::kCuda:
+      return "cuda";
   }
   return "unknown";
 }
 
 uint32_t KvElementSize(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return 4;
+    case DType::kF32:
+      return 4;
     case DType::kF16:
-    case DType::kBF16: return 2;
+    case DType::kBF16:
+      return 2;
     case DType::kFP8E4M3:
     case DType::kFP8E5M2:
     case DType::kI8:
-    case DType::kBytes: return 1;
+    case DType::kBytes:
+      return 1;
   }
   return 0;
 }
 
 absl::Status PagedKvView::Validate() const {
   if (device != KvDevice::kCpu && device != KvDevice::kCuda) {
-    return absl::InvalidArgumentError(absl::StrCat("PagedKvView.device = ",
-                                                   static_cast<int>(device),
-                                                   "; expected kCpu (0) or kCuda (1)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PagedKvView.device = ", static_cast<int>(device), "; expected kCpu (0) or kCuda (1)"));
   }
   if (layout.num_layers == 0) {
     return absl::InvalidArgumentError("PagedKvView.layout.num_layers is 0; expected >= 1");
@@ -312,14 +324,14 @@ absl::Status PagedKvView::Validate() const {
     return absl::InvalidArgumentError("PagedKvView.layout.head_dim is 0; expected >= 1");
   }
   if (KvElementSize(layout.dtype) == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("PagedKvView.layout.dtype = ",
-                                                   static_cast<int>(layout.dtype),
-                                                   " is unknown; expected a kvt::DType value"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("PagedKvView.layout.dtype = ", static_cast<int>(layout.dtype),
+                     " is unknown; expected a kvt::DType value"));
   }
   if (!KnownKind(layout.kind)) {
-    return absl::InvalidArgumentError(absl::StrCat("PagedKvView.layout.kind = ",
-                                                   static_cast<int>(layout.kind),
-                                                   " is unknown; expected a kvt::LayoutKind"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("PagedKvView.layout.kind = ", static_cast<int>(layout.kind),
+                     " is unknown; expected a kvt::LayoutKind"));
   }
   if (layout.kind == LayoutKind::kMLA && layout.num_kv_heads != 1) {
     return absl::InvalidArgumentError(
@@ -346,20 +358,19 @@ absl::Status PagedKvView::Validate() const {
   const std::string kind(KindName(layout.kind));
   if (layout.kind == LayoutKind::kLlamaCppRows) {
     if (!layer_base.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "PagedKvView.layer_base has ", layer_base.size(),
-          " pointers; expected 0 for kLlamaCppRows (use k_base and v_base)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("PagedKvView.layer_base has ", layer_base.size(),
+                       " pointers; expected 0 for kLlamaCppRows (use k_base and v_base)"));
     }
-    if (absl::Status s = CheckPointers("k_base", k_base, L, "one K tensor per layer");
-        !s.ok()) {
+    if (absl::Status s = CheckPointers("k_base", k_base, L, "one K tensor per layer"); !s.ok()) {
       return s;
     }
     return CheckPointers("v_base", v_base, L, "one V tensor per layer");
   }
   if (!k_base.empty() || !v_base.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "PagedKvView.k_base/v_base have ", k_base.size(), "/", v_base.size(),
-        " pointers; expected 0/0 for ", kind, " (use layer_base)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("PagedKvView.k_base/v_base have ", k_base.size(), "/", v_base.size(),
+                     " pointers; expected 0/0 for ", kind, " (use layer_base)"));
   }
   if (layout.kind == LayoutKind::kCrossLayer) {
     return CheckPointers("layer_base", layer_base, 1, "kCrossLayer is one tensor for all layers");
@@ -391,8 +402,8 @@ std::string PagedKvView::DebugString() const {
   return absl::StrFormat(
       "PagedKvView{device=%s kind=%s layers=%u kv_heads=%u head_dim=%u elem=%uB "
       "block_size=%u num_blocks=%u}",
-      std::string(KvDeviceName(device)), std::string(KindName(layout.kind)), layout.num_layers, layout.num_kv_heads,
-      layout.head_dim, KvElementSize(layout.dtype), block_size, num_blocks);
+      std::string(KvDeviceName(device)), std::string(KindName(layout.kind)), layout.num_layers,
+      layout.num_kv_heads, layout.head_dim, KvElementSize(layout.dtype), block_size, num_blocks);
 }
 
 absl::Status KvCopyOptions::Validate() const {

@@ -20,9 +20,9 @@ CudaResult Fail(cudaError_t e, const char* call) {
   return r;
 }
 
-#define KVT_CUDA_TRY(call)                       \
-  do {                                           \
-    cudaError_t kvt_e = (call);                  \
+#define KVT_CUDA_TRY(call)                               \
+  do {                                                   \
+    cudaError_t kvt_e = (call);                          \
     if (kvt_e != cudaSuccess) return Fail(kvt_e, #call); \
   } while (0)
 
@@ -130,8 +130,8 @@ CudaResult ExecuteOnCuda(const CopySegment* segment_data, size_t count, std::byt
     // Scatter reads the payload; a gather with padding rows must hand them back
     // unchanged, so the staging copy starts as the caller's bytes.
     if (!gather || payload_has_gaps) {
-      KVT_CUDA_TRY(cudaMemcpyAsync(staging, payload, payload_bytes, cudaMemcpyHostToDevice,
-                                   stream));
+      KVT_CUDA_TRY(
+          cudaMemcpyAsync(staging, payload, payload_bytes, cudaMemcpyHostToDevice, stream));
     }
   }
   // The kernel's pointer for the payload: for pinned host memory, its device alias.
@@ -154,8 +154,8 @@ CudaResult ExecuteOnCuda(const CopySegment* segment_data, size_t count, std::byt
     } else if (s.contiguous() && s.bytes() > kKernelPieceBytes) {
       // Split long flat runs so one launch spreads them over many SMs.
       for (uint64_t off = 0; off < s.bytes(); off += kKernelPieceBytes) {
-        const uint64_t n = s.bytes() - off < kKernelPieceBytes ? s.bytes() - off
-                                                               : kKernelPieceBytes;
+        const uint64_t n =
+            s.bytes() - off < kKernelPieceBytes ? s.bytes() - off : kKernelPieceBytes;
         small.push_back(CopySegment{s.cache_addr + off, s.payload_offset + off, n, n, 1,
                                     static_cast<uint32_t>(n)});
       }
@@ -168,8 +168,8 @@ CudaResult ExecuteOnCuda(const CopySegment* segment_data, size_t count, std::byt
     const size_t bytes = small.size() * sizeof(CopySegment);
     KVT_CUDA_TRY(cudaMallocAsync(&segments_guard.ptr, bytes, stream));
     auto* device_segments = static_cast<CopySegment*>(segments_guard.ptr);
-    KVT_CUDA_TRY(cudaMemcpyAsync(device_segments, small.data(), bytes, cudaMemcpyHostToDevice,
-                                 stream));
+    KVT_CUDA_TRY(
+        cudaMemcpyAsync(device_segments, small.data(), bytes, cudaMemcpyHostToDevice, stream));
     const uint32_t n_small = static_cast<uint32_t>(small.size());
     const uint32_t grid = n_small < 65535u ? n_small : 65535u;
     CopySegmentsKernel<<<grid, 256, 0, stream>>>(device_segments, n_small, kernel_payload, gather);
@@ -179,8 +179,8 @@ CudaResult ExecuteOnCuda(const CopySegment* segment_data, size_t count, std::byt
   }
   if (staged) {
     if (gather) {
-      KVT_CUDA_TRY(cudaMemcpyAsync(payload, staging, payload_bytes, cudaMemcpyDeviceToHost,
-                                   stream));
+      KVT_CUDA_TRY(
+          cudaMemcpyAsync(payload, staging, payload_bytes, cudaMemcpyDeviceToHost, stream));
     }
     KVT_CUDA_TRY(cudaFreeAsync(staging, stream));
     staging = nullptr;

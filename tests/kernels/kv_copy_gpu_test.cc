@@ -160,8 +160,9 @@ TEST_P(KvCopyGpuTest, ScatterMatchesCpuBitForBit) {
 
 std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
   auto [kind, dtype, block_size, mem, threshold] = info.param;
-  const char* m = mem == PayloadMem::kPinned ? "Pinned"
-                  : mem == PayloadMem::kDevice ? "Device" : "Pageable";
+  const char* m = mem == PayloadMem::kPinned   ? "Pinned"
+                  : mem == PayloadMem::kDevice ? "Device"
+                                               : "Pageable";
   return absl::StrCat(testing::KindName(kind), "_E", testing::ElemSize(dtype), "_B", block_size,
                       "_", m, threshold == 0 ? "_CopyEngine" : "_Kernel");
 }

@@ -46,15 +46,21 @@ struct HostCache {
 
   // Engine tensor dims (elements) for `shape.kind`, per tensor.
   std::vector<uint64_t> Dims() const {
-    const uint64_t N = shape.num_blocks, B = shape.block_size, H = shape.heads,
-                   D = shape.head_dim, L = shape.layers;
+    const uint64_t N = shape.num_blocks, B = shape.block_size, H = shape.heads, D = shape.head_dim,
+                   L = shape.layers;
     switch (shape.kind) {
-      case LayoutKind::kFlashAttnNHD: return {2, N, B, H, D};
-      case LayoutKind::kFlashAttnHND: return {2, N, H, B, D};
-      case LayoutKind::kFlashInfer: return {N, 2, B, H, D};
-      case LayoutKind::kMLA: return {N, B, D};
-      case LayoutKind::kCrossLayer: return {N, L, 2, B, H, D};
-      case LayoutKind::kLlamaCppRows: return {N * B, H * D};
+      case LayoutKind::kFlashAttnNHD:
+        return {2, N, B, H, D};
+      case LayoutKind::kFlashAttnHND:
+        return {2, N, H, B, D};
+      case LayoutKind::kFlashInfer:
+        return {N, 2, B, H, D};
+      case LayoutKind::kMLA:
+        return {N, B, D};
+      case LayoutKind::kCrossLayer:
+        return {N, L, 2, B, H, D};
+      case LayoutKind::kLlamaCppRows:
+        return {N * B, H * D};
     }
     return {};
   }
@@ -189,12 +195,18 @@ inline std::vector<int64_t> MixedSlots(const Shape& s, uint32_t seed) {
 
 inline std::string KindName(LayoutKind k) {
   switch (k) {
-    case LayoutKind::kFlashAttnNHD: return "FlashAttnNHD";
-    case LayoutKind::kFlashAttnHND: return "FlashAttnHND";
-    case LayoutKind::kFlashInfer: return "FlashInfer";
-    case LayoutKind::kMLA: return "MLA";
-    case LayoutKind::kCrossLayer: return "CrossLayer";
-    case LayoutKind::kLlamaCppRows: return "LlamaCppRows";
+    case LayoutKind::kFlashAttnNHD:
+      return "FlashAttnNHD";
+    case LayoutKind::kFlashAttnHND:
+      return "FlashAttnHND";
+    case LayoutKind::kFlashInfer:
+      return "FlashInfer";
+    case LayoutKind::kMLA:
+      return "MLA";
+    case LayoutKind::kCrossLayer:
+      return "CrossLayer";
+    case LayoutKind::kLlamaCppRows:
+      return "LlamaCppRows";
   }
   return "Unknown";
 }

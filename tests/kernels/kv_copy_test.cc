@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <random>
 #include <limits>
+#include <random>
 #include <tuple>
 #include <vector>
 
@@ -53,7 +53,8 @@ TEST_P(KvCopyLayoutTest, GatherMatchesReferenceAndLeavesPaddingRowsUntouched) {
   ASSERT_EQ(got, want);
   // The first padding token's K row in layer 0 still holds the sentinel.
   const auto pad = std::find(slots.begin(), slots.end(), -1) - slots.begin();
-  const uint64_t row = uint64_t{shape().heads} * shape().head_dim * testing::ElemSize(shape().dtype);
+  const uint64_t row =
+      uint64_t{shape().heads} * shape().head_dim * testing::ElemSize(shape().dtype);
   for (uint64_t i = 0; i < row; ++i) EXPECT_EQ(got[pad * row + i], kSentinel);
 }
 
@@ -157,8 +158,8 @@ TEST(KvCopyTest, PayloadSizeMismatchNamesBothSizes) {
   std::vector<std::byte> payload(want - 1);
   absl::Status s = GatherChunk(cache.View(), slots, payload);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("payload is ", want - 1, " bytes; expected ",
-                                                  want)));
+  EXPECT_THAT(s.message(),
+              HasSubstr(absl::StrCat("payload is ", want - 1, " bytes; expected ", want)));
 }
 
 TEST(KvCopyTest, DuplicateSlotInScatterIsInvalidArgumentButGatherAllowsIt) {
@@ -214,16 +215,12 @@ INSTANTIATE_TEST_SUITE_P(
                 "v_base has 0 pointers; expected 3"},
         BadView{"MlaWithTwoHeads", [](PagedKvView& v) { v.layout.kind = LayoutKind::kMLA; },
                 "num_kv_heads = 2 for kMLA; expected 1"},
-        BadView{"ZeroBlockSize", [](PagedKvView& v) { v.block_size = 0; },
-                "block_size is 0"},
-        BadView{"ZeroNumBlocks", [](PagedKvView& v) { v.num_blocks = 0; },
-                "num_blocks is 0"},
-        BadView{"ZeroHeadDim", [](PagedKvView& v) { v.layout.head_dim = 0; },
-                "head_dim is 0"},
+        BadView{"ZeroBlockSize", [](PagedKvView& v) { v.block_size = 0; }, "block_size is 0"},
+        BadView{"ZeroNumBlocks", [](PagedKvView& v) { v.num_blocks = 0; }, "num_blocks is 0"},
+        BadView{"ZeroHeadDim", [](PagedKvView& v) { v.layout.head_dim = 0; }, "head_dim is 0"},
         BadView{"UnknownDType", [](PagedKvView& v) { v.layout.dtype = static_cast<DType>(99); },
                 "dtype = 99 is unknown"},
-        BadView{"UnknownKind",
-                [](PagedKvView& v) { v.layout.kind = static_cast<LayoutKind>(42); },
+        BadView{"UnknownKind", [](PagedKvView& v) { v.layout.kind = static_cast<LayoutKind>(42); },
                 "kind = 42 is unknown"},
         BadView{"UnknownDevice", [](PagedKvView& v) { v.device = static_cast<KvDevice>(7); },
                 "device = 7"},

@@ -140,8 +140,7 @@ absl::Status GatherChunk(const PagedKvView& view, std::span<const int64_t> slots
 // leave the addressed slots partly written.
 // Thread-safe: concurrent calls are fine as long as they write disjoint slots.
 absl::Status ScatterChunk(const PagedKvView& view, std::span<const int64_t> slots,
-                          std::span<const std::byte> payload,
-                          const KvCopyOptions& options = {});
+                          std::span<const std::byte> payload, const KvCopyOptions& options = {});
 
 // True when this build has the CUDA path and cudaGetDeviceCount() found a device.
 // The first call probes once and logs the result (spdlog info). Thread-safe.
