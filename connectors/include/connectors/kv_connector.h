@@ -42,6 +42,9 @@ struct ConnectorOptions {
   // Bytes of queued async stores before StorePayloads copies are dropped (counted)
   // instead of queued, so a slow tier never blocks decode. 0 = unlimited.
   uint64_t max_pending_store_bytes = 1ull << 30;
+  // Bytes of record buffers kept after their put for reuse by later stores, so the
+  // copy-out writes into memory that is already faulted in. 0 = no pool.
+  uint64_t store_buffer_pool_bytes = 256ull << 20;
   // A Lookup's lease (pins on the chunks it promised) not released by a load within
   // this time is released by the connector on a later Lookup. The store's own
   // lease_timeout (TieredStoreOptions) reaps it too; the shorter one wins. > 0.
