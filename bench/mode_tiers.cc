@@ -1,0 +1,309 @@
+// kvtier-bench tiers: host- and disk-tier bandwidth beside the physical limits measured in
+// the same run, on the same bytes, in the same directory.
+//
+//   records : N Llama-3-8B chunks (32 layers, 8 KV heads, head_dim 128, bf16, 256 tokens:
+//             131,072 B/token x 256 = 32 MiB payload + 128 B header), 4096-aligned buffers.
+//   memcpy  : single-thread memcpy of each record into a warm 4096-aligned buffer.
+//   host    : kvt::HostTier Put of every record (second pass: the arena's pages are already
+//             faulted in; the first, cold pass is reported too) and Get into an aligned buffer.
+//   raw     : O_DIRECT io_uring sequential write / read of the same bytes to a preallocated
+//             file in --dir, `queue_depth` I/Os of `io_mib` MiB in flight, one fdatasync at
+//             the end of the write: the device limit.
+//   disk    : kvt::DiskTier Put (each record fdatasync'd, then its index entry synced) and
+//             Get (payload checksum verified) of every record, same queue depth and I/O size.
+// O_DIRECT keeps the page cache out of every disk figure.
+#include <fcntl.h>
+#include <liburing.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "bench_mode.h"
+#include "kvstore/chunk_codec.h"
+#include "kvstore/disk_tier.h"
+#include "kvstore/host_tier.h"
+#include "nlohmann/json.hpp"
+#include "spdlog/spdlog.h"
+
+namespace kvt::bench {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t kAlign = 4096;
+uint64_t RoundUp(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+double Gbps(uint64_t bytes, double s) { return s > 0 ? static_cast<double>(bytes) / s / 1e9 : 0; }
+
+struct FreeDeleter {
+  void operator()(std::byte* p) const { std::free(p); }
+};
+using Buffer = std::unique_ptr<std::byte[], FreeDeleter>;
+Buffer Aligned(uint64_t bytes) {
+  return Buffer(static_cast<std::byte*>(std::aligned_alloc(kAlign, RoundUp(bytes))));
+}
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "kvtier-bench tiers: %s\n", what.c_str());
+  std::exit(1);
+}
+
+// Sequential O_DIRECT transfer of `n` records of `rec` bytes (padded to 4096) from/to
+// `bufs` at consecutive padded offsets, keeping `qd` I/Os of `io` bytes in flight.
+double RawTransfer(int fd, bool write, const std::vector<Buffer>& bufs, uint64_t rec, uint32_t qd,
+                   uint64_t io, bool sync_each_record = false) {
+  io_uring ring;
+  if (int rc = io_uring_queue_init(qd, &ring, 0); rc < 0) Die(std::string("io_uring: ") + std::strerror(-rc));
+  const uint64_t padded = RoundUp(rec);
+  struct Piece {
+    std::byte* buf;
+    uint64_t off, len;
+  };
+  std::vector<Piece> pieces;
+  for (size_t r = 0; r < bufs.size(); ++r) {
+    for (uint64_t o = 0; o < padded; o += io) {
+      pieces.push_back({bufs[r].get() + o, r * padded + o, std::min(io, padded - o)});
+    }
+  }
+  const size_t per_record = pieces.size() / bufs.size();
+  const auto t0 = Clock::now();
+  size_t next = 0, done = 0;
+  uint32_t inflight = 0;
+  while (done < pieces.size()) {
+    // With sync_each_record, a record's pieces drain and are fdatasync'd before the next.
+    const size_t limit = sync_each_record ? (done / per_record + 1) * per_record : pieces.size();
+    while (next < limit && inflight < qd) {
+      io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+      const Piece& p = pieces[next];
+      if (write) {
+        io_uring_prep_write(sqe, fd, p.buf, static_cast<unsigned>(p.len), p.off);
+      } else {
+        io_uring_prep_read(sqe, fd, p.buf, static_cast<unsigned>(p.len), p.off);
+      }
+      ++next;
+      ++inflight;
+    }
+    io_uring_submit(&ring);
+    io_uring_cqe* cqe;
+    if (int rc = io_uring_wait_cqe(&ring, &cqe); rc < 0) Die("io_uring_wait_cqe");
+    if (cqe->res < 0) Die(std::string("raw I/O: ") + std::strerror(-cqe->res));
+    io_uring_cqe_seen(&ring, cqe);
+    --inflight;
+    ++done;
+    if (sync_each_record && done % per_record == 0 && ::fdatasync(fd) != 0) Die("fdatasync");
+  }
+  if (write && ::fdatasync(fd) != 0) Die("fdatasync");
+  const double s = Seconds(t0, Clock::now());
+  io_uring_queue_exit(&ring);
+  return s;
+}
+
+int RunTiers(int argc, char** argv) {
+  CLI::App app{"host/disk tier bandwidth vs memcpy and raw O_DIRECT io_uring"};
+  bool json = false, keep = false;
+  std::string dir;
+  uint32_t chunks = 32, qd = 8, tokens = 256, rounds = 3;
+  uint64_t io_mib = 1;
+  app.add_flag("--json", json, "print one JSON object");
+  app.add_option("--dir", dir, "directory for the disk phases (default: a fresh temp dir)");
+  app.add_option("--chunks", chunks, "chunks per phase (32 MiB each)")->check(CLI::Range(1u, 4096u));
+  app.add_option("--tokens", tokens, "tokens per chunk")->check(CLI::Range(1u, 4096u));
+  app.add_option("--queue-depth", qd, "I/Os in flight (raw and disk)")->check(CLI::Range(1u, 256u));
+  app.add_option("--io-mib", io_mib, "I/O size in MiB")->check(CLI::Range(1u, 64u));
+  app.add_option("--rounds", rounds, "interleaved rounds; each figure keeps its best")
+      ->check(CLI::Range(1u, 100u));
+  app.add_flag("--keep", keep, "keep the files in --dir");
+  CLI11_PARSE(app, argc, argv);
+  if (json) spdlog::set_level(spdlog::level::warn);
+  const uint64_t io = io_mib << 20;
+
+  fs::path base = dir.empty() ? fs::temp_directory_path() / ("kvtier-bench-" + std::to_string(::getpid()))
+                              : fs::path(dir);
+  std::error_code ec;
+  fs::create_directories(base, ec);
+  if (ec) Die("cannot create " + base.string() + ": " + ec.message());
+  const fs::path raw_path = base / "raw.dat";
+  const fs::path tier_dir = base / "disk-tier";
+  fs::remove_all(tier_dir, ec);
+
+  // ---- records
+  const KvLayout layout{32, 8, 128, DType::kBF16, LayoutKind::kFlashAttnNHD};
+  ChunkHeader h;
+  h.ns = NamespaceId{0x6c6c616d61, 0x33};
+  h.layout = layout;
+  h.token_count = tokens;
+  h.payload_bytes = layout.payload_bytes(tokens);
+  const uint64_t rec = kChunkHeaderBytes + h.payload_bytes;
+  const uint64_t padded = RoundUp(rec);
+  const uint64_t total = rec * chunks;
+  std::vector<std::byte> payload(h.payload_bytes);
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (size_t i = 0; i + 8 <= payload.size(); i += 8) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    std::memcpy(&payload[i], &x, 8);
+  }
+  std::vector<Buffer> recs;
+  std::vector<ChunkKey> keys;
+  for (uint32_t i = 0; i < chunks; ++i) {
+    h.key = ChunkKey{i + 1, 0x7469657273};
+    h.parent = i == 0 ? ChunkKey{h.ns.lo, h.ns.hi} : keys.back();
+    std::memcpy(payload.data(), &i, sizeof i);  // distinct payloads
+    recs.push_back(Aligned(padded));
+    std::memset(recs.back().get() + rec, 0, padded - rec);
+    if (absl::Status s = EncodeChunk(h, payload, std::span<std::byte>(recs.back().get(), rec)); !s.ok()) {
+      Die(s.ToString());
+    }
+    keys.push_back(h.key);
+  }
+  Buffer dst = Aligned(padded);
+  std::memset(dst.get(), 1, padded);
+
+  // Every phase runs `rounds` times, interleaved (limit, then kvtier figure), and each
+  // figure keeps its best round: on a shared machine this compares like with like.
+  struct Best {
+    double v = 0;
+    void Add(double x) { v = std::max(v, x); }
+  };
+  Best memcpy_gbps, host_put_gbps, host_put_cold_gbps, host_get_gbps, raw_write_gbps,
+      raw_write_sync_gbps, raw_read_gbps, disk_put_gbps, disk_get_gbps;
+  auto put_all = [&](Tier& t) {
+    const auto a = Clock::now();
+    for (uint32_t i = 0; i < chunks; ++i) {
+      if (absl::Status s = t.Put(std::span<const std::byte>(recs[i].get(), rec)); !s.ok()) Die(s.ToString());
+    }
+    return Seconds(a, Clock::now());
+  };
+  auto get_all = [&](Tier& t) {
+    const auto a = Clock::now();
+    for (uint32_t i = 0; i < chunks; ++i) {
+      auto n = t.Get(keys[i], std::span<std::byte>(dst.get(), padded));
+      if (!n.ok() || *n != rec) Die("get: " + n.status().ToString());
+    }
+    return Seconds(a, Clock::now());
+  };
+  auto erase_all = [&](Tier& t) {
+    for (const auto& k : keys) {
+      if (absl::Status s = t.Erase(k); !s.ok()) Die(s.ToString());
+    }
+  };
+
+  // ---- memcpy limit and host tier
+  HostTierOptions ho;
+  ho.capacity_bytes = padded * (chunks + 1);
+  ho.alignment = 4096;
+  auto host = HostTier::Create(ho);
+  if (!host.ok()) Die(host.status().ToString());
+  std::memcpy(dst.get(), recs[0].get(), rec);  // warm
+  for (uint32_t r = 0; r < rounds; ++r) {
+    auto t0 = Clock::now();
+    for (uint32_t i = 0; i < chunks; ++i) std::memcpy(dst.get(), recs[i].get(), rec);
+    memcpy_gbps.Add(Gbps(total, Seconds(t0, Clock::now())));
+    // Round 0 faults the arena's pages in (reported as the cold figure).
+    (r == 0 ? host_put_cold_gbps : host_put_gbps).Add(Gbps(total, put_all(**host)));
+    host_get_gbps.Add(Gbps(total, get_all(**host)));
+    if (std::memcmp(dst.get(), recs[chunks - 1].get(), rec) != 0) Die("host get returned wrong bytes");
+    erase_all(**host);
+  }
+  if (rounds == 1) host_put_gbps = host_put_cold_gbps;
+  host->reset();
+
+  // ---- raw O_DIRECT io_uring limit and disk tier, interleaved
+  const int fd = ::open(raw_path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0644);
+  if (fd < 0) Die("open " + raw_path.string() + " with O_DIRECT: " + std::strerror(errno));
+  std::vector<Buffer> rbufs;
+  for (uint32_t i = 0; i < chunks; ++i) {
+    rbufs.push_back(Aligned(padded));
+    std::memset(rbufs.back().get(), 0, padded);  // fault the pages in before timing
+  }
+  DiskTierOptions dopt;
+  dopt.dir = tier_dir.string();
+  dopt.capacity_bytes = padded * chunks + (64ull << 20);
+  dopt.file_bytes = std::max(padded, std::min<uint64_t>(1ull << 30, dopt.capacity_bytes) / kAlign * kAlign);
+  dopt.queue_depth = qd;
+  dopt.io_bytes = io;
+  auto disk = DiskTier::Open(dopt);
+  if (!disk.ok()) Die(disk.status().ToString());
+  // Preallocated once, like the tier's record files: round 0 writes fresh extents in both,
+  // later rounds rewrite extents in both (the tier reuses the extents freed by Erase).
+  if (::fallocate(fd, 0, 0, static_cast<off_t>(padded * chunks)) != 0) Die("fallocate raw file");
+  ::fsync(fd);
+  for (uint32_t r = 0; r < rounds; ++r) {
+    raw_write_gbps.Add(Gbps(total, RawTransfer(fd, true, recs, rec, qd, io)));
+    disk_put_gbps.Add(Gbps(total, put_all(**disk)));
+    raw_read_gbps.Add(Gbps(total, RawTransfer(fd, false, rbufs, rec, qd, io)));
+    if (std::memcmp(rbufs[chunks - 1].get(), recs[chunks - 1].get(), rec) != 0) Die("raw read mismatch");
+    disk_get_gbps.Add(Gbps(total, get_all(**disk)));
+    if (std::memcmp(dst.get(), recs[chunks - 1].get(), rec) != 0) Die("disk get returned wrong bytes");
+    raw_write_sync_gbps.Add(Gbps(total, RawTransfer(fd, true, recs, rec, qd, io, true)));
+    erase_all(**disk);
+  }
+  rbufs.clear();
+  ::close(fd);
+  fs::remove(raw_path, ec);
+  const std::string backend(DiskIoBackendName((*disk)->backend()));
+  const bool direct = (*disk)->direct_io();
+  disk->reset();
+  if (!keep) fs::remove_all(dir.empty() ? base : tier_dir, ec);
+
+  auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+  if (json) {
+    nlohmann::json j = {
+        {"chunks", chunks},
+        {"chunk_bytes", rec},
+        {"queue_depth", qd},
+        {"rounds", rounds},
+        {"io_bytes", io},
+        {"disk_backend", backend},
+        {"o_direct", direct},
+        {"memcpy_gbps", memcpy_gbps.v},
+        {"host_put_gbps", host_put_gbps.v},
+        {"host_put_cold_gbps", host_put_cold_gbps.v},
+        {"host_get_gbps", host_get_gbps.v},
+        {"raw_write_gbps", raw_write_gbps.v},
+        {"raw_read_gbps", raw_read_gbps.v},
+        {"raw_write_sync_each_gbps", raw_write_sync_gbps.v},
+        {"disk_put_gbps", disk_put_gbps.v},
+        {"disk_get_gbps", disk_get_gbps.v},
+        {"host_put_ratio", ratio(host_put_gbps.v, memcpy_gbps.v)},
+        {"host_get_ratio", ratio(host_get_gbps.v, memcpy_gbps.v)},
+        {"disk_put_ratio", ratio(disk_put_gbps.v, raw_write_gbps.v)},
+        {"disk_get_ratio", ratio(disk_get_gbps.v, raw_read_gbps.v)},
+    };
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf("tiers: %u chunks x %llu B (Llama-3-8B, %u tokens), queue depth %u, %llu MiB I/Os, "
+              "disk backend %s%s, dir %s\n",
+              chunks, static_cast<unsigned long long>(rec), tokens, qd,
+              static_cast<unsigned long long>(io_mib), backend.c_str(), direct ? " O_DIRECT" : "",
+              base.c_str());
+  std::printf("%-28s %10s %-22s %10s %7s\n", "figure", "GB/s", "limit", "GB/s", "ratio");
+  auto row = [&](const char* name, double v, const char* lim, double l) {
+    std::printf("%-28s %10.2f %-22s %10.2f %7.3f\n", name, v, lim, l, ratio(v, l));
+  };
+  row("host put", host_put_gbps.v, "memcpy (1 thread)", memcpy_gbps.v);
+  row("host put (cold arena)", host_put_cold_gbps.v, "memcpy (1 thread)", memcpy_gbps.v);
+  row("host get", host_get_gbps.v, "memcpy (1 thread)", memcpy_gbps.v);
+  row("disk put (store)", disk_put_gbps.v, "raw O_DIRECT write", raw_write_gbps.v);
+  row("disk get (load)", disk_get_gbps.v, "raw O_DIRECT read", raw_read_gbps.v);
+  row("disk put (store)", disk_put_gbps.v, "raw write+sync/chunk", raw_write_sync_gbps.v);
+  return 0;
+}
+
+}  // namespace
+
+KVT_BENCH_MODE(tiers, "host/disk tier bandwidth vs memcpy and raw O_DIRECT io_uring", RunTiers);
+
+}  // namespace kvt::bench
