@@ -123,9 +123,8 @@ int RunOverhead(int argc, char** argv) {
   });
   ChunkKeyOptions ko;
   ko.chunk_tokens = chunk_tokens;
-  const double keys_s = MedianSeconds(iters, [&](int i) {
-    sink = sink + ComputeChunkKeys(conn.ns(), prompts[i % 4], ko).size();
-  });
+  const double keys_s = MedianSeconds(
+      iters, [&](int i) { sink = sink + ComputeChunkKeys(conn.ns(), prompts[i % 4], ko).size(); });
   uint64_t hits = 0;
   const double lookup_s = MedianSeconds(iters, [&](int i) {
     auto r = conn.Lookup(prompts[i % 4], 0);
@@ -165,8 +164,7 @@ int RunOverhead(int argc, char** argv) {
   std::memset(dst.data(), 1, dst.size());
   const double memcpy_s = MedianSeconds(store_iters, [&](int) {
     for (size_t c = 0; c < store_chunks; ++c) {
-      std::memcpy(dst.data() + c * payload, engine_kv.data() + (c % src_chunks) * payload,
-                  payload);
+      std::memcpy(dst.data() + c * payload, engine_kv.data() + (c % src_chunks) * payload, payload);
     }
   });
   const double scale = static_cast<double>(prompt_tokens / chunk_tokens) /
@@ -214,11 +212,12 @@ int RunOverhead(int argc, char** argv) {
   }
   std::printf("kvtier-bench overhead: %zu-token prompt, no hits; chunk %u tokens = %.1f MiB\n",
               prompt_tokens, chunk_tokens, payload / 1048576.0);
-  std::printf("predicted prefill of the prompt: %.3f s (cost-model default), %.3f s (H100-class "
-              "Llama-3-8B reference)\n",
-              prefill_default_s, prefill_ref_s);
-  std::printf("%-26s %12s %14s %8s %12s %12s\n", "figure", "kvtier", "limit", "ratio",
-              "% prefill", "% pf(ref)");
+  std::printf(
+      "predicted prefill of the prompt: %.3f s (cost-model default), %.3f s (H100-class "
+      "Llama-3-8B reference)\n",
+      prefill_default_s, prefill_ref_s);
+  std::printf("%-26s %12s %14s %8s %12s %12s\n", "figure", "kvtier", "limit", "ratio", "% prefill",
+              "% pf(ref)");
   std::printf("%-26s %9.1f us %11.1f us %8.2f %12s %12s   (target 100 us: %.2fx)\n",
               "keys (100k tokens)", keys_s * 1e6, xxh_s * 1e6, keys_s / xxh_s, "-", "-",
               keys_s / 100e-6);
@@ -231,8 +230,9 @@ int RunOverhead(int argc, char** argv) {
   std::printf("%-26s %9.1f ms %11.1f ms %8.2f %11.3f%% %11.3f%%\n", "store hold (x prompt)",
               store_prompt_s * 1e3, memcpy_prompt_s * 1e3, store_prompt_s / memcpy_prompt_s,
               100 * store_prompt_s / prefill_default_s, 100 * store_prompt_s / prefill_ref_s);
-  std::printf("limits: keys/lookup vs one XXH3-128 pass over the token bytes; store vs memcpy "
-              "of the same bytes into faulted memory. Target: <= 1%% of prefill.\n");
+  std::printf(
+      "limits: keys/lookup vs one XXH3-128 pass over the token bytes; store vs memcpy "
+      "of the same bytes into faulted memory. Target: <= 1%% of prefill.\n");
   return 0;
 }
 

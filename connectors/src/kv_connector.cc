@@ -5,12 +5,12 @@
 #include <sys/mman.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <new>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <deque>
 #include <map>
+#include <new>
 #include <thread>
 #include <unordered_set>
 #include <utility>
@@ -67,9 +67,8 @@ absl::Status ConnectorOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat("ConnectorOptions.cost: ", s.message()));
   }
   if (lease_release_after.count() <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("ConnectorOptions.lease_release_after = %d ms; expected > 0",
-                        lease_release_after.count()));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "ConnectorOptions.lease_release_after = %d ms; expected > 0", lease_release_after.count()));
   }
   if (absl::Status s = copy.Validate(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("ConnectorOptions.copy: ", s.message()));
@@ -107,9 +106,9 @@ class KVConnectorImpl final : public KVConnector {
   absl::StatusOr<ConnectorLookup> Lookup(std::span<const TokenId> tokens,
                                          uint64_t num_computed_tokens) override {
     if (num_computed_tokens > tokens.size()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "Lookup: num_computed_tokens = %d exceeds the prompt length %d", num_computed_tokens,
-          tokens.size()));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("Lookup: num_computed_tokens = %d exceeds the prompt length %d",
+                          num_computed_tokens, tokens.size()));
     }
     Bump(lookups_);
     ReleaseStaleLeases();
@@ -128,9 +127,8 @@ class KVConnectorImpl final : public KVConnector {
     size_t k = 0;
     if (out.cached_tokens > num_computed_tokens) {
       if (options_.use_cost_model) {
-        CostModel::Decision d =
-            cost_.Decide(hit.tier_kind, chunk_tokens_, payload_bytes_ + kChunkHeaderBytes,
-                         num_computed_tokens);
+        CostModel::Decision d = cost_.Decide(
+            hit.tier_kind, chunk_tokens_, payload_bytes_ + kChunkHeaderBytes, num_computed_tokens);
         k = d.chunks_to_load;
         out.predicted_load_s = d.load_s;
         out.predicted_recompute_s = d.recompute_s;
@@ -156,10 +154,11 @@ class KVConnectorImpl final : public KVConnector {
         leases_[keys[k - 1]].push_back(Lease{hit.lease, Clock::now()});
       }
     }
-    spdlog::debug("kvt connector: lookup tokens={} computed={} cached={} load={} "
-                  "(predicted load {:.6g} s vs recompute {:.6g} s)",
-                  tokens.size(), num_computed_tokens, out.cached_tokens, out.load_tokens,
-                  out.predicted_load_s, out.predicted_recompute_s);
+    spdlog::debug(
+        "kvt connector: lookup tokens={} computed={} cached={} load={} "
+        "(predicted load {:.6g} s vs recompute {:.6g} s)",
+        tokens.size(), num_computed_tokens, out.cached_tokens, out.load_tokens,
+        out.predicted_load_s, out.predicted_recompute_s);
     return out;
   }
 
@@ -169,7 +168,8 @@ class KVConnectorImpl final : public KVConnector {
     Bump(store_calls_);
     const size_t n = tokens.size() / chunk_tokens_;
     if (n == 0) return size_t{0};
-    std::vector<ChunkKey> keys = ComputeChunkKeys(ns_, tokens.first(n * chunk_tokens_), KeyOptions());
+    std::vector<ChunkKey> keys =
+        ComputeChunkKeys(ns_, tokens.first(n * chunk_tokens_), KeyOptions());
     // Chunks already cached (the leading run the store holds) are skipped.
     const size_t cached = store_->Lookup(keys, /*pin=*/false).num_leading_hits;
     Bump(store_chunks_skipped_, cached);
@@ -187,9 +187,10 @@ class KVConnectorImpl final : public KVConnector {
           // Back-pressure: never block decode. Drop this chunk and the rest (a later
           // chunk is useless to a lookup without the ones before it).
           Bump(store_chunks_dropped_, n - i);
-          spdlog::debug("kvt connector: store queue full ({} B pending, limit {} B); "
-                        "dropping {} chunks",
-                        pending_bytes_, options_.max_pending_store_bytes, n - i);
+          spdlog::debug(
+              "kvt connector: store queue full ({} B pending, limit {} B); "
+              "dropping {} chunks",
+              pending_bytes_, options_.max_pending_store_bytes, n - i);
           break;
         }
         if (options_.async_store) {
@@ -209,8 +210,8 @@ class KVConnectorImpl final : public KVConnector {
       absl::Status filled = fill(i, job.record.span().subspan(kChunkHeaderBytes));
       if (!filled.ok()) {
         if (options_.async_store) Unreserve(keys[i], record_bytes);
-        return absl::Status(filled.code(), absl::StrFormat("StorePayloads: fill of chunk %d: %s",
-                                                           i, filled.message()));
+        return absl::Status(filled.code(), absl::StrFormat("StorePayloads: fill of chunk %d: %s", i,
+                                                           filled.message()));
       }
       ++taken;
       Bump(store_chunks_taken_);
@@ -225,8 +226,7 @@ class KVConnectorImpl final : public KVConnector {
   }
 
   absl::StatusOr<ConnectorLoadResult> LoadPayloads(std::span<const TokenId> tokens,
-                                                   uint64_t num_tokens,
-                                                   const ChunkConsume& consume,
+                                                   uint64_t num_tokens, const ChunkConsume& consume,
                                                    uint64_t skip_tokens) override {
     if (!consume) return absl::InvalidArgumentError("LoadPayloads: consume callback is empty");
     if (absl::Status s = CheckLoadArgs("LoadPayloads", tokens, num_tokens, skip_tokens); !s.ok()) {
@@ -330,9 +330,9 @@ class KVConnectorImpl final : public KVConnector {
       return s;
     }
     if (slot_mapping.size() < num_tokens) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "Load: slot_mapping has %d entries; expected >= num_tokens = %d", slot_mapping.size(),
-          num_tokens));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("Load: slot_mapping has %d entries; expected >= num_tokens = %d",
+                          slot_mapping.size(), num_tokens));
     }
     const int64_t num_slots = view.num_slots();
     for (uint64_t i = num_computed_tokens; i < num_tokens; ++i) {
@@ -401,12 +401,12 @@ class KVConnectorImpl final : public KVConnector {
     return o;
   }
 
-  absl::Status CheckLoadArgs(const char* what, std::span<const TokenId> tokens,
-                             uint64_t num_tokens, uint64_t skip_tokens) const {
+  absl::Status CheckLoadArgs(const char* what, std::span<const TokenId> tokens, uint64_t num_tokens,
+                             uint64_t skip_tokens) const {
     if (num_tokens % chunk_tokens_ != 0) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: num_tokens = %d is not a multiple of chunk_tokens = %d", what, num_tokens,
-          chunk_tokens_));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: num_tokens = %d is not a multiple of chunk_tokens = %d", what,
+                          num_tokens, chunk_tokens_));
     }
     if (num_tokens > tokens.size()) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -441,9 +441,9 @@ class KVConnectorImpl final : public KVConnector {
       } else if (absl::IsOutOfRange(got.status())) {
         // A record larger than this namespace's chunks cannot be ours.
         Bump(load_data_loss_);
-        return absl::DataLossError(absl::StrFormat(
-            "chunk %d (key %s): record larger than expected %d bytes: %s", index, key.ToHex(),
-            buf.size(), got.status().message()));
+        return absl::DataLossError(
+            absl::StrFormat("chunk %d (key %s): record larger than expected %d bytes: %s", index,
+                            key.ToHex(), buf.size(), got.status().message()));
       } else {
         Bump(load_other_errors_);
       }
@@ -462,8 +462,8 @@ class KVConnectorImpl final : public KVConnector {
       } else {
         Bump(load_mismatch_);
       }
-      spdlog::warn("kvt connector: chunk {} (key {}) failed verification: {}", index,
-                   key.ToHex(), header.status().ToString());
+      spdlog::warn("kvt connector: chunk {} (key {}) failed verification: {}", index, key.ToHex(),
+                   header.status().ToString());
       return header.status();
     }
     if (info.tier_index >= 0 && static_cast<size_t>(info.tier_index) < store_->num_tiers()) {
@@ -473,8 +473,8 @@ class KVConnectorImpl final : public KVConnector {
     absl::Status consumed = consume(index, record.subspan(kChunkHeaderBytes));
     if (!consumed.ok()) {
       Bump(load_other_errors_);
-      return absl::Status(consumed.code(), absl::StrFormat("consume of chunk %d: %s", index,
-                                                           consumed.message()));
+      return absl::Status(consumed.code(),
+                          absl::StrFormat("consume of chunk %d: %s", index, consumed.message()));
     }
     return absl::OkStatus();
   }
@@ -506,8 +506,8 @@ class KVConnectorImpl final : public KVConnector {
       const Clock::time_point cutoff = Clock::now() - options_.lease_release_after;
       for (auto it = leases_.begin(); it != leases_.end();) {
         auto& v = it->second;
-        auto keep = std::partition(v.begin(), v.end(),
-                                   [&](const Lease& l) { return l.created > cutoff; });
+        auto keep =
+            std::partition(v.begin(), v.end(), [&](const Lease& l) { return l.created > cutoff; });
         for (auto j = keep; j != v.end(); ++j) stale.push_back(j->id);
         v.erase(keep, v.end());
         it = v.empty() ? leases_.erase(it) : std::next(it);

@@ -52,7 +52,8 @@ absl::Status FromCode(int code, const char* what, size_t chunk) {
   if (code == KVT_OK) return absl::OkStatus();
   absl::StatusCode c = (code > 0 && code <= KVT_DATA_LOSS) ? static_cast<absl::StatusCode>(code)
                                                            : absl::StatusCode::kUnknown;
-  return absl::Status(c, absl::StrFormat("%s callback returned %d for chunk %d", what, code, chunk));
+  return absl::Status(c,
+                      absl::StrFormat("%s callback returned %d for chunk %d", what, code, chunk));
 }
 
 kvt::KvLayout MakeLayout(uint32_t layers, uint32_t heads, uint32_t head_dim, int32_t dtype,
@@ -67,9 +68,9 @@ kvt::KvLayout MakeLayout(uint32_t layers, uint32_t heads, uint32_t head_dim, int
   return l;
 }
 
-#define KVT_C_REQUIRE(cond, msg)                                  \
-  do {                                                            \
-    if (!(cond)) return Fail(KVT_INVALID_ARGUMENT, (msg));        \
+#define KVT_C_REQUIRE(cond, msg)                           \
+  do {                                                     \
+    if (!(cond)) return Fail(KVT_INVALID_ARGUMENT, (msg)); \
   } while (0)
 
 }  // namespace
@@ -96,11 +97,12 @@ const char* kvt_last_error(void) { return g_last_error.c_str(); }
 int kvt_create(const kvt_options* o, kvt_connector** out) {
   return Guard("kvt_create", [&]() -> int {
     KVT_C_REQUIRE(o != nullptr && out != nullptr, "kvt_create: options and out must be non-NULL");
-    KVT_C_REQUIRE(o->model_id != nullptr, "kvt_create: options.model_id is NULL; expected a model identity");
+    KVT_C_REQUIRE(o->model_id != nullptr,
+                  "kvt_create: options.model_id is NULL; expected a model identity");
     kvt::ConnectorOptions copts;
     copts.ns.model_id = o->model_id;
-    copts.ns.layout = MakeLayout(o->num_layers, o->num_kv_heads, o->head_dim, o->dtype,
-                                 o->layout_kind);
+    copts.ns.layout =
+        MakeLayout(o->num_layers, o->num_kv_heads, o->head_dim, o->dtype, o->layout_kind);
     copts.ns.tp_rank = o->tp_rank;
     copts.ns.tp_world_size = o->tp_world_size;
     copts.ns.chunk_tokens = o->chunk_tokens;
@@ -170,8 +172,8 @@ int kvt_lookup(kvt_connector* c, const int32_t* tokens, size_t n_tokens,
   });
 }
 
-int kvt_store_payloads(kvt_connector* c, const int32_t* tokens, size_t n_tokens,
-                       kvt_fill_fn fill, void* user, size_t* chunks_taken) {
+int kvt_store_payloads(kvt_connector* c, const int32_t* tokens, size_t n_tokens, kvt_fill_fn fill,
+                       void* user, size_t* chunks_taken) {
   return Guard("kvt_store_payloads", [&]() -> int {
     KVT_C_REQUIRE(c != nullptr && fill != nullptr,
                   "kvt_store_payloads: connector and fill must be non-NULL");
@@ -187,9 +189,9 @@ int kvt_store_payloads(kvt_connector* c, const int32_t* tokens, size_t n_tokens,
   });
 }
 
-int kvt_load_payloads(kvt_connector* c, const int32_t* tokens, size_t n_tokens,
-                      uint64_t num_tokens, uint64_t skip_tokens, kvt_consume_fn consume,
-                      void* user, uint64_t* loaded_tokens) {
+int kvt_load_payloads(kvt_connector* c, const int32_t* tokens, size_t n_tokens, uint64_t num_tokens,
+                      uint64_t skip_tokens, kvt_consume_fn consume, void* user,
+                      uint64_t* loaded_tokens) {
   return Guard("kvt_load_payloads", [&]() -> int {
     KVT_C_REQUIRE(c != nullptr && consume != nullptr && loaded_tokens != nullptr,
                   "kvt_load_payloads: connector, consume and loaded_tokens must be non-NULL");

@@ -16,9 +16,12 @@ bool Finite(double v) { return std::isfinite(v); }
 // Local copy of the tier names so the cost model has no link dependency on tier.cc.
 std::string_view KindName(TierKind kind) {
   switch (kind) {
-    case TierKind::kHost: return "host";
-    case TierKind::kDisk: return "disk";
-    case TierKind::kRemote: return "remote";
+    case TierKind::kHost:
+      return "host";
+    case TierKind::kDisk:
+      return "disk";
+    case TierKind::kRemote:
+      return "remote";
   }
   return "unknown";
 }
@@ -72,8 +75,8 @@ absl::Status CostModelOptions::Validate() const {
     }
   }
   if (!(ewma_alpha > 0 && ewma_alpha <= 1)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("CostModelOptions.ewma_alpha = %g; expected a value in (0, 1]", ewma_alpha));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "CostModelOptions.ewma_alpha = %g; expected a value in (0, 1]", ewma_alpha));
   }
   for (auto [name, v] : {std::pair<const char*, double>{"prefill_s_per_token", prefill_s_per_token},
                          {"prefill_s_per_token_ctx", prefill_s_per_token_ctx},
@@ -106,7 +109,8 @@ absl::Status CostModelOptions::Validate() const {
 
 CostModel::CostModel(const CostModelOptions& options) : options_(options) {
   // Clamp rather than crash on invalid options (callers are expected to Validate()).
-  options_.ewma_alpha = std::clamp(Finite(options_.ewma_alpha) ? options_.ewma_alpha : 0.2, 1e-6, 1.0);
+  options_.ewma_alpha =
+      std::clamp(Finite(options_.ewma_alpha) ? options_.ewma_alpha : 0.2, 1e-6, 1.0);
   options_.min_prefill_samples = std::max<uint32_t>(options_.min_prefill_samples, 2);
   options_.max_prefill_samples =
       std::max(options_.max_prefill_samples, options_.min_prefill_samples);
@@ -114,9 +118,9 @@ CostModel::CostModel(const CostModelOptions& options) : options_(options) {
   absl::MutexLock lock(&mu_);
   for (size_t i = 0; i < tiers_.size(); ++i) {
     const auto& d = options_.tier_defaults[i];
-    tiers_[i].bandwidth_bytes_per_s =
-        d.bandwidth_bytes_per_s > 0 && Finite(d.bandwidth_bytes_per_s) ? d.bandwidth_bytes_per_s
-                                                                       : 1e9;
+    tiers_[i].bandwidth_bytes_per_s = d.bandwidth_bytes_per_s > 0 && Finite(d.bandwidth_bytes_per_s)
+                                          ? d.bandwidth_bytes_per_s
+                                          : 1e9;
     tiers_[i].latency_s = d.latency_s >= 0 && Finite(d.latency_s) ? d.latency_s : 0;
   }
   model_ = PrefillModel{std::max(0.0, options_.prefill_fixed_s),
@@ -150,7 +154,7 @@ void CostModel::ObserveTransfer(TierKind kind, uint64_t bytes, double seconds) {
     e.bandwidth_bytes_per_s = 1.0 / spb;
   }
   spdlog::debug("kvt cost model: transfer tier={} bytes={} s={:.6g} -> bw={:.4g} B/s lat={:.4g} s",
-               KindName(kind), bytes, seconds, e.bandwidth_bytes_per_s, e.latency_s);
+                KindName(kind), bytes, seconds, e.bandwidth_bytes_per_s, e.latency_s);
 }
 
 void CostModel::ObservePrefill(uint64_t new_tokens, uint64_t context_tokens, double seconds) {
@@ -251,9 +255,10 @@ void CostModel::RefitLocked() {
   model_.s_per_token = best[1] / scale[1];
   model_.s_per_token_ctx = best[2] / scale[2];
   model_.fitted = true;
-  spdlog::debug("kvt cost model: prefill fit over {} samples: f={:.4g} s a={:.4g} s/token "
-               "b={:.4g} s/pair",
-               n, model_.fixed_s, model_.s_per_token, model_.s_per_token_ctx);
+  spdlog::debug(
+      "kvt cost model: prefill fit over {} samples: f={:.4g} s a={:.4g} s/token "
+      "b={:.4g} s/pair",
+      n, model_.fixed_s, model_.s_per_token, model_.s_per_token_ctx);
 }
 
 double CostModel::PredictLoadSeconds(TierKind kind, uint64_t bytes) const {
@@ -277,13 +282,13 @@ double CostModel::PredictPrefillSavingSeconds(uint64_t tokens) const {
   return model_.s_per_token * t + model_.s_per_token_ctx * AttendedPairs(t, 0);
 }
 
-CostModel::Decision CostModel::Decide(std::span<const TierKind> chunk_tiers,
-                                      uint32_t chunk_tokens, uint64_t chunk_bytes,
-                                      uint64_t computed_tokens) const {
+CostModel::Decision CostModel::Decide(std::span<const TierKind> chunk_tiers, uint32_t chunk_tokens,
+                                      uint64_t chunk_bytes, uint64_t computed_tokens) const {
   decisions_.fetch_add(1, std::memory_order_relaxed);
   Decision d;
   const size_t n = chunk_tiers.size();
-  const size_t first = chunk_tokens == 0 ? n : std::min<uint64_t>(computed_tokens / chunk_tokens, n);
+  const size_t first =
+      chunk_tokens == 0 ? n : std::min<uint64_t>(computed_tokens / chunk_tokens, n);
   if (first >= n) {
     no_hit_.fetch_add(1, std::memory_order_relaxed);
     return d;
@@ -329,8 +334,7 @@ CostModel::Decision CostModel::Decide(std::span<const TierKind> chunk_tiers,
         "prefill(f={:.4g},a={:.4g},b={:.4g},fitted={}) -> load {} chunks: load_s={:.6g} "
         "recompute_s={:.6g} saving_s={:.6g}",
         n, computed_tokens, chunk_tokens, chunk_bytes, tiers_str, model.fixed_s, model.s_per_token,
-        model.s_per_token_ctx, model.fitted, d.chunks_to_load, d.load_s, d.recompute_s,
-        d.saving_s);
+        model.s_per_token_ctx, model.fitted, d.chunks_to_load, d.load_s, d.recompute_s, d.saving_s);
   }
   return d;
 }

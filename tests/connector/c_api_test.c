@@ -9,15 +9,15 @@
 static int g_passed = 0;
 static int g_failed = 0;
 
-#define CHECK(cond)                                                          \
-  do {                                                                       \
-    if (cond) {                                                              \
-      ++g_passed;                                                            \
-    } else {                                                                 \
-      ++g_failed;                                                            \
-      fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, \
-              __LINE__, #cond, kvt_last_error());                            \
-    }                                                                        \
+#define CHECK(cond)                                                                            \
+  do {                                                                                         \
+    if (cond) {                                                                                \
+      ++g_passed;                                                                              \
+    } else {                                                                                   \
+      ++g_failed;                                                                              \
+      fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond, \
+              kvt_last_error());                                                               \
+    }                                                                                          \
   } while (0)
 
 enum { kChunk = 16, kLayers = 2, kHeads = 2, kHeadDim = 4, kElem = 2, kBlock = 4, kBlocks = 32 };
@@ -169,7 +169,7 @@ static void TestPagedRoundTrip(void) {
   }
   for (i = 0; i < 2 * kChunk + 1; ++i) {
     tokens[i] = (int32_t)(7 + i);
-    src_slots[i] = (int64_t)((31 - i / kBlock) * kBlock + i % kBlock); /* blocks 31, 30, ... */
+    src_slots[i] = (int64_t)((31 - i / kBlock) * kBlock + i % kBlock);  /* blocks 31, 30, ... */
     dst_slots[i] = (int64_t)((2 * (i / kBlock)) * kBlock + i % kBlock); /* blocks 0, 2, 4, ... */
   }
 
@@ -206,8 +206,7 @@ static void TestPagedRoundTrip(void) {
   CHECK(kvt_lookup(c, tokens, 2 * kChunk + 1, 0, &load, NULL) == KVT_OK);
   CHECK(load == 2 * kChunk);
   /* The engine already holds the first 5 tokens: those positions stay 0xAB. */
-  CHECK(kvt_load(c, tokens, 2 * kChunk + 1, load, dst_slots, 2 * kChunk + 1, 5, &loaded) ==
-        KVT_OK);
+  CHECK(kvt_load(c, tokens, 2 * kChunk + 1, load, dst_slots, 2 * kChunk + 1, 5, &loaded) == KVT_OK);
   CHECK(loaded == 2 * kChunk);
   for (i = 0; i < 2 * kChunk; ++i) {
     for (l = 0; l < kLayers; ++l) {

@@ -123,7 +123,8 @@ TEST_P(PagedTest, StoreLoadRoundTripMatchesIndexArithmetic) {
   ASSERT_TRUE(conn->RegisterKvView(src.View()).ok());
   const std::vector<TokenId> tokens = Prompt(4 * kChunk + 3);
   // Scattered source blocks (17 blocks for 67 tokens).
-  const std::vector<int64_t> src_blocks = {30, 2, 17, 5, 9, 11, 0, 28, 3, 21, 14, 6, 25, 19, 1, 12, 8};
+  const std::vector<int64_t> src_blocks = {30, 2,  17, 5,  9,  11, 0,  28, 3,
+                                           21, 14, 6,  25, 19, 1,  12, 8};
   const std::vector<int64_t> src_slots = Slots(src_blocks, tokens.size());
   auto taken = conn->Store(tokens, src_slots);
   ASSERT_TRUE(taken.ok()) << taken.status();
@@ -155,7 +156,8 @@ TEST_P(PagedTest, StoreLoadRoundTripMatchesIndexArithmetic) {
   auto conn2 = MakeConnector(store, kind);
   PagedCache dst(kind, std::byte{0});
   ASSERT_TRUE(conn2->RegisterKvView(dst.View()).ok());
-  const std::vector<int64_t> dst_blocks = {4, 7, 10, 13, 16, 20, 23, 26, 29, 31, 15, 18, 22, 24, 27, 0, 1};
+  const std::vector<int64_t> dst_blocks = {4,  7,  10, 13, 16, 20, 23, 26, 29,
+                                           31, 15, 18, 22, 24, 27, 0,  1};
   const std::vector<int64_t> dst_slots = Slots(dst_blocks, tokens.size());
   auto lookup = conn2->Lookup(tokens, 0);
   ASSERT_EQ(lookup->load_tokens, 4 * kChunk);
@@ -193,7 +195,8 @@ TEST(KVConnectorPagedTest, LoadNeverWritesBelowNumComputedTokens) {
   src.FillPattern(3);
   ASSERT_TRUE(conn->RegisterKvView(src.View()).ok());
   const std::vector<TokenId> tokens = Prompt(4 * kChunk + 1);
-  const std::vector<int64_t> slots = Slots({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, tokens.size());
+  const std::vector<int64_t> slots =
+      Slots({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, tokens.size());
   ASSERT_EQ(*conn->Store(tokens, slots), 4u);
   conn->Flush();
 
@@ -228,7 +231,8 @@ TEST(KVConnectorPagedTest, FailedChunkLeavesItsBlocksUntouchedAndIsReported) {
   src.FillPattern(11);
   ASSERT_TRUE(conn->RegisterKvView(src.View()).ok());
   const std::vector<TokenId> tokens = Prompt(4 * kChunk + 1);
-  const std::vector<int64_t> slots = Slots({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, tokens.size());
+  const std::vector<int64_t> slots =
+      Slots({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, tokens.size());
   ASSERT_EQ(*conn->Store(tokens, slots), 4u);
   conn->Flush();
   std::vector<ChunkKey> keys = ComputeChunkKeys(conn->ns(), tokens, {.chunk_tokens = kChunk});

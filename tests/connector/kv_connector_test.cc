@@ -65,7 +65,9 @@ class GatedTier final : public Tier {
   uint64_t capacity_bytes() const override { return inner_->capacity_bytes(); }
   bool Pin(const ChunkKey& k) override { return inner_->Pin(k); }
   void Unpin(const ChunkKey& k) override { inner_->Unpin(k); }
-  void SetEvictionListener(EvictionListener l) override { inner_->SetEvictionListener(std::move(l)); }
+  void SetEvictionListener(EvictionListener l) override {
+    inner_->SetEvictionListener(std::move(l));
+  }
 
  private:
   std::unique_ptr<Tier> inner_;
@@ -225,7 +227,8 @@ TEST(KVConnectorTest, LookupRespectsNumComputedTokens) {
 
   // LoadPayloads skips chunks wholly below skip_tokens.
   Consumer consume;
-  auto loaded = conn->LoadPayloads(tokens, 4 * kChunk, consume.fn(), /*skip_tokens=*/2 * kChunk + 3);
+  auto loaded =
+      conn->LoadPayloads(tokens, 4 * kChunk, consume.fn(), /*skip_tokens=*/2 * kChunk + 3);
   ASSERT_TRUE(loaded.ok());
   EXPECT_THAT(consume.chunks, ElementsAre(2, 3));
   EXPECT_EQ(loaded->loaded_tokens, 4 * kChunk);

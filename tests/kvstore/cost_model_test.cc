@@ -79,8 +79,7 @@ TEST(CostModelTest, FastTierLongPrefixLoadsEverything) {
 // one H100-class GPU) = 0.49 s, 0.01536 s per chunk. Loading never wins: recompute.
 TEST(CostModelTest, SlowDiskEightKPromptRecomputes) {
   CostModel m(LinearPrefill(6e-5));
-  EXPECT_NEAR(m.PredictLoadSeconds(TierKind::kDisk, kChunkBytes), 0.0002 + 33554432 / 1.2e9,
-              1e-15);
+  EXPECT_NEAR(m.PredictLoadSeconds(TierKind::kDisk, kChunkBytes), 0.0002 + 33554432 / 1.2e9, 1e-15);
   EXPECT_NEAR(m.PredictPrefillSeconds(0, 8192), 8192 * 6e-5, 1e-12);
   std::vector<TierKind> tiers(32, TierKind::kDisk);
   CostModel::Decision d = m.Decide(tiers, kChunkTokens, kChunkBytes);
@@ -222,8 +221,8 @@ TEST(CostModelTest, PrefillFitRecoversCoefficients) {
   CostModelOptions o;  // defaults: 1e-3 s/token, no quadratic term, 8 samples needed
   CostModel m(o);
   const std::vector<std::pair<uint64_t, uint64_t>> runs = {
-      {128, 0}, {8192, 0}, {512, 4096}, {2048, 0}, {1024, 16384}, {256, 256}, {4096, 4096},
-      {100000, 0}, {3000, 50000}};
+      {128, 0},   {8192, 0},    {512, 4096}, {2048, 0},    {1024, 16384},
+      {256, 256}, {4096, 4096}, {100000, 0}, {3000, 50000}};
   for (size_t i = 0; i < runs.size(); ++i) {
     auto [t, c] = runs[i];
     m.ObservePrefill(t, c, SyntheticPrefill(t, c));

@@ -128,8 +128,7 @@ int kvt_lookup(kvt_connector* connector, const int32_t* tokens, size_t n_tokens,
 typedef int (*kvt_fill_fn)(void* user, size_t chunk_index, void* payload, size_t bytes);
 /* Load callback: a verified payload, valid during the call only; return 0 or a
  * kvt_status (the load stops there and the chunk counts as not loaded). */
-typedef int (*kvt_consume_fn)(void* user, size_t chunk_index, const void* payload,
-                              size_t bytes);
+typedef int (*kvt_consume_fn)(void* user, size_t chunk_index, const void* payload, size_t bytes);
 
 /* KVConnector::StorePayloads. *chunks_taken (may be NULL): chunks copied for storing. */
 int kvt_store_payloads(kvt_connector* connector, const int32_t* tokens, size_t n_tokens,
@@ -137,8 +136,8 @@ int kvt_store_payloads(kvt_connector* connector, const int32_t* tokens, size_t n
 /* KVConnector::LoadPayloads. *loaded_tokens: leading tokens held after the call
  * (skipped + delivered); tokens [*loaded_tokens, num_tokens) must be recomputed. */
 int kvt_load_payloads(kvt_connector* connector, const int32_t* tokens, size_t n_tokens,
-                      uint64_t num_tokens, uint64_t skip_tokens, kvt_consume_fn consume,
-                      void* user, uint64_t* loaded_tokens);
+                      uint64_t num_tokens, uint64_t skip_tokens, kvt_consume_fn consume, void* user,
+                      uint64_t* loaded_tokens);
 
 /* Paged KV view (kernels/kv_copy.h PagedKvView). Pointer arrays are copied; the memory
  * they point at is borrowed and must outlive its use. For every layout but
@@ -168,13 +167,13 @@ int kvt_store(kvt_connector* connector, const int32_t* tokens, size_t n_tokens,
               const int64_t* slots, size_t n_slots, size_t* chunks_taken);
 /* KVConnector::Load. *loaded_tokens as in kvt_load_payloads; positions below
  * num_computed_tokens are never written. */
-int kvt_load(kvt_connector* connector, const int32_t* tokens, size_t n_tokens,
-             uint64_t num_tokens, const int64_t* slots, size_t n_slots,
-             uint64_t num_computed_tokens, uint64_t* loaded_tokens);
+int kvt_load(kvt_connector* connector, const int32_t* tokens, size_t n_tokens, uint64_t num_tokens,
+             const int64_t* slots, size_t n_slots, uint64_t num_computed_tokens,
+             uint64_t* loaded_tokens);
 
 /* KVConnector::ObservePrefill (seconds). */
-void kvt_observe_prefill(kvt_connector* connector, uint64_t new_tokens,
-                         uint64_t context_tokens, double seconds);
+void kvt_observe_prefill(kvt_connector* connector, uint64_t new_tokens, uint64_t context_tokens,
+                         double seconds);
 /* KVConnector::Flush: waits until every async store reached the store. */
 void kvt_flush(kvt_connector* connector);
 

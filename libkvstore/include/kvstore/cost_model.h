@@ -81,17 +81,17 @@ struct CostModelOptions {
 
 // Monotonic counters since creation (relaxed atomics; a snapshot, not a transaction).
 struct CostModelStats {
-  uint64_t decisions = 0;                // Decide calls
-  uint64_t decisions_load_all = 0;       // chose every cached chunk (n > 0)
-  uint64_t decisions_load_partial = 0;   // chose 0 < k < n
-  uint64_t decisions_recompute = 0;      // chose k = 0 although n > 0
-  uint64_t decisions_no_hit = 0;         // n == 0
-  uint64_t chunks_considered = 0;        // sum of n
-  uint64_t chunks_chosen = 0;            // sum of k
-  uint64_t transfers_observed = 0;       // accepted ObserveTransfer calls
-  uint64_t prefills_observed = 0;        // accepted ObservePrefill calls
-  uint64_t observations_rejected = 0;    // non-finite / non-positive inputs ignored
-  bool prefill_fit_active = false;       // the fitted model is in use (gauge)
+  uint64_t decisions = 0;               // Decide calls
+  uint64_t decisions_load_all = 0;      // chose every cached chunk (n > 0)
+  uint64_t decisions_load_partial = 0;  // chose 0 < k < n
+  uint64_t decisions_recompute = 0;     // chose k = 0 although n > 0
+  uint64_t decisions_no_hit = 0;        // n == 0
+  uint64_t chunks_considered = 0;       // sum of n
+  uint64_t chunks_chosen = 0;           // sum of k
+  uint64_t transfers_observed = 0;      // accepted ObserveTransfer calls
+  uint64_t prefills_observed = 0;       // accepted ObservePrefill calls
+  uint64_t observations_rejected = 0;   // non-finite / non-positive inputs ignored
+  bool prefill_fit_active = false;      // the fitted model is in use (gauge)
 };
 
 // Thread-safe.
@@ -168,8 +168,8 @@ class CostModel {
   size_t next_sample_ ABSL_GUARDED_BY(mu_) = 0;
   PrefillModel model_ ABSL_GUARDED_BY(mu_);
 
-  mutable std::atomic<uint64_t> decisions_{0}, load_all_{0}, load_partial_{0},
-      recompute_{0}, no_hit_{0}, chunks_considered_{0}, chunks_chosen_{0};
+  mutable std::atomic<uint64_t> decisions_{0}, load_all_{0}, load_partial_{0}, recompute_{0},
+      no_hit_{0}, chunks_considered_{0}, chunks_chosen_{0};
   std::atomic<uint64_t> transfers_{0}, prefills_{0}, rejected_{0};
 };
 
