@@ -1,0 +1,109 @@
+# How kvtier obtains llama.cpp (issue 4).
+#
+# llama.cpp comes from a registry package with a pinned version: the PyPI sdist of
+# llama-cpp-python carries the whole llama.cpp source under vendor/llama.cpp. We
+# download that sdist once (hash-checked) into the build directory and build its
+# llama.cpp as part of this CMake build: static libraries, CPU only, no curl, no
+# tools/tests/examples. Nothing Python runs at build or test time.
+#
+#   llama-cpp-python 0.3.36  ->  llama.cpp commit 0c1e57098 (ggml 0.25.3)
+#   (from the sdist's CHANGELOG.md: "update llama.cpp to ggml-org/llama.cpp@0c1e57098")
+#
+# Offline / air-gapped builds: pass -DKVT_LLAMACPP_SDIST=/path/to/llama_cpp_python-0.3.36.tar.gz
+# (e.g. fetched with `pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36`).
+# The hash is checked either way. A configured build directory keeps the download under
+# <build>/_deps/, so re-configuring never downloads again.
+#
+# CPU code paths: GGML_NATIVE is OFF and AVX/AVX2/FMA/F16C/BMI2 are enabled explicitly
+# (x86-64-v3); AMX and AVX-512 stay off, so the binary runs on any AVX2 machine and never
+# reaches ggml's AMX code (which crashed with SIGILL on some of this project's CPUs; see
+# docs/llamacpp.md). -DKVT_LLAMACPP_NATIVE=ON builds for the host CPU instead.
+#
+# Provides: targets `llama` and `ggml` (static), and the variables
+#   KVT_LLAMACPP_VERSION      "0.3.36"      (llama-cpp-python package version)
+#   KVT_LLAMACPP_COMMIT       "0c1e57098"   (llama.cpp commit it carries)
+#   KVT_LLAMACPP_SOURCE_DIR   path of the llama.cpp source tree (models/ggml-vocab-*.gguf live there)
+
+include_guard(GLOBAL)
+include(FetchContent)
+
+set(KVT_LLAMACPP_VERSION "0.3.36")
+set(KVT_LLAMACPP_COMMIT "0c1e57098")
+set(KVT_LLAMACPP_SHA256 "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e")
+set(KVT_LLAMACPP_URL
+    "${KVT_LLAMACPP_SDIST}")
+set(KVT_LLAMACPP_SDIST "" CACHE FILEPATH
+    "Local llama_cpp_python-${KVT_LLAMACPP_VERSION}.tar.gz (sdist) to use instead of downloading it")
+option(KVT_LLAMACPP_NATIVE "Build llama.cpp for the host CPU (-march=native) instead of x86-64-v3" OFF)
+
+if(KVT_LLAMACPP_SDIST)
+  set(_kvt_llama_url "${KVT_LLAMACPP_SDIST}")
+else()
+  set(_kvt_llama_url "${KVT_LLAMACPP_URL}")
+endif()
+
+FetchContent_Declare(llamacpp_py
+  URL "${_kvt_llama_url}"
+  URL_HASH SHA256=${KVT_LLAMACPP_SHA256}
+  DOWNLOAD_NO_PROGRESS TRUE
+  SOURCE_SUBDIR vendor/llama.cpp)
+
+# llama.cpp / ggml options (CMP0077: plain variables override their option()s).
+set(BUILD_SHARED_LIBS OFF)
+set(LLAMA_BUILD_COMMON OFF)
+set(LLAMA_BUILD_TESTS OFF)
+set(LLAMA_BUILD_TOOLS OFF)
+set(LLAMA_BUILD_EXAMPLES OFF)
+set(LLAMA_BUILD_SERVER OFF)
+set(LLAMA_BUILD_APP OFF)
+set(LLAMA_BUILD_UI OFF)
+set(LLAMA_CURL OFF)
+set(LLAMA_OPENSSL OFF)
+set(LLAMA_ALL_WARNINGS OFF)
+set(GGML_ALL_WARNINGS OFF)
+set(GGML_BUILD_TESTS OFF)
+set(GGML_BUILD_EXAMPLES OFF)
+set(GGML_CCACHE OFF)
+set(GGML_CUDA OFF)
+set(GGML_METAL OFF)
+set(GGML_VULKAN OFF)
+set(GGML_BACKEND_DL OFF)
+# ggml's own thread pool: no libgomp, and forked test helpers never inherit an OpenMP runtime.
+set(GGML_OPENMP OFF)
+if(KVT_LLAMACPP_NATIVE)
+  set(GGML_NATIVE ON)
+else()
+  set(GGML_NATIVE OFF)
+  if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")
+    set(GGML_AVX ON)
+    set(GGML_AVX2 ON)
+    set(GGML_FMA ON)
+    set(GGML_F16C ON)
+    set(GGML_BMI2 ON)
+    set(GGML_AVX512 OFF)
+    set(GGML_AMX_TILE OFF)
+    set(GGML_AMX_INT8 OFF)
+    set(GGML_AMX_BF16 OFF)
+  endif()
+endif()
+
+# llama.cpp is C++17 code; kvtier's global C++20 setting must not leak into it.
+set(_kvt_saved_cxx_std ${CMAKE_CXX_STANDARD})
+set(CMAKE_CXX_STANDARD 17)
+FetchContent_MakeAvailable(llamacpp_py)
+set(CMAKE_CXX_STANDARD ${_kvt_saved_cxx_std})
+
+set(KVT_LLAMACPP_SOURCE_DIR "${llamacpp_py_SOURCE_DIR}/vendor/llama.cpp")
+if(NOT TARGET llama OR NOT TARGET ggml)
+  message(FATAL_ERROR "kvtier: llama.cpp from ${_kvt_llama_url} did not define targets llama/ggml")
+endif()
+# Engine tests and the demo would be unusably slow with an unoptimised ggml.
+if(CMAKE_BUILD_TYPE STREQUAL "Debug")
+  foreach(t ggml-base ggml-cpu llama)
+    if(TARGET ${t})
+      target_compile_options(${t} PRIVATE -O2)
+    endif()
+  endforeach()
+endif()
+message(STATUS "kvtier: llama.cpp ${KVT_LLAMACPP_COMMIT} from llama-cpp-python ${KVT_LLAMACPP_VERSION} "
+               "(${KVT_LLAMACPP_SOURCE_DIR}); native=${KVT_LLAMACPP_NATIVE}")

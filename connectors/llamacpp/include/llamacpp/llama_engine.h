@@ -1,0 +1,140 @@
+// LlamaEngine: one llama.cpp model + context running a single sequence (seq 0) on the
+// CPU, with exactly the calls kvtier's llama.cpp adapter needs: tokenize, clear,
+// prefill in fixed batches, read the next-token logits, get/set the sequence state.
+//
+// Pinned engine: llama.cpp commit 0c1e57098 as carried by llama-cpp-python 0.3.36
+// (cmake/LlamaCpp.cmake). Supported models: decoder-only models whose memory is a plain
+// (non-SWA, non-recurrent) KV cache with one K and one V row of the same size per layer
+// and token, and without per-cell extension records (no M-RoPE) — e.g. the Llama family.
+// Others fail Create with Unimplemented (the state probe cannot be parsed).
+#ifndef LLAMACPP_LLAMA_ENGINE_H_
+#define LLAMACPP_LLAMA_ENGINE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kvstore/chunk_key.h"
+#include "kvstore/types.h"
+#include "llamacpp/seq_state.h"
+
+struct llama_model;
+struct llama_context;
+
+namespace kvt::llamacpp {
+
+// The llama-cpp-python package version and the llama.cpp commit it carries.
+std::string_view LlamaCppPackageVersion();
+std::string_view LlamaCppCommit();
+
+struct EngineOptions {
+  std::string model_path;
+  // Context size in tokens (the longest prompt + 1). REQUIRES: >= 16.
+  uint32_t n_ctx = 8192;
+  // Tokens per llama_decode call during prefill (also n_ubatch). REQUIRES: 1..n_ctx.
+  uint32_t n_batch = 512;
+  // Threads for decode and batch processing. Keep it fixed when comparing logits: with
+  // flash attention a one-token decode depends on the thread count. REQUIRES: >= 1.
+  int32_t n_threads = 2;
+  bool flash_attn = false;
+  // KV cache element types by ggml name ("f16", "f32", "bf16", "q8_0", ...).
+  std::string type_k = "f16";
+  std::string type_v = "f16";
+  // Forward llama.cpp's log output to stderr (otherwise only errors are shown).
+  bool verbose_llama_log = false;
+
+  absl::Status Validate() const;
+};
+
+// Called during prefill with (tokens done, tokens total) after each batch.
+using PrefillProgress = std::function<void(uint64_t done, uint64_t total)>;
+
+// Not thread-safe: one caller at a time (a llama_context is single-threaded API-wise).
+class LlamaEngine {
+ public:
+  // Loads the model (mmap), creates the context and probes the sequence-state format
+  // with a one-token decode. NotFound for a missing model file; InvalidArgument for bad
+  // options or a file llama.cpp cannot load; Unimplemented for a model or cache type
+  // whose state kvtier cannot slice (see the file comment).
+  static absl::StatusOr<std::unique_ptr<LlamaEngine>> Create(const EngineOptions& options);
+  ~LlamaEngine();
+
+  const EngineOptions& options() const { return options_; }
+  llama_context* context() { return ctx_; }
+  const llama_model* model() const { return model_; }
+
+  // True when the model carries a tokenizer (tokenizer.ggml.model != "none").
+  bool has_vocab() const;
+  int32_t n_vocab() const { return n_vocab_; }
+  // Text -> token ids with the model's tokenizer; `add_bos` prepends BOS when the vocab
+  // uses one. FailedPrecondition when the model has no tokenizer.
+  absl::StatusOr<std::vector<TokenId>> Tokenize(std::string_view text, bool add_bos) const;
+
+  // Removes every cell of seq 0.
+  void Clear();
+  // Number of tokens seq 0 holds (positions 0..n-1).
+  uint32_t seq_tokens() const;
+
+  // Decodes `tokens` at positions first_pos, first_pos+1, ... in batches of n_batch
+  // tokens (the first batch starts at first_pos), requesting logits only for the last
+  // token when `want_logits`. REQUIRES: first_pos == seq_tokens(). InvalidArgument for
+  // ids outside [0, n_vocab) or a prompt past n_ctx; Internal when llama_decode fails.
+  absl::Status Prefill(std::span<const TokenId> tokens, uint32_t first_pos, bool want_logits,
+                       const PrefillProgress& progress = nullptr);
+  // Next-token logits of the last decoded token (n_vocab floats). FailedPrecondition if
+  // the last Prefill did not request logits.
+  absl::StatusOr<std::vector<float>> Logits() const;
+
+  // llama_state_seq_get_data of seq 0 (format: seq_state.h).
+  absl::StatusOr<std::vector<std::byte>> GetSeqState() const;
+  // llama_state_seq_set_data into seq 0 after validating `blob` with ParseSeqState.
+  // On error seq 0 is empty. DataLoss/FailedPrecondition from the parser; Internal when
+  // llama.cpp rejects it.
+  absl::Status SetSeqState(std::span<const std::byte> blob);
+
+  // The state format facts probed at Create.
+  const SeqStateSpec& state_spec() const { return spec_; }
+  // kvtier layout of one chunk payload: kLlamaCppRows, n_layer layers, dtype from
+  // type_k (F16 -> kF16, F32 -> kF32, BF16 -> kBF16, num_kv_heads x head_dim); any other
+  // type -> kBytes with num_kv_heads = 1 and head_dim = the row's byte size.
+  const KvLayout& layout() const { return layout_; }
+  // XXH3-128 of the model file (whole file up to 4 GiB; above that, the GGUF metadata
+  // plus 1 MiB samples at 256 evenly spaced offsets), as 32 hex digits. Computed once.
+  const std::string& model_fingerprint() const { return fingerprint_; }
+  // "llama.cpp=<commit>;llama-cpp-python=<ver>;type_k=..;type_v=..;flash_attn=on|off;v_trans=0|1".
+  std::string engine_extra() const;
+  // NamespaceParams for this engine: model_id "gguf-xxh3:<fingerprint>", layout(),
+  // chunk_tokens, engine_extra().
+  NamespaceParams MakeNamespaceParams(uint32_t chunk_tokens) const;
+
+  // Wall time of one llama_decode of a single token measured at Create (seconds).
+  double probe_decode_s() const { return probe_decode_s_; }
+
+ private:
+  LlamaEngine() = default;
+  absl::Status Probe();
+
+  EngineOptions options_;
+  llama_model* model_ = nullptr;
+  llama_context* ctx_ = nullptr;
+  int32_t n_vocab_ = 0;
+  bool logits_valid_ = false;
+  SeqStateSpec spec_;
+  KvLayout layout_;
+  std::string fingerprint_;
+  double probe_decode_s_ = 0;
+};
+
+// XXH3-128 fingerprint of a GGUF file as described at model_fingerprint().
+// NotFound / Internal on I/O errors.
+absl::StatusOr<std::string> FingerprintModelFile(const std::string& path);
+
+}  // namespace kvt::llamacpp
+
+#endif  // LLAMACPP_LLAMA_ENGINE_H_

@@ -1,0 +1,134 @@
+// llama.cpp per-sequence state blobs: validation, slicing into kvtier chunk payloads,
+// and reassembly of a prefix.
+//
+// Format of llama_state_seq_get_data(ctx, dst, size, seq_id) in the pinned llama.cpp
+// (commit 0c1e57098, from llama-cpp-python 0.3.36; src/llama-context.cpp
+// state_seq_get_data and src/llama-kv-cache.cpp state_write / state_write_meta /
+// state_write_data). All fields little-endian:
+//
+//   u32 magic = 0xaf143cd8, i32 source seq_id,
+//   u32 n_stream                                    (kvtier requires 1)
+//   per stream: u32 cell_count                      (kvtier requires > 0)
+//     per cell: i32 pos, u32 n_seq_id (= 1), i32 seq_id
+//               (models with M-RoPE or PLE add an ext record: not supported, the cell
+//                positions then fail validation)
+//     u32 v_trans, u32 n_layer
+//     per layer: i32 k_type, u64 k_row_bytes, cell_count * k_row_bytes bytes of K rows
+//     v_trans == 0: per layer: i32 v_type, u64 v_row_bytes, cell_count rows of V
+//     v_trans == 1: per layer: i32 v_type, u32 v_elem_bytes, u32 n_embd_v_gqa, then for
+//                   each of the n_embd_v_gqa elements, cell_count elements (V^T)
+//
+// kvtier chunk payload for tokens [a, b) (codec order, kvstore/chunk_codec.h, layout kind
+// kLlamaCppRows): for each layer, the K rows of tokens a..b-1 (each k_row_bytes), then
+// the V rows of tokens a..b-1 (each v_row_bytes), token-major even when the engine's V
+// is transposed (it is transposed back on load). So a payload is identical whether or
+// not v_trans is set; the namespace still separates flash attention on/off because the
+// values differ.
+#ifndef LLAMACPP_SEQ_STATE_H_
+#define LLAMACPP_SEQ_STATE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace kvt::llamacpp {
+
+inline constexpr uint32_t kSeqStateMagic = 0xaf143cd8u;  // llama-context.cpp io_magic
+
+// What a blob of this engine must look like. Every layer has the same K and V types
+// and row sizes (kvtier's payload layout is uniform across layers). Thread-compatible.
+struct SeqStateSpec {
+  uint32_t n_layer = 0;
+  int32_t type_k = 0;  // ggml_type
+  int32_t type_v = 0;  // ggml_type
+  uint64_t k_row_bytes = 0;  // ggml_row_size(type_k, n_embd_k_gqa)
+  uint64_t v_row_bytes = 0;  // ggml_row_size(type_v, n_embd_v_gqa)
+  uint32_t n_embd_v_gqa = 0;  // V elements per token and layer
+  uint32_t v_elem_bytes = 0;  // ggml_type_size(type_v); used when v_trans
+  bool v_trans = false;
+
+  // Payload bytes of one token across all layers: n_layer * (k_row_bytes + v_row_bytes).
+  uint64_t payload_bytes_per_token() const { return uint64_t{n_layer} * (k_row_bytes + v_row_bytes); }
+  // InvalidArgument naming the field (zero sizes; v_trans with v_row_bytes !=
+  // n_embd_v_gqa * v_elem_bytes, i.e. a block-quantized transposed V).
+  absl::Status Validate() const;
+  std::string DebugString() const;
+};
+
+// Exact size of a blob with `cell_count` cells.
+uint64_t SeqStateBytes(const SeqStateSpec& spec, uint32_t cell_count);
+
+// A validated blob: where each layer's K and V data start. Borrows the blob bytes
+// (they must outlive the view). Thread-compatible.
+struct SeqStateView {
+  SeqStateSpec spec;
+  uint32_t cell_count = 0;
+  int32_t seq_id = 0;
+  std::vector<uint64_t> k_offset;  // per layer: first byte of cell_count K rows
+  std::vector<uint64_t> v_offset;  // per layer: first byte of V (rows, or V^T when v_trans)
+  std::span<const std::byte> blob;
+};
+
+// Validates every field of `blob` against `expect`, in order, and returns the offsets.
+// Errors name the field and its offset:
+//  * DataLoss: truncated at any field, wrong magic, n_stream != 1, cell_count == 0,
+//    a cell whose pos != its index (positions must be contiguous from 0), n_seq_id != 1,
+//    v_trans not 0/1, bytes left over after the last layer.
+//  * FailedPrecondition: a well-formed field that does not match this engine: v_trans,
+//    n_layer, k/v type, k/v row bytes, V element size, n_embd_v_gqa.
+absl::StatusOr<SeqStateView> ParseSeqState(std::span<const std::byte> blob,
+                                           const SeqStateSpec& expect);
+
+// Reads the layout facts (v_trans, n_layer, layer 0's K/V types and row sizes) from a
+// blob, assuming every layer is alike, then validates the whole blob with ParseSeqState.
+// For v_trans == 0 the blob does not carry n_embd_v_gqa / v_elem_bytes: they are set to
+// v_row_bytes and 1 (callers that know the ggml type may refine them). DataLoss as
+// ParseSeqState; FailedPrecondition when layers differ.
+absl::StatusOr<SeqStateSpec> InferSeqStateSpec(std::span<const std::byte> blob);
+
+// Copies tokens [first, first + count) of `view` into `payload` in chunk codec order
+// (see the file comment). REQUIRES: payload.size() == count * payload_bytes_per_token().
+// OutOfRange when the range exceeds cell_count; InvalidArgument for a wrong payload size.
+absl::Status ExtractChunkPayload(const SeqStateView& view, uint32_t first, uint32_t count,
+                                 std::span<std::byte> payload);
+
+// Builds the blob of a sequence holding tokens [0, cell_count) from chunk payloads,
+// for llama_state_seq_set_data. Writes all headers on creation; PutChunk scatters one
+// chunk's K/V rows into place. Not thread-safe.
+class SeqStateBuilder {
+ public:
+  // InvalidArgument for an invalid spec or cell_count == 0.
+  static absl::StatusOr<SeqStateBuilder> Create(const SeqStateSpec& spec, uint32_t cell_count,
+                                                int32_t seq_id = 0);
+
+  // Places tokens [first, first + count) from `payload` (codec order).
+  // OutOfRange past cell_count; InvalidArgument for a wrong payload size.
+  absl::Status PutChunk(uint32_t first, uint32_t count, std::span<const std::byte> payload);
+
+  // The blob. Rows never written by PutChunk are zero.
+  std::span<const std::byte> blob() const { return blob_; }
+  std::vector<std::byte> TakeBlob() && { return std::move(blob_); }
+  uint32_t cell_count() const { return cell_count_; }
+
+  // The blob of only the first `cells` tokens (e.g. after a partial load).
+  // InvalidArgument when cells == 0 or cells > cell_count().
+  absl::StatusOr<std::vector<std::byte>> Truncated(uint32_t cells) const;
+
+ private:
+  SeqStateBuilder(const SeqStateSpec& spec, uint32_t cell_count, int32_t seq_id);
+  SeqStateSpec spec_;
+  uint32_t cell_count_ = 0;
+  int32_t seq_id_ = 0;
+  std::vector<std::byte> blob_;
+  std::vector<uint64_t> k_offset_;
+  std::vector<uint64_t> v_offset_;
+};
+
+}  // namespace kvt::llamacpp
+
+#endif  // LLAMACPP_SEQ_STATE_H_

@@ -1,0 +1,295 @@
+#include "llamacpp/llama_engine.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "ggml.h"
+#include "llama.h"
+
+#ifndef KVT_LLAMACPP_COMMIT
+#error "KVT_LLAMACPP_COMMIT must be defined by cmake/LlamaCpp.cmake"
+#endif
+#ifndef KVT_LLAMACPP_VERSION
+#error "KVT_LLAMACPP_VERSION must be defined by cmake/LlamaCpp.cmake"
+#endif
+
+namespace kvt::llamacpp {
+namespace {
+
+bool g_verbose_log = false;
+
+void LogCallback(ggml_log_level level, const char* text, void* /*user*/) {
+  if (g_verbose_log || level == GGML_LOG_LEVEL_ERROR) std::fputs(text, stderr);
+}
+
+void InitBackendOnce(bool verbose) {
+  static std::once_flag once;
+  g_verbose_log = g_verbose_log || verbose;
+  std::call_once(once, [] {
+    llama_log_set(LogCallback, nullptr);
+    llama_backend_init();
+  });
+}
+
+absl::StatusOr<ggml_type> ParseCacheType(std::string_view name, std::string_view field) {
+  for (int t = 0; t < GGML_TYPE_COUNT; ++t) {
+    const char* n = ggml_type_name(static_cast<ggml_type>(t));
+    if (n != nullptr && name == n && ggml_type_size(static_cast<ggml_type>(t)) > 0) {
+      return static_cast<ggml_type>(t);
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("EngineOptions.", std::string(field), " '", std::string(name), "' is not a ggml type name (e.g. f16, f32, q8_0)"));
+}
+
+}  // namespace
+
+std::string_view LlamaCppPackageVersion() { return KVT_LLAMACPP_VERSION; }
+std::string_view LlamaCppCommit() { return KVT_LLAMACPP_COMMIT; }
+
+absl::Status EngineOptions::Validate() const {
+  if (model_path.empty()) return absl::InvalidArgumentError("EngineOptions.model_path is empty");
+  if (n_ctx < 16) return absl::InvalidArgumentError(absl::StrCat("EngineOptions.n_ctx ", n_ctx, " < 16"));
+  if (n_batch == 0 || n_batch > n_ctx) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("EngineOptions.n_batch ", n_batch, " must be in 1..n_ctx (", n_ctx, ")"));
+  }
+  if (n_threads < 1) return absl::InvalidArgumentError(absl::StrCat("EngineOptions.n_threads ", n_threads, " < 1"));
+  if (auto t = ParseCacheType(type_k, "type_k"); !t.ok()) return t.status();
+  if (auto t = ParseCacheType(type_v, "type_v"); !t.ok()) return t.status();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Create(const EngineOptions& options) {
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
+  if (!std::filesystem::exists(options.model_path)) {
+    return absl::NotFoundError(absl::StrCat("model file '", options.model_path, "' does not exist"));
+  }
+  InitBackendOnce(options.verbose_llama_log);
+  std::unique_ptr<LlamaEngine> e(new LlamaEngine());
+  e->options_ = options;
+
+  llama_model_params mp = llama_model_default_params();
+  mp.n_gpu_layers = 0;
+  // No repacked/extra buffer types: plain CPU buffers (also keeps ggml's AMX path away).
+  mp.use_extra_bufts = false;
+  e->model_ = llama_model_load_from_file(options.model_path.c_str(), mp);
+  if (e->model_ == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("llama.cpp could not load model '", options.model_path, "' (see log above)"));
+  }
+  e->n_vocab_ = llama_vocab_n_tokens(llama_model_get_vocab(e->model_));
+
+  llama_context_params cp = llama_context_default_params();
+  cp.n_ctx = options.n_ctx;
+  cp.n_batch = options.n_batch;
+  cp.n_ubatch = options.n_batch;
+  cp.n_seq_max = 1;
+  cp.n_threads = options.n_threads;
+  cp.n_threads_batch = options.n_threads;
+  cp.flash_attn_type = options.flash_attn ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+  cp.type_k = *ParseCacheType(options.type_k, "type_k");
+  cp.type_v = *ParseCacheType(options.type_v, "type_v");
+  cp.offload_kqv = false;
+  cp.op_offload = false;
+  cp.no_perf = true;
+  cp.kv_unified = true;
+  e->ctx_ = llama_init_from_model(e->model_, cp);
+  if (e->ctx_ == nullptr) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "llama.cpp could not create a context for '%s' (n_ctx=%d, type_k=%s, type_v=%s, "
+        "flash_attn=%d; a quantized V cache needs flash attention)",
+        options.model_path, options.n_ctx, options.type_k, options.type_v, options.flash_attn));
+  }
+  if (absl::Status s = e->Probe(); !s.ok()) return s;
+  absl::StatusOr<std::string> fp = FingerprintModelFile(options.model_path);
+  if (!fp.ok()) return fp.status();
+  e->fingerprint_ = *fp;
+  return e;
+}
+
+LlamaEngine::~LlamaEngine() {
+  if (ctx_ != nullptr) llama_free(ctx_);
+  if (model_ != nullptr) llama_model_free(model_);
+}
+
+absl::Status LlamaEngine::Probe() {
+  // One token at position 0 gives a state blob whose headers describe the cache.
+  const TokenId probe[1] = {0};
+  const auto t0 = std::chrono::steady_clock::now();
+  if (absl::Status s = Prefill(probe, 0, /*want_logits=*/true); !s.ok()) return s;
+  probe_decode_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  absl::StatusOr<std::vector<std::byte>> blob = GetSeqState();
+  Clear();
+  if (!blob.ok()) return blob.status();
+  absl::StatusOr<SeqStateSpec> spec = InferSeqStateSpec(*blob);
+  if (!spec.ok()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "kvtier cannot slice this model's llama.cpp sequence state (only plain KV caches with "
+        "uniform layers are supported): ",
+        spec.status().message()));
+  }
+  spec_ = *spec;
+  const auto tk = static_cast<ggml_type>(spec_.type_k);
+  const auto tv = static_cast<ggml_type>(spec_.type_v);
+  if (!spec_.v_trans) {
+    spec_.v_elem_bytes = static_cast<uint32_t>(ggml_type_size(tv));
+    spec_.n_embd_v_gqa = static_cast<uint32_t>(spec_.v_row_bytes / ggml_type_size(tv) * ggml_blck_size(tv));
+  }
+  if (spec_.type_k != spec_.type_v || spec_.k_row_bytes != spec_.v_row_bytes) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "kvtier's llama.cpp payload needs equal K and V rows; this cache has K %s x %d bytes, V %s x %d bytes",
+        ggml_type_name(tk), spec_.k_row_bytes, ggml_type_name(tv), spec_.v_row_bytes));
+  }
+  layout_.num_layers = spec_.n_layer;
+  layout_.kind = LayoutKind::kLlamaCppRows;
+  const int32_t n_head_kv = llama_model_n_head_kv(model_);
+  const uint64_t elems = spec_.k_row_bytes / ggml_type_size(tk) * ggml_blck_size(tk);
+  const bool plain = tk == GGML_TYPE_F16 || tk == GGML_TYPE_F32 || tk == GGML_TYPE_BF16;
+  if (plain && n_head_kv > 0 && elems % static_cast<uint64_t>(n_head_kv) == 0) {
+    layout_.dtype = tk == GGML_TYPE_F16 ? DType::kF16 : tk == GGML_TYPE_F32 ? DType::kF32 : DType::kBF16;
+    layout_.num_kv_heads = static_cast<uint32_t>(n_head_kv);
+    layout_.head_dim = static_cast<uint32_t>(elems / static_cast<uint64_t>(n_head_kv));
+  } else {
+    layout_.dtype = DType::kBytes;
+    layout_.num_kv_heads = 1;
+    layout_.head_dim = static_cast<uint32_t>(spec_.k_row_bytes);
+  }
+  if (absl::Status s = layout_.Validate(); !s.ok()) return s;
+  if (layout_.bytes_per_token() != spec_.payload_bytes_per_token()) {
+    return absl::InternalError(absl::StrFormat("layout %s does not match state rows %s",
+                                               layout_.DebugString(), spec_.DebugString()));
+  }
+  return absl::OkStatus();
+}
+
+bool LlamaEngine::has_vocab() const {
+  return llama_vocab_type(llama_model_get_vocab(model_)) != LLAMA_VOCAB_TYPE_NONE;
+}
+
+absl::StatusOr<std::vector<TokenId>> LlamaEngine::Tokenize(std::string_view text, bool add_bos) const {
+  if (!has_vocab()) {
+    return absl::FailedPreconditionError(
+        "model has no tokenizer (tokenizer.ggml.model = none): drive it with token ids");
+  }
+  const llama_vocab* vocab = llama_model_get_vocab(model_);
+  std::vector<TokenId> out(text.size() + 8);
+  int32_t n = llama_tokenize(vocab, text.data(), static_cast<int32_t>(text.size()), out.data(),
+                             static_cast<int32_t>(out.size()), add_bos, /*parse_special=*/false);
+  if (n < 0) {
+    out.resize(static_cast<size_t>(-n));
+    n = llama_tokenize(vocab, text.data(), static_cast<int32_t>(text.size()), out.data(),
+                       static_cast<int32_t>(out.size()), add_bos, false);
+  }
+  if (n < 0) return absl::InternalError("llama_tokenize failed");
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
+void LlamaEngine::Clear() {
+  llama_memory_seq_rm(llama_get_memory(ctx_), 0, -1, -1);
+  logits_valid_ = false;
+}
+
+uint32_t LlamaEngine::seq_tokens() const {
+  const llama_pos max = llama_memory_seq_pos_max(llama_get_memory(ctx_), 0);
+  return max < 0 ? 0u : static_cast<uint32_t>(max) + 1;
+}
+
+absl::Status LlamaEngine::Prefill(std::span<const TokenId> tokens, uint32_t first_pos,
+                                  bool want_logits, const PrefillProgress& progress) {
+  if (first_pos != seq_tokens()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "Prefill at position %d but the sequence holds %d tokens", first_pos, seq_tokens()));
+  }
+  if (uint64_t{first_pos} + tokens.size() > options_.n_ctx) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "prompt of %d tokens exceeds n_ctx %d", uint64_t{first_pos} + tokens.size(), options_.n_ctx));
+  }
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= n_vocab_) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("token %d at index %d is outside [0, %d)", tokens[i], i, n_vocab_));
+    }
+  }
+  logits_valid_ = false;
+  const uint32_t n_batch = options_.n_batch;
+  llama_batch batch = llama_batch_init(static_cast<int32_t>(n_batch), 0, 1);
+  absl::Status status;
+  for (size_t start = 0; start < tokens.size(); start += n_batch) {
+    const size_t n = std::min<size_t>(n_batch, tokens.size() - start);
+    batch.n_tokens = static_cast<int32_t>(n);
+    for (size_t i = 0; i < n; ++i) {
+      batch.token[i] = tokens[start + i];
+      batch.pos[i] = static_cast<llama_pos>(first_pos + start + i);
+      batch.n_seq_id[i] = 1;
+      batch.seq_id[i][0] = 0;
+      batch.logits[i] = 0;
+    }
+    const bool last = start + n == tokens.size();
+    if (last && want_logits) batch.logits[n - 1] = 1;
+    const int32_t rc = llama_decode(ctx_, batch);
+    if (rc != 0) {
+      status = absl::InternalError(absl::StrFormat(
+          "llama_decode returned %d for tokens [%d, %d)", rc, first_pos + start, first_pos + start + n));
+      break;
+    }
+    if (progress) progress(start + n, tokens.size());
+  }
+  llama_batch_free(batch);
+  if (status.ok() && want_logits && !tokens.empty()) logits_valid_ = true;
+  return status;
+}
+
+absl::StatusOr<std::vector<float>> LlamaEngine::Logits() const {
+  if (!logits_valid_) return absl::FailedPreconditionError("no logits: the last Prefill did not request them");
+  const float* l = llama_get_logits_ith(ctx_, -1);
+  if (l == nullptr) return absl::InternalError("llama_get_logits_ith returned null");
+  return std::vector<float>(l, l + n_vocab_);
+}
+
+absl::StatusOr<std::vector<std::byte>> LlamaEngine::GetSeqState() const {
+  const size_t size = llama_state_seq_get_size(ctx_, 0);
+  if (size == 0) return absl::InternalError("llama_state_seq_get_size returned 0");
+  std::vector<std::byte> blob(size);
+  const size_t got = llama_state_seq_get_data(ctx_, reinterpret_cast<uint8_t*>(blob.data()), size, 0);
+  if (got != size) {
+    return absl::InternalError(absl::StrFormat("llama_state_seq_get_data wrote %d of %d bytes", got, size));
+  }
+  return blob;
+}
+
+absl::Status LlamaEngine::SetSeqState(std::span<const std::byte> blob) {
+  Clear();
+  if (absl::StatusOr<SeqStateView> v = ParseSeqState(blob, spec_); !v.ok()) return v.status();
+  const size_t read = llama_state_seq_set_data(ctx_, reinterpret_cast<const uint8_t*>(blob.data()), blob.size(), 0);
+  if (read != blob.size()) {
+    Clear();
+    return absl::InternalError(absl::StrFormat("llama_state_seq_set_data read %d of %d bytes", read, blob.size()));
+  }
+  return absl::OkStatus();
+}
+
+std::string LlamaEngine::engine_extra() const {
+  return absl::StrFormat("llama.cpp=%s;llama-cpp-python=%s;type_k=%s;type_v=%s;flash_attn=%s;v_trans=%d",
+                         LlamaCppCommit(), LlamaCppPackageVersion(),
+                         ggml_type_name(static_cast<ggml_type>(spec_.type_k)),
+                         ggml_type_name(static_cast<ggml_type>(spec_.type_v)),
+                         options_.flash_attn ? "on" : "off", spec_.v_trans ? 1 : 0);
+}
+
+NamespaceParams LlamaEngine::MakeNamespaceParams(uint32_t chunk_tokens) const {
+  NamespaceParams p;
+  p.model_id = "gguf-xxh3:" + fingerprint_;
+  p.layout = layout_;
+  p.chunk_tokens = chunk_tokens;
+  p.engine_extra = engine_extra();
+  return p;
+}
+
+}  // namespace kvt::llamacpp

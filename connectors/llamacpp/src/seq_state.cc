@@ -1,0 +1,407 @@
+#include "llamacpp/seq_state.h"
+
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace kvt::llamacpp {
+namespace {
+
+constexpr uint64_t kCellMetaBytes = 4 + 4 + 4;  // pos, n_seq_id, seq_id
+
+// Bounds-checked little-endian reader; every failure names the field and offset.
+class Reader {
+ public:
+  explicit Reader(std::span<const std::byte> data) : data_(data) {}
+
+  template <typename T>
+  absl::StatusOr<T> Read(std::string_view field) {
+    if (data_.size() - pos_ < sizeof(T) || pos_ > data_.size()) {
+      return Truncated(field, sizeof(T));
+    }
+    T value;
+    std::memcpy(&value, data_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return value;
+  }
+  // Skips `n` bytes of data (rows), checking they are present.
+  absl::Status Skip(uint64_t n, std::string_view field) {
+    if (n > data_.size() - pos_) return Truncated(field, n);
+    pos_ += n;
+    return absl::OkStatus();
+  }
+  uint64_t pos() const { return pos_; }
+  uint64_t remaining() const { return data_.size() - pos_; }
+
+ private:
+  absl::Status Truncated(std::string_view field, uint64_t need) const {
+    return absl::DataLossError(absl::StrFormat(
+        "llama.cpp seq state truncated at %s (offset %d: need %d bytes, %d left of %d)", field,
+        pos_, need, data_.size() - pos_, data_.size()));
+  }
+  std::span<const std::byte> data_;
+  uint64_t pos_ = 0;
+};
+
+#define KVT_ASSIGN_OR_RETURN_IMPL(var, lhs, expr) \
+  auto var = (expr);                              \
+  if (!var.ok()) return var.status();             \
+  lhs = *std::move(var)
+#define KVT_CONCAT_INNER(a, b) a##b
+#define KVT_CONCAT(a, b) KVT_CONCAT_INNER(a, b)
+#define KVT_ASSIGN_OR_RETURN(lhs, expr) \
+  KVT_ASSIGN_OR_RETURN_IMPL(KVT_CONCAT(_status_or_, __LINE__), lhs, expr)
+
+absl::Status Mismatch(std::string_view field, uint64_t offset, int64_t got, int64_t expected) {
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "llama.cpp seq state field %s at offset %d is %d, this engine expects %d", field, offset,
+      got, expected));
+}
+
+// Byte offsets of one token range inside a chunk payload.
+struct PayloadLayout {
+  uint64_t layer_bytes;  // count * (k_row + v_row)
+  uint64_t k_bytes;      // count * k_row
+};
+PayloadLayout PayloadOffsets(const SeqStateSpec& spec, uint32_t count) {
+  return {uint64_t{count} * (spec.k_row_bytes + spec.v_row_bytes), uint64_t{count} * spec.k_row_bytes};
+}
+
+// Header bytes before the first layer's K data, and per-layer header sizes.
+constexpr uint64_t kKLayerHeader = 4 + 8;
+constexpr uint64_t kVLayerHeader = 4 + 8;
+constexpr uint64_t kVTransLayerHeader = 4 + 4 + 4;
+
+}  // namespace
+
+absl::Status SeqStateSpec::Validate() const {
+  if (n_layer == 0 || k_row_bytes == 0 || v_row_bytes == 0 || n_embd_v_gqa == 0 ||
+      v_elem_bytes == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("SeqStateSpec has a zero field: ", DebugString()));
+  }
+  if (v_trans && v_row_bytes != uint64_t{n_embd_v_gqa} * v_elem_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "SeqStateSpec: transposed V needs v_row_bytes == n_embd_v_gqa * v_elem_bytes: ",
+        DebugString()));
+  }
+  return absl::OkStatus();
+}
+
+std::string SeqStateSpec::DebugString() const {
+  return absl::StrFormat(
+      "{n_layer=%d type_k=%d type_v=%d k_row_bytes=%d v_row_bytes=%d n_embd_v_gqa=%d "
+      "v_elem_bytes=%d v_trans=%d}",
+      n_layer, type_k, type_v, k_row_bytes, v_row_bytes, n_embd_v_gqa, v_elem_bytes, v_trans);
+}
+
+uint64_t SeqStateBytes(const SeqStateSpec& spec, uint32_t cell_count) {
+  const uint64_t cells = cell_count;
+  uint64_t bytes = 4 + 4 + 4 + 4 + cells * kCellMetaBytes + 4 + 4;
+  bytes += uint64_t{spec.n_layer} * (kKLayerHeader + cells * spec.k_row_bytes);
+  bytes += uint64_t{spec.n_layer} *
+           ((spec.v_trans ? kVTransLayerHeader : kVLayerHeader) + cells * spec.v_row_bytes);
+  return bytes;
+}
+
+absl::StatusOr<SeqStateView> ParseSeqState(std::span<const std::byte> blob,
+                                           const SeqStateSpec& expect) {
+  if (absl::Status s = expect.Validate(); !s.ok()) return s;
+  Reader r(blob);
+  SeqStateView view;
+  view.spec = expect;
+  view.blob = blob;
+
+  uint64_t at = r.pos();
+  KVT_ASSIGN_OR_RETURN(const uint32_t magic, r.Read<uint32_t>("magic"));
+  if (magic != kSeqStateMagic) {
+    return absl::DataLossError(absl::StrFormat(
+        "llama.cpp seq state field magic at offset %d is 0x%08x, expected 0x%08x", at, magic,
+        kSeqStateMagic));
+  }
+  KVT_ASSIGN_OR_RETURN(view.seq_id, r.Read<int32_t>("seq_id"));
+  at = r.pos();
+  KVT_ASSIGN_OR_RETURN(const uint32_t n_stream, r.Read<uint32_t>("n_stream"));
+  if (n_stream != 1) {
+    return absl::DataLossError(absl::StrFormat(
+        "llama.cpp seq state field n_stream at offset %d is %d, expected 1", at, n_stream));
+  }
+  at = r.pos();
+  KVT_ASSIGN_OR_RETURN(view.cell_count, r.Read<uint32_t>("cell_count"));
+  if (view.cell_count == 0) {
+    return absl::DataLossError(absl::StrFormat(
+        "llama.cpp seq state field cell_count at offset %d is 0 (empty sequence)", at));
+  }
+  // Cheap plausibility bound before looping over cells.
+  if (uint64_t{view.cell_count} * kCellMetaBytes > r.remaining()) {
+    return absl::DataLossError(absl::StrFormat(
+        "llama.cpp seq state field cell_count at offset %d is %d: the %d bytes left cannot hold "
+        "its cells",
+        at, view.cell_count, r.remaining()));
+  }
+  for (uint32_t i = 0; i < view.cell_count; ++i) {
+    at = r.pos();
+    KVT_ASSIGN_OR_RETURN(const int32_t pos, r.Read<int32_t>("cell.pos"));
+    if (pos != static_cast<int32_t>(i)) {
+      return absl::DataLossError(absl::StrFormat(
+          "llama.cpp seq state field cell[%d].pos at offset %d is %d, expected %d (positions "
+          "must be contiguous from 0)",
+          i, at, pos, i));
+    }
+    at = r.pos();
+    KVT_ASSIGN_OR_RETURN(const uint32_t n_seq_id, r.Read<uint32_t>("cell.n_seq_id"));
+    if (n_seq_id != 1) {
+      return absl::DataLossError(absl::StrFormat(
+          "llama.cpp seq state field cell[%d].n_seq_id at offset %d is %d, expected 1", i, at,
+          n_seq_id));
+    }
+    KVT_ASSIGN_OR_RETURN(const int32_t cell_seq, r.Read<int32_t>("cell.seq_id"));
+    (void)cell_seq;
+  }
+  at = r.pos();
+  KVT_ASSIGN_OR_RETURN(const uint32_t v_trans, r.Read<uint32_t>("v_trans"));
+  if (v_trans > 1) {
+    return absl::DataLossError(absl::StrFormat(
+        "llama.cpp seq state field v_trans at offset %d is %d, expected 0 or 1", at, v_trans));
+  }
+  if ((v_trans == 1) != expect.v_trans) return Mismatch("v_trans", at, v_trans, expect.v_trans);
+  at = r.pos();
+  KVT_ASSIGN_OR_RETURN(const uint32_t n_layer, r.Read<uint32_t>("n_layer"));
+  if (n_layer != expect.n_layer) return Mismatch("n_layer", at, n_layer, expect.n_layer);
+
+  const uint64_t cells = view.cell_count;
+  view.k_offset.resize(n_layer);
+  view.v_offset.resize(n_layer);
+  for (uint32_t l = 0; l < n_layer; ++l) {
+    at = r.pos();
+    KVT_ASSIGN_OR_RETURN(const int32_t k_type, r.Read<int32_t>("layer.k_type"));
+    if (k_type != expect.type_k) return Mismatch(absl::StrCat("layer[", l, "].k_type"), at, k_type, expect.type_k);
+    at = r.pos();
+    KVT_ASSIGN_OR_RETURN(const uint64_t k_row, r.Read<uint64_t>("layer.k_row_bytes"));
+    if (k_row != expect.k_row_bytes) {
+      return Mismatch(absl::StrCat("layer[", l, "].k_row_bytes"), at, static_cast<int64_t>(k_row),
+                      static_cast<int64_t>(expect.k_row_bytes));
+    }
+    view.k_offset[l] = r.pos();
+    if (absl::Status s = r.Skip(cells * k_row, absl::StrCat("layer[", l, "].k_rows")); !s.ok()) return s;
+  }
+  for (uint32_t l = 0; l < n_layer; ++l) {
+    at = r.pos();
+    KVT_ASSIGN_OR_RETURN(const int32_t v_type, r.Read<int32_t>("layer.v_type"));
+    if (v_type != expect.type_v) return Mismatch(absl::StrCat("layer[", l, "].v_type"), at, v_type, expect.type_v);
+    if (!expect.v_trans) {
+      at = r.pos();
+      KVT_ASSIGN_OR_RETURN(const uint64_t v_row, r.Read<uint64_t>("layer.v_row_bytes"));
+      if (v_row != expect.v_row_bytes) {
+        return Mismatch(absl::StrCat("layer[", l, "].v_row_bytes"), at,
+                        static_cast<int64_t>(v_row), static_cast<int64_t>(expect.v_row_bytes));
+      }
+    } else {
+      at = r.pos();
+      KVT_ASSIGN_OR_RETURN(const uint32_t v_el, r.Read<uint32_t>("layer.v_elem_bytes"));
+      if (v_el != expect.v_elem_bytes) {
+        return Mismatch(absl::StrCat("layer[", l, "].v_elem_bytes"), at, v_el, expect.v_elem_bytes);
+      }
+      at = r.pos();
+      KVT_ASSIGN_OR_RETURN(const uint32_t n_embd_v, r.Read<uint32_t>("layer.n_embd_v_gqa"));
+      if (n_embd_v != expect.n_embd_v_gqa) {
+        return Mismatch(absl::StrCat("layer[", l, "].n_embd_v_gqa"), at, n_embd_v, expect.n_embd_v_gqa);
+      }
+    }
+    view.v_offset[l] = r.pos();
+    if (absl::Status s = r.Skip(cells * expect.v_row_bytes, absl::StrCat("layer[", l, "].v_data"));
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (r.remaining() != 0) {
+    return absl::DataLossError(absl::StrFormat(
+        "llama.cpp seq state has %d bytes left over after the last layer (offset %d of %d)",
+        r.remaining(), r.pos(), blob.size()));
+  }
+  return view;
+}
+
+absl::StatusOr<SeqStateSpec> InferSeqStateSpec(std::span<const std::byte> blob) {
+  Reader r(blob);
+  KVT_ASSIGN_OR_RETURN(const uint32_t magic, r.Read<uint32_t>("magic"));
+  if (magic != kSeqStateMagic) {
+    return absl::DataLossError(
+        absl::StrFormat("llama.cpp seq state field magic is 0x%08x, expected 0x%08x", magic, kSeqStateMagic));
+  }
+  KVT_ASSIGN_OR_RETURN(const int32_t seq_id, r.Read<int32_t>("seq_id"));
+  (void)seq_id;
+  KVT_ASSIGN_OR_RETURN(const uint32_t n_stream, r.Read<uint32_t>("n_stream"));
+  if (n_stream != 1) {
+    return absl::DataLossError(absl::StrFormat("llama.cpp seq state field n_stream is %d, expected 1", n_stream));
+  }
+  KVT_ASSIGN_OR_RETURN(const uint32_t cells, r.Read<uint32_t>("cell_count"));
+  if (cells == 0) return absl::DataLossError("llama.cpp seq state field cell_count is 0 (empty sequence)");
+  if (absl::Status s = r.Skip(uint64_t{cells} * kCellMetaBytes, "cells"); !s.ok()) return s;
+  SeqStateSpec spec;
+  KVT_ASSIGN_OR_RETURN(const uint32_t v_trans, r.Read<uint32_t>("v_trans"));
+  if (v_trans > 1) return absl::DataLossError(absl::StrFormat("llama.cpp seq state field v_trans is %d", v_trans));
+  spec.v_trans = v_trans == 1;
+  KVT_ASSIGN_OR_RETURN(spec.n_layer, r.Read<uint32_t>("n_layer"));
+  if (spec.n_layer == 0) return absl::DataLossError("llama.cpp seq state field n_layer is 0");
+  KVT_ASSIGN_OR_RETURN(spec.type_k, r.Read<int32_t>("layer.k_type"));
+  KVT_ASSIGN_OR_RETURN(spec.k_row_bytes, r.Read<uint64_t>("layer.k_row_bytes"));
+  if (spec.k_row_bytes == 0) return absl::DataLossError("llama.cpp seq state field k_row_bytes is 0");
+  // Skip all K layers (assumed alike; ParseSeqState below checks it).
+  const uint64_t k_layer = kKLayerHeader + uint64_t{cells} * spec.k_row_bytes;
+  if (absl::Status s = r.Skip(k_layer * spec.n_layer - kKLayerHeader, "k_layers"); !s.ok()) return s;
+  KVT_ASSIGN_OR_RETURN(spec.type_v, r.Read<int32_t>("layer.v_type"));
+  if (!spec.v_trans) {
+    KVT_ASSIGN_OR_RETURN(spec.v_row_bytes, r.Read<uint64_t>("layer.v_row_bytes"));
+    spec.n_embd_v_gqa = static_cast<uint32_t>(spec.v_row_bytes);
+    spec.v_elem_bytes = 1;
+  } else {
+    KVT_ASSIGN_OR_RETURN(spec.v_elem_bytes, r.Read<uint32_t>("layer.v_elem_bytes"));
+    KVT_ASSIGN_OR_RETURN(spec.n_embd_v_gqa, r.Read<uint32_t>("layer.n_embd_v_gqa"));
+    spec.v_row_bytes = uint64_t{spec.v_elem_bytes} * spec.n_embd_v_gqa;
+  }
+  if (absl::Status s = spec.Validate(); !s.ok()) return absl::DataLossError(s.message());
+  absl::StatusOr<SeqStateView> view = ParseSeqState(blob, spec);
+  if (!view.ok()) return view.status();
+  return spec;
+}
+
+absl::Status ExtractChunkPayload(const SeqStateView& view, uint32_t first, uint32_t count,
+                                 std::span<std::byte> payload) {
+  const SeqStateSpec& spec = view.spec;
+  if (uint64_t{first} + count > view.cell_count || count == 0) {
+    return absl::OutOfRangeError(absl::StrFormat(
+        "token range [%d, %d) is outside the %d cells of the state", first,
+        uint64_t{first} + count, view.cell_count));
+  }
+  if (payload.size() != uint64_t{count} * spec.payload_bytes_per_token()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "payload is %d bytes, %d tokens need %d", payload.size(), count,
+        uint64_t{count} * spec.payload_bytes_per_token()));
+  }
+  const PayloadLayout pl = PayloadOffsets(spec, count);
+  const std::byte* src = view.blob.data();
+  for (uint32_t l = 0; l < spec.n_layer; ++l) {
+    std::byte* dst = payload.data() + l * pl.layer_bytes;
+    std::memcpy(dst, src + view.k_offset[l] + uint64_t{first} * spec.k_row_bytes, pl.k_bytes);
+    std::byte* vdst = dst + pl.k_bytes;
+    if (!spec.v_trans) {
+      std::memcpy(vdst, src + view.v_offset[l] + uint64_t{first} * spec.v_row_bytes,
+                  uint64_t{count} * spec.v_row_bytes);
+    } else {
+      // V^T: element j of cell c at (j * cell_count + c) * es  ->  payload row t, element j.
+      const uint64_t es = spec.v_elem_bytes;
+      const std::byte* vt = src + view.v_offset[l];
+      for (uint32_t j = 0; j < spec.n_embd_v_gqa; ++j) {
+        const std::byte* row = vt + (uint64_t{j} * view.cell_count + first) * es;
+        std::byte* out = vdst + j * es;
+        for (uint32_t t = 0; t < count; ++t) {
+          std::memcpy(out + t * spec.v_row_bytes, row + t * es, es);
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+SeqStateBuilder::SeqStateBuilder(const SeqStateSpec& spec, uint32_t cell_count, int32_t seq_id)
+    : spec_(spec), cell_count_(cell_count), seq_id_(seq_id) {}
+
+absl::StatusOr<SeqStateBuilder> SeqStateBuilder::Create(const SeqStateSpec& spec,
+                                                        uint32_t cell_count, int32_t seq_id) {
+  if (absl::Status s = spec.Validate(); !s.ok()) return s;
+  if (cell_count == 0) return absl::InvalidArgumentError("SeqStateBuilder: cell_count is 0");
+  SeqStateBuilder b(spec, cell_count, seq_id);
+  b.blob_.assign(SeqStateBytes(spec, cell_count), std::byte{0});
+  std::byte* p = b.blob_.data();
+  auto put = [&p](const auto& value) {
+    std::memcpy(p, &value, sizeof(value));
+    p += sizeof(value);
+  };
+  put(kSeqStateMagic);
+  put(seq_id);
+  put(uint32_t{1});  // n_stream
+  put(cell_count);
+  for (uint32_t i = 0; i < cell_count; ++i) {
+    put(static_cast<int32_t>(i));
+    put(uint32_t{1});
+    put(seq_id);
+  }
+  put(uint32_t{spec.v_trans ? 1u : 0u});
+  put(spec.n_layer);
+  const uint64_t cells = cell_count;
+  b.k_offset_.resize(spec.n_layer);
+  b.v_offset_.resize(spec.n_layer);
+  for (uint32_t l = 0; l < spec.n_layer; ++l) {
+    put(spec.type_k);
+    put(spec.k_row_bytes);
+    b.k_offset_[l] = static_cast<uint64_t>(p - b.blob_.data());
+    p += cells * spec.k_row_bytes;
+  }
+  for (uint32_t l = 0; l < spec.n_layer; ++l) {
+    put(spec.type_v);
+    if (!spec.v_trans) {
+      put(spec.v_row_bytes);
+    } else {
+      put(spec.v_elem_bytes);
+      put(spec.n_embd_v_gqa);
+    }
+    b.v_offset_[l] = static_cast<uint64_t>(p - b.blob_.data());
+    p += cells * spec.v_row_bytes;
+  }
+  return b;
+}
+
+absl::Status SeqStateBuilder::PutChunk(uint32_t first, uint32_t count,
+                                       std::span<const std::byte> payload) {
+  if (count == 0 || uint64_t{first} + count > cell_count_) {
+    return absl::OutOfRangeError(absl::StrFormat(
+        "token range [%d, %d) is outside the %d cells being built", first,
+        uint64_t{first} + count, cell_count_));
+  }
+  if (payload.size() != uint64_t{count} * spec_.payload_bytes_per_token()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "payload is %d bytes, %d tokens need %d", payload.size(), count,
+        uint64_t{count} * spec_.payload_bytes_per_token()));
+  }
+  const PayloadLayout pl = PayloadOffsets(spec_, count);
+  std::byte* dst = blob_.data();
+  for (uint32_t l = 0; l < spec_.n_layer; ++l) {
+    const std::byte* src = payload.data() + l * pl.layer_bytes;
+    std::memcpy(dst + k_offset_[l] + uint64_t{first} * spec_.k_row_bytes, src, pl.k_bytes);
+    const std::byte* vsrc = src + pl.k_bytes;
+    if (!spec_.v_trans) {
+      std::memcpy(dst + v_offset_[l] + uint64_t{first} * spec_.v_row_bytes, vsrc,
+                  uint64_t{count} * spec_.v_row_bytes);
+    } else {
+      const uint64_t es = spec_.v_elem_bytes;
+      std::byte* vt = dst + v_offset_[l];
+      for (uint32_t j = 0; j < spec_.n_embd_v_gqa; ++j) {
+        std::byte* row = vt + (uint64_t{j} * cell_count_ + first) * es;
+        const std::byte* in = vsrc + j * es;
+        for (uint32_t t = 0; t < count; ++t) {
+          std::memcpy(row + t * es, in + t * spec_.v_row_bytes, es);
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::byte>> SeqStateBuilder::Truncated(uint32_t cells) const {
+  if (cells == 0 || cells > cell_count_) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("Truncated(%d): expected 1..%d cells", cells, cell_count_));
+  }
+  absl::StatusOr<SeqStateView> view = ParseSeqState(blob_, spec_);
+  if (!view.ok()) return view.status();
+  std::vector<std::byte> payload(uint64_t{cells} * spec_.payload_bytes_per_token());
+  if (absl::Status s = ExtractChunkPayload(*view, 0, cells, payload); !s.ok()) return s;
+  absl::StatusOr<SeqStateBuilder> out = Create(spec_, cells, seq_id_);
+  if (!out.ok()) return out.status();
+  if (absl::Status s = out->PutChunk(0, cells, payload); !s.ok()) return s;
+  return std::move(*out).TakeBlob();
+}
+
+}  // namespace kvt::llamacpp

@@ -1,0 +1,104 @@
+#include "llama_test_util.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#ifdef KVT_LLAMACPP_HAVE_CONNECTOR
+#include "kvstore/disk_tier.h"
+#include "kvstore/host_tier.h"
+#endif
+#include "llamacpp/gguf_generator.h"
+
+namespace kvt::llamacpp::testing {
+
+std::string MakeTempDir(const std::string& tag) {
+  static std::atomic<int> counter{0};
+  const char* base = std::getenv("TEST_TMPDIR");
+  std::filesystem::path root = base != nullptr ? base : std::filesystem::temp_directory_path();
+  std::filesystem::path dir =
+      root / absl::StrCat("kvt-llama-", tag, "-", getpid(), "-", counter.fetch_add(1));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+std::string TinyModelPath(uint64_t seed) {
+  static std::mutex mu;
+  static std::map<uint64_t, std::string> paths;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = paths.find(seed);
+  if (it != paths.end()) return it->second;
+  const std::string dir = MakeTempDir("model");
+  const std::string path = absl::StrCat(dir, "/tiny-", seed, ".gguf");
+  auto spec = SyntheticModelPreset("tiny", DefaultVocabPath());
+  if (!spec.ok()) std::abort();
+  spec->seed = seed;
+  if (absl::Status s = WriteSyntheticModel(*spec, path); !s.ok()) {
+    std::fprintf(stderr, "cannot write tiny model: %s\n", s.ToString().c_str());
+    std::abort();
+  }
+  paths[seed] = path;
+  return path;
+}
+
+EngineOptions TinyEngineOptions(bool flash_attn, const std::string& model_path) {
+  EngineOptions o;
+  o.model_path = model_path;
+  o.n_ctx = 2048;
+  o.n_batch = 64;
+  o.n_threads = kTestThreads;
+  o.flash_attn = flash_attn;
+  return o;
+}
+
+#ifdef KVT_LLAMACPP_HAVE_CONNECTOR
+absl::StatusOr<std::shared_ptr<TieredStore>> MakeStore(const std::string& disk_dir) {
+  std::vector<std::unique_ptr<Tier>> tiers;
+  HostTierOptions host;
+  host.capacity_bytes = 64ull << 20;
+  auto h = HostTier::Create(host);
+  if (!h.ok()) return h.status();
+  tiers.push_back(std::move(*h));
+  if (!disk_dir.empty()) {
+    DiskTierOptions disk;
+    disk.dir = disk_dir;
+    disk.capacity_bytes = 256ull << 20;
+    disk.file_bytes = 64ull << 20;
+    auto d = DiskTier::Open(disk);
+    if (!d.ok()) return d.status();
+    tiers.push_back(std::move(*d));
+  }
+  auto store = TieredStore::Create(std::move(tiers), TieredStoreOptions{});
+  if (!store.ok()) return store.status();
+  return std::shared_ptr<TieredStore>(std::move(*store));
+}
+
+absl::StatusOr<std::shared_ptr<KVConnector>> MakeConnector(const LlamaEngine& engine,
+                                                           std::shared_ptr<TieredStore> store,
+                                                           uint32_t chunk_tokens) {
+  ConnectorOptions o;
+  o.ns = engine.MakeNamespaceParams(chunk_tokens);
+  o.use_cost_model = false;
+  o.async_store = true;
+  auto c = KVConnector::Create(o, std::move(store));
+  if (!c.ok()) return c.status();
+  return std::shared_ptr<KVConnector>(std::move(*c));
+}
+
+#endif
+
+std::vector<TokenId> RandomTokens(uint64_t seed, size_t n, int32_t n_vocab) {
+  std::mt19937_64 rng(seed);
+  std::vector<TokenId> t(n);
+  for (auto& x : t) x = static_cast<TokenId>(3 + rng() % static_cast<uint64_t>(n_vocab - 3));
+  return t;
+}
+
+}  // namespace kvt::llamacpp::testing
