@@ -346,7 +346,10 @@ TEST(HostTierTest, ConcurrentPutsGetsErasesNeverSeePartialBytes) {
       const uint64_t i = rng() % kKeys;
       const int what = rng() % 10;
       if (what < 4) {
-        if (!tier->Put(records[i]).ok()) failures++;
+        // Another thread may hold a pin or a read on the only fitting extent for a
+        // moment: ResourceExhausted is a legal refusal; anything else is a failure.
+        absl::Status put = tier->Put(records[i]);
+        if (!put.ok() && put.code() != absl::StatusCode::kResourceExhausted) failures++;
       } else if (what < 9) {
         absl::StatusOr<uint64_t> n = tier->Get(KeyOf(i), out);
         if (!n.ok()) {
@@ -365,7 +368,9 @@ TEST(HostTierTest, ConcurrentPutsGetsErasesNeverSeePartialBytes) {
           verified++;
         }
       } else if (rng() % 2 == 0) {
-        if (!tier->Erase(KeyOf(i)).ok()) failures++;
+        // Erase of a key another thread pinned this instant is FailedPrecondition.
+        absl::Status erase = tier->Erase(KeyOf(i));
+        if (!erase.ok() && erase.code() != absl::StatusCode::kFailedPrecondition) failures++;
       } else if (tier->Pin(KeyOf(i))) {
         tier->Unpin(KeyOf(i));
       }
