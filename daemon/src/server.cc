@@ -175,8 +175,19 @@ class KvtierServer::Impl {
     }
     spdlog::info("kvtierd: shutting down (grace {} ms)", config.shutdown_grace.count());
     if (grpc_server) {
-      grpc_server->Shutdown(std::chrono::system_clock::now() + config.shutdown_grace);
+      // Refuse new calls, let the calls in flight finish (up to the grace period), then
+      // stop gRPC (which cancels whatever is still running). gRPC's own Shutdown deadline
+      // would also wait for idle client connections, hence our own count.
+      service->BeginDrain();
+      const auto until = std::chrono::steady_clock::now() + config.shutdown_grace;
+      while (service->active_calls() > 0 && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      if (service->active_calls() > 0)
+        spdlog::warn("kvtierd: {} calls still running after the grace period; cancelling them",
+                     service->active_calls());
+      grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
       grpc_server->Wait();
+      spdlog::info("kvtierd: gRPC server stopped");
     }
     if (pool) pool->Stop();
     if (http) {
@@ -185,6 +196,7 @@ class KvtierServer::Impl {
     }
     if (store) {
       store->Flush();
+      spdlog::info("kvtierd: write-back queue drained");
       if (disk) {
         if (absl::Status s = disk->FlushAccessTimes(); !s.ok())
           spdlog::warn("kvtierd: flushing access times: {}", s.ToString());

@@ -153,10 +153,16 @@ grpc::ServerUnaryReactor* KvTierService::RunUnary(grpc::CallbackServerContext* c
                                                   std::function<absl::Status(const std::string&)> fn) {
   const auto start = std::chrono::steady_clock::now();
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  CallStarted();
   auto finish = [this, reactor, rpc, start](const absl::Status& s) {
     deps_.metrics->RecordRpc(rpc, static_cast<int>(s.code()), std::chrono::steady_clock::now() - start);
     reactor->Finish(ToGrpcStatus(s));
+    CallDone();
   };
+  if (draining()) {
+    finish(absl::UnavailableError("kvtierd is shutting down"));
+    return reactor;
+  }
   auto tenant = Authenticate(ctx);
   if (!tenant.ok()) {
     finish(tenant.status());

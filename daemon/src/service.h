@@ -76,6 +76,15 @@ class KvTierService final : public ::kvtier::v1::KvTier::CallbackService {
   std::shared_ptr<ShmRegion> FindRegion(uint64_t id, const std::string& tenant);
   std::atomic<uint64_t>& inflight_bytes() { return inflight_bytes_; }
 
+  // Graceful shutdown: after BeginDrain new calls are refused with UNAVAILABLE;
+  // active_calls() counts the calls not finished yet.
+  void BeginDrain() { draining_.store(true); }
+  bool draining() const { return draining_.load(); }
+  // Counts a call from its arrival to its last callback (CallStarted/CallDone pairs).
+  void CallStarted() { active_calls_.fetch_add(1); }
+  void CallDone() { active_calls_.fetch_sub(1); }
+  int64_t active_calls() const { return active_calls_.load(); }
+
  private:
   // Runs `fn` on a worker, then finishes the unary reactor with its status and records metrics.
   grpc::ServerUnaryReactor* RunUnary(grpc::CallbackServerContext* ctx, Rpc rpc, uint32_t version,
@@ -84,6 +93,8 @@ class KvTierService final : public ::kvtier::v1::KvTier::CallbackService {
   const ServiceDeps deps_;
   absl::flat_hash_map<std::string, std::string> token_to_tenant_;
   std::atomic<uint64_t> inflight_bytes_{0};
+  std::atomic<bool> draining_{false};
+  std::atomic<int64_t> active_calls_{0};
   absl::Mutex shm_mu_;
   absl::flat_hash_map<uint64_t, ShmEntry> regions_ ABSL_GUARDED_BY(shm_mu_);
   uint64_t next_region_id_ ABSL_GUARDED_BY(shm_mu_) = 1;

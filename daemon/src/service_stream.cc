@@ -30,6 +30,11 @@ class PutReactor final : public grpc::ServerReadReactor<pb::PutRequest> {
  public:
   PutReactor(KvTierService* svc, grpc::CallbackServerContext* ctx, pb::PutResponse* resp)
       : svc_(svc), resp_(resp), start_(std::chrono::steady_clock::now()) {
+    svc_->CallStarted();
+    if (svc_->draining()) {
+      Done(absl::UnavailableError("kvtierd is shutting down"));
+      return;
+    }
     auto tenant = svc_->Authenticate(ctx);
     if (!tenant.ok()) {
       Done(tenant.status());
@@ -62,6 +67,7 @@ class PutReactor final : public grpc::ServerReadReactor<pb::PutRequest> {
 
   void OnDone() override {
     Release();
+    svc_->CallDone();
     delete this;
   }
 
@@ -169,7 +175,8 @@ class GetReactor final : public grpc::ServerWriteReactor<pb::GetResponse> {
  public:
   GetReactor(KvTierService* svc, grpc::CallbackServerContext* ctx, const pb::GetRequest* req)
       : svc_(svc), req_(req), start_(std::chrono::steady_clock::now()) {
-    absl::Status s = Init(ctx);
+    svc_->CallStarted();
+    absl::Status s = svc_->draining() ? absl::UnavailableError("kvtierd is shutting down") : Init(ctx);
     if (!s.ok()) {
       Done(s);
       return;
@@ -194,7 +201,10 @@ class GetReactor final : public grpc::ServerWriteReactor<pb::GetResponse> {
     svc_->deps().pool->Submit([this] { Fetch(); });
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    svc_->CallDone();
+    delete this;
+  }
 
  private:
   absl::Status Init(grpc::CallbackServerContext* ctx) {

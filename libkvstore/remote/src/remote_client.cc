@@ -116,7 +116,6 @@ class RemoteClient::Impl {
     auto stub = std::make_shared<pb::KvTier::Stub>(channel);
     absl::MutexLock lock(&mu_);
     stub_ = std::move(stub);
-    failures_ = 0;
   }
 
   void Setup(grpc::ClientContext& ctx, Clock::time_point deadline) const {
@@ -126,15 +125,31 @@ class RemoteClient::Impl {
   }
 
   // Runs `attempt` until it succeeds, fails with something other than UNAVAILABLE, runs
-  // out of attempts or the call's deadline passes.
+  // out of attempts or the call's deadline passes. The first attempt fails fast when the
+  // channel is not connected; retries wait for the (re)connection for at most
+  // 2 x max_backoff each. After `rebuild_after_failures` consecutive failed calls the
+  // channel is rebuilt and, for a cool-down of 4 x max_backoff, calls fail at once
+  // (one probe call per cool-down goes through), so a dead daemon costs engines
+  // nothing but a miss.
   absl::Status Call(const std::function<grpc::Status(pb::KvTier::Stub&, grpc::ClientContext&)>& attempt) {
     const Clock::time_point deadline = Clock::now() + options_.deadline;
+    {
+      absl::MutexLock lock(&mu_);
+      if (failures_ >= options_.rebuild_after_failures && Clock::now() < circuit_open_until_) {
+        return absl::UnavailableError("kvtierd unreachable (recent calls failed; retrying after a cool-down)");
+      }
+      if (failures_ >= options_.rebuild_after_failures) circuit_open_until_ = Clock::now() + options_.max_backoff * 4;
+    }
     auto backoff = options_.initial_backoff;
     absl::Status last;
     for (int i = 1; i <= options_.max_attempts; ++i) {
       auto s = stub();
       grpc::ClientContext ctx;
       Setup(ctx, deadline);
+      if (i > 1) {
+        ctx.set_wait_for_ready(true);
+        ctx.set_deadline(std::min(deadline, Clock::now() + options_.max_backoff * 2));
+      }
       last = FromGrpcStatus(attempt(*s, ctx));
       if (last.ok() || (last.code() != absl::StatusCode::kUnavailable &&
                         last.code() != absl::StatusCode::kDeadlineExceeded)) {
@@ -142,7 +157,11 @@ class RemoteClient::Impl {
         failures_ = 0;
         return last;
       }
-      if (last.code() == absl::StatusCode::kDeadlineExceeded) break;
+      if (Clock::now() >= deadline) {
+        last = absl::DeadlineExceededError("kvtierd did not answer within the deadline: " + last.ToString());
+        break;
+      }
+      if (last.code() == absl::StatusCode::kDeadlineExceeded && i == 1) break;  // hung daemon: no retry
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       if (i == options_.max_attempts || left <= backoff) break;
       std::this_thread::sleep_for(backoff);
@@ -151,7 +170,8 @@ class RemoteClient::Impl {
     bool rebuild = false;
     {
       absl::MutexLock lock(&mu_);
-      rebuild = ++failures_ >= options_.rebuild_after_failures;
+      rebuild = ++failures_ == options_.rebuild_after_failures;
+      if (failures_ >= options_.rebuild_after_failures) circuit_open_until_ = Clock::now() + options_.max_backoff * 4;
     }
     if (rebuild) Rebuild();
     return last;
@@ -162,6 +182,7 @@ class RemoteClient::Impl {
   absl::Mutex mu_;
   std::shared_ptr<pb::KvTier::Stub> stub_ ABSL_GUARDED_BY(mu_);
   int failures_ ABSL_GUARDED_BY(mu_) = 0;
+  Clock::time_point circuit_open_until_ ABSL_GUARDED_BY(mu_);
 };
 
 absl::StatusOr<std::unique_ptr<RemoteClient>> RemoteClient::Create(const RemoteClientOptions& options) {

@@ -1,0 +1,222 @@
+// kvtierd as a process: two clients sharing chunks, kill -9 mid-stream, SIGSTOP,
+// SIGTERM durability, the remote tier inside a TieredStore, and eight concurrent clients.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <mutex>
+
+#include "daemon_harness.h"
+#include "kvstore/host_tier.h"
+#include "kvstore/remote_tier.h"
+#include "kvstore/tiered_store.h"
+
+namespace kvt::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+TEST(DaemonLifecycleTest, ChunksStoredByOneProcessAreLoadedByAnother) {
+  TempDir dir;
+  Daemon d(dir.path());
+  std::string err;
+  ASSERT_TRUE(d.Start(&err)) << err;
+  const std::string base = std::string(DAEMON_TEST_CLIENT_BIN) + " %s " + d.target() + " 77 12";
+  EXPECT_EQ(std::system(absl::StrFormat(base.c_str(), "get").c_str()), 256) << "must miss before the put";
+  ASSERT_EQ(std::system(absl::StrFormat(base.c_str(), "put").c_str()), 0);
+  EXPECT_EQ(std::system(absl::StrFormat(base.c_str(), "get").c_str()), 0);
+}
+
+TEST(DaemonLifecycleTest, KillDashNineMidStreamGivesMissesThenRestartServesAcknowledged) {
+  TempDir dir;
+  Daemon d(dir.path());
+  std::string err;
+  ASSERT_TRUE(d.Start(&err)) << err;
+  Chain chain = MakeChain(TestNamespace("crash"), 400, 256, 11);  // 256 KiB records
+  std::mutex mu;
+  std::vector<int> acked;
+  std::atomic<bool> stop{false};
+  std::atomic<int> failures_after_kill{0};
+  std::thread writer([&] {
+    auto client = Connect(d.target(), "", milliseconds(1000));
+    for (int i = 0; i < static_cast<int>(chain.records.size()) && !stop; ++i) {
+      if (client->Put(chain.records[i]).ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        acked.push_back(i);
+      } else {
+        failures_after_kill++;
+      }
+    }
+  });
+  // Kill once some puts are acknowledged and the stream is still going.
+  const auto until = Clock::now() + std::chrono::seconds(20);
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (acked.size() >= 20 || Clock::now() > until) break;
+    }
+    std::this_thread::sleep_for(milliseconds(2));
+  }
+  d.Kill(SIGKILL);
+  // Clients see misses within their deadline, never a hang.
+  auto client = Connect(d.target(), "", milliseconds(500));
+  const auto t0 = Clock::now();
+  auto got = client->Get(chain.keys[0]);
+  EXPECT_FALSE(got.ok());
+  EXPECT_LT(Clock::now() - t0, milliseconds(1500));
+  RemoteTierOptions rto;
+  rto.client.target = d.target();
+  rto.client.deadline = milliseconds(300);
+  auto tier = *RemoteTier::Create(rto);
+  std::vector<std::byte> buf(1 << 20);
+  const auto t1 = Clock::now();
+  EXPECT_EQ(tier->Get(chain.keys[0], buf).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(tier->Contains(chain.keys), std::vector<bool>(chain.keys.size(), false));
+  EXPECT_LT(Clock::now() - t1, milliseconds(2000));
+  stop = true;
+  writer.join();
+
+  ASSERT_TRUE(d.Start(&err)) << err;
+  auto after = Connect(d.target());
+  std::vector<int> acked_copy;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    acked_copy = acked;
+  }
+  ASSERT_GE(acked_copy.size(), 20u);
+  for (int i : acked_copy) {
+    auto r = after->Get(chain.keys[i]);
+    ASSERT_TRUE(r.ok()) << "acknowledged chunk " << i << " lost: " << r.status();
+    ASSERT_EQ(*r, chain.records[i]) << "chunk " << i;
+  }
+  // Whatever else is served (puts in flight at the kill) is whole and verified.
+  for (size_t i = 0; i < chain.keys.size(); ++i) {
+    auto r = after->Get(chain.keys[i]);
+    if (r.ok()) {
+      EXPECT_EQ(*r, chain.records[i]);
+    }
+  }
+}
+
+TEST(DaemonLifecycleTest, PausedDaemonGivesMissesWithinDeadline) {
+  TempDir dir;
+  Daemon d(dir.path());
+  std::string err;
+  ASSERT_TRUE(d.Start(&err)) << err;
+  Chain chain = MakeChain(TestNamespace("pause"), 2, 16, 12);
+  auto client = Connect(d.target(), "", milliseconds(400));
+  ASSERT_TRUE(client->Put(chain.records[0]).ok());
+  d.Kill(SIGSTOP);
+  const auto t0 = Clock::now();
+  auto r = client->Get(chain.keys[0]);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_FALSE(client->Put(chain.records[1]).ok());
+  EXPECT_LT(Clock::now() - t0, milliseconds(2500));
+  d.Kill(SIGCONT);
+  auto again = client->Get(chain.keys[0]);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, chain.records[0]);
+}
+
+TEST(DaemonLifecycleTest, SigtermKeepsEveryAcknowledgedPutWithAsyncDurability) {
+  TempDir dir;
+  Daemon d(dir.path(), "durability: async\n");
+  std::string err;
+  ASSERT_TRUE(d.Start(&err)) << err;
+  Chain chain = MakeChain(TestNamespace("term"), 40, 128, 13);
+  auto client = Connect(d.target());
+  for (auto& r : chain.records) ASSERT_TRUE(client->Put(r).ok());
+  int status = d.Kill(SIGTERM);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << d.Log();
+  ASSERT_TRUE(d.Start(&err)) << err;
+  auto after = Connect(d.target());
+  EXPECT_EQ(after->Lookup(chain.keys)->num_leading_hits, chain.keys.size());
+  for (size_t i = 0; i < chain.keys.size(); ++i) {
+    auto r = after->Get(chain.keys[i]);
+    ASSERT_TRUE(r.ok()) << i << ": " << r.status();
+    EXPECT_EQ(*r, chain.records[i]);
+  }
+  auto stats = after->Stats();
+  EXPECT_EQ(stats->tiers[1].stats.chunks, chain.keys.size());
+}
+
+TEST(DaemonLifecycleTest, RemoteTierUnderTieredStoreWritesThroughAndServesAFreshStore) {
+  TempDir dir;
+  Daemon d(dir.path());
+  std::string err;
+  ASSERT_TRUE(d.Start(&err)) << err;
+  Chain chain = MakeChain(TestNamespace("tiered"), 5, 16, 14);
+  RemoteTierOptions rto;
+  rto.client.target = d.target();
+  {
+    std::vector<std::unique_ptr<Tier>> tiers;
+    tiers.push_back(*HostTier::Create({.capacity_bytes = 8 << 20}));
+    tiers.push_back(*RemoteTier::Create(rto));
+    auto store = *TieredStore::Create(std::move(tiers), TieredStoreOptions{});
+    for (auto& r : chain.records) ASSERT_TRUE(store->Put(r).ok());
+    store->Flush();
+    EXPECT_EQ(store->tier(1).Contains(chain.keys), std::vector<bool>(5, true));
+  }
+  std::vector<std::unique_ptr<Tier>> tiers;
+  tiers.push_back(*HostTier::Create({.capacity_bytes = 8 << 20}));
+  tiers.push_back(*RemoteTier::Create(rto));
+  auto fresh = *TieredStore::Create(std::move(tiers), TieredStoreOptions{});
+  LookupResult lr = fresh->Lookup(chain.keys);
+  EXPECT_EQ(lr.num_leading_hits, 5u);
+  EXPECT_EQ(lr.tier_kind[0], TierKind::kRemote);
+  GetInfo info;
+  auto got = fresh->Get(chain.keys[3], &info);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, chain.records[3]);
+  EXPECT_EQ(info.tier_index, 1);
+  EXPECT_EQ(*fresh->tier(1).RecordSize(chain.keys[3]), chain.records[3].size());
+  ASSERT_TRUE(fresh->tier(1).Erase(chain.keys[4]).ok());
+  EXPECT_FALSE(fresh->tier(1).Contains(std::span<const ChunkKey>(&chain.keys[4], 1))[0]);
+}
+
+TEST(DaemonLifecycleTest, EightConcurrentClientsForABoundedTime) {
+  TempDir dir;
+  Daemon d(dir.path());
+  std::string err;
+  ASSERT_TRUE(d.Start(&err)) << err;
+  std::atomic<int> errors{0};
+  std::atomic<uint64_t> ops{0};
+  const auto until = Clock::now() + std::chrono::seconds(3);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      auto client = Connect(d.target(), "", milliseconds(10000));
+      Chain chain = MakeChain(TestNamespace(absl::StrFormat("load-%d", t)), 24, 256, 100 + t);  // 256 KiB each
+      size_t i = 0;
+      while (Clock::now() < until) {
+        const size_t k = i % chain.keys.size();
+        if (absl::Status s = client->Put(chain.records[k]); !s.ok()) {
+          ADD_FAILURE() << "put: " << s;
+          errors++;
+        }
+        auto g = client->Get(chain.keys[(k * 7) % chain.keys.size()]);
+        if (g.ok() && *g != chain.records[(k * 7) % chain.keys.size()]) {
+          ADD_FAILURE() << "bytes differ";
+          errors++;
+        } else if (!g.ok() && g.status().code() != absl::StatusCode::kNotFound) {
+          ADD_FAILURE() << "get: " << g.status();
+          errors++;
+        }
+        ops += 2;
+        ++i;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_GT(ops.load(), 16u);
+  auto stats = Connect(d.target())->Stats();
+  ASSERT_TRUE(stats.ok());
+  for (const auto& t : stats->tiers) EXPECT_LE(t.stats.used_bytes, t.stats.capacity_bytes) << t.name;
+  // Host arena 64 MiB + in-flight buffers (256 MiB bound) + the process itself.
+  EXPECT_LT(d.RssBytes(), (64ull << 20) /*arena*/ + (256ull << 20) /*max_inflight*/ + (200ull << 20))
+      << "daemon RSS";
+}
+
+}  // namespace
+}  // namespace kvt::testing
