@@ -97,12 +97,14 @@ class DiskBackend final : public CacheBackend {
 
 absl::StatusOr<std::unique_ptr<CacheBackend>> OpenDiskBackend(const DiskBackendOptions& options) {
   std::error_code ec;
-  const fs::path dir(options.dir);
+  fs::path dir(options.dir);
+  // A kvtierd data_dir keeps its disk tier in <data_dir>/disk: accept either.
+  if (!fs::is_directory(dir / "index", ec) && fs::is_directory(dir / "disk" / "index", ec)) dir /= "disk";
   if (!fs::is_directory(dir / "index", ec) || !fs::is_directory(dir / "records", ec)) {
     return absl::NotFoundError(absl::StrCat(
         "no disk tier at --disk-dir '", options.dir,
-        "' (expected its index/ and records/ subdirectories; is this the directory of a "
-        "kvtierd disk tier?)"));
+        "' (expected a disk tier's index/ and records/ subdirectories, or a kvtierd data_dir "
+        "holding them in disk/)"));
   }
   uint64_t files_total = 0;
   for (const auto& de : fs::directory_iterator(dir / "records", ec)) {
@@ -115,11 +117,11 @@ absl::StatusOr<std::unique_ptr<CacheBackend>> OpenDiskBackend(const DiskBackendO
   if (options.capacity_bytes != 0 && options.capacity_bytes < files_total) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--disk-capacity ", options.capacity_bytes, " is below the ", files_total,
-        " bytes of record files already in '", options.dir,
+        " bytes of record files already in '", dir.string(),
         "'; opening with it would delete cached chunks"));
   }
   DiskTierOptions o;
-  o.dir = options.dir;
+  o.dir = dir.string();
   o.capacity_bytes = options.capacity_bytes != 0 ? (options.capacity_bytes + 4095) / 4096 * 4096
                                                  : std::max<uint64_t>(files_total, 4096);
   auto tier = DiskTier::Open(o);
@@ -127,11 +129,11 @@ absl::StatusOr<std::unique_ptr<CacheBackend>> OpenDiskBackend(const DiskBackendO
     return absl::Status(tier.status().code() == absl::StatusCode::kInvalidArgument
                             ? absl::StatusCode::kInvalidArgument
                             : absl::StatusCode::kUnavailable,
-                        absl::StrCat("cannot open the disk tier in '", options.dir, "': ",
+                        absl::StrCat("cannot open the disk tier in '", dir.string(), "': ",
                                      tier.status().message(),
                                      " (if kvtierd is running on it, use --daemon instead)"));
   }
-  return std::unique_ptr<CacheBackend>(new DiskBackend(options.dir, std::move(*tier)));
+  return std::unique_ptr<CacheBackend>(new DiskBackend(dir.string(), std::move(*tier)));
 }
 
 }  // namespace kvt::cli
