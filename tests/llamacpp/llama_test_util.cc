@@ -52,7 +52,7 @@ EngineOptions TinyEngineOptions(bool flash_attn, const std::string& model_path) 
   EngineOptions o;
   o.model_path = model_path;
   o.n_ctx = 2048;
-  o.n_batch = 64;
+  o.n_batch = kTestChunkTokens;  // batches = chunks (needed for bit-identity with flash attention)
   o.n_threads = kTestThreads;
   o.flash_attn = flash_attn;
   return o;

@@ -24,7 +24,7 @@ inline constexpr int32_t kTestThreads = 2;
 // a per-process temporary directory. `seed` picks different weights (a "different model").
 std::string TinyModelPath(uint64_t seed = 42);
 
-// Engine options for the tiny model: n_ctx 2048, n_batch 64, 2 threads.
+// Engine options for the tiny model: n_ctx 2048, n_batch = kTestChunkTokens, 2 threads.
 EngineOptions TinyEngineOptions(bool flash_attn, const std::string& model_path = TinyModelPath());
 
 #ifdef KVT_LLAMACPP_HAVE_CONNECTOR

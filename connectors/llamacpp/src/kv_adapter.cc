@@ -1,0 +1,186 @@
+#include "llamacpp/kv_adapter.h"
+
+#include <chrono>
+#include <optional>
+
+#include "absl/strings/str_format.h"
+#include "spdlog/spdlog.h"
+
+namespace kvt::llamacpp {
+namespace {
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<LlamaKvAdapter>> LlamaKvAdapter::Create(
+    LlamaEngine* engine, std::shared_ptr<KVConnector> connector) {
+  if (engine == nullptr) return absl::InvalidArgumentError("LlamaKvAdapter: engine is null");
+  if (connector != nullptr) {
+    if (!(connector->ns_params().layout == engine->layout())) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "connector layout %s differs from the engine's %s",
+          connector->ns_params().layout.DebugString(), engine->layout().DebugString()));
+    }
+    if (connector->chunk_tokens() == 0) {
+      return absl::FailedPreconditionError("connector chunk_tokens is 0");
+    }
+    // With flash attention, ggml's CPU kernel picks its path (tiled or not) and splits
+    // rows by the number of queries in the batch, so the KV of a token depends on the
+    // batch it was computed in. Chunk-sized batches make every stored chunk come from
+    // the same computation as a recompute of it.
+    if (engine->options().flash_attn && engine->options().n_batch != connector->chunk_tokens()) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "with flash attention n_batch (%d) must equal the chunk size (%d) for exact reuse",
+          engine->options().n_batch, connector->chunk_tokens()));
+    }
+  }
+  return std::unique_ptr<LlamaKvAdapter>(new LlamaKvAdapter(engine, std::move(connector)));
+}
+
+uint64_t LlamaKvAdapter::LoadPrefix(std::span<const TokenId> prompt, uint64_t tokens,
+                                    RunResult* result) {
+  const uint32_t chunk = connector_->chunk_tokens();
+  const SeqStateSpec& spec = engine_->state_spec();
+  absl::StatusOr<SeqStateBuilder> builder = SeqStateBuilder::Create(spec, static_cast<uint32_t>(tokens));
+  if (!builder.ok()) {
+    spdlog::warn("kvtier llama.cpp: cannot build a {}-token state: {}", tokens, builder.status().ToString());
+    return 0;
+  }
+  const uint64_t chunk_bytes = uint64_t{chunk} * spec.payload_bytes_per_token();
+  absl::StatusOr<ConnectorLoadResult> load = connector_->LoadPayloads(
+      prompt, tokens, [&](size_t chunk_index, std::span<const std::byte> payload) -> absl::Status {
+        if (payload.size() != chunk_bytes) {
+          return absl::DataLossError(absl::StrFormat("chunk %d payload is %d bytes, expected %d",
+                                                     chunk_index, payload.size(), chunk_bytes));
+        }
+        return builder->PutChunk(static_cast<uint32_t>(chunk_index * chunk), chunk, payload);
+      });
+  if (!load.ok()) {
+    spdlog::warn("kvtier llama.cpp: LoadPayloads failed, recomputing: {}", load.status().ToString());
+    return 0;
+  }
+  result->failed_chunks = load->failed_chunks;
+  uint64_t loaded = std::min<uint64_t>(load->loaded_tokens, tokens);
+  loaded -= loaded % chunk;
+  if (loaded == 0) return 0;
+  absl::Status set;
+  if (loaded == tokens) {
+    set = engine_->SetSeqState(builder->blob());
+  } else {
+    absl::StatusOr<std::vector<std::byte>> blob = builder->Truncated(static_cast<uint32_t>(loaded));
+    set = blob.ok() ? engine_->SetSeqState(*blob) : blob.status();
+  }
+  if (!set.ok()) {
+    spdlog::warn("kvtier llama.cpp: restoring {} tokens failed, recomputing: {}", loaded, set.ToString());
+    engine_->Clear();
+    return 0;
+  }
+  result->load_bytes = loaded * spec.payload_bytes_per_token();
+  return loaded;
+}
+
+size_t LlamaKvAdapter::StoreChunks(std::span<const TokenId> prompt) {
+  // The state is fetched lazily: only when the connector wants at least one chunk.
+  std::optional<std::vector<std::byte>> blob;
+  std::optional<SeqStateView> view;
+  const uint32_t chunk = connector_->chunk_tokens();
+  absl::StatusOr<size_t> stored = connector_->StorePayloads(
+      prompt, [&](size_t chunk_index, std::span<std::byte> payload) -> absl::Status {
+        if (!view.has_value()) {
+          absl::StatusOr<std::vector<std::byte>> b = engine_->GetSeqState();
+          if (!b.ok()) return b.status();
+          blob = std::move(*b);
+          absl::StatusOr<SeqStateView> v = ParseSeqState(*blob, engine_->state_spec());
+          if (!v.ok()) return v.status();
+          view = std::move(*v);
+        }
+        return ExtractChunkPayload(*view, static_cast<uint32_t>(chunk_index * chunk), chunk, payload);
+      });
+  if (!stored.ok()) {
+    spdlog::warn("kvtier llama.cpp: StorePayloads failed: {}", stored.status().ToString());
+    return 0;
+  }
+  return *stored;
+}
+
+absl::StatusOr<RunResult> LlamaKvAdapter::Run(std::span<const TokenId> prompt, const RunOptions& options) {
+  if (prompt.empty()) return absl::InvalidArgumentError("empty prompt");
+  const bool kvtier = options.use_kvtier && connector_ != nullptr;
+  if (options.use_kvtier && connector_ == nullptr) {
+    return absl::FailedPreconditionError("use_kvtier requested but the adapter has no connector");
+  }
+  if (options.recompute_prefix_tokens.has_value() &&
+      (kvtier || *options.recompute_prefix_tokens >= prompt.size())) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "recompute_prefix_tokens %d needs a cold run and must be < the %d prompt tokens",
+        *options.recompute_prefix_tokens, prompt.size()));
+  }
+  RunResult r;
+  r.prompt_tokens = prompt.size();
+  const auto t0 = Clock::now();
+  engine_->Clear();
+
+  uint64_t done = 0;
+  if (kvtier) {
+    const auto tl = Clock::now();
+    absl::StatusOr<ConnectorLookup> lookup = connector_->Lookup(prompt, 0);
+    r.lookup_s = Since(tl);
+    if (lookup.ok()) {
+      const uint32_t chunk = connector_->chunk_tokens();
+      r.cached_tokens = lookup->cached_tokens;
+      uint64_t want = std::min<uint64_t>(lookup->load_tokens, options.max_load_tokens);
+      want = std::min<uint64_t>(want, prompt.size() - 1);
+      want -= want % chunk;
+      r.planned_tokens = want;
+      if (want > 0) {
+        const auto t_load = Clock::now();
+        done = LoadPrefix(prompt, want, &r);
+        r.load_s = Since(t_load);
+      }
+    } else {
+      spdlog::warn("kvtier llama.cpp: Lookup failed, computing the whole prompt: {}",
+                   lookup.status().ToString());
+    }
+  }
+  r.loaded_tokens = done;
+
+  const auto tp = Clock::now();
+  if (options.recompute_prefix_tokens.has_value() && *options.recompute_prefix_tokens > 0) {
+    const uint64_t m = *options.recompute_prefix_tokens;
+    if (absl::Status s = engine_->Prefill(prompt.first(m), 0, /*want_logits=*/false, options.progress); !s.ok()) {
+      return s;
+    }
+    done = m;
+  }
+  const std::span<const TokenId> rest = prompt.subspan(done);
+  PrefillProgress progress;
+  if (options.progress) {
+    progress = [&, base = done](uint64_t d, uint64_t) { options.progress(base + d, prompt.size()); };
+  }
+  const auto tt = Clock::now();
+  if (absl::Status s = engine_->Prefill(rest, static_cast<uint32_t>(done), /*want_logits=*/true, progress); !s.ok()) {
+    return s;
+  }
+  r.tail_prefill_s = Since(tt);
+  absl::StatusOr<std::vector<float>> logits = engine_->Logits();
+  if (!logits.ok()) return logits.status();
+  r.prefill_s = Since(tp);
+  r.ttft_s = Since(t0);
+  r.computed_tokens = prompt.size() - r.loaded_tokens;
+  r.logits = std::move(*logits);
+
+  if (kvtier) {
+    connector_->ObservePrefill(rest.size(), r.loaded_tokens,
+                               std::chrono::duration<double>(r.prefill_s));
+    if (options.store) {
+      const auto ts = Clock::now();
+      r.stored_chunks = StoreChunks(prompt);
+      r.store_s = Since(ts);
+    }
+  }
+  return r;
+}
+
+}  // namespace kvt::llamacpp
