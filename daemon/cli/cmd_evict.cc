@@ -250,9 +250,10 @@ int RunEvict(const EvictFlags& flags, const GlobalFlags& global, std::ostream& o
     out << absl::StrFormat("%s %s chunks (%s B, %s) from %s\n", flags.dry_run ? "would evict" : "evicted",
                            WithCommas(done), WithCommas(bytes), HumanBytes(bytes), b.Describe());
     if (orphaned) {
-      out << absl::StrFormat("%d other cached chunks branch off inside this prefix and become unreachable; "
-                             "add --include-orphans to evict them too\n",
-                             orphaned);
+      out << absl::StrFormat("%d other cached chunk%s branch%s off inside this prefix and become%s "
+                             "unreachable; add --include-orphans to evict %s too\n",
+                             orphaned, orphaned == 1 ? "" : "s", orphaned == 1 ? "es" : "",
+                             orphaned == 1 ? "s" : "", orphaned == 1 ? "it" : "them");
     }
     for (const auto& [k, m] : failed) out << "failed " << k.ToHex() << ": " << m << "\n";
   }

@@ -224,7 +224,8 @@ int RunLs(const LsFlags& flags, const GlobalFlags& global, std::ostream& out, st
     }
   }
   t.Print(out);
-  out << absl::StrFormat("\n%d namespaces, %s chunks, %s bytes (%s) in %s\n", total, WithCommas(total_chunks),
+  out << absl::StrFormat("\n%d namespace%s, %s chunks, %s bytes (%s) in %s\n", total, total == 1 ? "" : "s",
+                         WithCommas(total_chunks),
                          WithCommas(total_bytes), HumanBytes(total_bytes), (*backend)->Describe());
   if (more) {
     out << absl::StrFormat("showing namespaces %d-%d; next page: --offset %d\n", flags.offset + 1,
