@@ -1,0 +1,460 @@
+// kvtier-bench remote: kvtierd's data path beside the limits measured in the same run.
+//
+//   gRPC put/get   RemoteClient::Put / Get of 32 MiB chunk records (unix socket).
+//   shm put/get    the same records through a shared-memory region: put = the record is
+//                  in the region (where a gather kernel would write it) → acknowledged;
+//                  get = the daemon copies it into the region → readable by the client.
+//                  *_with_copy also counts the client's copy into / out of the region.
+//   tcp            plain loopback TCP transfer of the same bytes (one stream).
+//   memcpy         single-thread memcpy of the same bytes.
+//   redis          SET/GET of the same bytes on a local redis-server (started here on a
+//                  loopback port with a temp dir, no persistence), hiredis client
+//                  (libhiredis loaded at run time).
+// The daemon is the real kvtierd binary (found next to this binary in ../daemon/, or
+// --kvtierd, or $KVTIERD), started on a unix socket in a temp dir with durability async
+// (acknowledged in host memory, written to disk in the background, like Redis's SET).
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <hiredis/hiredis.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_format.h"
+#include "bench_mode.h"
+#include "kvstore/chunk_codec.h"
+#include "kvstore/chunk_key.h"
+#include "kvstore/remote_client.h"
+#include "nlohmann/json.hpp"
+
+namespace kvt::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Gbps(uint64_t bytes, double seconds) { return seconds > 0 ? bytes / seconds / 1e9 : 0; }
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string FindKvtierd(const std::string& flag) {
+  if (!flag.empty()) return flag;
+  if (const char* env = std::getenv("KVTIERD"); env != nullptr && *env) return env;
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (auto cand : {self.parent_path() / "kvtierd", self.parent_path().parent_path() / "daemon" / "kvtierd"})
+      if (std::filesystem::exists(cand)) return cand.string();
+  }
+  return "kvtierd";  // PATH
+}
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+void Stop(pid_t pid) {
+  if (pid <= 0) return;
+  kill(pid, SIGTERM);
+  int st = 0;
+  for (int i = 0; i < 500; ++i) {
+    if (waitpid(pid, &st, WNOHANG) == pid) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &st, 0);
+}
+
+// Records of `tokens` tokens of a Llama-3-8B layout (128 KiB per token).
+std::vector<std::vector<std::byte>> MakeRecords(int n, uint32_t tokens) {
+  KvLayout layout{32, 8, 128, DType::kBF16, LayoutKind::kFlashAttnNHD};
+  NamespaceParams p;
+  p.model_id = "bench/remote";
+  p.layout = layout;
+  p.chunk_tokens = tokens;
+  NamespaceId ns = ComputeNamespace(p);
+  std::vector<std::vector<std::byte>> out;
+  std::mt19937_64 rng(7);
+  ChunkKey parent = RootKey(ns);
+  std::vector<std::byte> payload(layout.payload_bytes(tokens));
+  for (int i = 0; i < n; ++i) {
+    std::vector<TokenId> toks(tokens);
+    for (auto& t : toks) t = static_cast<TokenId>(rng() % 32000);
+    for (size_t j = 0; j + 8 <= payload.size(); j += 4096) {
+      uint64_t v = rng();
+      std::memcpy(payload.data() + j, &v, 8);
+    }
+    ChunkHeader h;
+    h.ns = ns;
+    h.key = ChainChunkKey(parent, toks);
+    h.parent = parent;
+    h.token_count = tokens;
+    h.layout = layout;
+    out.push_back(*EncodeChunk(h, payload));
+    parent = h.key;
+  }
+  return out;
+}
+
+double MeasureTcp(const std::vector<std::vector<std::byte>>& recs, int reps) {
+  int ls = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len);
+  listen(ls, 1);
+  uint64_t total = 0;
+  for (int r = 0; r < reps; ++r)
+    for (const auto& rec : recs) total += rec.size();
+  std::thread server([&] {
+    int fd = accept(ls, nullptr, nullptr);
+    std::vector<std::byte> buf(recs[0].size());
+    uint64_t got = 0;
+    while (got < total) {
+      ssize_t n = recv(fd, buf.data(), std::min<uint64_t>(buf.size(), total - got), 0);
+      if (n <= 0) break;
+      got += static_cast<uint64_t>(n);
+    }
+    char ack = 1;
+    (void)!send(fd, &ack, 1, 0);
+    close(fd);
+  });
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  auto t = Clock::now();
+  for (int r = 0; r < reps; ++r)
+    for (const auto& rec : recs) {
+      size_t off = 0;
+      while (off < rec.size()) {
+        ssize_t n = send(fd, rec.data() + off, rec.size() - off, 0);
+        if (n <= 0) break;
+        off += static_cast<size_t>(n);
+      }
+    }
+  char ack;
+  (void)!recv(fd, &ack, 1, 0);
+  double s = Since(t);
+  close(fd);
+  server.join();
+  close(ls);
+  return Gbps(total, s);
+}
+
+struct Hiredis {
+  void* lib = nullptr;
+  decltype(&redisConnectWithTimeout) connect = nullptr;
+  decltype(&redisCommand) command = nullptr;
+  decltype(&freeReplyObject) free_reply = nullptr;
+  decltype(&redisFree) free_ctx = nullptr;
+  bool Load() {
+    for (const char* name : {"libhiredis.so.0.14", "libhiredis.so", "libhiredis.so.1.1.0", "libhiredis.so.0.13"}) {
+      lib = dlopen(name, RTLD_NOW);
+      if (lib) break;
+    }
+    if (!lib) return false;
+    connect = reinterpret_cast<decltype(connect)>(dlsym(lib, "redisConnectWithTimeout"));
+    command = reinterpret_cast<decltype(command)>(dlsym(lib, "redisCommand"));
+    free_reply = reinterpret_cast<decltype(free_reply)>(dlsym(lib, "freeReplyObject"));
+    free_ctx = reinterpret_cast<decltype(free_ctx)>(dlsym(lib, "redisFree"));
+    return connect && command && free_reply && free_ctx;
+  }
+};
+
+// A redis-server started for the benchmark and a hiredis connection to it.
+class RedisPeer {
+ public:
+  // "" when ready, else why Redis cannot be measured.
+  std::string Start(const std::string& dir) {
+    if (!h_.Load()) return "libhiredis not found";
+    std::string server;
+    for (const char* p : {"/usr/bin/redis-server", "/usr/local/bin/redis-server"})
+      if (std::filesystem::exists(p)) server = p;
+    if (server.empty()) return "redis-server not installed (apt-get install redis-server)";
+    const int port = FreePort();
+    pid_ = Spawn({server, "--port", std::to_string(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                  "--dir", dir, "--protected-mode", "yes", "--daemonize", "no"},
+                 dir + "/redis.log");
+    const auto until = Clock::now() + std::chrono::seconds(5);
+    while (Clock::now() < until) {
+      timeval tv{1, 0};
+      c_ = h_.connect("127.0.0.1", port, tv);
+      if (c_ != nullptr && c_->err == 0) return "";
+      if (c_ != nullptr) h_.free_ctx(c_);
+      c_ = nullptr;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return "redis-server did not accept connections within 5 s";
+  }
+  ~RedisPeer() {
+    if (c_ != nullptr) h_.free_ctx(c_);
+    Stop(pid_);
+  }
+  // SET then GET every record once; "" on success.
+  std::string Measure(const std::vector<std::vector<std::byte>>& recs, double* set_gbps, double* get_gbps) {
+    uint64_t bytes = 0;
+    auto t = Clock::now();
+    for (size_t i = 0; i < recs.size(); ++i) {
+      auto* reply = static_cast<redisReply*>(h_.command(c_, "SET k%d %b", static_cast<int>(i), recs[i].data(), recs[i].size()));
+      const bool ok = reply != nullptr && reply->type != REDIS_REPLY_ERROR;
+      if (reply) h_.free_reply(reply);
+      if (!ok) return "SET failed";
+      bytes += recs[i].size();
+    }
+    *set_gbps = Gbps(bytes, Since(t));
+    std::vector<std::byte> dst(recs[0].size());
+    t = Clock::now();
+    for (size_t i = 0; i < recs.size(); ++i) {
+      auto* reply = static_cast<redisReply*>(h_.command(c_, "GET k%d", static_cast<int>(i)));
+      const bool ok = reply != nullptr && reply->type == REDIS_REPLY_STRING && reply->len == recs[i].size();
+      if (ok) std::memcpy(dst.data(), reply->str, reply->len);  // into the caller's buffer, like RemoteClient::Get
+      if (reply) h_.free_reply(reply);
+      if (!ok) return "GET failed";
+    }
+    *get_gbps = Gbps(bytes, Since(t));
+    return "";
+  }
+
+ private:
+  Hiredis h_;
+  redisContext* c_ = nullptr;
+  pid_t pid_ = -1;
+};
+
+int RunRemote(int argc, char** argv) {
+  CLI::App app{"kvtierd data path (gRPC, shm) vs loopback TCP, memcpy and redis"};
+  bool json = false;
+  int chunks = 4, rounds = 5;
+  uint32_t tokens = 256;
+  std::string kvtierd_flag;
+  uint32_t part_mib = 4;
+  app.add_flag("--json", json, "print one JSON object");
+  app.add_option("--chunks", chunks, "distinct chunks moved per round and path")->check(CLI::Range(1, 64));
+  app.add_option("--rounds", rounds, "rounds; every path runs once per round (interleaved), median reported")
+      ->check(CLI::Range(1, 100));
+  app.add_option("--tokens", tokens, "tokens per chunk (128 KiB each; 256 = 32 MiB)")->check(CLI::Range(1, 2048));
+  app.add_option("--part-mib", part_mib, "gRPC message data size, MiB")->check(CLI::Range(1, 8));
+  app.add_option("--kvtierd", kvtierd_flag, "path of the kvtierd binary");
+  CLI11_PARSE(app, argc, argv);
+
+  auto recs = MakeRecords(chunks, tokens);
+  const uint64_t rec_bytes = recs[0].size();
+  const uint64_t total = rec_bytes * recs.size();
+  std::string tmpl = "/tmp/kvt-bench-remote-XXXXXX";
+  if (mkdtemp(tmpl.data()) == nullptr) return 1;
+  const std::string dir = tmpl;
+
+  // kvtierd on a unix socket, durability async (acknowledged in memory like Redis SET).
+  const std::string sock = "unix://" + dir + "/kvtierd.sock";
+  const uint64_t host_cap = std::max<uint64_t>(1ull << 30, total * 2);
+  {
+    std::ofstream cfg(dir + "/kvtierd.yaml");
+    cfg << "listen: " << sock << "\ndata_dir: " << dir << "/data\nhost_capacity: " << host_cap
+        << "\ndisk_capacity: " << host_cap * 2 << "\ndisk_file_bytes: 256MiB\nmax_record_bytes: 256MiB\n"
+        << "max_inflight_bytes: 1GiB\ndurability: async\nworkers: 2\nlog_level: warn\nmetrics:\n  listen: \"\"\n"
+        << "get_part_bytes: " << (part_mib << 20) << "\nready_file: " << dir << "/ready.json\n";
+  }
+  const std::string bin = FindKvtierd(kvtierd_flag);
+  pid_t daemon = Spawn({bin, "--config", dir + "/kvtierd.yaml"}, dir + "/kvtierd.log");
+  bool ready = false;
+  for (int i = 0; i < 1000 && !ready; ++i) {
+    ready = std::filesystem::exists(dir + "/ready.json");
+    if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::string daemon_error;
+  if (!ready) daemon_error = "kvtierd (" + bin + ") did not start within 10 s; see --kvtierd";
+  std::unique_ptr<RemoteClient> client;
+  std::unique_ptr<ShmSession> session;
+  std::string shm_error;
+  const uint64_t slot = (rec_bytes + 4095) & ~uint64_t{4095};
+  if (ready) {
+    RemoteClientOptions o;
+    o.target = sock;
+    o.deadline = std::chrono::seconds(60);
+    o.put_part_bytes = part_mib << 20;
+    o.get_part_bytes = part_mib << 20;
+    client = *RemoteClient::Create(o);
+    auto sess = client->AttachShm(2 * slot);
+    if (sess.ok()) {
+      session = std::move(*sess);
+      std::memset(session->region->data(), 0, 2 * slot);
+    } else {
+      shm_error = sess.status().ToString();
+    }
+  }
+  RedisPeer redis;
+  std::string redis_why = redis.Start(dir);
+
+  std::map<std::string, std::vector<double>> f;
+  std::vector<std::byte> dst(rec_bytes);
+  for (int round = 0; round < rounds; ++round) {
+    {  // memcpy
+      std::memcpy(dst.data(), recs[0].data(), rec_bytes);
+      auto t = Clock::now();
+      for (const auto& rec : recs) std::memcpy(dst.data(), rec.data(), rec.size());
+      f["memcpy_gbps"].push_back(Gbps(total, Since(t)));
+    }
+    f["tcp_gbps"].push_back(MeasureTcp(recs, 1));
+    if (client && daemon_error.empty()) {
+      auto t = Clock::now();
+      for (const auto& rec : recs)
+        if (auto s = client->Put(rec); !s.ok()) daemon_error = "gRPC put: " + s.ToString();
+      f["grpc_put_gbps"].push_back(Gbps(total, Since(t)));
+      t = Clock::now();
+      for (const auto& rec : recs) {
+        auto n = client->Get(DecodeChunkHeader(rec)->key, dst);
+        if (!n.ok()) daemon_error = "gRPC get: " + n.status().ToString();
+      }
+      f["grpc_get_gbps"].push_back(Gbps(total, Since(t)));
+      if (daemon_error.empty() && std::memcmp(dst.data(), recs.back().data(), rec_bytes) != 0)
+        daemon_error = "gRPC get returned different bytes";
+    }
+    if (session && daemon_error.empty()) {
+      std::byte* region = session->region->data();
+      double put_s = 0, put_copy_s = 0, get_s = 0, get_copy_s = 0;
+      for (size_t i = 0; i < recs.size(); ++i) {
+        const uint64_t off = (i % 2) * slot;
+        auto t0 = Clock::now();
+        std::memcpy(region + off, recs[i].data(), rec_bytes);  // the producer's write
+        auto t1 = Clock::now();
+        if (auto s = client->PutShm(*session, off, rec_bytes); !s.ok()) daemon_error = "shm put: " + s.ToString();
+        auto t2 = Clock::now();
+        put_s += std::chrono::duration<double>(t2 - t1).count();
+        put_copy_s += std::chrono::duration<double>(t2 - t0).count();
+      }
+      for (size_t i = 0; i < recs.size(); ++i) {
+        const uint64_t off = (i % 2) * slot;
+        auto t0 = Clock::now();
+        auto n = client->GetShm(*session, DecodeChunkHeader(recs[i])->key, off, slot);
+        auto t1 = Clock::now();
+        if (!n.ok()) daemon_error = "shm get: " + n.status().ToString();
+        std::memcpy(dst.data(), region + off, rec_bytes);  // the consumer's read
+        auto t2 = Clock::now();
+        get_s += std::chrono::duration<double>(t1 - t0).count();
+        get_copy_s += std::chrono::duration<double>(t2 - t0).count();
+      }
+      if (daemon_error.empty() && std::memcmp(dst.data(), recs.back().data(), rec_bytes) != 0)
+        daemon_error = "shm get returned different bytes";
+      f["shm_put_gbps"].push_back(Gbps(total, put_s));
+      f["shm_get_gbps"].push_back(Gbps(total, get_s));
+      f["shm_put_with_copy_gbps"].push_back(Gbps(total, put_copy_s));
+      f["shm_get_with_copy_gbps"].push_back(Gbps(total, get_copy_s));
+    }
+    if (redis_why.empty()) {
+      double set = 0, get = 0;
+      redis_why = redis.Measure(recs, &set, &get);
+      f["redis_set_gbps"].push_back(set);
+      f["redis_get_gbps"].push_back(get);
+    }
+  }
+  if (session) (void)client->DetachShm(*session);
+  session.reset();
+  client.reset();
+  Stop(daemon);
+
+  nlohmann::json out;
+  out["chunk_bytes"] = rec_bytes;
+  out["chunks"] = chunks;
+  out["rounds"] = rounds;
+  out["durability"] = "async";
+  for (const char* k : {"grpc_put_gbps", "grpc_get_gbps", "shm_put_gbps", "shm_get_gbps", "tcp_gbps", "memcpy_gbps",
+                        "redis_set_gbps", "redis_get_gbps", "shm_put_with_copy_gbps", "shm_get_with_copy_gbps"}) {
+    if (f.count(k) && (std::string(k).rfind("redis", 0) != 0 || redis_why.empty()))
+      out[k] = Median(f[k]);
+    else
+      out[k] = nullptr;
+  }
+  if (!redis_why.empty()) out["redis_error"] = redis_why;
+  if (!shm_error.empty()) out["shm_error"] = shm_error;
+  if (!daemon_error.empty()) out["daemon_error"] = daemon_error;
+  std::filesystem::remove_all(dir);
+
+  auto num = [&](const char* k) { return out.contains(k) && out[k].is_number() ? out[k].get<double>() : 0.0; };
+  auto ratio = [&](const char* a, const char* b) { return num(b) > 0 ? num(a) / num(b) : 0.0; };
+  out["grpc_get_over_tcp"] = ratio("grpc_get_gbps", "tcp_gbps");
+  out["grpc_get_over_redis_get"] = ratio("grpc_get_gbps", "redis_get_gbps");
+  out["shm_put_over_memcpy"] = ratio("shm_put_gbps", "memcpy_gbps");
+  out["shm_get_over_memcpy"] = ratio("shm_get_gbps", "memcpy_gbps");
+  if (json) {
+    std::printf("%s\n", out.dump().c_str());
+  } else {
+    std::printf("kvtier-bench remote: %d chunks of %.1f MiB per path and round, %d interleaved rounds, medians\n",
+                chunks, rec_bytes / 1048576.0, rounds);
+    std::printf("  %-24s %8s  %s\n", "path", "GB/s", "ratio");
+    std::printf("  %-24s %8.2f\n", "memcpy (1 thread)", num("memcpy_gbps"));
+    std::printf("  %-24s %8.2f\n", "loopback TCP (1 stream)", num("tcp_gbps"));
+    std::printf("  %-24s %8.2f  %.2f x TCP\n", "gRPC put", num("grpc_put_gbps"), ratio("grpc_put_gbps", "tcp_gbps"));
+    std::printf("  %-24s %8.2f  %.2f x TCP (target 0.6), %.2f x redis GET (target 2)\n", "gRPC get",
+                num("grpc_get_gbps"), ratio("grpc_get_gbps", "tcp_gbps"), ratio("grpc_get_gbps", "redis_get_gbps"));
+    std::printf("  %-24s %8.2f  %.2f x memcpy (target 0.7)\n", "shm put", num("shm_put_gbps"),
+                ratio("shm_put_gbps", "memcpy_gbps"));
+    std::printf("  %-24s %8.2f  %.2f x memcpy (target 0.7)\n", "shm get", num("shm_get_gbps"),
+                ratio("shm_get_gbps", "memcpy_gbps"));
+    std::printf("  %-24s %8.2f  %.2f x memcpy\n", "shm put incl. copy in", num("shm_put_with_copy_gbps"),
+                ratio("shm_put_with_copy_gbps", "memcpy_gbps"));
+    std::printf("  %-24s %8.2f  %.2f x memcpy\n", "shm get incl. copy out", num("shm_get_with_copy_gbps"),
+                ratio("shm_get_with_copy_gbps", "memcpy_gbps"));
+    if (redis_why.empty()) {
+      std::printf("  %-24s %8.2f\n  %-24s %8.2f\n", "redis SET", num("redis_set_gbps"), "redis GET",
+                  num("redis_get_gbps"));
+    } else {
+      std::printf("  redis: not measured (%s)\n", redis_why.c_str());
+    }
+    if (!shm_error.empty()) std::printf("  shm: %s\n", shm_error.c_str());
+    if (!daemon_error.empty()) std::printf("  kvtierd: %s\n", daemon_error.c_str());
+  }
+  return daemon_error.empty() ? 0 : 1;
+}
+
+KVT_BENCH_MODE(remote, "kvtierd gRPC/shm put+get vs loopback TCP, memcpy and redis", RunRemote);
+
+}  // namespace
+}  // namespace kvt::bench
