@@ -275,7 +275,7 @@ int RunRemote(int argc, char** argv) {
   int chunks = 4, rounds = 5;
   uint32_t tokens = 256;
   std::string kvtierd_flag;
-  uint32_t part_mib = 4;
+  uint32_t part_mib = 8;
   app.add_flag("--json", json, "print one JSON object");
   app.add_option("--chunks", chunks, "distinct chunks moved per round and path")->check(CLI::Range(1, 64));
   app.add_option("--rounds", rounds, "rounds; every path runs once per round (interleaved), median reported")
