@@ -67,7 +67,7 @@ struct SyntheticModelSpec {
 //   "tiny": 4 layers, embd 256, FFN 768, 4 heads / 2 KV heads (head_dim 64), F16 —
 //           ~10 M parameters with the 32k vocab; prefill ~10k tokens/s on 2 cores; for tests.
 //   "demo": 16 layers, embd 1024, FFN 4096, 16 heads / 4 KV heads (head_dim 64), F16 —
-//           ~275 M parameters with the 32k vocab (~550 MB file); KV 64 KiB per token.
+//           ~275 M parameters with the 32k vocab (~550 MB file); KV 16 KiB per token (F16).
 // InvalidArgument for any other name. `vocab_gguf` is copied into the spec.
 absl::StatusOr<SyntheticModelSpec> SyntheticModelPreset(std::string_view name,
                                                         std::string vocab_gguf);
