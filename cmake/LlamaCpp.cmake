@@ -30,8 +30,6 @@ include(FetchContent)
 set(KVT_LLAMACPP_VERSION "0.3.36")
 set(KVT_LLAMACPP_COMMIT "0c1e57098")
 set(KVT_LLAMACPP_SHA256 "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e")
-set(KVT_LLAMACPP_URL
-    "${KVT_LLAMACPP_SDIST}")
 set(KVT_LLAMACPP_SDIST "" CACHE FILEPATH
     "Local llama_cpp_python-${KVT_LLAMACPP_VERSION}.tar.gz (sdist) to use instead of downloading it")
 option(KVT_LLAMACPP_NATIVE "Build llama.cpp for the host CPU (-march=native) instead of x86-64-v3" OFF)
@@ -39,7 +37,22 @@ option(KVT_LLAMACPP_NATIVE "Build llama.cpp for the host CPU (-march=native) ins
 if(KVT_LLAMACPP_SDIST)
   set(_kvt_llama_url "${KVT_LLAMACPP_SDIST}")
 else()
-  set(_kvt_llama_url "${KVT_LLAMACPP_URL}")
+  # Fetched with pip, the registry's own client, once per build directory.
+  set(_kvt_sdist_dir "${CMAKE_BINARY_DIR}/_deps/llamacpp-sdist")
+  set(_kvt_llama_url "${_kvt_sdist_dir}/llama_cpp_python-${KVT_LLAMACPP_VERSION}.tar.gz")
+  if(NOT EXISTS "${_kvt_llama_url}")
+    find_package(Python3 COMPONENTS Interpreter REQUIRED)
+    message(STATUS "kvtier: fetching llama-cpp-python==${KVT_LLAMACPP_VERSION} sdist with pip")
+    execute_process(
+      COMMAND "${Python3_EXECUTABLE}" -m pip download --quiet --no-deps --no-binary :all:
+              "llama-cpp-python==${KVT_LLAMACPP_VERSION}" -d "${_kvt_sdist_dir}"
+      RESULT_VARIABLE _kvt_pip_rc)
+    if(NOT _kvt_pip_rc EQUAL 0 OR NOT EXISTS "${_kvt_llama_url}")
+      message(FATAL_ERROR "kvtier: 'pip download llama-cpp-python==${KVT_LLAMACPP_VERSION}' failed "
+                          "(rc ${_kvt_pip_rc}); pass -DKVT_LLAMACPP_SDIST=/path/to/the/sdist "
+                          "or -DKVT_BUILD_LLAMACPP=OFF")
+    endif()
+  endif()
 endif()
 
 FetchContent_Declare(llamacpp_py
