@@ -9,14 +9,15 @@
 //   memcpy         single-thread memcpy of the same bytes.
 //   redis          SET/GET of the same bytes on a local redis-server (started here on a
 //                  loopback port with a temp dir, no persistence), hiredis client
-//                  (libhiredis loaded at run time).
+//                  (linked when pkg-config finds hiredis at configure time).
 // The daemon is the real kvtierd binary (found next to this binary in ../daemon/, or
 // --kvtierd, or $KVTIERD), started on a unix socket in a temp dir with durability async
 // (acknowledged in host memory, written to disk in the background, like Redis's SET).
 #include <arpa/inet.h>
-#include <dlfcn.h>
 #include <fcntl.h>
+#if KVT_HAVE_HIREDIS
 #include <hiredis/hiredis.h>
+#endif
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
@@ -71,7 +72,7 @@ std::string FindKvtierd(const std::string& flag) {
   return "kvtierd";  // PATH
 }
 
-int FreePort() {
+[[maybe_unused]] int FreePort() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -189,32 +190,15 @@ double MeasureTcp(const std::vector<std::vector<std::byte>>& recs, int reps) {
   return Gbps(total, s);
 }
 
-struct Hiredis {
-  void* lib = nullptr;
-  decltype(&redisConnectWithTimeout) connect = nullptr;
-  decltype(&redisCommand) command = nullptr;
-  decltype(&freeReplyObject) free_reply = nullptr;
-  decltype(&redisFree) free_ctx = nullptr;
-  bool Load() {
-    for (const char* name : {"libhiredis.so.0.14", "libhiredis.so", "libhiredis.so.1.1.0", "libhiredis.so.0.13"}) {
-      lib = dlopen(name, RTLD_NOW);
-      if (lib) break;
-    }
-    if (!lib) return false;
-    connect = reinterpret_cast<decltype(connect)>(dlsym(lib, "redisConnectWithTimeout"));
-    command = reinterpret_cast<decltype(command)>(dlsym(lib, "redisCommand"));
-    free_reply = reinterpret_cast<decltype(free_reply)>(dlsym(lib, "freeReplyObject"));
-    free_ctx = reinterpret_cast<decltype(free_ctx)>(dlsym(lib, "redisFree"));
-    return connect && command && free_reply && free_ctx;
-  }
-};
-
 // A redis-server started for the benchmark and a hiredis connection to it.
 class RedisPeer {
  public:
   // "" when ready, else why Redis cannot be measured.
   std::string Start(const std::string& dir) {
-    if (!h_.Load()) return "libhiredis not found";
+#if !KVT_HAVE_HIREDIS
+    (void)dir;
+    return "kvtier-bench built without hiredis (pkg-config hiredis not found)";
+#else
     std::string server;
     for (const char* p : {"/usr/bin/redis-server", "/usr/local/bin/redis-server"})
       if (std::filesystem::exists(p)) server = p;
@@ -226,26 +210,33 @@ class RedisPeer {
     const auto until = Clock::now() + std::chrono::seconds(5);
     while (Clock::now() < until) {
       timeval tv{1, 0};
-      c_ = h_.connect("127.0.0.1", port, tv);
+      c_ = redisConnectWithTimeout("127.0.0.1", port, tv);
       if (c_ != nullptr && c_->err == 0) return "";
-      if (c_ != nullptr) h_.free_ctx(c_);
+      if (c_ != nullptr) redisFree(c_);
       c_ = nullptr;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     return "redis-server did not accept connections within 5 s";
+#endif
   }
   ~RedisPeer() {
-    if (c_ != nullptr) h_.free_ctx(c_);
+#if KVT_HAVE_HIREDIS
+    if (c_ != nullptr) redisFree(c_);
+#endif
     Stop(pid_);
   }
   // SET then GET every record once; "" on success.
   std::string Measure(const std::vector<std::vector<std::byte>>& recs, double* set_gbps, double* get_gbps) {
+#if !KVT_HAVE_HIREDIS
+    (void)recs, (void)set_gbps, (void)get_gbps;
+    return "kvtier-bench built without hiredis";
+#else
     uint64_t bytes = 0;
     auto t = Clock::now();
     for (size_t i = 0; i < recs.size(); ++i) {
-      auto* reply = static_cast<redisReply*>(h_.command(c_, "SET k%d %b", static_cast<int>(i), recs[i].data(), recs[i].size()));
+      auto* reply = static_cast<redisReply*>(redisCommand(c_, "SET k%d %b", static_cast<int>(i), recs[i].data(), recs[i].size()));
       const bool ok = reply != nullptr && reply->type != REDIS_REPLY_ERROR;
-      if (reply) h_.free_reply(reply);
+      if (reply) freeReplyObject(reply);
       if (!ok) return "SET failed";
       bytes += recs[i].size();
     }
@@ -253,19 +244,21 @@ class RedisPeer {
     std::vector<std::byte> dst(recs[0].size());
     t = Clock::now();
     for (size_t i = 0; i < recs.size(); ++i) {
-      auto* reply = static_cast<redisReply*>(h_.command(c_, "GET k%d", static_cast<int>(i)));
+      auto* reply = static_cast<redisReply*>(redisCommand(c_, "GET k%d", static_cast<int>(i)));
       const bool ok = reply != nullptr && reply->type == REDIS_REPLY_STRING && reply->len == recs[i].size();
       if (ok) std::memcpy(dst.data(), reply->str, reply->len);  // into the caller's buffer, like RemoteClient::Get
-      if (reply) h_.free_reply(reply);
+      if (reply) freeReplyObject(reply);
       if (!ok) return "GET failed";
     }
     *get_gbps = Gbps(bytes, Since(t));
     return "";
+#endif
   }
 
  private:
-  Hiredis h_;
+#if KVT_HAVE_HIREDIS
   redisContext* c_ = nullptr;
+#endif
   pid_t pid_ = -1;
 };
 

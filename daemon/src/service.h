@@ -38,7 +38,10 @@ struct ShmEntry {
 };
 
 // Thread-safe.
-class KvTierService final : public ::kvtier::v1::KvTier::CallbackService {
+// Get is registered raw (grpc::ByteBuffer in and out) so the record bytes go from the
+// daemon's buffer to the socket without being copied into and serialised out of a
+// protobuf message; the bytes on the wire are still GetResponse messages.
+class KvTierService final : public ::kvtier::v1::KvTier::WithRawCallbackMethod_Get<::kvtier::v1::KvTier::CallbackService> {
  public:
   explicit KvTierService(const ServiceDeps& deps);
   ~KvTierService() override;
@@ -47,8 +50,9 @@ class KvTierService final : public ::kvtier::v1::KvTier::CallbackService {
                                    ::kvtier::v1::LookupResponse* resp) override;
   grpc::ServerReadReactor<::kvtier::v1::PutRequest>* Put(grpc::CallbackServerContext* ctx,
                                                          ::kvtier::v1::PutResponse* resp) override;
-  grpc::ServerWriteReactor<::kvtier::v1::GetResponse>* Get(grpc::CallbackServerContext* ctx,
-                                                           const ::kvtier::v1::GetRequest* req) override;
+  // Raw: `req` is a serialised GetRequest; every message written is a serialised GetResponse.
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Get(grpc::CallbackServerContext* ctx,
+                                                  const grpc::ByteBuffer* req) override;
   grpc::ServerUnaryReactor* Evict(grpc::CallbackServerContext* ctx, const ::kvtier::v1::EvictRequest* req,
                                   ::kvtier::v1::EvictResponse* resp) override;
   grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* ctx, const ::kvtier::v1::ListRequest* req,

@@ -19,6 +19,20 @@ struct AlignedFree {
 };
 using AlignedBuf = std::unique_ptr<std::byte, AlignedFree>;
 
+// A Get record buffer, shared by the reactor and the gRPC slices that still point into it
+// (the transport may hold a slice after OnWriteDone; each slice owns one reference).
+using SharedBuf = std::shared_ptr<std::byte>;
+void UnrefSharedBuf(void* user_data) { delete static_cast<SharedBuf*>(user_data); }
+
+// Appends the protobuf varint encoding of `v`.
+void AppendVarint(std::string* out, uint64_t v) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>(v | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
 // Uninitialised 4096-aligned buffer (the disk tier reads/writes O_DIRECT without a bounce).
 AlignedBuf AllocRecord(uint64_t bytes) {
   const uint64_t n = (bytes + 4095) & ~uint64_t{4095};
@@ -171,12 +185,20 @@ class PutReactor final : public grpc::ServerReadReactor<pb::PutRequest> {
 };
 
 // ---------------------------------------------------------------------------------------
-class GetReactor final : public grpc::ServerWriteReactor<pb::GetResponse> {
+//
+// Raw method: the request arrives as bytes and is parsed here; each response message is
+// written as a grpc::ByteBuffer of two slices, the serialised GetResponse fields other
+// than `data` followed by the `data` field's tag and length (a small copied slice), then
+// a slice that points into the record buffer itself. Field order does not matter to a
+// protobuf parser, so any GetResponse parser reads these messages; the record bytes
+// are copied once in the daemon (tier -> buffer) and then written to the socket.
+class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  GetReactor(KvTierService* svc, grpc::CallbackServerContext* ctx, const pb::GetRequest* req)
-      : svc_(svc), req_(req), start_(std::chrono::steady_clock::now()) {
+  GetReactor(KvTierService* svc, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw)
+      : svc_(svc), start_(std::chrono::steady_clock::now()) {
     svc_->CallStarted();
-    absl::Status s = svc_->draining() ? absl::UnavailableError("kvtierd is shutting down") : Init(ctx);
+    absl::Status s = svc_->draining() ? absl::UnavailableError("kvtierd is shutting down") : Parse(raw);
+    if (s.ok()) s = Init(ctx);
     if (!s.ok()) {
       Done(s);
       return;
@@ -207,6 +229,13 @@ class GetReactor final : public grpc::ServerWriteReactor<pb::GetResponse> {
   }
 
  private:
+  absl::Status Parse(const grpc::ByteBuffer* raw) {
+    grpc::ByteBuffer copy(*raw);  // shares the slices
+    grpc::Status st = grpc::SerializationTraits<pb::GetRequest>::Deserialize(&copy, &req_storage_);
+    if (!st.ok()) return absl::InvalidArgumentError("GetRequest: cannot parse the request: " + st.error_message());
+    return absl::OkStatus();
+  }
+
   absl::Status Init(grpc::CallbackServerContext* ctx) {
     auto tenant = svc_->Authenticate(ctx);
     if (!tenant.ok()) return tenant.status();
@@ -265,13 +294,13 @@ class GetReactor final : public grpc::ServerWriteReactor<pb::GetResponse> {
             resp_.set_shm_overflow(true);
             resp_.set_record_bytes(size);
             resp_.mutable_shm()->set_region_id(req_->shm().region_id());
-            StartWrite(&resp_);
+            Write(0);
             return;
           }
           dest = std::span<std::byte>(region_->data() + at, size);
           shm_at_ = at;
         } else {
-          buf_ = AllocRecord(size);
+          buf_ = SharedBuf(AllocRecord(size).release(), AlignedFree());
           if (buf_ == nullptr) break;
           dest = std::span<std::byte>(buf_.get(), size);
         }
@@ -296,7 +325,7 @@ class GetReactor final : public grpc::ServerWriteReactor<pb::GetResponse> {
       if (SizeOf(key) == 0) catalog.ForgetKey(key);
       resp_.set_found(false);
       resp_.set_tier(pb::TIER_NONE);
-      StartWrite(&resp_);
+      Write(0);
       return;
     }
     resp_.set_found(true);
@@ -310,7 +339,7 @@ class GetReactor final : public grpc::ServerWriteReactor<pb::GetResponse> {
       shm_next_ = shm_at_ + record_bytes_;
       sent_ = record_bytes_;
       svc_->deps().metrics->AddBytesOut(true, record_bytes_);
-      StartWrite(&resp_);
+      Write(0);
       return;
     }
     svc_->deps().metrics->AddBytesOut(false, record_bytes_);
@@ -322,9 +351,27 @@ class GetReactor final : public grpc::ServerWriteReactor<pb::GetResponse> {
       resp_.Clear();
     }
     const uint64_t n = std::min<uint64_t>(part_, record_bytes_ - sent_);
-    resp_.set_data(reinterpret_cast<const char*>(buf_.get() + sent_), n);
-    sent_ += n;
-    StartWrite(&resp_);
+    Write(n);
+  }
+
+  // Writes resp_ (which has no `data`) followed by a `data` field holding the next n
+  // record bytes (none when n == 0), without copying them.
+  void Write(uint64_t n) {
+    std::string head = resp_.SerializeAsString();
+    if (n == 0) {
+      grpc::Slice s(head);
+      out_ = grpc::ByteBuffer(&s, 1);
+    } else {
+      head.push_back(static_cast<char>((4 << 3) | 2));  // field 4 (data), length-delimited
+      AppendVarint(&head, n);
+      grpc::Slice parts[2] = {
+          grpc::Slice(head),
+          grpc::Slice(buf_.get() + sent_, n, &UnrefSharedBuf, new SharedBuf(buf_)),
+      };
+      out_ = grpc::ByteBuffer(parts, 2);
+      sent_ += n;
+    }
+    StartWrite(&out_);
   }
 
   void Done(const absl::Status& s) {
@@ -334,14 +381,16 @@ class GetReactor final : public grpc::ServerWriteReactor<pb::GetResponse> {
   }
 
   KvTierService* const svc_;
-  const pb::GetRequest* const req_;
+  pb::GetRequest req_storage_;
+  const pb::GetRequest* const req_ = &req_storage_;
   const std::chrono::steady_clock::time_point start_;
   std::string tenant_;
   std::vector<ChunkKey> keys_;
   size_t index_ = 0;
   uint32_t part_ = 4u << 20;
-  pb::GetResponse resp_;
-  AlignedBuf buf_;
+  pb::GetResponse resp_;  // fields of the next message other than `data`
+  grpc::ByteBuffer out_;  // the message being written
+  SharedBuf buf_;
   uint64_t record_bytes_ = 0, sent_ = 0;
   std::shared_ptr<ShmRegion> region_;
   uint64_t shm_next_ = 0, shm_end_ = 0, shm_at_ = 0;
@@ -353,8 +402,8 @@ grpc::ServerReadReactor<pb::PutRequest>* KvTierService::Put(grpc::CallbackServer
   return new PutReactor(this, ctx, resp);
 }
 
-grpc::ServerWriteReactor<pb::GetResponse>* KvTierService::Get(grpc::CallbackServerContext* ctx,
-                                                             const pb::GetRequest* req) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* KvTierService::Get(grpc::CallbackServerContext* ctx,
+                                                              const grpc::ByteBuffer* req) {
   return new GetReactor(this, ctx, req);
 }
 

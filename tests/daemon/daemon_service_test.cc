@@ -70,6 +70,75 @@ TEST_F(DaemonServiceTest, MultiPartRecordsAndMultiRecordStreams) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(*client->Get(chain.keys[i]), chain.records[i]);
 }
 
+// kvtierd writes Get responses as raw bytes (data field last, pointing into its record
+// buffer); any GetResponse parser must read them as ordinary messages.
+TEST_F(DaemonServiceTest, GetStreamReadsWithGeneratedStubAcrossParts) {
+  StartDaemon();
+  auto client = Connect(daemon_->target());
+  ASSERT_NE(client, nullptr);
+  Chain chain = MakeChain(TestNamespace("m"), 2, 40, 3);  // 40 KiB payloads
+  ASSERT_TRUE(client->Put(chain.records[0]).ok());
+  auto stub = pb::KvTier::NewStub(grpc::CreateChannel(daemon_->target(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  pb::GetRequest req;
+  req.set_protocol_version(1);
+  for (int i : {0, 1}) {
+    req.add_keys()->set_lo(chain.keys[i].lo);
+    req.mutable_keys(i)->set_hi(chain.keys[i].hi);
+  }
+  req.set_max_part_bytes(16384);
+  auto reader = stub->Get(&ctx, req);
+  std::vector<pb::GetResponse> msgs;
+  pb::GetResponse resp;
+  while (reader->Read(&resp)) msgs.push_back(resp);
+  ASSERT_TRUE(reader->Finish().ok());
+  const size_t rec = chain.records[0].size();
+  const size_t parts = (rec + 16383) / 16384;
+  ASSERT_EQ(msgs.size(), parts + 1);  // record 0 in parts, then the miss of key 1
+  EXPECT_TRUE(msgs[0].header());
+  EXPECT_TRUE(msgs[0].found());
+  EXPECT_EQ(msgs[0].index(), 0u);
+  EXPECT_EQ(msgs[0].record_bytes(), rec);
+  EXPECT_EQ(msgs[0].tier(), pb::TIER_HOST);
+  std::string bytes;
+  for (size_t i = 0; i < parts; ++i) {
+    EXPECT_EQ(msgs[i].header(), i == 0);
+    EXPECT_EQ(msgs[i].data().size(), std::min<size_t>(16384, rec - bytes.size()));
+    bytes += msgs[i].data();
+  }
+  EXPECT_EQ(bytes, std::string(reinterpret_cast<const char*>(chain.records[0].data()), rec));
+  EXPECT_TRUE(msgs.back().header());
+  EXPECT_FALSE(msgs.back().found());
+  EXPECT_EQ(msgs.back().index(), 1u);
+  EXPECT_EQ(msgs.back().tier(), pb::TIER_NONE);
+  EXPECT_TRUE(msgs.back().data().empty());
+}
+
+// The raw Get handler parses the request itself: bytes that are no GetRequest are
+// INVALID_ARGUMENT, and the daemon keeps serving.
+TEST_F(DaemonServiceTest, GetWithUnparsableRequestBytesIsInvalidArgument) {
+  StartDaemon();
+  auto channel = grpc::CreateChannel(daemon_->target(), grpc::InsecureChannelCredentials());
+  grpc::ClientContext ctx;
+  const std::string garbage = "\x0a\xff\xff\xff\xff\x0f";  // field 1 with a bad length
+  grpc::Slice slice(garbage);
+  grpc::ByteBuffer raw(&slice, 1);
+  const grpc::internal::RpcMethod method("/kvtier.v1.KvTier/Get", grpc::internal::RpcMethod::SERVER_STREAMING,
+                                         channel);
+  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel.get(), method, &ctx, raw));
+  grpc::ByteBuffer out;
+  EXPECT_FALSE(reader->Read(&out));
+  grpc::Status st = reader->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_NE(st.error_message().find("GetRequest"), std::string::npos) << st.error_message();
+  auto client = Connect(daemon_->target());
+  ASSERT_NE(client, nullptr);
+  Chain chain = MakeChain(TestNamespace("m"), 1, 4, 4);
+  ASSERT_TRUE(client->Put(chain.records[0]).ok());
+  EXPECT_EQ(*client->Get(chain.keys[0]), chain.records[0]);
+}
+
 TEST_F(DaemonServiceTest, ListEvictByKeysPrefixNamespaceAndAge) {
   StartDaemon();
   auto client = Connect(daemon_->target());
