@@ -1,9 +1,11 @@
-// kvtier-demo: llama.cpp on real text, cold vs warm from kvtier's host and disk tiers.
+// kvtier-demo: llama.cpp on real text, cold vs warm from kvtier's host and disk tiers
+// and from kvtierd.
 //
 //   kvtier-demo                 # 270M demo model (generated on first run), ./.kvtier-demo/
 //   kvtier-demo --small         # tiny model, seconds
 //   kvtier-demo --model x.gguf  # any GGUF llama.cpp can run
 //   kvtier-demo --json          # rows as JSON lines on stdout
+//   kvtier-demo --kvtierd PATH  # the kvtierd binary to start (default: the one built here)
 //
 // Phases (one request list: chat turns, document questions, no-reuse prompts):
 //   1. cold: each request prefilled by the engine alone (TTFT cold).
@@ -11,11 +13,20 @@
 //      each loads what earlier requests stored, prefills the rest and stores its chunks.
 //      Its logits are compared bit for bit with a recompute (same engine calls, prefix
 //      prefilled instead of loaded).
-//   3. warm-disk: this program re-executes itself (--disk-phase) as a fresh process on
+//   3. warm-disk: this program re-executes itself (--fresh-phase) as a fresh process on
 //      the disk tier alone, loading the same prefix lengths as phase 2 from disk.
+//   4. warm-kvtierd: the demo starts kvtierd on a unix socket in <dir>/run, stores every
+//      chunk of phase 2 into it through the remote tier (RemoteTier::Put, records read
+//      from the disk tier; a dedicated pass, so phase 2's figures are unchanged), then a
+//      fresh process whose store has only the remote tier loads the same prefix lengths
+//      from kvtierd. The daemon is stopped with SIGTERM at the end, also on error (and
+//      gets SIGTERM from the kernel if the demo dies). If it cannot be started (no
+//      binary, built with KVT_BUILD_DAEMON=OFF) the column shows n/a with the reason.
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -25,6 +36,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <optional>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
@@ -36,7 +49,11 @@
 #include "llamacpp/kv_adapter.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
+#include "kvtierd_process.h"
 #include "workload.h"
+#ifdef KVT_DEMO_HAVE_REMOTE
+#include "kvstore/remote_tier.h"
+#endif
 
 namespace kvt::llamacpp::demo {
 namespace {
@@ -53,7 +70,12 @@ struct Flags {
   bool json_out = false;
   bool flash_attn = false;
   uint32_t chunk_tokens = 256;
-  std::string disk_phase;  // internal: plan file of the fresh-process disk phase
+#ifdef KVT_DEMO_KVTIERD
+  std::string kvtierd = KVT_DEMO_KVTIERD;
+#else
+  std::string kvtierd;
+#endif
+  std::string fresh_phase;  // internal: plan file of a fresh-process phase (disk or kvtierd)
 };
 
 struct Row {
@@ -62,11 +84,12 @@ struct Row {
   uint64_t prompt_tokens = 0;
   uint64_t loaded_host = 0;
   uint64_t loaded_disk = 0;
-  double cold_s = 0, host_s = 0, disk_s = 0;
+  uint64_t loaded_kvtierd = 0;
+  double cold_s = 0, host_s = 0, disk_s = 0, kvtierd_s = 0;
   double cold_wall_s = 0, host_wall_s = 0;
   double tail_s = 0;     // recompute's tail prefill (same calls as the warm tail)
   uint64_t load_bytes = 0;
-  bool identical_host = false, identical_disk = false;
+  bool identical_host = false, identical_disk = false, identical_kvtierd = false;
 };
 
 double Seconds(Clock::time_point t0) {
@@ -141,6 +164,14 @@ EngineOptions MakeEngineOptions(const Flags& flags, const std::string& model) {
   return o;
 }
 
+DiskTierOptions DemoDiskTierOptions(const Flags& flags) {
+  DiskTierOptions d;
+  d.dir = flags.dir + "/cache/disk";
+  d.capacity_bytes = 8ull << 30;
+  d.file_bytes = 256ull << 20;
+  return d;
+}
+
 absl::StatusOr<std::shared_ptr<TieredStore>> OpenStore(const Flags& flags, bool host) {
   std::vector<std::unique_ptr<Tier>> tiers;
   if (host) {
@@ -150,11 +181,7 @@ absl::StatusOr<std::shared_ptr<TieredStore>> OpenStore(const Flags& flags, bool 
     if (!t.ok()) return t.status();
     tiers.push_back(std::move(*t));
   }
-  DiskTierOptions d;
-  d.dir = flags.dir + "/cache/disk";
-  d.capacity_bytes = 8ull << 30;
-  d.file_bytes = 256ull << 20;
-  auto t = DiskTier::Open(d);
+  auto t = DiskTier::Open(DemoDiskTierOptions(flags));
   if (!t.ok()) return t.status();
   tiers.push_back(std::move(*t));
   auto store = TieredStore::Create(std::move(tiers), TieredStoreOptions{});
@@ -173,22 +200,54 @@ absl::StatusOr<std::shared_ptr<KVConnector>> OpenConnector(const LlamaEngine& en
 
 std::string RunDir(const Flags& flags) { return flags.dir + "/run"; }
 
-// The fresh-process disk phase: loads from the disk tier alone the same prefix lengths
-// the host phase loaded, and checks the logits against the parent's recompute logits.
-int DiskPhase(const Flags& flags) {
-  std::ifstream in(flags.disk_phase);
+#ifdef KVT_DEMO_HAVE_REMOTE
+RemoteTierOptions DemoRemoteTierOptions(const std::string& target) {
+  RemoteTierOptions o;
+  o.client.target = target;
+  o.client.deadline = std::chrono::milliseconds(30000);  // a loaded machine, records of MiBs
+  return o;
+}
+
+// A store whose only tier is kvtierd's remote tier; the channel is connected (Health)
+// before it is returned so the first request's TTFT does not include the connect.
+absl::StatusOr<std::shared_ptr<TieredStore>> OpenRemoteStore(const std::string& target) {
+  auto remote = RemoteTier::Create(DemoRemoteTierOptions(target));
+  if (!remote.ok()) return remote.status();
+  if (auto h = (*remote)->client().Health(); !h.ok()) return h.status();
+  std::vector<std::unique_ptr<Tier>> tiers;
+  tiers.push_back(std::move(*remote));
+  auto store = TieredStore::Create(std::move(tiers), TieredStoreOptions{});
+  if (!store.ok()) return store.status();
+  return std::shared_ptr<TieredStore>(std::move(*store));
+}
+#endif
+
+// A fresh-process phase (plan["tier"] = "disk" or "kvtierd"): loads, from that tier
+// alone, the same prefix lengths the host phase loaded, and checks the logits against
+// the parent's recompute logits.
+int FreshPhase(const Flags& flags) {
+  std::ifstream in(flags.fresh_phase);
   const json plan = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (plan.is_discarded()) {
-    std::fprintf(stderr, "kvtier-demo: bad plan file %s\n", flags.disk_phase.c_str());
+  if (plan.is_discarded() || !plan.contains("tier") || !plan.contains("model") || !plan.contains("caps") ||
+      !plan.contains("out")) {
+    std::fprintf(stderr, "kvtier-demo: bad plan file %s\n", flags.fresh_phase.c_str());
     return 2;
   }
+  const std::string tier = plan["tier"].get<std::string>();
   auto engine = LlamaEngine::Create(MakeEngineOptions(flags, plan["model"].get<std::string>()));
   if (!engine.ok()) { std::fprintf(stderr, "kvtier-demo: %s\n", engine.status().ToString().c_str()); return 1; }
   WorkloadOptions wo;
   wo.data_dir = flags.data_dir;
   auto requests = BuildWorkloads(**engine, wo);
   if (!requests.ok()) { std::fprintf(stderr, "kvtier-demo: %s\n", requests.status().ToString().c_str()); return 1; }
-  auto store = OpenStore(flags, /*host=*/false);
+  absl::StatusOr<std::shared_ptr<TieredStore>> store = absl::InvalidArgumentError("plan tier '" + tier + "'");
+  if (tier == "disk") {
+    store = OpenStore(flags, /*host=*/false);
+#ifdef KVT_DEMO_HAVE_REMOTE
+  } else if (tier == "kvtierd") {
+    store = OpenRemoteStore(plan["target"].get<std::string>());
+#endif
+  }
   if (!store.ok()) { std::fprintf(stderr, "kvtier-demo: %s\n", store.status().ToString().c_str()); return 1; }
   auto connector = OpenConnector(**engine, flags, *store);
   if (!connector.ok()) { std::fprintf(stderr, "kvtier-demo: %s\n", connector.status().ToString().c_str()); return 1; }
@@ -200,7 +259,7 @@ int DiskPhase(const Flags& flags) {
     RunOptions o;
     o.store = false;
     o.max_load_tokens = plan["caps"][i].get<uint64_t>();
-    o.progress = MakeProgress(absl::StrFormat("disk %s #%d", rq.workload, rq.index), 1024);
+    o.progress = MakeProgress(absl::StrFormat("%s %s #%d", tier, rq.workload, rq.index), 1024);
     auto r = (*adapter)->Run(rq.tokens, o);
     if (!r.ok()) { std::fprintf(stderr, "kvtier-demo: %s\n", r.status().ToString().c_str()); return 1; }
     const std::vector<float> ref = ReadFloats(absl::StrFormat("%s/ref-%d.bin", RunDir(flags), i));
@@ -211,8 +270,128 @@ int DiskPhase(const Flags& flags) {
   return out.good() ? 0 : 1;
 }
 
+// Re-executes this program as a fresh process running FreshPhase on `tier` and returns
+// its per-request results (ttft_s, loaded, identical), one per row.
+absl::StatusOr<json> RunFreshPhase(const Flags& flags, const std::string& model, const std::vector<Row>& rows,
+                                   const std::string& tier, const std::string& target) {
+  json plan;
+  plan["tier"] = tier;
+  plan["target"] = target;
+  plan["model"] = model;
+  plan["out"] = absl::StrFormat("%s/%s-results.json", RunDir(flags), tier);
+  json caps = json::array();
+  for (const Row& row : rows) caps.push_back(row.loaded_host);
+  plan["caps"] = caps;
+  const std::string plan_path = absl::StrFormat("%s/%s-plan.json", RunDir(flags), tier);
+  std::filesystem::remove(plan["out"].get<std::string>());
+  std::ofstream(plan_path) << plan.dump();
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const std::string threads = std::to_string(flags.threads), chunk = std::to_string(flags.chunk_tokens);
+  std::vector<std::string> args = {self, "--fresh-phase", plan_path, "--dir", flags.dir, "--data-dir",
+                                   flags.data_dir, "--threads", threads, "--chunk", chunk};
+  if (flags.flash_attn) args.push_back("--flash-attn");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) return absl::InternalError(absl::StrFormat("fork: %s", std::strerror(errno)));
+  if (pid == 0) {
+    execv(self.c_str(), argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return absl::InternalError(absl::StrFormat("%s phase process failed (status %d)", tier, status));
+  }
+  std::ifstream in(plan["out"].get<std::string>());
+  json results = json::parse(in, nullptr, false);
+  if (results.is_discarded() || !results.is_array() || results.size() != rows.size()) {
+    return absl::InternalError(absl::StrFormat("bad %s phase results in %s", tier, plan["out"].get<std::string>()));
+  }
+  return results;
+}
+
+// Phase 4. kvtierd_na is set (and OK returned) when the daemon cannot be started;
+// errors after it started are returned. The daemon is stopped before this returns.
+absl::Status KvtierdPhase(const Flags& flags, const std::string& model, std::vector<Row>& rows,
+                          std::string* kvtierd_na) {
+#ifndef KVT_DEMO_HAVE_REMOTE
+  (void)model;
+  (void)rows;
+  *kvtierd_na = flags.kvtierd.empty() ? "built with KVT_BUILD_DAEMON=OFF (no kvtierd, no remote tier)"
+                                      : "built with KVT_BUILD_DAEMON=OFF (no remote tier)";
+  return absl::OkStatus();
+#else
+  if (flags.kvtierd.empty()) {
+    *kvtierd_na = "no kvtierd binary (build target kvtierd, or pass --kvtierd PATH)";
+    return absl::OkStatus();
+  }
+  // What phase 2 stored (the disk tier holds every chunk: write-through, flushed).
+  auto disk = DiskTier::Open(DemoDiskTierOptions(flags));
+  if (!disk.ok()) return disk.status();
+  std::vector<ChunkInfo> chunks;
+  uint64_t total = 0, largest = 0;
+  ListOptions lo;
+  do {
+    auto page = (*disk)->List(lo);
+    if (!page.ok()) return page.status();
+    for (const ChunkInfo& c : page->chunks) {
+      total += c.record_bytes;
+      largest = std::max(largest, c.record_bytes);
+      chunks.push_back(c);
+    }
+    lo.page_token = page->next_page_token;
+  } while (!lo.page_token.empty());
+
+  auto round_up = [](uint64_t v, uint64_t m) { return (v + m - 1) / m * m; };
+  KvtierdProcessOptions ko;
+  ko.binary = flags.kvtierd;
+  ko.run_dir = RunDir(flags);
+  ko.data_dir = flags.dir + "/cache/kvtierd";
+  ko.host_capacity_bytes = round_up(total + total / 4 + (16ull << 20), 1ull << 20);  // all of it in memory
+  ko.disk_file_bytes = std::max<uint64_t>(256ull << 20, round_up(largest, 1ull << 20));
+  ko.disk_capacity_bytes = round_up(total + total / 4 + ko.disk_file_bytes, ko.disk_file_bytes);
+  const auto ts = Clock::now();
+  auto daemon = KvtierdProcess::Start(ko);
+  if (!daemon.ok()) {
+    *kvtierd_na = daemon.status().ToString();
+    return absl::OkStatus();
+  }
+  std::fprintf(stderr, "  kvtierd %s started (pid %d, %s) in %.0f ms\n", flags.kvtierd.c_str(), (*daemon)->pid(),
+               (*daemon)->target().c_str(), Seconds(ts) * 1e3);
+  absl::Status result = [&]() -> absl::Status {
+    // Store every chunk into the daemon through the remote tier.
+    auto remote = RemoteTier::Create(DemoRemoteTierOptions((*daemon)->target()));
+    if (!remote.ok()) return remote.status();
+    const auto tc = Clock::now();
+    std::vector<std::byte> buf;
+    for (const ChunkInfo& c : chunks) {
+      buf.resize(c.record_bytes);
+      auto n = (*disk)->Get(c.key, buf);
+      if (!n.ok()) return n.status();
+      if (absl::Status s = (*remote)->Put(std::span<const std::byte>(buf.data(), *n)); !s.ok()) return s;
+    }
+    std::fprintf(stderr, "  stored %zu chunks (%.1f MB) into kvtierd through the remote tier in %.0f ms\n",
+                 chunks.size(), static_cast<double>(total) / 1e6, Seconds(tc) * 1e3);
+    disk->reset();  // the disk tier is single-process; the fresh process does not use it, but close it anyway
+    auto results = RunFreshPhase(flags, model, rows, "kvtierd", (*daemon)->target());
+    if (!results.ok()) return results.status();
+    for (size_t i = 0; i < rows.size(); ++i) {
+      rows[i].kvtierd_s = (*results)[i]["ttft_s"].get<double>();
+      rows[i].loaded_kvtierd = (*results)[i]["loaded"].get<uint64_t>();
+      rows[i].identical_kvtierd = (*results)[i]["identical"].get<bool>();
+    }
+    return absl::OkStatus();
+  }();
+  absl::Status stopped = (*daemon)->Stop();
+  if (stopped.ok()) std::fprintf(stderr, "  kvtierd stopped (SIGTERM, exit code 0)\n");
+  return result.ok() ? stopped : result;
+#endif
+}
+
 int Main(const Flags& flags) {
-  if (!flags.disk_phase.empty()) return DiskPhase(flags);
+  if (!flags.fresh_phase.empty()) return FreshPhase(flags);
   std::error_code ec;
   std::filesystem::remove_all(flags.dir + "/cache", ec);  // every run starts cold
   std::filesystem::create_directories(RunDir(flags), ec);
@@ -241,7 +420,7 @@ int Main(const Flags& flags) {
   auto no_kvtier = LlamaKvAdapter::Create(&engine, nullptr);
   if (!no_kvtier.ok()) return 1;
   // Phase 1: cold.
-  std::fprintf(stderr, "phase 1/3: cold (engine alone)\n");
+  std::fprintf(stderr, "phase 1/4: cold (engine alone)\n");
   std::vector<std::vector<float>> cold_logits(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
     const Request& rq = requests[i];
@@ -262,7 +441,7 @@ int Main(const Flags& flags) {
   }
 
   // Phase 2: warm from the host tier (and write-through to disk).
-  std::fprintf(stderr, "phase 2/3: kvtier, host tier (+ disk write-through)\n");
+  std::fprintf(stderr, "phase 2/4: kvtier, host tier (+ disk write-through)\n");
   double decode1_s = 0;
   double no_reuse_flush_s = 0;
   {
@@ -338,47 +517,30 @@ int Main(const Flags& flags) {
   }  // closes the disk tier so the next process can open it
 
   // Phase 3: a fresh process on the disk tier.
-  std::fprintf(stderr, "phase 3/3: kvtier, disk tier, fresh process\n");
+  std::fprintf(stderr, "phase 3/4: kvtier, disk tier, fresh process\n");
   {
-    json plan;
-    plan["model"] = *model;
-    plan["out"] = RunDir(flags) + "/disk-results.json";
-    json caps = json::array();
-    for (const Row& row : rows) caps.push_back(row.loaded_host);
-    plan["caps"] = caps;
-    const std::string plan_path = RunDir(flags) + "/disk-plan.json";
-    std::ofstream(plan_path) << plan.dump();
-    const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-    const std::string threads = std::to_string(flags.threads), chunk = std::to_string(flags.chunk_tokens);
-    std::vector<std::string> args = {self, "--disk-phase", plan_path, "--dir", flags.dir, "--data-dir",
-                                     flags.data_dir, "--threads", threads, "--chunk", chunk};
-    if (flags.flash_attn) args.push_back("--flash-attn");
-    const pid_t pid = fork();
-    if (pid == 0) {
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(self.c_str(), argv.data());
-      _exit(127);
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      std::fprintf(stderr, "kvtier-demo: disk phase process failed (status %d)\n", status);
-      return 1;
-    }
-    std::ifstream in(plan["out"].get<std::string>());
-    const json results = json::parse(in, nullptr, false);
-    if (results.is_discarded() || results.size() != rows.size()) {
-      std::fprintf(stderr, "kvtier-demo: bad disk phase results\n");
-      return 1;
-    }
+    auto results = RunFreshPhase(flags, *model, rows, "disk", "");
+    if (!results.ok()) { std::fprintf(stderr, "kvtier-demo: %s\n", results.status().ToString().c_str()); return 1; }
     for (size_t i = 0; i < rows.size(); ++i) {
-      rows[i].disk_s = results[i]["ttft_s"].get<double>();
-      rows[i].loaded_disk = results[i]["loaded"].get<uint64_t>();
-      rows[i].identical_disk = results[i]["identical"].get<bool>();
+      rows[i].disk_s = (*results)[i]["ttft_s"].get<double>();
+      rows[i].loaded_disk = (*results)[i]["loaded"].get<uint64_t>();
+      rows[i].identical_disk = (*results)[i]["identical"].get<bool>();
     }
   }
+
+  // Phase 4: kvtierd (started here, stopped before KvtierdPhase returns), fresh process.
+  std::fprintf(stderr, "phase 4/4: kvtier, remote tier -> kvtierd, fresh process\n");
+  std::string kvtierd_na;
+  if (absl::Status s = KvtierdPhase(flags, *model, rows, &kvtierd_na); !s.ok()) {
+    std::fprintf(stderr, "kvtier-demo: kvtierd phase: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  const bool have_kvtierd = kvtierd_na.empty();
+  if (!have_kvtierd) std::fprintf(stderr, "  kvtierd n/a: %s\n", kvtierd_na.c_str());
+  auto row_identical = [&](const Row& r) {
+    return r.identical_host && r.identical_disk && r.loaded_disk == r.loaded_host &&
+           (!have_kvtierd || (r.identical_kvtierd && r.loaded_kvtierd == r.loaded_host));
+  };
 
   // Report.
   if (flags.json_out) {
@@ -391,18 +553,24 @@ int Main(const Flags& flags) {
                 {"ttft_cold_ms", r.cold_s * 1e3},
                 {"ttft_host_ms", r.host_s * 1e3},
                 {"ttft_disk_ms", r.disk_s * 1e3},
-                {"logits_identical", r.identical_host && r.identical_disk}};
+                {"ttft_kvtierd_ms", have_kvtierd ? json(r.kvtierd_s * 1e3) : json(nullptr)},
+                {"loaded_tokens_kvtierd", have_kvtierd ? json(r.loaded_kvtierd) : json(nullptr)},
+                {"logits_identical", row_identical(r)}};
       std::printf("%s\n", j.dump().c_str());
     }
   } else {
-    std::printf("\n%-9s %3s %7s %7s %10s %10s %10s %8s %8s %9s\n", "workload", "#", "prompt", "loaded",
-                "cold ms", "host ms", "disk ms", "x host", "x disk", "identical");
+    std::printf("\n%-9s %3s %7s %7s %10s %10s %10s %10s %8s %8s %9s %9s\n", "workload", "#", "prompt", "loaded",
+                "cold ms", "host ms", "disk ms", "kvtierd ms", "x host", "x disk", "x kvtierd", "identical");
     for (const Row& r : rows) {
-      std::printf("%-9s %3d %7llu %7llu %10.1f %10.1f %10.1f %7.2fx %7.2fx %9s\n", r.workload.c_str(), r.index,
-                  static_cast<unsigned long long>(r.prompt_tokens), static_cast<unsigned long long>(r.loaded_host),
-                  r.cold_s * 1e3, r.host_s * 1e3, r.disk_s * 1e3, r.cold_s / r.host_s, r.cold_s / r.disk_s,
-                  (r.identical_host && r.identical_disk && r.loaded_disk == r.loaded_host) ? "yes" : "NO");
+      const std::string kvtierd_ms = have_kvtierd ? absl::StrFormat("%.1f", r.kvtierd_s * 1e3) : "n/a";
+      const std::string kvtierd_x = have_kvtierd ? absl::StrFormat("%.2fx", r.cold_s / r.kvtierd_s) : "n/a";
+      std::printf("%-9s %3d %7llu %7llu %10.1f %10.1f %10.1f %10s %7.2fx %7.2fx %9s %9s\n", r.workload.c_str(),
+                  r.index, static_cast<unsigned long long>(r.prompt_tokens),
+                  static_cast<unsigned long long>(r.loaded_host), r.cold_s * 1e3, r.host_s * 1e3, r.disk_s * 1e3,
+                  kvtierd_ms.c_str(), r.cold_s / r.host_s, r.cold_s / r.disk_s, kvtierd_x.c_str(),
+                  row_identical(r) ? "yes" : "NO");
     }
+    if (!have_kvtierd) std::printf("kvtierd: n/a (%s)\n", kvtierd_na.c_str());
   }
   // Targets (stderr in --json mode so stdout stays rows only).
   FILE* out = flags.json_out ? stderr : stdout;
@@ -414,12 +582,15 @@ int Main(const Flags& flags) {
     std::fprintf(out,
                  "target warm TTFT <= 1.5 x bound [%s #%d, %llu cached tokens]: bound = %.1f MB / memcpy "
                  "(%.1f ms) + 1-token decode (%.1f ms) + tail prefill of %llu tokens (%.1f ms) = %.1f ms; "
-                 "warm-host %.1f ms -> ratio %.2f; warm-disk %.1f ms -> ratio %.2f\n",
+                 "warm-host %.1f ms -> ratio %.2f; warm-disk %.1f ms -> ratio %.2f%s\n",
                  r.workload.c_str(), r.index, static_cast<unsigned long long>(r.loaded_host),
                  static_cast<double>(r.load_bytes) / 1e6, static_cast<double>(r.load_bytes) / memcpy_bw * 1e3,
                  decode1_s * 1e3, static_cast<unsigned long long>(r.prompt_tokens - r.loaded_host),
                  r.tail_s * 1e3, bound * 1e3, r.host_s * 1e3, r.host_s / bound, r.disk_s * 1e3,
-                 r.disk_s / bound);
+                 r.disk_s / bound,
+                 have_kvtierd ? absl::StrFormat("; warm-kvtierd %.1f ms -> ratio %.2f", r.kvtierd_s * 1e3,
+                                                r.kvtierd_s / bound).c_str()
+                              : "");
     reported = true;
   }
   if (!reported) std::fprintf(out, "target warm TTFT: no request loaded >= 4000 tokens in this run\n");
@@ -436,7 +607,7 @@ int Main(const Flags& flags) {
                  kvt_total * 1e3, cold_total * 1e3, kvt_total / cold_total);
   }
   bool all_identical = true;
-  for (const Row& r : rows) all_identical = all_identical && r.identical_host && r.identical_disk;
+  for (const Row& r : rows) all_identical = all_identical && row_identical(r);
   std::fprintf(out, "logits bit-identical to recompute for every request: %s\n", all_identical ? "yes" : "NO");
   return all_identical ? 0 : 3;
 }
@@ -446,7 +617,7 @@ int Main(const Flags& flags) {
 
 int main(int argc, char** argv) {
   kvt::llamacpp::demo::Flags flags;
-  CLI::App app{"kvtier-demo: llama.cpp prefill vs kvtier host/disk tiers on real text"};
+  CLI::App app{"kvtier-demo: llama.cpp prefill vs kvtier host/disk tiers and kvtierd on real text"};
   app.add_option("--model", flags.model, "GGUF model (default: generate the 270M demo model)");
   app.add_flag("--small", flags.small, "use the tiny generated model (quick run)");
   app.add_option("--threads", flags.threads, "engine threads")->check(CLI::Range(1, 256))->capture_default_str();
@@ -457,7 +628,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--flash-attn", flags.flash_attn, "enable flash attention");
   app.add_flag("--json", flags.json_out, "print rows as JSON lines");
-  app.add_option("--disk-phase", flags.disk_phase, "internal: run the disk phase from this plan")->group("");
+  app.add_option("--kvtierd", flags.kvtierd,
+                 "kvtierd binary the demo starts for the kvtierd column ('' = skip, column n/a)")
+      ->capture_default_str();
+  app.add_option("--fresh-phase", flags.fresh_phase, "internal: run a fresh-process phase from this plan")->group("");
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);
   return kvt::llamacpp::demo::Main(flags);
