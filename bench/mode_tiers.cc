@@ -11,6 +11,11 @@
 //             the end of the write: the device limit.
 //   disk    : kvt::DiskTier Put (each record fdatasync'd, then its index entry synced) and
 //             Get (payload checksum verified) of every record, same queue depth and I/O size.
+//             disk_put_gbps / disk_get_gbps: ONE caller, one record at a time.
+//   disk xN : the same records Put / Get by N concurrent callers (--threads, default 2,4:
+//             what kvtierd's workers and the tiered store's write-back do), beside raw
+//             write / read at N x queue_depth (the most the tier can have in flight with N
+//             callers) and at queue_depth.
 // O_DIRECT keeps the page cache out of every disk figure.
 #include <fcntl.h>
 #include <liburing.h>
@@ -24,6 +29,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -116,6 +122,7 @@ int RunTiers(int argc, char** argv) {
   std::string dir;
   uint32_t chunks = 32, qd = 8, tokens = 256, rounds = 3;
   uint64_t io_mib = 1;
+  std::vector<uint32_t> threads = {2, 4};
   app.add_flag("--json", json, "print one JSON object");
   app.add_option("--dir", dir, "directory for the disk phases (default: a fresh temp dir)");
   app.add_option("--chunks", chunks, "chunks per phase (32 MiB each)")->check(CLI::Range(1u, 4096u));
@@ -124,6 +131,9 @@ int RunTiers(int argc, char** argv) {
   app.add_option("--io-mib", io_mib, "I/O size in MiB")->check(CLI::Range(1u, 64u));
   app.add_option("--rounds", rounds, "interleaved rounds; each figure keeps its best")
       ->check(CLI::Range(1u, 100u));
+  app.add_option("--threads", threads, "concurrent callers for the disk xN phases (list; 0 = none)")
+      ->check(CLI::Range(0u, 64u))
+      ->delimiter(',');
   app.add_flag("--keep", keep, "keep the files in --dir");
   CLI11_PARSE(app, argc, argv);
   if (json) spdlog::set_level(spdlog::level::warn);
@@ -193,6 +203,35 @@ int RunTiers(int argc, char** argv) {
     }
     return Seconds(a, Clock::now());
   };
+  // N callers; caller c handles records c, c + N, ...
+  auto parallel = [&](uint32_t n, auto&& fn) {
+    const auto a = Clock::now();
+    std::vector<std::thread> th;
+    for (uint32_t c = 0; c < n; ++c) {
+      th.emplace_back([&, c] {
+        for (uint32_t i = c; i < chunks; i += n) fn(c, i);
+      });
+    }
+    for (auto& t : th) t.join();
+    return Seconds(a, Clock::now());
+  };
+  std::erase(threads, 0u);
+  std::vector<Buffer> tdst;
+  uint32_t max_threads = 0;
+  for (uint32_t n : threads) max_threads = std::max(max_threads, n);
+  for (uint32_t c = 0; c < max_threads; ++c) tdst.push_back(Aligned(padded));
+  auto put_par = [&](Tier& t, uint32_t n) {
+    return parallel(n, [&](uint32_t, uint32_t i) {
+      if (absl::Status s = t.Put(std::span<const std::byte>(recs[i].get(), rec)); !s.ok()) Die(s.ToString());
+    });
+  };
+  auto get_par = [&](Tier& t, uint32_t n) {
+    return parallel(n, [&](uint32_t c, uint32_t i) {
+      auto got = t.Get(keys[i], std::span<std::byte>(tdst[c].get(), padded));
+      if (!got.ok() || *got != rec) Die("get: " + got.status().ToString());
+      if (std::memcmp(tdst[c].get(), recs[i].get(), rec) != 0) Die("disk get returned wrong bytes");
+    });
+  };
   auto erase_all = [&](Tier& t) {
     for (const auto& k : keys) {
       if (absl::Status s = t.Erase(k); !s.ok()) Die(s.ToString());
@@ -239,6 +278,12 @@ int RunTiers(int argc, char** argv) {
   // later rounds rewrite extents in both (the tier reuses the extents freed by Erase).
   if (::fallocate(fd, 0, 0, static_cast<off_t>(padded * chunks)) != 0) Die("fallocate raw file");
   ::fsync(fd);
+  struct Multi {
+    uint32_t n;
+    Best raw_write_qdn, raw_read_qdn, disk_put, disk_get;
+  };
+  std::vector<Multi> multi;
+  for (uint32_t n : threads) multi.push_back(Multi{n, {}, {}, {}, {}});
   for (uint32_t r = 0; r < rounds; ++r) {
     raw_write_gbps.Add(Gbps(total, RawTransfer(fd, true, recs, rec, qd, io)));
     disk_put_gbps.Add(Gbps(total, put_all(**disk)));
@@ -248,6 +293,15 @@ int RunTiers(int argc, char** argv) {
     if (std::memcmp(dst.get(), recs[chunks - 1].get(), rec) != 0) Die("disk get returned wrong bytes");
     raw_write_sync_gbps.Add(Gbps(total, RawTransfer(fd, true, recs, rec, qd, io, true)));
     erase_all(**disk);
+    for (Multi& m : multi) {
+      const uint32_t qdn = std::min<uint32_t>(qd * m.n, 4096);
+      m.raw_write_qdn.Add(Gbps(total, RawTransfer(fd, true, recs, rec, qdn, io)));
+      raw_write_gbps.Add(Gbps(total, RawTransfer(fd, true, recs, rec, qd, io)));
+      m.disk_put.Add(Gbps(total, put_par(**disk, m.n)));
+      m.raw_read_qdn.Add(Gbps(total, RawTransfer(fd, false, rbufs, rec, qdn, io)));
+      m.disk_get.Add(Gbps(total, get_par(**disk, m.n)));
+      erase_all(**disk);
+    }
   }
   rbufs.clear();
   ::close(fd);
@@ -280,7 +334,20 @@ int RunTiers(int argc, char** argv) {
         {"host_get_ratio", ratio(host_get_gbps.v, memcpy_gbps.v)},
         {"disk_put_ratio", ratio(disk_put_gbps.v, raw_write_gbps.v)},
         {"disk_get_ratio", ratio(disk_get_gbps.v, raw_read_gbps.v)},
+        {"disk_put_get_callers", 1},
     };
+    for (const Multi& m : multi) {
+      const std::string t = std::to_string(m.n) + "t";
+      const std::string q = "qd" + std::to_string(qd * m.n);
+      j["disk_put_" + t + "_gbps"] = m.disk_put.v;
+      j["disk_get_" + t + "_gbps"] = m.disk_get.v;
+      j["raw_write_" + q + "_gbps"] = m.raw_write_qdn.v;
+      j["raw_read_" + q + "_gbps"] = m.raw_read_qdn.v;
+      j["disk_put_" + t + "_ratio"] = ratio(m.disk_put.v, raw_write_gbps.v);
+      j["disk_put_" + t + "_ratio_" + q] = ratio(m.disk_put.v, m.raw_write_qdn.v);
+      j["disk_get_" + t + "_ratio"] = ratio(m.disk_get.v, raw_read_gbps.v);
+      j["disk_get_" + t + "_ratio_" + q] = ratio(m.disk_get.v, m.raw_read_qdn.v);
+    }
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
@@ -296,9 +363,19 @@ int RunTiers(int argc, char** argv) {
   row("host put", host_put_gbps.v, "memcpy (1 thread)", memcpy_gbps.v);
   row("host put (cold arena)", host_put_cold_gbps.v, "memcpy (1 thread)", memcpy_gbps.v);
   row("host get", host_get_gbps.v, "memcpy (1 thread)", memcpy_gbps.v);
-  row("disk put (store)", disk_put_gbps.v, "raw O_DIRECT write", raw_write_gbps.v);
-  row("disk get (load)", disk_get_gbps.v, "raw O_DIRECT read", raw_read_gbps.v);
-  row("disk put (store)", disk_put_gbps.v, "raw write+sync/chunk", raw_write_sync_gbps.v);
+  row("disk put (store, 1 caller)", disk_put_gbps.v, "raw O_DIRECT write", raw_write_gbps.v);
+  row("disk get (load, 1 caller)", disk_get_gbps.v, "raw O_DIRECT read", raw_read_gbps.v);
+  row("disk put (store, 1 caller)", disk_put_gbps.v, "raw write+sync/chunk", raw_write_sync_gbps.v);
+  for (const Multi& m : multi) {
+    const std::string put = "disk put (" + std::to_string(m.n) + " callers)";
+    const std::string get = "disk get (" + std::to_string(m.n) + " callers)";
+    const std::string lw = "raw write qd " + std::to_string(qd * m.n);
+    const std::string lr = "raw read qd " + std::to_string(qd * m.n);
+    row(put.c_str(), m.disk_put.v, "raw O_DIRECT write", raw_write_gbps.v);
+    row(put.c_str(), m.disk_put.v, lw.c_str(), m.raw_write_qdn.v);
+    row(get.c_str(), m.disk_get.v, "raw O_DIRECT read", raw_read_gbps.v);
+    row(get.c_str(), m.disk_get.v, lr.c_str(), m.raw_read_qdn.v);
+  }
   return 0;
 }
 
