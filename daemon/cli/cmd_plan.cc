@@ -2,6 +2,7 @@
 // tier holds. Bytes per token = kv_planes x layers x KV heads x head_dim x bytes per
 // element (KvLayout::bytes_per_token, kvstore/types.h).
 #include <cmath>
+#include <limits>
 #include <ostream>
 
 #include "absl/strings/str_cat.h"
@@ -91,10 +92,29 @@ int RunPlan(const PlanFlags& plan, const GlobalFlags& global, std::ostream& out,
     }
   }
 
-  const uint64_t per_token = layout.bytes_per_token();
-  const uint64_t per_chunk = layout.payload_bytes(plan.chunk_tokens);
-  const uint64_t record = kChunkHeaderBytes + per_chunk;
-  const uint64_t per_context = per_token * plan.context_tokens;
+  // Every figure is computed in 128 bits and refused when it does not fit the uint64 byte
+  // counts the store uses (e.g. --layers 65536 --kv-heads 65536 --head-dim 131072 gives
+  // 2^64 bytes per 8K context).
+  using u128 = unsigned __int128;
+  const u128 per_token128 = static_cast<u128>(layout.kv_planes()) * layout.num_layers *
+                            layout.num_kv_heads * layout.head_dim * DTypeSize(layout.dtype);
+  const u128 per_chunk128 = per_token128 * plan.chunk_tokens;
+  const u128 record128 = per_chunk128 + kChunkHeaderBytes;
+  const u128 per_context128 = per_token128 * plan.context_tokens;
+  constexpr u128 kMax = std::numeric_limits<uint64_t>::max() - 4096;  // room for 4 KiB padding
+  if (per_token128 > kMax || record128 > kMax || per_context128 > kMax) {
+    return Fail(err, kCmd, absl::InvalidArgumentError(absl::StrFormat(
+        "shape too large: %d layers x %d KV heads x head_dim %d x %d B x %d-token %s does not fit "
+        "in 64-bit byte counts (max %s B); check --layers, --kv-heads, --head-dim, --chunk-tokens "
+        "and --context",
+        layout.num_layers, layout.num_kv_heads, layout.head_dim, DTypeSize(layout.dtype),
+        per_context128 > kMax ? plan.context_tokens : plan.chunk_tokens,
+        per_context128 > kMax ? "context" : "chunk", WithCommas(static_cast<uint64_t>(kMax)))));
+  }
+  const uint64_t per_token = static_cast<uint64_t>(per_token128);
+  const uint64_t per_chunk = static_cast<uint64_t>(per_chunk128);
+  const uint64_t record = static_cast<uint64_t>(record128);
+  const uint64_t per_context = static_cast<uint64_t>(per_context128);
 
   struct TierFit {
     PlanTier tier;

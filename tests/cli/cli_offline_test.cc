@@ -337,6 +337,20 @@ TEST(PlanCliTest, ThirtyTwoKvHeadsIs512KiBPerToken) {
   EXPECT_THAT(r.out, HasSubstr("4,294,967,296 B (4.00 GiB, 4.29 GB) for 8,192 tokens"));
 }
 
+TEST(PlanCliTest, FiguresThatOverflow64BitsAreRefusedWithExit2) {
+  // 2 planes x 65536 x 65536 x 131072 x 2 B = 2^51 B per token; x 8192 tokens = 2^64.
+  RunResult r = Kvtier({"plan", "--layers", "65536", "--kv-heads", "65536", "--head-dim", "131072"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, HasSubstr("shape too large"));
+  EXPECT_THAT(r.err, HasSubstr("8192-token context"));
+  // The same shape with a 4096-token context is 2^63 B: it fits and is printed exactly.
+  RunResult ok = Kvtier({"plan", "--json", "--layers", "65536", "--kv-heads", "65536", "--head-dim",
+                         "131072", "--context", "4096"});
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_EQ(nlohmann::json::parse(ok.out)["bytes_per_context"], 1ull << 63);
+}
+
 void PutStr(std::ofstream& o, const std::string& s) {
   const uint64_t n = s.size();
   o.write(reinterpret_cast<const char*>(&n), 8);
