@@ -1,6 +1,8 @@
 // kvtierd: the kvtier cache daemon. See docs/daemon.md.
 //   kvtierd --config /etc/kvtier/kvtierd.yaml [--listen unix:///run/kvtierd.sock] ...
 // SIGTERM/SIGINT: graceful shutdown (every acknowledged put is on disk), exit 0.
+// Exit codes: 0 ok (and --help), 1 runtime failure (store, listener, ready file),
+// 2 bad command line or config.
 #include <signal.h>
 
 #include <cstdio>
@@ -32,7 +34,12 @@ int main(int argc, char** argv) {
   app.add_flag("--allow-remote", allow_remote, "allow non-loopback TCP listen addresses");
   app.add_flag("--no-shm", no_shm, "disable the shared-memory fast path");
   app.add_flag("--no-direct-io", no_direct_io, "buffered disk I/O (e.g. on tmpfs)");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // CLI11 prints the message (and --help's text); every command-line error exits 2.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
 
   DaemonConfig config = kvt::daemon::DefaultDaemonConfig();
   if (!config_path.empty()) {
@@ -52,20 +59,25 @@ int main(int argc, char** argv) {
     *out = *b;
     return true;
   };
-  if (!listen.empty()) config.listen = listen;
-  if (!data_dir.empty()) config.data_dir = data_dir;
+  if (app.count("--listen") > 0) config.listen = listen;
+  if (app.count("--data-dir") > 0) config.data_dir = data_dir;
   if (!host_cap.empty() && !bytes("--host-capacity", host_cap, &config.host_capacity_bytes)) return 2;
   if (!disk_cap.empty() && !bytes("--disk-capacity", disk_cap, &config.disk_capacity_bytes)) return 2;
   if (app.count("--metrics-listen") > 0) config.metrics_listen = metrics_listen;
   if (!durability.empty())
     config.durability = durability == "async" ? kvt::daemon::Durability::kAsync : kvt::daemon::Durability::kSync;
-  if (workers > 0) config.workers = workers;
-  if (!ready_file.empty()) config.ready_file = ready_file;
-  if (!log_level.empty()) config.log_level = log_level;
+  if (app.count("--workers") > 0) config.workers = workers;
+  if (app.count("--ready-file") > 0) config.ready_file = ready_file;
+  if (app.count("--log-level") > 0) config.log_level = log_level;
   if (allow_remote) config.allow_remote = true;
   if (no_shm) config.shm_enabled = false;
   if (no_direct_io) config.disk_direct_io = false;
+  // Flags and file go through the same checks; any failure here is a bad config: exit 2.
   if (absl::Status s = config.Validate(); !s.ok()) {
+    std::fprintf(stderr, "kvtierd: %s\n", s.ToString().c_str());
+    return 2;
+  }
+  if (absl::Status s = kvt::daemon::CheckDaemonPaths(config); !s.ok()) {
     std::fprintf(stderr, "kvtierd: %s\n", s.ToString().c_str());
     return 2;
   }

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -103,6 +104,52 @@ absl::Status DaemonConfig::Validate() const {
   }
   static const std::set<std::string> kLevels = {"trace", "debug", "info", "warn", "error", "off"};
   if (!kLevels.count(log_level)) return bad("log_level", "expected trace|debug|info|warn|error|off");
+  if (shutdown_grace.count() < 0)
+    return bad("shutdown_grace_ms", absl::StrFormat("%d, expected >= 0", shutdown_grace.count()));
+  if (!metrics_listen.empty()) {
+    const auto colon = metrics_listen.rfind(':');
+    int port = -1;
+    if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(metrics_listen.substr(colon + 1), &port) ||
+        port < 0 || port > 65535)
+      return bad("metrics.listen", absl::StrFormat("'%s', expected host:port with port 0..65535 ('' disables it)",
+                                                   metrics_listen));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// ENOENT / ENOTDIR for the directory that must hold `path`, naming `what`.
+absl::Status CheckParentDir(const std::string& what, const std::string& path) {
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  std::error_code ec;
+  const auto st = std::filesystem::status(dir, ec);
+  if (!std::filesystem::exists(st))
+    return absl::InvalidArgumentError(
+        absl::StrFormat("config %s: '%s': directory '%s' does not exist", what, path, dir.string()));
+  if (!std::filesystem::is_directory(st))
+    return absl::InvalidArgumentError(
+        absl::StrFormat("config %s: '%s': '%s' is not a directory", what, path, dir.string()));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckDaemonPaths(const DaemonConfig& c) {
+  for (const auto& a : c.listen) {
+    std::string p;
+    if (absl::StartsWith(a, "unix://")) p = a.substr(7);
+    else if (absl::StartsWith(a, "unix:")) p = a.substr(5);
+    if (p.empty()) continue;
+    if (auto s = CheckParentDir("listen", p); !s.ok()) return s;
+  }
+  if (!c.ready_file.empty()) {
+    if (auto s = CheckParentDir("ready_file", c.ready_file); !s.ok()) return s;
+    std::error_code ec;
+    if (std::filesystem::is_directory(c.ready_file, ec))
+      return absl::InvalidArgumentError(absl::StrFormat("config ready_file: '%s' is a directory", c.ready_file));
+  }
   return absl::OkStatus();
 }
 
@@ -116,6 +163,18 @@ absl::Status CheckKeys(const YAML::Node& node, const std::string& where, const s
       return absl::InvalidArgumentError(absl::StrFormat("config %s: unknown key '%s'", where, k));
   }
   return absl::OkStatus();
+}
+
+// Reads node as T; InvalidArgument "config <key>: bad value '<text>', expected <what>".
+template <typename T>
+absl::Status Get(const YAML::Node& node, const std::string& key, const char* what, T* out) {
+  try {
+    *out = node.as<T>();
+    return absl::OkStatus();
+  } catch (const YAML::Exception&) {
+    std::string text = node.IsScalar() ? node.Scalar() : std::string("(not a scalar)");
+    return absl::InvalidArgumentError(absl::StrFormat("config %s: bad value '%s', expected %s", key, text, what));
+  }
 }
 
 }  // namespace
@@ -151,7 +210,8 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
         c.listen.push_back(root["listen"].as<std::string>());
       }
     }
-    if (root["allow_remote"]) c.allow_remote = root["allow_remote"].as<bool>();
+    if (root["allow_remote"])
+      if (auto s = Get(root["allow_remote"], "allow_remote", "true|false", &c.allow_remote); !s.ok()) return s;
     if (root["data_dir"]) c.data_dir = root["data_dir"].as<std::string>();
     for (auto [key, out] : {std::pair{"host_capacity", &c.host_capacity_bytes},
                             std::pair{"disk_capacity", &c.disk_capacity_bytes},
@@ -166,27 +226,37 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
       if (v > (8u << 20)) return absl::InvalidArgumentError("config get_part_bytes: at most 8 MiB");
       c.get_part_bytes = static_cast<uint32_t>(v);
     }
-    if (root["disk_direct_io"]) c.disk_direct_io = root["disk_direct_io"].as<bool>();
+    if (root["disk_direct_io"])
+      if (auto s = Get(root["disk_direct_io"], "disk_direct_io", "true|false", &c.disk_direct_io); !s.ok()) return s;
     if (root["durability"]) {
       std::string d = root["durability"].as<std::string>();
       if (d == "sync") c.durability = Durability::kSync;
       else if (d == "async") c.durability = Durability::kAsync;
       else return absl::InvalidArgumentError(absl::StrFormat("config durability: '%s', expected sync|async", d));
     }
-    if (root["verify_on_put"]) c.verify_on_put = root["verify_on_put"].as<bool>();
-    if (root["workers"]) c.workers = root["workers"].as<uint32_t>();
+    if (root["verify_on_put"])
+      if (auto s = Get(root["verify_on_put"], "verify_on_put", "true|false", &c.verify_on_put); !s.ok()) return s;
+    if (root["workers"])
+      if (auto s = Get(root["workers"], "workers", "an integer 1..256", &c.workers); !s.ok()) return s;
     if (root["log_level"]) c.log_level = root["log_level"].as<std::string>();
     if (root["ready_file"]) c.ready_file = root["ready_file"].as<std::string>();
-    if (root["shutdown_grace_ms"]) c.shutdown_grace = std::chrono::milliseconds(root["shutdown_grace_ms"].as<int64_t>());
+    if (root["shutdown_grace_ms"]) {
+      int64_t ms = 0;
+      if (auto s = Get(root["shutdown_grace_ms"], "shutdown_grace_ms", "milliseconds >= 0", &ms); !s.ok()) return s;
+      c.shutdown_grace = std::chrono::milliseconds(ms);
+    }
     if (const auto shm = root["shm"]) {
       if (auto s = CheckKeys(shm, "shm", {"enabled", "max_region_bytes", "max_regions"}); !s.ok()) return s;
-      if (shm["enabled"]) c.shm_enabled = shm["enabled"].as<bool>();
+      if (shm["enabled"])
+        if (auto s = Get(shm["enabled"], "shm.enabled", "true|false", &c.shm_enabled); !s.ok()) return s;
       if (shm["max_region_bytes"]) {
         auto v = ParseByteSize(shm["max_region_bytes"].as<std::string>());
         if (!v.ok()) return absl::InvalidArgumentError("config shm.max_region_bytes: " + std::string(v.status().message()));
         c.shm_max_region_bytes = *v;
       }
-      if (shm["max_regions"]) c.shm_max_regions = shm["max_regions"].as<uint32_t>();
+      if (shm["max_regions"])
+        if (auto s = Get(shm["max_regions"], "shm.max_regions", "an integer 1..4096", &c.shm_max_regions); !s.ok())
+          return s;
     }
     if (const auto m = root["metrics"]) {
       if (auto s = CheckKeys(m, "metrics", {"listen"}); !s.ok()) return s;
@@ -225,6 +295,9 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
 }
 
 absl::StatusOr<DaemonConfig> LoadDaemonConfig(const std::string& path, DaemonConfig base) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    return absl::InvalidArgumentError(absl::StrFormat("config '%s' is a directory, expected a YAML file", path));
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrFormat("config file '%s' cannot be read", path));
   std::stringstream ss;

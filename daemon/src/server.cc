@@ -7,6 +7,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -213,6 +215,7 @@ class KvtierServer::Impl {
 
 absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonConfig& config) {
   if (absl::Status s = config.Validate(); !s.ok()) return s;
+  if (absl::Status s = CheckDaemonPaths(config); !s.ok()) return s;
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   std::error_code ec;
@@ -303,11 +306,21 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonCo
   if (!config.ready_file.empty()) {
     nlohmann::json j = {{"pid", getpid()}, {"listen", impl->bound}, {"metrics_port", impl->metrics_port}};
     std::string tmp = config.ready_file + ".tmp";
+    bool written = false;
     {
       std::ofstream out(tmp);
       out << j.dump() << "\n";
+      out.flush();
+      written = out.good();
     }
-    std::filesystem::rename(tmp, config.ready_file, ec);
+    if (written) std::filesystem::rename(tmp, config.ready_file, ec);
+    if (!written || ec) {
+      const std::string why = written ? ec.message() : std::string(std::strerror(errno));
+      std::filesystem::remove(tmp, ec);
+      spdlog::error("kvtierd: cannot write ready file {}: {}", config.ready_file, why);
+      impl->Shutdown();
+      return absl::UnavailableError(absl::StrFormat("ready_file: cannot write '%s': %s", config.ready_file, why));
+    }
   }
   return std::unique_ptr<KvtierServer>(new KvtierServer(std::move(impl)));
 }

@@ -60,5 +60,70 @@ TEST(DaemonConfigTest, TokensMustBeLongAndUnique) {
   EXPECT_FALSE(ParseByteSize("-1").ok());
 }
 
+TEST(DaemonConfigTest, BadScalarNamesTheKeyAndTheValue) {
+  auto w = ParseDaemonConfig("workers: abc\n", DefaultDaemonConfig());
+  EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(w.status().message().find("workers: bad value 'abc'"), std::string::npos) << w.status();
+  auto b = ParseDaemonConfig("shm:\n  enabled: perhaps\n", DefaultDaemonConfig());
+  EXPECT_NE(b.status().message().find("shm.enabled: bad value 'perhaps'"), std::string::npos) << b.status();
+  auto g = ParseDaemonConfig("shutdown_grace_ms: soon\n", DefaultDaemonConfig());
+  EXPECT_NE(g.status().message().find("shutdown_grace_ms: bad value 'soon'"), std::string::npos) << g.status();
+}
+
+TEST(DaemonConfigTest, NegativeShutdownGraceIsRefused) {
+  auto c = ParseDaemonConfig("shutdown_grace_ms: -1\n", DefaultDaemonConfig());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->Validate().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(c->Validate().message().find("shutdown_grace_ms"), std::string::npos);
+  c->shutdown_grace = std::chrono::milliseconds(0);
+  EXPECT_TRUE(c->Validate().ok()) << c->Validate();
+}
+
+TEST(DaemonConfigTest, MetricsListenMustBeHostAndPort) {
+  DaemonConfig c = DefaultDaemonConfig();
+  for (const char* bad : {"notanaddr", "127.0.0.1:99999", "127.0.0.1:-1", "127.0.0.1:x", ":9464"}) {
+    c.metrics_listen = bad;
+    EXPECT_EQ(c.Validate().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(c.Validate().message().find("metrics.listen"), std::string::npos) << bad;
+  }
+  for (const char* good : {"127.0.0.1:0", "127.0.0.1:65535", "localhost:9464", ""}) {
+    c.metrics_listen = good;
+    EXPECT_TRUE(c.Validate().ok()) << good << ": " << c.Validate();
+  }
+}
+
+TEST(DaemonConfigTest, DirectoryAsConfigFileIsRefused) {
+  auto c = LoadDaemonConfig(::testing::TempDir(), DefaultDaemonConfig());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("is a directory"), std::string::npos) << c.status();
+}
+
+TEST(DaemonConfigTest, PathsMustHaveAnExistingDirectory) {
+  const std::string tmp = ::testing::TempDir();
+  DaemonConfig c = DefaultDaemonConfig();
+  c.listen = {"unix://" + tmp + "/kvt.sock"};
+  c.ready_file = tmp + "/ready.json";
+  EXPECT_TRUE(CheckDaemonPaths(c).ok()) << CheckDaemonPaths(c);
+
+  c.listen = {"unix:///nonexistent-kvt/dir/d.sock"};
+  absl::Status s = CheckDaemonPaths(c);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("listen"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("'/nonexistent-kvt/dir' does not exist"), std::string::npos) << s;
+
+  c.listen = {"unix://" + tmp + "/kvt.sock"};
+  c.ready_file = "/nonexistent-kvt/dir/ready.json";
+  s = CheckDaemonPaths(c);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("ready_file"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("/nonexistent-kvt/dir/ready.json"), std::string::npos) << s;
+
+  c.ready_file = tmp;  // a directory
+  EXPECT_EQ(CheckDaemonPaths(c).code(), absl::StatusCode::kInvalidArgument);
+  c.ready_file = "/etc/passwd/ready.json";  // parent is a file
+  s = CheckDaemonPaths(c);
+  EXPECT_NE(s.message().find("is not a directory"), std::string::npos) << s;
+}
+
 }  // namespace
 }  // namespace kvt::daemon

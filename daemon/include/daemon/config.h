@@ -65,9 +65,16 @@ struct DaemonConfig {
 
   bool auth_enabled() const { return !tenants.empty(); }
   // InvalidArgument naming the field: empty listen/data_dir, non-loopback address
-  // without allow_remote, capacities, bad limits, duplicate tokens, empty token.
+  // without allow_remote, capacities, bad limits, duplicate tokens, empty token,
+  // negative shutdown_grace, metrics_listen not "host:port" with port 0..65535.
+  // Pure: touches no file system (see CheckDaemonPaths).
   absl::Status Validate() const;
 };
+
+// Checks the file system before anything starts: the directory of every unix socket in
+// `listen` and of `ready_file` exists and is a directory, and `ready_file` is not a
+// directory. InvalidArgument naming the key and the path.
+absl::Status CheckDaemonPaths(const DaemonConfig& config);
 
 // Defaults: listen = unix://$XDG_RUNTIME_DIR/kvtierd.sock (or /tmp/kvtierd-<uid>.sock),
 // data_dir = /var/tmp/kvtierd-<uid>.
@@ -76,7 +83,8 @@ DaemonConfig DefaultDaemonConfig();
 // Parses YAML text over `base`. InvalidArgument naming the key for a bad value or an
 // unknown key.
 absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, DaemonConfig base);
-// Reads and parses a file. NotFound when it does not exist.
+// Reads and parses a file. NotFound when it cannot be read; InvalidArgument when it is a
+// directory.
 absl::StatusOr<DaemonConfig> LoadDaemonConfig(const std::string& path, DaemonConfig base);
 
 // Parses "512MiB", "8GiB", "1G", "4096" into bytes. InvalidArgument otherwise.
