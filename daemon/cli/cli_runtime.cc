@@ -1,4 +1,5 @@
 // Pieces every command shares: opening the backend, loading a prompt, failing.
+#include <algorithm>
 #include <ostream>
 
 #include "absl/strings/str_cat.h"
@@ -39,7 +40,11 @@ absl::StatusOr<std::unique_ptr<CacheBackend>> OpenBackend(const GlobalFlags& fla
   DaemonBackendOptions o;
   o.address = flags.daemon;
   o.token = flags.token;
-  o.timeout_ms = static_cast<int64_t>(flags.timeout_s * 1000);
+  if (!(flags.timeout_s > 0 && flags.timeout_s <= 600)) {  // also refuses NaN
+    return absl::InvalidArgumentError(
+        absl::StrCat("--timeout ", flags.timeout_s, ": expected seconds in (0, 600]"));
+  }
+  o.timeout_ms = std::max<int64_t>(1, static_cast<int64_t>(flags.timeout_s * 1000));
   return OpenDaemonBackend(o);
 #else
   return absl::UnimplementedError(

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "kvstore/remote_client.h"
 
 namespace kvt::cli {
@@ -20,8 +21,12 @@ class DaemonBackend final : public CacheBackend {
   // Adds the address and a hint to the client's errors where the code alone is unclear.
   absl::Status Explain(const absl::Status& s, const char* what) const {
     switch (s.code()) {
-      case absl::StatusCode::kUnavailable:
       case absl::StatusCode::kDeadlineExceeded:
+        return absl::Status(
+            s.code(), absl::StrCat("no kvtierd reachable at ", options_.address, ": nothing answered within ",
+                                   Seconds(), " s (--timeout) (", what, ": ", s.message(),
+                                   "; is kvtierd running and not paused, and is this its listen address?)"));
+      case absl::StatusCode::kUnavailable:
         return absl::Status(s.code(), absl::StrCat("no kvtierd reachable at ", options_.address, " (", what,
                                                    ": ", s.message(),
                                                    "; is kvtierd running, and is this its listen address?)"));
@@ -33,6 +38,9 @@ class DaemonBackend final : public CacheBackend {
         return absl::Status(s.code(), absl::StrCat(what, " on kvtierd ", options_.address, ": ", s.message()));
     }
   }
+
+  // --timeout as the user wrote it, e.g. "5" or "0.5".
+  std::string Seconds() const { return absl::StrFormat("%g", options_.timeout_ms / 1000.0); }
 
   absl::Status Health() {
     auto h = client_->Health();
@@ -109,10 +117,17 @@ absl::StatusOr<std::unique_ptr<CacheBackend>> OpenDaemonBackend(const DaemonBack
   if (options.timeout_ms <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("--timeout: expected > 0, got ", options.timeout_ms, " ms"));
   }
+  if (options.timeout_ms > 600'000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--timeout: expected at most 600 s, got ", options.timeout_ms / 1000.0, " s"));
+  }
   RemoteClientOptions o;
   o.target = options.address;
   o.token = options.token;
   o.deadline = std::chrono::milliseconds(options.timeout_ms);
+  // --timeout is how long the user waits: a daemon that is starting or paused gets all of
+  // it (the engine-side default fails fast instead).
+  o.wait_for_connection = true;
   auto client = RemoteClient::Create(o);
   if (!client.ok()) {
     return absl::Status(client.status().code(),

@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
   app.add_option("--disk-dir", g.disk_dir, "Open a disk tier directory offline (no daemon running on it)");
   app.add_option("--disk-capacity", g.disk_capacity,
                  "Capacity to open --disk-dir with, e.g. 2TB (default: its record files' size)");
-  app.add_option("--timeout", g.timeout_s, "Per-request deadline in seconds")->capture_default_str();
+  app.add_option("--timeout", g.timeout_s, "Seconds to wait for kvtierd to answer each request, connecting included")->capture_default_str();
   app.add_flag("--json", g.json, "Machine-readable JSON output");
   app.add_flag("-v,--verbose", verbose, "Log info messages to stderr");
 

@@ -254,9 +254,17 @@ TEST_F(DaemonCliTest, EvictNamespaceTouchesNoOtherTenant) {
 }
 
 TEST_F(DaemonCliTest, BadInputsFailWithAClearMessage) {
-  RunResult nodaemon = clitest::Run(KVTIER_BIN, {"--daemon", "unix://" + tmp_.path() + "/nothing.sock", "--timeout", "1", "stats"});
+  // --timeout is honoured when nothing listens: the CLI waits for it (not a fixed ~1 s).
+  const auto start = std::chrono::steady_clock::now();
+  RunResult nodaemon = clitest::Run(KVTIER_BIN, {"--daemon", "unix://" + tmp_.path() + "/nothing.sock", "--timeout", "1.5", "stats"});
+  const auto waited = std::chrono::steady_clock::now() - start;
   EXPECT_EQ(nodaemon.exit_code, 1);
   EXPECT_THAT(nodaemon.err, HasSubstr("no kvtierd reachable at unix://" + tmp_.path() + "/nothing.sock"));
+  EXPECT_THAT(nodaemon.err, HasSubstr("nothing answered within 1.5 s"));
+  EXPECT_GE(waited, std::chrono::milliseconds(1400));
+  RunResult badtimeout = clitest::Run(KVTIER_BIN, {"--daemon", target_, "--timeout", "0", "stats"});
+  EXPECT_EQ(badtimeout.exit_code, 2);
+  EXPECT_THAT(badtimeout.err, HasSubstr("--timeout 0: expected seconds in (0, 600]"));
   RunResult notoken = Kvtier(nullptr, {"stats"});
   EXPECT_EQ(notoken.exit_code, 1);
   EXPECT_THAT(notoken.err, HasSubstr("--token"));

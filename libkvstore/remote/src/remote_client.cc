@@ -165,7 +165,9 @@ class RemoteClient::Impl {
       auto s = stub();
       grpc::ClientContext ctx;
       Setup(ctx, deadline);
-      if (i > 1) {
+      if (options_.wait_for_connection) {
+        ctx.set_wait_for_ready(true);  // the whole deadline (set by Setup)
+      } else if (i > 1) {
         ctx.set_wait_for_ready(true);
         ctx.set_deadline(std::min(deadline, Clock::now() + options_.max_backoff * 2));
       }

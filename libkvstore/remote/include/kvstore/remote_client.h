@@ -69,6 +69,12 @@ struct RemoteClientOptions {
   uint32_t get_part_bytes = 0;
   // Consecutive failed calls after which the channel is replaced. REQUIRES: >= 1.
   int rebuild_after_failures = 3;
+  // false (engines, RemoteTier): the first attempt fails fast when the channel is not
+  // connected and retries wait at most 2 x max_backoff each, so a dead daemon costs a
+  // quick miss. true (interactive tools such as the kvtier CLI): every attempt waits for
+  // the connection (gRPC wait_for_ready) until the call's deadline, so `deadline` is the
+  // time the caller is willing to wait for a daemon that is starting, paused or absent.
+  bool wait_for_connection = false;
 
   absl::Status Validate() const;
 };
