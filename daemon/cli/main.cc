@@ -41,6 +41,34 @@ void AddPromptFlags(CLI::App* app, PromptFlags* p, const std::string& tokens_fla
   app->add_flag("--no-bos", p->no_bos, "Do not add BOS/special tokens when tokenizing text")->group("Prompt");
 }
 
+// Refuses negative values for unsigned options: CLI11 would otherwise wrap "-1" to 2^64-1
+// (e.g. `watch --count -1` ran forever). No help text, so --help stays clean.
+CLI::Validator NonNegative() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        if (!value.empty() && value[0] == '-') return "expected a number >= 0, got " + value;
+        return "";
+      },
+      "");
+}
+
+// The first word of argv that is not an option nor the value of a global option that
+// takes one: the subcommand the user meant ("" when none).
+std::string FirstCommandWord(int argc, char** argv) {
+  static const char* const kValued[] = {"--daemon", "--token", "--disk-dir", "--disk-capacity", "--timeout"};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.empty() || a[0] != '-') return a;
+    for (const char* v : kValued) {
+      if (a == v) {
+        ++i;  // skip its value
+        break;
+      }
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -78,8 +106,8 @@ int main(int argc, char** argv) {
   ls_cmd->add_option("--newer-than", ls.newer_than, "Only chunks accessed within this long");
   ls_cmd->add_flag("--chunks", ls.chunks, "One row per chunk instead of per namespace");
   ls_cmd->add_flag("--show-layout", ls.layout, "Show each namespace's KV layout (reads one record per namespace)");
-  ls_cmd->add_option("--limit", ls.limit, "Rows per page (namespaces, or chunks with --chunks)")->capture_default_str();
-  ls_cmd->add_option("--offset", ls.offset, "Namespaces to skip (pagination)");
+  ls_cmd->add_option("--limit", ls.limit, "Rows per page (namespaces, or chunks with --chunks)")->capture_default_str()->check(NonNegative());
+  ls_cmd->add_option("--offset", ls.offset, "Namespaces to skip (pagination)")->check(NonNegative());
   ls_cmd->add_option("--page-token", ls.page_token, "With --chunks: the 'more' token of the previous page");
 
   kvt::cli::InspectFlags insp;
@@ -103,7 +131,7 @@ int main(int argc, char** argv) {
   kvt::cli::WatchFlags w;
   auto* watch_cmd = app.add_subcommand("watch", "Live stats, refreshed in place");
   watch_cmd->add_option("--interval", w.interval_s, "Seconds between refreshes")->capture_default_str();
-  watch_cmd->add_option("--count", w.count, "Stop after this many samples (0 = until Ctrl-C)")->capture_default_str();
+  watch_cmd->add_option("--count", w.count, "Stop after this many samples (0 = until Ctrl-C)")->capture_default_str()->check(NonNegative());
   watch_cmd->add_flag("--no-clear", w.no_clear, "Append samples instead of redrawing the screen");
 
   kvt::cli::PlanFlags plan;
@@ -127,7 +155,19 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    app.exit(e);  // prints the message
+    const std::string word = FirstCommandWord(argc, argv);
+    bool known = word.empty();
+    std::string names;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      known = known || sub->get_name() == word;
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known) {
+      std::cerr << "kvtier: unknown command '" << word << "' (expected one of " << names
+                << "; see kvtier --help)\n";
+    } else {
+      app.exit(e);  // prints CLI11's message; its own exit codes (105, 109, ...) are not used
+    }
     return kvt::cli::kExitUsage;
   }
   if (verbose) spdlog::set_level(spdlog::level::info);

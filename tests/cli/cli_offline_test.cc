@@ -15,7 +15,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-RunResult Kvtier(const std::vector<std::string>& args) { return Run(KVTIER_BIN, args); }
+RunResult Kvtier(const std::vector<std::string>& args, int timeout_s = 60) { return Run(KVTIER_BIN, args, timeout_s); }
 
 std::vector<std::string> Cat(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -335,6 +335,27 @@ TEST(PlanCliTest, ThirtyTwoKvHeadsIs512KiBPerToken) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("KV per token    524,288 B (512 KiB)"));
   EXPECT_THAT(r.out, HasSubstr("4,294,967,296 B (4.00 GiB, 4.29 GB) for 8,192 tokens"));
+}
+
+TEST(UsageCliTest, UnknownCommandIsNamedAndExitsWith2) {
+  RunResult r = Kvtier({"--timeout", "3", "frobnicate"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("unknown command 'frobnicate'"));
+  EXPECT_THAT(r.err, HasSubstr("stats, ls, inspect, evict, watch, plan"));
+  // Other CLI11 parse errors exit 2 too, never CLI11's own codes (105, 109, ...).
+  EXPECT_EQ(Kvtier({"stats", "--bogus"}).exit_code, 2);
+  EXPECT_EQ(Kvtier({}).exit_code, 2);
+  EXPECT_EQ(Kvtier({"--help"}).exit_code, 0);
+}
+
+TEST(UsageCliTest, NegativeCountsAreRefusedNotWrapped) {
+  // `watch --count -1` used to wrap to 2^64-1 samples and run forever.
+  RunResult w = Kvtier({"--daemon", "unix:/nonexistent/kvtierd.sock", "watch", "--count", "-1"}, 20);
+  EXPECT_EQ(w.exit_code, 2);
+  EXPECT_THAT(w.err, HasSubstr("--count: expected a number >= 0, got -1"));
+  RunResult l = Kvtier({"--daemon", "unix:/nonexistent/kvtierd.sock", "ls", "--limit", "-1"}, 20);
+  EXPECT_EQ(l.exit_code, 2);
+  EXPECT_THAT(l.err, HasSubstr("--limit: expected a number >= 0, got -1"));
 }
 
 TEST(PlanCliTest, FiguresThatOverflow64BitsAreRefusedWithExit2) {
