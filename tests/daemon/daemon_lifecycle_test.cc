@@ -16,6 +16,50 @@ namespace {
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
+// Runs kvtierd with `args` (stdout+stderr to a file); returns its exit code and output.
+std::pair<int, std::string> RunKvtierd(const std::string& dir, const std::string& args) {
+  const std::string out = dir + "/cli.out";
+  const std::string cmd = absl::StrFormat("timeout 20 %s -d %s/data --no-direct-io %s >%s 2>&1",
+                                          KVTIERD_BIN, dir, args, out);
+  const int rc = std::system(cmd.c_str());
+  std::ifstream in(out);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, ss.str()};
+}
+
+TEST(DaemonLifecycleTest, BadFlagsAndConfigExitTwoWithAMessageNamingTheProblem) {
+  TempDir dir;
+  const std::string d = dir.path();
+  struct Case {
+    std::string args, expect;
+  };
+  {
+    std::ofstream(d + "/workers.yaml") << "workers: abc\n";
+    std::ofstream(d + "/grace.yaml") << "shutdown_grace_ms: -1\n";
+  }
+  const Case cases[] = {
+      {"--ready-file /nonexistent-kvt/dir/ready.json", "ready_file: '/nonexistent-kvt/dir/ready.json'"},
+      {"--config " + d, "is a directory"},
+      {"--listen unix:///nonexistent-kvt/dir/d.sock", "directory '/nonexistent-kvt/dir' does not exist"},
+      {"--workers 0", "workers: 0, expected 1..256"},
+      {"--metrics-listen notanaddr", "metrics.listen: 'notanaddr'"},
+      {"--metrics-listen 127.0.0.1:99999", "metrics.listen: '127.0.0.1:99999'"},
+      {"--config " + d + "/workers.yaml", "workers: bad value 'abc'"},
+      {"--config " + d + "/grace.yaml", "shutdown_grace_ms: -1"},
+      {"--no-such-flag", "--no-such-flag"},
+      {"--workers many", "--workers"},
+  };
+  for (const auto& c : cases) {
+    auto [rc, out] = RunKvtierd(d, c.args);
+    EXPECT_EQ(rc, 2) << c.args << ": " << out;
+    EXPECT_NE(out.find(c.expect), std::string::npos) << c.args << ": " << out;
+  }
+  auto [rc, out] = RunKvtierd(d, "--help");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("--ready-file"), std::string::npos) << out;
+}
+
 TEST(DaemonLifecycleTest, ChunksStoredByOneProcessAreLoadedByAnother) {
   TempDir dir;
   Daemon d(dir.path());
