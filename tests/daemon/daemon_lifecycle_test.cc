@@ -60,6 +60,18 @@ TEST(DaemonLifecycleTest, BadFlagsAndConfigExitTwoWithAMessageNamingTheProblem) 
   EXPECT_NE(out.find("--ready-file"), std::string::npos) << out;
 }
 
+TEST(DaemonLifecycleTest, ReadyFileThatCannotBeWrittenFailsStartupWithExitOne) {
+  TempDir dir;
+  const std::string d = dir.path();
+  std::filesystem::create_directories(d + "/ready.json.tmp");  // the temp file cannot be created
+  auto [rc, out] = RunKvtierd(d, absl::StrFormat("--listen unix://%s/k.sock --metrics-listen '' --ready-file %s/ready.json",
+                                                 d, d));
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("cannot write '" + d + "/ready.json'"), std::string::npos) << out;
+  EXPECT_FALSE(std::filesystem::exists(d + "/ready.json"));
+  EXPECT_FALSE(std::filesystem::exists(d + "/k.sock")) << "the socket is removed on the failed start";
+}
+
 TEST(DaemonLifecycleTest, ChunksStoredByOneProcessAreLoadedByAnother) {
   TempDir dir;
   Daemon d(dir.path());
