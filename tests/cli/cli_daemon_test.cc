@@ -253,6 +253,23 @@ TEST_F(DaemonCliTest, EvictNamespaceTouchesNoOtherTenant) {
   EXPECT_EQ(Present(kTokenA, pa_), std::vector<bool>(5, true));
 }
 
+TEST(DaemonAddressCliTest, MalformedAddressesExit2WithTheAcceptedForms) {
+  const std::string forms = "expected unix:/path/to/kvtierd.sock, unix:///path/to/kvtierd.sock or host:port";
+  struct Case {
+    std::string address, hint;
+  };
+  for (const Case& c : std::vector<Case>{{"/tmp/kvtierd.sock", "needs the unix: prefix: unix:/tmp/kvtierd.sock"},
+                                         {"garbage", "no port"},
+                                         {"host:99999", "port '99999' is not a number in 1..65535"},
+                                         {"unix:", "the socket path is missing"},
+                                         {"::1:7470", "IPv6 address in brackets"}}) {
+    RunResult r = clitest::Run(KVTIER_BIN, {"--daemon", c.address, "--timeout", "5", "stats"}, 20);
+    EXPECT_EQ(r.exit_code, 2) << c.address;
+    EXPECT_THAT(r.err, HasSubstr("--daemon '" + c.address + "': " + forms)) << c.address;
+    EXPECT_THAT(r.err, HasSubstr(c.hint)) << c.address;
+  }
+}
+
 TEST_F(DaemonCliTest, BadInputsFailWithAClearMessage) {
   // --timeout is honoured when nothing listens: the CLI waits for it (not a fixed ~1 s).
   const auto start = std::chrono::steady_clock::now();
