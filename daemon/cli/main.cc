@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
   app.fallthrough();
   kvt::cli::GlobalFlags g;
   bool verbose = false;
-  app.add_option("--daemon", g.daemon, "kvtierd address: unix:/path/to.sock or host:port")
+  app.add_option("--daemon", g.daemon, "kvtierd address: unix:/path/to.sock, unix:///path/to.sock or host:port")
       ->envname("KVTIER_DAEMON");
   app.add_option("--token", g.token, "Tenant token sent as 'authorization: Bearer <token>'")
       ->envname("KVTIER_TOKEN");
