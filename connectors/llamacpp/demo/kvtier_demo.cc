@@ -30,6 +30,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -66,7 +67,7 @@ struct Flags {
   bool small = false;
   int threads = 2;
   std::string dir = ".kvtier-demo";
-  std::string data_dir = KVT_DEMO_DATA_DIR;
+  std::string data_dir;  // "" = ResolveDataDir's search
   bool json_out = false;
   bool flash_attn = false;
   uint32_t chunk_tokens = 256;
@@ -615,24 +616,91 @@ int Main(const Flags& flags) {
 }  // namespace
 }  // namespace kvt::llamacpp::demo
 
+namespace kvt::llamacpp::demo {
+namespace {
+
+bool HasDemoTexts(const std::filesystem::path& dir) {
+  std::error_code ec;
+  for (const char* f : {"chat.txt", "gpl-3.0.txt", "apache-2.0.txt"}) {
+    if (!std::filesystem::is_regular_file(dir / f, ec)) return false;
+  }
+  return true;
+}
+
+// The folder with the demo texts, found at run time: --data-dir when given; else
+// $KVTIER_DEMO_DATA; else data/ next to the binary or in ../share/kvtier/; else the
+// source tree's data/ recorded at build time, if it still exists. Empty (after printing
+// what was searched) when none has the three files.
+std::string ResolveDataDir(const std::string& given) {
+  if (!given.empty()) {
+    if (HasDemoTexts(given)) return given;
+    std::fprintf(stderr, "kvtier-demo: --data-dir %s: expected chat.txt, gpl-3.0.txt and apache-2.0.txt in it\n",
+                 given.c_str());
+    return "";
+  }
+  std::vector<std::filesystem::path> candidates;
+  if (const char* env = std::getenv("KVTIER_DEMO_DATA"); env != nullptr && *env != '\0') candidates.push_back(env);
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    candidates.push_back(exe.parent_path() / "data");
+    candidates.push_back(exe.parent_path().parent_path() / "share" / "kvtier" / "data");
+  }
+#ifdef KVT_DEMO_DATA_DIR
+  candidates.push_back(KVT_DEMO_DATA_DIR);
+#endif
+  std::string searched;
+  for (const auto& c : candidates) {
+    if (HasDemoTexts(c)) return c.string();
+    searched += "\n  " + c.string();
+  }
+  std::fprintf(stderr,
+               "kvtier-demo: no folder with the demo texts (chat.txt, gpl-3.0.txt, apache-2.0.txt) found; looked "
+               "in:%s\npass --data-dir DIR (the kvtier source tree's data/ folder) or set KVTIER_DEMO_DATA\n",
+               searched.c_str());
+  return "";
+}
+
+}  // namespace
+}  // namespace kvt::llamacpp::demo
+
 int main(int argc, char** argv) {
   kvt::llamacpp::demo::Flags flags;
-  CLI::App app{"kvtier-demo: llama.cpp prefill vs kvtier host/disk tiers and kvtierd on real text"};
+  CLI::App app{
+      "kvtier-demo: llama.cpp prefill vs kvtier host/disk tiers and kvtierd on real text.\n"
+      "Phases: 1 recompute (no kvtier), 2 kvtier host tier in this process, 3 disk tier in a fresh "
+      "process, 4 kvtierd: the demo starts its own kvtierd (--kvtierd), stores every chunk into it "
+      "through the remote tier, loads them in a fresh process and stops it (column n/a when "
+      "--kvtierd is '' or the build has no daemon).\n"
+      "Exit codes: 0 ok, 1 runtime error (model, engine, tier or kvtierd failure), 2 bad usage, "
+      "3 logits not bit-identical to recompute for some request."};
+  // Validators without a description, so --help shows no "INT:INT in [1 - 256]" noise.
+  auto range = [](int lo, int hi) { return CLI::Range(lo, hi).description(""); };
   app.add_option("--model", flags.model, "GGUF model (default: generate the 270M demo model)");
   app.add_flag("--small", flags.small, "use the tiny generated model (quick run)");
-  app.add_option("--threads", flags.threads, "engine threads")->check(CLI::Range(1, 256))->capture_default_str();
+  app.add_option("--threads", flags.threads, "engine threads, 1..256")->check(range(1, 256))->capture_default_str();
   app.add_option("--dir", flags.dir, "folder for models, host+disk tier files and run files")->capture_default_str();
-  app.add_option("--data-dir", flags.data_dir, "folder with chat.txt, gpl-3.0.txt, apache-2.0.txt")
-      ->capture_default_str();
-  app.add_option("--chunk", flags.chunk_tokens, "tokens per kvtier chunk")->check(CLI::Range(1, 65536))
+  app.add_option("--data-dir", flags.data_dir,
+                 "folder with chat.txt, gpl-3.0.txt, apache-2.0.txt (default: $KVTIER_DEMO_DATA, data/ next "
+                 "to this binary, or the source tree's data/ if it still exists)");
+  app.add_option("--chunk", flags.chunk_tokens, "tokens per kvtier chunk, 1..65536")->check(range(1, 65536))
       ->capture_default_str();
   app.add_flag("--flash-attn", flags.flash_attn, "enable flash attention");
   app.add_flag("--json", flags.json_out, "print rows as JSON lines");
   app.add_option("--kvtierd", flags.kvtierd,
-                 "kvtierd binary the demo starts for the kvtierd column ('' = skip, column n/a)")
+                 "kvtierd binary the demo starts for phase 4 ('' = skip, column n/a)")
       ->capture_default_str();
   app.add_option("--fresh-phase", flags.fresh_phase, "internal: run a fresh-process phase from this plan")->group("");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);  // prints the message; CLI11's own codes (105, 109, ...) are not used
+    return 2;
+  }
+  flags.data_dir = kvt::llamacpp::demo::ResolveDataDir(flags.data_dir);
+  if (flags.data_dir.empty()) return 2;
   spdlog::set_level(spdlog::level::warn);
   return kvt::llamacpp::demo::Main(flags);
 }
