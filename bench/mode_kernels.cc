@@ -84,23 +84,7 @@ const std::vector<LayoutKind> kKinds = {LayoutKind::kFlashAttnNHD, LayoutKind::k
                                         LayoutKind::kFlashInfer,   LayoutKind::kMLA,
                                         LayoutKind::kCrossLayer,   LayoutKind::kLlamaCppRows};
 
-std::string Name(LayoutKind k) {
-  switch (k) {
-    case LayoutKind::kFlashAttnNHD:
-      return "flashattn_nhd";
-    case LayoutKind::kFlashAttnHND:
-      return "flashattn_hnd";
-    case LayoutKind::kFlashInfer:
-      return "flashinfer";
-    case LayoutKind::kMLA:
-      return "mla";
-    case LayoutKind::kCrossLayer:
-      return "cross_layer";
-    case LayoutKind::kLlamaCppRows:
-      return "llamacpp_rows";
-  }
-  return "?";
-}
+std::string Name(LayoutKind k) { return std::string(LayoutKindName(k)); }
 
 // Copies `bytes` from src to dst on `threads` threads (the caller's included).
 void ThreadedMemcpy(std::byte* dst, const std::byte* src, uint64_t bytes, uint32_t threads) {

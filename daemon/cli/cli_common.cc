@@ -64,17 +64,7 @@ absl::StatusOr<LayoutKind> ParseLayoutKind(std::string_view name_sv) {
                    " (or nhd, hnd, flashinfer, mla, cross_layer, llamacpp)"));
 }
 
-std::string_view TierName(TierKind kind) {
-  switch (kind) {
-    case TierKind::kHost:
-      return "host";
-    case TierKind::kDisk:
-      return "disk";
-    case TierKind::kRemote:
-      return "remote";
-  }
-  return "unknown";
-}
+std::string_view TierName(TierKind kind) { return TierKindName(kind); }
 
 absl::StatusOr<TierKind> ParseTierKind(std::string_view name_sv) {
   const std::string name(name_sv);

@@ -56,8 +56,7 @@ absl::StatusOr<DType> ParseDType(std::string_view name);
 // The names of LayoutKindName(): "flash_attn_nhd", ..., plus short aliases
 // "nhd", "hnd", "flashinfer", "mla", "cross_layer", "llamacpp".
 absl::StatusOr<LayoutKind> ParseLayoutKind(std::string_view name);
-// "host", "disk", "remote" (kvt::TierKindName is declared in tier.h but not defined in
-// libkvstore yet, so the CLI carries its own).
+// "host", "disk", "remote" (kvt::TierKindName).
 std::string_view TierName(TierKind kind);
 // "host" | "disk" | "remote".
 absl::StatusOr<TierKind> ParseTierKind(std::string_view name);

@@ -293,21 +293,7 @@ std::string_view KvDeviceName(KvDevice device) {
   return "unknown";
 }
 
-uint32_t KvElementSize(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return 4;
-    case DType::kF16:
-    case DType::kBF16:
-      return 2;
-    case DType::kFP8E4M3:
-    case DType::kFP8E5M2:
-    case DType::kI8:
-    case DType::kBytes:
-      return 1;
-  }
-  return 0;
-}
+uint32_t KvElementSize(DType dtype) { return static_cast<uint32_t>(DTypeSize(dtype)); }
 
 absl::Status PagedKvView::Validate() const {
   if (device != KvDevice::kCpu && device != KvDevice::kCuda) {
