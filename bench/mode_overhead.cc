@@ -28,6 +28,7 @@
 #include "connectors/kv_connector.h"
 #include "kvstore/chunk_codec.h"
 #include "kvstore/host_tier.h"
+#include "kvstore/store_factory.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
@@ -98,15 +99,13 @@ int RunOverhead(int argc, char** argv) {
   const size_t store_chunks = store_tokens / chunk_tokens;
   HostTierOptions host;
   host.capacity_bytes = (store_chunks + 2) * (payload + kChunkHeaderBytes) + (1 << 20);
-  auto tier = HostTier::Create(host);
-  if (!tier.ok()) {
-    std::fprintf(stderr, "overhead: %s\n", tier.status().ToString().c_str());
+  StoreOptions so;
+  so.host = host;
+  auto store_or = OpenTieredStore(so);
+  if (!store_or.ok()) {
+    std::fprintf(stderr, "overhead: %s\n", store_or.status().ToString().c_str());
     return 1;
   }
-  std::vector<std::unique_ptr<Tier>> tiers;
-  tiers.push_back(std::move(*tier));
-  auto store_or = TieredStore::Create(std::move(tiers), {});
-  if (!store_or.ok()) return 1;
   std::shared_ptr<TieredStore> store(std::move(*store_or));
   auto conn_or = KVConnector::Create(opts, store);
   if (!conn_or.ok()) return 1;

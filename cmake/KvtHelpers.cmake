@@ -17,6 +17,8 @@ function(kvt_add_test)
   add_executable(${T_NAME} ${T_SOURCES})
   kvt_target_defaults(${T_NAME})
   target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} GTest::gtest GTest::gmock GTest::gtest_main)
+  # Shared test helpers (store_test_util.h, disk_test_util.h) for every suite.
+  target_include_directories(${T_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/tests/kvstore)
   add_test(NAME ${T_NAME} COMMAND ${T_NAME} --gtest_color=no)
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 300)

@@ -121,7 +121,7 @@ class KVConnectorImpl final : public KVConnector {
     }
     std::vector<ChunkKey> keys =
         ComputeChunkKeys(ns_, tokens.first(max_chunks * chunk_tokens_), KeyOptions());
-    LookupResult hit = store_->Lookup(keys, /*pin=*/true);
+    LookupResult hit = store_->Lookup(keys, LookupOptions{.pin = true});
     out.cached_tokens = uint64_t{hit.num_leading_hits} * chunk_tokens_;
     Bump(lookup_hit_tokens_, out.cached_tokens);
     size_t k = 0;
@@ -171,7 +171,7 @@ class KVConnectorImpl final : public KVConnector {
     std::vector<ChunkKey> keys =
         ComputeChunkKeys(ns_, tokens.first(n * chunk_tokens_), KeyOptions());
     // Chunks already cached (the leading run the store holds) are skipped.
-    const size_t cached = store_->Lookup(keys, /*pin=*/false).num_leading_hits;
+    const size_t cached = store_->Lookup(keys).num_leading_hits;
     Bump(store_chunks_skipped_, cached);
     const uint64_t record_bytes = kChunkHeaderBytes + payload_bytes_;
     size_t taken = 0;
@@ -438,6 +438,9 @@ class KVConnectorImpl final : public KVConnector {
     if (!got.ok()) {
       if (absl::IsNotFound(got.status())) {
         Bump(load_misses_);
+      } else if (absl::IsDataLoss(got.status())) {
+        // A verifying tier (disk, remote) found the record damaged: data loss, not a miss.
+        Bump(load_data_loss_);
       } else if (absl::IsOutOfRange(got.status())) {
         // A record larger than this namespace's chunks cannot be ours.
         Bump(load_data_loss_);
@@ -451,7 +454,9 @@ class KVConnectorImpl final : public KVConnector {
     }
     std::span<const std::byte> record(buf.data(), *got);
     DecodeExpectations expect{ns_, key, &layout};
-    absl::StatusOr<ChunkHeader> header = VerifyChunk(record, expect);
+    // The store's verifying tiers checked the payload (verify once): the header must be
+    // what this request asked for.
+    absl::StatusOr<ChunkHeader> header = CheckChunkHeader(record, expect);
     if (header.ok() && header->token_count != chunk_tokens_) {
       header = absl::FailedPreconditionError(absl::StrFormat(
           "chunk %d has %d tokens; expected %d", index, header->token_count, chunk_tokens_));
@@ -466,8 +471,8 @@ class KVConnectorImpl final : public KVConnector {
                    header.status().ToString());
       return header.status();
     }
-    if (info.tier_index >= 0 && static_cast<size_t>(info.tier_index) < store_->num_tiers()) {
-      cost_.ObserveTransfer(store_->tier(info.tier_index).kind(), *got, SecondsSince(t0));
+    if (info.tier_index != kNoTier && !info.from_queue) {
+      cost_.ObserveTransfer(info.tier_kind, *got, SecondsSince(t0));
     }
     Bump(load_bytes_, *got);
     absl::Status consumed = consume(index, record.subspan(kChunkHeaderBytes));

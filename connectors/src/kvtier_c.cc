@@ -12,6 +12,7 @@
 #include "connectors/kv_connector.h"
 #include "kvstore/disk_tier.h"
 #include "kvstore/host_tier.h"
+#include "kvstore/store_factory.h"
 #include "kvstore/tiered_store.h"
 
 struct kvt_connector {
@@ -116,22 +117,14 @@ int kvt_create(const kvt_options* o, kvt_connector** out) {
     }
     if (absl::Status s = copts.Validate(); !s.ok()) return Fail(s);
 
-    std::vector<std::unique_ptr<kvt::Tier>> tiers;
-    kvt::HostTierOptions hopts;
-    hopts.capacity_bytes = o->host_capacity_bytes;
-    absl::StatusOr<std::unique_ptr<kvt::HostTier>> host = kvt::HostTier::Create(hopts);
-    if (!host.ok()) return Fail(host.status());
-    tiers.push_back(std::move(*host));
+    kvt::StoreOptions sopts;
+    sopts.host.capacity_bytes = o->host_capacity_bytes;
     if (o->disk_dir != nullptr && o->disk_dir[0] != '\0') {
-      kvt::DiskTierOptions dopts;
+      kvt::DiskTierOptions& dopts = sopts.disk.emplace();
       dopts.dir = o->disk_dir;
       dopts.capacity_bytes = o->disk_capacity_bytes;
-      absl::StatusOr<std::unique_ptr<kvt::DiskTier>> disk = kvt::DiskTier::Open(dopts);
-      if (!disk.ok()) return Fail(disk.status());
-      tiers.push_back(std::move(*disk));
     }
-    absl::StatusOr<std::unique_ptr<kvt::TieredStore>> store =
-        kvt::TieredStore::Create(std::move(tiers), kvt::TieredStoreOptions{});
+    absl::StatusOr<std::unique_ptr<kvt::TieredStore>> store = kvt::OpenTieredStore(sopts);
     if (!store.ok()) return Fail(store.status());
     auto handle = std::make_unique<kvt_connector>();
     handle->store = std::shared_ptr<kvt::TieredStore>(std::move(*store));

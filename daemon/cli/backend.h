@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kvstore/chunk_codec.h"
+#include "kvstore/evict_selector.h"
 #include "kvstore/tier.h"
 #include "kvstore/types.h"
 
@@ -32,8 +33,9 @@ struct StatsSnapshot {
   // from the per-tier counters; nullopt offline.
   std::optional<uint64_t> store_hits;
   std::optional<uint64_t> store_misses;
-  uint64_t integrity_errors = 0;  // sum over tiers plus store-level
+  uint64_t integrity_errors = 0;  // records that failed verification in any tier
   uint64_t pinned_bytes = 0;
+  uint64_t explicit_evictions = 0;  // chunks removed by `kvtier evict` (and other Evicts)
 };
 
 // One chunk in one tier (a chunk held by two tiers is listed twice).
@@ -73,11 +75,14 @@ class CacheBackend {
   virtual absl::StatusOr<std::vector<std::optional<TierKind>>> Locate(
       std::span<const ChunkKey> keys) = 0;
 
-  // The verified header of a cached chunk (layout, token count, parent). NotFound on a miss.
+  // The verified header of a cached chunk (layout, token count, parent), read as an
+  // inspection: no promotion, not counted as a hit. NotFound on a miss.
   virtual absl::StatusOr<ChunkHeader> ReadHeader(const ChunkKey& key) = 0;
 
-  // Removes `key` from every tier. OK when it was absent; FailedPrecondition when pinned.
-  virtual absl::Status Erase(const ChunkKey& key) = 0;
+  // Evicts what `selector` selects (kvstore/evict_selector.h: the one definition of
+  // each selector, applied by the store that holds the chunks); with dry_run, selects
+  // and counts only. InvalidArgument for a bad selector.
+  virtual absl::StatusOr<EvictResult> Evict(const EvictSelector& selector, bool dry_run) = 0;
 };
 
 // Lists every chunk (all pages) of `ns` (all namespaces when nullopt).

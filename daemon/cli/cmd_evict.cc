@@ -17,62 +17,8 @@ namespace kvt::cli {
 
 namespace {
 
-struct Target {
-  ChunkKey key;
-  NamespaceId ns;
-  std::vector<TierKind> tiers;
-  uint32_t token_count = 0;
-  uint64_t bytes = 0;  // record bytes (one copy)
-  int64_t last_access_unix_ms = 0;
-};
-
-// Distinct chunks of a listing, in listing order.
-std::vector<Target> Distinct(const std::vector<ListedChunk>& listed) {
-  std::vector<Target> out;
-  std::unordered_map<ChunkKey, size_t> index;
-  for (const auto& c : listed) {
-    auto [it, fresh] = index.emplace(c.info.key, out.size());
-    if (fresh) {
-      out.push_back(Target{c.info.key, c.info.ns, {c.tier}, c.info.token_count, c.info.record_bytes,
-                           c.info.last_access_unix_ms});
-    } else {
-      Target& t = out[it->second];
-      t.tiers.push_back(c.tier);
-      t.last_access_unix_ms = std::max(t.last_access_unix_ms, c.info.last_access_unix_ms);
-    }
-  }
-  return out;
-}
-
-// Every key reachable from `roots` through parent links (roots excluded unless cached
-// descendants of another root).
-std::vector<ChunkKey> Descendants(const std::vector<ListedChunk>& listed,
-                                  const std::vector<ChunkKey>& roots) {
-  std::unordered_map<ChunkKey, std::vector<ChunkKey>> children;
-  for (const auto& c : listed) children[c.info.parent].push_back(c.info.key);
-  for (auto& [p, v] : children) {
-    std::sort(v.begin(), v.end());
-    v.erase(std::unique(v.begin(), v.end()), v.end());
-  }
-  std::vector<ChunkKey> out;
-  std::unordered_set<ChunkKey> seen(roots.begin(), roots.end());
-  std::deque<ChunkKey> todo(roots.begin(), roots.end());
-  while (!todo.empty()) {
-    const ChunkKey k = todo.front();
-    todo.pop_front();
-    auto it = children.find(k);
-    if (it == children.end()) continue;
-    for (const ChunkKey& c : it->second) {
-      if (seen.insert(c).second) {
-        out.push_back(c);
-        todo.push_back(c);
-      }
-    }
-  }
-  return out;
-}
-
 std::string TierList(const std::vector<TierKind>& tiers) {
+  if (tiers.empty()) return "-";
   std::string s;
   for (TierKind t : tiers) absl::StrAppend(&s, s.empty() ? "" : ",", std::string(TierName(t)));
   return s;
@@ -138,82 +84,87 @@ int RunEvict(const EvictFlags& flags, const GlobalFlags& global, std::ostream& o
   if (!backend.ok()) return Fail(err, kCmd, backend.status());
   CacheBackend& b = **backend;
 
-  std::vector<Target> targets;
-  uint64_t orphaned = 0;
+  // The backend's store applies each selector (kvstore/evict_selector.h); this command
+  // only says which.
+  std::vector<StoredChunk> targets;
+  std::vector<std::pair<ChunkKey, std::string>> failed;
+  uint64_t orphaned = 0, done = 0, bytes = 0;
   std::string selector;
+  auto run = [&](const EvictSelector& sel, bool dry_run) -> absl::Status {
+    auto r = b.Evict(sel, dry_run);
+    if (!r.ok()) return r.status();
+    done += r->chunks;
+    bytes += r->bytes;
+    for (auto& c : r->selected) targets.push_back(std::move(c));
+    for (auto& [k, st] : r->failed) failed.emplace_back(k, std::string(st.message()));
+    return absl::OkStatus();
+  };
   if (by_key) {
     selector = "key";
-    // Keys may belong to any namespace: list everything once and pick them out.
-    auto all = ListAll(b, std::nullopt);
-    if (!all.ok()) return Fail(err, kCmd, all.status());
-    std::vector<Target> d = Distinct(*all);
-    std::unordered_map<ChunkKey, size_t> pos;
-    for (size_t i = 0; i < d.size(); ++i) pos[d[i].key] = i;
+    // Every key must be cached, or nothing is evicted.
+    EvictSelector sel;
+    sel.keys = keys;
+    auto probe = b.Evict(sel, /*dry_run=*/true);
+    if (!probe.ok()) return Fail(err, kCmd, probe.status());
+    std::unordered_set<ChunkKey> found;
+    for (const auto& c : probe->selected) found.insert(c.info.key);
     for (const ChunkKey& k : keys) {
-      auto it = pos.find(k);
-      if (it == pos.end()) {
+      if (!found.count(k)) {
         return Fail(err, kCmd, absl::NotFoundError(absl::StrCat("key ", k.ToHex(), " is not cached in ", b.Describe())));
       }
-      targets.push_back(d[it->second]);
     }
+    if (absl::Status s = run(sel, flags.dry_run); !s.ok()) return Fail(err, kCmd, s);
+  } else if (by_prefix) {
+    selector = "prefix";
+    ChunkKeyOptions ko;
+    ko.chunk_tokens = flags.ns.chunk_tokens;
+    const std::vector<ChunkKey> pkeys = ComputeChunkKeys(*ns, prefix_tokens, ko);
+    // Everything continuing the prompt's first chunk: the prompt's chunks, what follows
+    // them, and the branches that share an earlier chunk (orphans once it is gone).
+    EvictSelector whole;
+    whole.prefix = pkeys.front();
+    whole.within_ns = ns;
+    if (flags.include_orphans) {
+      if (absl::Status s = run(whole, flags.dry_run); !s.ok()) return Fail(err, kCmd, s);
+    } else {
+      auto all = b.Evict(whole, /*dry_run=*/true);
+      if (!all.ok()) return Fail(err, kCmd, all.status());
+      EvictSelector tail;  // the last chunk of the prompt and everything after it
+      tail.prefix = pkeys.back();
+      tail.within_ns = ns;
+      if (absl::Status s = run(tail, flags.dry_run); !s.ok()) return Fail(err, kCmd, s);
+      if (pkeys.size() > 1) {
+        EvictSelector inner;  // the prompt's own earlier chunks
+        inner.keys.assign(pkeys.begin(), pkeys.end() - 1);
+        if (absl::Status s = run(inner, flags.dry_run); !s.ok()) return Fail(err, kCmd, s);
+      }
+      const uint64_t taken = targets.size() + failed.size();
+      orphaned = all->chunks > taken ? all->chunks - taken : 0;
+    }
+    if (targets.empty() && failed.empty()) {
+      return Fail(err, kCmd, absl::NotFoundError(absl::StrCat(
+                                 "none of the prefix's ", pkeys.size(), " chunks, and nothing after them, is cached in ",
+                                 b.Describe(), " under namespace ", ns->ToHex())));
+    }
+  } else if (by_age) {
+    selector = "older_than";
+    EvictSelector sel;
+    sel.older_than = std::chrono::milliseconds(older_ms);
+    sel.within_ns = ns;
+    if (older_ms <= 0) {
+      sel.older_than.reset();  // "--older-than 0": everything
+      sel.all = true;
+    }
+    if (absl::Status s = run(sel, flags.dry_run); !s.ok()) return Fail(err, kCmd, s);
   } else {
-    auto all = ListAll(b, ns);
-    if (!all.ok()) return Fail(err, kCmd, all.status());
-    if (ns && all->empty()) {
+    selector = "namespace";
+    EvictSelector sel;
+    sel.ns = ns;
+    if (absl::Status s = run(sel, flags.dry_run); !s.ok()) return Fail(err, kCmd, s);
+    if (targets.empty() && failed.empty()) {
       return Fail(err, kCmd, absl::NotFoundError(absl::StrCat("unknown namespace ", ns->ToHex(), ": ", b.Describe(),
                                                               " holds no chunk of it")));
     }
-    std::vector<Target> d = Distinct(*all);
-    if (by_prefix) {
-      selector = "prefix";
-      ChunkKeyOptions ko;
-      ko.chunk_tokens = flags.ns.chunk_tokens;
-      const std::vector<ChunkKey> pkeys = ComputeChunkKeys(*ns, prefix_tokens, ko);
-      std::unordered_set<ChunkKey> chosen(pkeys.begin(), pkeys.end());
-      for (const ChunkKey& k : Descendants(*all, {pkeys.back()})) chosen.insert(k);
-      // Other branches that share an earlier chunk of the prefix lose an ancestor:
-      // an engine can never load them again.
-      std::vector<ChunkKey> inner(pkeys.begin(), pkeys.end() - 1);
-      for (const ChunkKey& k : Descendants(*all, inner)) {
-        if (!chosen.count(k)) {
-          ++orphaned;
-          if (flags.include_orphans) chosen.insert(k);
-        }
-      }
-      if (flags.include_orphans) orphaned = 0;
-      for (const Target& t : d) {
-        if (chosen.count(t.key)) targets.push_back(t);
-      }
-      if (targets.empty()) {
-        return Fail(err, kCmd, absl::NotFoundError(absl::StrCat(
-                                   "none of the prefix's ", pkeys.size(), " chunks, and nothing after them, is cached in ",
-                                   b.Describe(), " under namespace ", ns->ToHex())));
-      }
-    } else if (by_age) {
-      selector = "older_than";
-      const int64_t now = NowUnixMs();
-      for (const Target& t : d) {
-        if (now - t.last_access_unix_ms >= older_ms) targets.push_back(t);
-      }
-    } else {
-      selector = "namespace";
-      targets = std::move(d);
-    }
-  }
-
-  // Evict, children before parents is not needed (keys are independent records), but
-  // deterministic order helps reading: listing order.
-  uint64_t bytes = 0, done = 0;
-  std::vector<std::pair<ChunkKey, std::string>> failed;
-  for (const Target& t : targets) {
-    if (!flags.dry_run) {
-      if (absl::Status s = b.Erase(t.key); !s.ok()) {
-        failed.emplace_back(t.key, std::string(s.message()));
-        continue;
-      }
-    }
-    ++done;
-    bytes += t.bytes;
   }
 
   if (global.json) {
@@ -222,14 +173,14 @@ int RunEvict(const EvictFlags& flags, const GlobalFlags& global, std::ostream& o
     j["selector"] = selector;
     j["dry_run"] = flags.dry_run;
     j["chunks"] = nlohmann::json::array();
-    for (const Target& t : targets) {
+    for (const StoredChunk& t : targets) {
       nlohmann::json tiers = nlohmann::json::array();
-      for (TierKind k : t.tiers) tiers.push_back(std::string(TierName(k)));
-      j["chunks"].push_back({{"key", t.key.ToHex()},
-                             {"namespace", t.ns.ToHex()},
+      for (TierKind k : t.kinds) tiers.push_back(std::string(TierName(k)));
+      j["chunks"].push_back({{"key", t.info.key.ToHex()},
+                             {"namespace", t.info.ns.ToHex()},
                              {"tiers", tiers},
-                             {"token_count", t.token_count},
-                             {"bytes", t.bytes}});
+                             {"token_count", t.info.token_count},
+                             {"bytes", t.info.record_bytes}});
     }
     j["evicted_chunks"] = done;
     j["evicted_bytes"] = bytes;
@@ -239,9 +190,9 @@ int RunEvict(const EvictFlags& flags, const GlobalFlags& global, std::ostream& o
     out << j.dump(2) << "\n";
   } else {
     Table t({"KEY", "NAMESPACE", "TIER", "TOKENS", "BYTES"}, {false, false, false, true, true});
-    for (const Target& x : targets) {
-      t.AddRow({x.key.ToHex(), ShortHex(x.ns.ToHex()), TierList(x.tiers), WithCommas(x.token_count),
-                WithCommas(x.bytes)});
+    for (const StoredChunk& x : targets) {
+      t.AddRow({x.info.key.ToHex(), ShortHex(x.info.ns.ToHex()), TierList(x.kinds), WithCommas(x.info.token_count),
+                WithCommas(x.info.record_bytes)});
     }
     if (!targets.empty()) {
       t.Print(out);

@@ -43,6 +43,7 @@ nlohmann::json StatsJson(const StatsSnapshot& s) {
   j["hits"] = s.store_hits ? nlohmann::json(*s.store_hits) : nlohmann::json(nullptr);
   j["misses"] = s.store_misses ? nlohmann::json(*s.store_misses) : nlohmann::json(nullptr);
   j["integrity_errors"] = s.integrity_errors;
+  j["explicit_evictions"] = s.explicit_evictions;
   j["pinned_bytes"] = s.pinned_bytes;
   return j;
 }
@@ -54,6 +55,7 @@ void PrintStats(const StatsSnapshot& s, const StatsSnapshot* prev, double dt_s, 
                            WithCommas(*s.store_misses), Rate(*s.store_hits, *s.store_misses));
   }
   out << absl::StrFormat("integrity errors  %s\n", WithCommas(s.integrity_errors));
+  out << absl::StrFormat("evicted (kvtier)  %s chunks\n", WithCommas(s.explicit_evictions));
   out << absl::StrFormat("pinned            %s B (%s)\n\n", WithCommas(s.pinned_bytes), HumanBytes(s.pinned_bytes));
   std::vector<std::string> h = {"TIER", "CAPACITY", "USED", "USE%", "CHUNKS", "PINNED", "HITS", "MISSES",
                                 "HIT RATE", "PUTS", "EVICTIONS", "INTEGRITY ERR"};

@@ -64,6 +64,7 @@ class DaemonBackend final : public CacheBackend {
     out.store_hits = r->hits;
     out.store_misses = r->misses;
     out.integrity_errors = r->integrity_errors;
+    out.explicit_evictions = r->explicit_evictions;
     return out;
   }
 
@@ -95,17 +96,15 @@ class DaemonBackend final : public CacheBackend {
   }
 
   absl::StatusOr<ChunkHeader> ReadHeader(const ChunkKey& key) override {
-    auto r = client_->Get(key);
+    auto r = client_->Peek(key);
     if (!r.ok()) return Explain(r.status(), "Get");
     return DecodeChunkHeader(*r);
   }
 
-  absl::Status Erase(const ChunkKey& key) override {
-    EvictSelector sel;
-    sel.keys.push_back(key);
-    auto r = client_->Evict(sel);
+  absl::StatusOr<EvictResult> Evict(const EvictSelector& selector, bool dry_run) override {
+    auto r = client_->Evict(selector, dry_run);
     if (!r.ok()) return Explain(r.status(), "Evict");
-    return absl::OkStatus();
+    return r;
   }
 
  private:

@@ -6,7 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "kvstore/disk_tier.h"
+#include "kvstore/store_factory.h"
 
 namespace kvt::cli {
 
@@ -30,67 +30,71 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A TieredStore over the one disk tier, used only through the store's public API.
 class DiskBackend final : public CacheBackend {
  public:
-  DiskBackend(std::string dir, std::unique_ptr<DiskTier> tier)
-      : dir_(std::move(dir)), tier_(std::move(tier)) {}
+  DiskBackend(std::string dir, std::unique_ptr<TieredStore> store)
+      : dir_(std::move(dir)), store_(std::move(store)) {}
 
   std::string Describe() const override { return absl::StrCat("disk-dir ", dir_); }
 
   absl::StatusOr<StatsSnapshot> Stats() override {
     StatsSnapshot s;
     s.source = Describe();
-    TierSummary t;
-    t.name = std::string(tier_->name());
-    t.kind = tier_->kind();
-    t.stats = tier_->stats();
-    s.integrity_errors = t.stats.integrity_errors;
-    s.pinned_bytes = t.stats.pinned_bytes;
-    s.tiers.push_back(t);
+    for (size_t t = 0; t < store_->num_tiers(); ++t) {
+      const TierCaps caps = store_->tier_caps(MakeTierIndex(t));
+      TierSummary sum;
+      sum.name = caps.name;
+      sum.kind = caps.kind;
+      sum.stats = store_->tier_stats(MakeTierIndex(t));
+      s.pinned_bytes += sum.stats.pinned_bytes;
+      s.tiers.push_back(sum);
+    }
+    const TieredStoreStats ss = store_->stats();
+    s.integrity_errors = ss.integrity_errors;
+    s.explicit_evictions = ss.explicit_evictions;
     return s;
   }
 
   absl::StatusOr<ChunkListPage> List(const ChunkListRequest& request) override {
-    ListOptions o;
+    StoreListOptions o;
     o.ns = request.ns;
     o.page_token = request.page_token;
     o.page_size = request.page_size;
-    auto page = tier_->List(o);
+    auto page = store_->List(o);
     if (!page.ok()) return page.status();
     ChunkListPage out;
     out.next_page_token = page->next_page_token;
     out.chunks.reserve(page->chunks.size());
-    for (const auto& c : page->chunks) out.chunks.push_back(ListedChunk{c, tier_->kind()});
+    for (const auto& c : page->chunks) {
+      for (TierKind k : c.kinds) out.chunks.push_back(ListedChunk{c.info, k});
+    }
     return out;
   }
 
   absl::StatusOr<std::vector<std::optional<TierKind>>> Locate(
       std::span<const ChunkKey> keys) override {
-    std::vector<bool> present = tier_->Contains(keys);
+    LookupResult r = store_->Lookup(keys, LookupOptions{.per_key = true});
     std::vector<std::optional<TierKind>> out(keys.size());
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (i < present.size() && present[i]) out[i] = tier_->kind();
+    for (size_t i = 0; i < keys.size() && i < r.tier_index.size(); ++i) {
+      if (r.tier_index[i] != kNoTier) out[i] = r.tier_kind[i];
     }
     return out;
   }
 
   absl::StatusOr<ChunkHeader> ReadHeader(const ChunkKey& key) override {
-    auto size = tier_->RecordSize(key);
-    if (!size.ok()) return size.status();
-    const size_t alloc = (*size + 4095) / 4096 * 4096;
-    std::unique_ptr<std::byte, decltype(&std::free)> buf(
-        static_cast<std::byte*>(std::aligned_alloc(4096, alloc)), &std::free);
-    if (!buf) return absl::ResourceExhaustedError("out of memory reading a record");
-    auto got = tier_->Get(key, std::span<std::byte>(buf.get(), alloc));
-    if (!got.ok()) return got.status();
-    return DecodeChunkHeader(std::span<const std::byte>(buf.get(), *got));
+    auto record = store_->Get(key, nullptr, GetOptions{.peek = true});
+    if (!record.ok()) return record.status();
+    return DecodeChunkHeader(*record);
   }
 
-  absl::Status Erase(const ChunkKey& key) override { return tier_->Erase(key); }
+  absl::StatusOr<EvictResult> Evict(const EvictSelector& selector, bool dry_run) override {
+    return store_->Evict(selector, EvictOptions{.dry_run = dry_run});
+  }
 
  private:
   std::string dir_;
-  std::unique_ptr<DiskTier> tier_;
+  std::unique_ptr<TieredStore> store_;
 };
 
 }  // namespace
@@ -120,11 +124,13 @@ absl::StatusOr<std::unique_ptr<CacheBackend>> OpenDiskBackend(const DiskBackendO
         " bytes of record files already in '", dir.string(),
         "'; opening with it would delete cached chunks"));
   }
-  DiskTierOptions o;
+  StoreOptions so;
+  so.host.capacity_bytes = 0;  // the disk tier alone: looking never fills memory
+  DiskTierOptions& o = so.disk.emplace();
   o.dir = dir.string();
   o.capacity_bytes = options.capacity_bytes != 0 ? (options.capacity_bytes + 4095) / 4096 * 4096
                                                  : std::max<uint64_t>(files_total, 4096);
-  auto tier = DiskTier::Open(o);
+  auto tier = OpenTieredStore(so);
   if (!tier.ok()) {
     return absl::Status(tier.status().code() == absl::StatusCode::kInvalidArgument
                             ? absl::StatusCode::kInvalidArgument

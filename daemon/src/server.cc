@@ -22,6 +22,7 @@
 #include "kvstore/disk_tier.h"
 #include "kvstore/host_tier.h"
 #include "kvstore/remote_client.h"
+#include "kvstore/store_factory.h"
 #include "kvstore/tiered_store.h"
 #include "metrics.h"
 #include "nlohmann/json.hpp"
@@ -72,7 +73,6 @@ class KvtierServer::Impl {
  public:
   DaemonConfig config;
   std::unique_ptr<TieredStore> store;
-  DiskTier* disk = nullptr;
   std::unique_ptr<Catalog> catalog;
   Metrics metrics;
   std::unique_ptr<WorkerPool> pool;
@@ -96,9 +96,8 @@ class KvtierServer::Impl {
                                 "# TYPE kvtier_tier_bytes_in_total counter\n# TYPE kvtier_tier_bytes_out_total counter\n"
                                 "# TYPE kvtier_tier_io_errors_total counter\n");
     for (size_t t = 0; t < store->num_tiers(); ++t) {
-      Tier& tier = store->tier(t);
-      TierStats s = tier.stats();
-      const char* l = TierLabel(tier.kind());
+      TierStats s = store->tier_stats(MakeTierIndex(t));
+      const char* l = TierLabel(store->tier_caps(MakeTierIndex(t)).kind);
       absl::StrAppendFormat(&out,
                             "kvtier_tier_capacity_bytes{tier=\"%s\"} %d\nkvtier_tier_used_bytes{tier=\"%s\"} %d\n"
                             "kvtier_tier_chunks{tier=\"%s\"} %d\nkvtier_tier_pinned_bytes{tier=\"%s\"} %d\n"
@@ -121,14 +120,14 @@ class KvtierServer::Impl {
                           "# TYPE kvtier_store_writeback_errors_total counter\nkvtier_store_writeback_errors_total %d\n"
                           "# TYPE kvtier_store_pending_write_bytes gauge\nkvtier_store_pending_write_bytes %d\n"
                           "# TYPE kvtier_pinned_bytes gauge\nkvtier_pinned_bytes %d\n"
-                          "# HELP kvtier_integrity_errors_total Records that failed verification in this process.\n"
+                          "# HELP kvtier_integrity_errors_total Records that failed verification in any tier.\n"
                           "# TYPE kvtier_integrity_errors_total counter\nkvtier_integrity_errors_total %d\n"
                           "# TYPE kvtier_shm_regions gauge\nkvtier_shm_regions %d\n"
                           "# TYPE kvtier_worker_task_failures_total counter\nkvtier_worker_task_failures_total %d\n"
                           "# HELP kvtier_healthy 1 while every background thread is alive.\n"
                           "# TYPE kvtier_healthy gauge\nkvtier_healthy %d\n",
                           ss.hits, ss.misses, ss.promotions, ss.writeback_errors, ss.pending_write_bytes,
-                          store->pinned_bytes(), IntegrityErrorCount(), service->shm_regions(), pool->task_failures(),
+                          store->pinned_bytes(), ss.integrity_errors, service->shm_regions(), pool->task_failures(),
                           ok ? 1 : 0);
     return out;
   }
@@ -199,14 +198,10 @@ class KvtierServer::Impl {
     if (store) {
       store->Flush();
       spdlog::info("kvtierd: write-back queue drained");
-      if (disk) {
-        if (absl::Status s = disk->FlushAccessTimes(); !s.ok())
-          spdlog::warn("kvtierd: flushing access times: {}", s.ToString());
-      }
     }
     grpc_server.reset();
     service.reset();
-    store.reset();  // drains and closes the tiers
+    store.reset();  // drains and closes the tiers (the disk tier writes its access times)
     for (const auto& a : bound)
       if (std::string p = UnixPath(a); !p.empty()) unlink(p.c_str());
     spdlog::info("kvtierd: stopped; every acknowledged put is on disk");
@@ -222,25 +217,17 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonCo
   std::filesystem::create_directories(config.data_dir, ec);
   if (ec) return absl::InternalError(absl::StrFormat("data_dir %s: %s", config.data_dir, ec.message()));
 
-  HostTierOptions ho;
-  ho.capacity_bytes = config.host_capacity_bytes;
-  auto host = HostTier::Create(ho);
-  if (!host.ok()) return host.status();
-  DiskTierOptions dopt;
+  StoreOptions so;
+  so.host.capacity_bytes = config.host_capacity_bytes;
+  DiskTierOptions& dopt = so.disk.emplace();
   dopt.dir = config.data_dir + "/disk";
   dopt.capacity_bytes = config.disk_capacity_bytes;
   dopt.file_bytes = std::min(config.disk_file_bytes, config.disk_capacity_bytes);
   dopt.direct_io = config.disk_direct_io;
-  auto disk = DiskTier::Open(dopt);
-  if (!disk.ok()) return disk.status();
-  impl->disk = disk->get();
-  std::vector<std::unique_ptr<Tier>> tiers;
-  tiers.push_back(std::move(*host));
-  tiers.push_back(std::move(*disk));
-  TieredStoreOptions so;
-  so.write_through = config.durability == Durability::kAsync;
-  so.write_through_remote = false;
-  auto store = TieredStore::Create(std::move(tiers), so);
+  // durability sync: each Put is acknowledged once the disk tier holds it (PutAck::kDurable,
+  // in the service); async: written through to disk in the background.
+  so.store.placement.write_through = WriteThrough::kLocal;
+  auto store = OpenTieredStore(so);
   if (!store.ok()) return store.status();
   impl->store = std::move(*store);
 
@@ -248,12 +235,12 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonCo
   if (!catalog.ok()) return catalog.status();
   impl->catalog = std::move(*catalog);
   {  // key → namespace for every chunk on disk
-    ListOptions lo;
+    StoreListOptions lo;
     lo.page_size = 10000;
     for (;;) {
-      auto page = impl->disk->List(lo);
+      auto page = impl->store->List(lo);
       if (!page.ok()) return page.status();
-      for (const auto& c : page->chunks) impl->catalog->NoteKey(c.key, c.ns);
+      for (const auto& c : page->chunks) impl->catalog->NoteKey(c.info.key, c.info.ns);
       if (page->next_page_token.empty()) break;
       lo.page_token = page->next_page_token;
     }
@@ -264,7 +251,6 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonCo
   ServiceDeps deps;
   deps.config = &impl->config;
   deps.store = impl->store.get();
-  deps.disk_index = 1;
   deps.catalog = impl->catalog.get();
   deps.metrics = &impl->metrics;
   deps.pool = impl->pool.get();

@@ -135,18 +135,16 @@ absl::Status KvTierService::StoreRecord(std::span<const std::byte> record, const
   // header): acknowledge without storing, so the answer reveals nothing.
   if (auto ns = deps_.catalog->NsOf(header->key); ns && *ns != header->ns) {
     ChunkKey k = header->key;
-    auto present = deps_.store->Lookup(std::span<const ChunkKey>(&k, 1));
+    LookupResult present = deps_.store->Lookup(std::span<const ChunkKey>(&k, 1));
     if (present.num_leading_hits > 0) {
       deps_.metrics->AddPutConflict();
       return absl::OkStatus();
     }
   }
   deps_.catalog->NoteKey(header->key, header->ns);
-  if (deps_.config->durability == Durability::kSync && deps_.disk_index >= 0) {
-    absl::Status s = deps_.store->tier(static_cast<size_t>(deps_.disk_index)).Put(record);
-    if (!s.ok()) return absl::Status(s.code(), "disk tier: " + std::string(s.message()));
-  }
-  return deps_.store->Put(record);
+  PutOptions po;
+  po.ack = deps_.config->durability == Durability::kSync ? PutAck::kDurable : PutAck::kTopTier;
+  return deps_.store->Put(record, po);
 }
 
 grpc::ServerUnaryReactor* KvTierService::RunUnary(grpc::CallbackServerContext* ctx, Rpc rpc, uint32_t version,
@@ -190,27 +188,16 @@ grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx
       for (size_t i = 0; i < r.num_leading_hits; ++i) resp->add_tier(TierToProto(r.tier_kind[i]));
       return absl::OkStatus();
     }
-    std::vector<int> tier_of(keys->size(), -1);
-    for (size_t t = 0; t < store.num_tiers(); ++t) {
-      std::vector<bool> c = store.tier(t).Contains(*keys);
-      for (size_t i = 0; i < keys->size(); ++i)
-        if (tier_of[i] < 0 && c[i]) tier_of[i] = static_cast<int>(t);
-    }
+    LookupResult r = store.Lookup(*keys, LookupOptions{.per_key = true});
     bool leading = true;
     uint32_t n = 0;
     for (size_t i = 0; i < keys->size(); ++i) {
-      uint64_t bytes = 0;
-      if (tier_of[i] >= 0 && !deps_.catalog->KeyVisible((*keys)[i], tenant)) tier_of[i] = -1;
-      if (tier_of[i] >= 0) {
-        auto sz = store.tier(static_cast<size_t>(tier_of[i])).RecordSize((*keys)[i]);
-        if (sz.ok()) bytes = *sz;
-        else tier_of[i] = -1;
-      }
-      if (tier_of[i] < 0) leading = false;
+      // Another tenant's chunk reads as a miss.
+      const bool hit = r.tier_index[i] != kNoTier && deps_.catalog->KeyVisible((*keys)[i], tenant);
+      if (!hit) leading = false;
       if (leading) ++n;
-      resp->add_tier(tier_of[i] < 0 ? pb::TIER_NONE
-                                    : TierToProto(store.tier(static_cast<size_t>(tier_of[i])).kind()));
-      resp->add_record_bytes(bytes);
+      resp->add_tier(hit ? TierToProto(r.tier_kind[i]) : pb::TIER_NONE);
+      resp->add_record_bytes(hit ? r.record_bytes[i] : 0);
     }
     resp->set_num_leading_hits(n);
     return absl::OkStatus();
@@ -219,44 +206,15 @@ grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx
 
 namespace {
 
-struct Listed {
-  ChunkInfo info;
-  int tier = 0;
-};
-
-// Lists the caller's chunks in key order after `token`, merging every tier (the fastest
-// tier holding a key wins). At most `limit` entries; `next` = "" when exhausted.
-absl::Status ListMerged(TieredStore& store, Catalog& catalog, const std::string& tenant,
-                        std::optional<NamespaceId> ns, std::string token, size_t limit, std::vector<Listed>* out,
-                        std::string* next) {
-  next->clear();
-  for (;;) {
-    std::map<ChunkKey, Listed> merged;
-    std::optional<ChunkKey> bound;  // keys above it may be missing from some tier's page
-    for (size_t t = 0; t < store.num_tiers(); ++t) {
-      ListOptions lo;
-      lo.ns = ns;
-      lo.page_token = token;
-      lo.page_size = std::max<size_t>(limit, 256);
-      auto page = store.tier(t).List(lo);
-      if (!page.ok()) return page.status();
-      for (const auto& c : page->chunks) merged.emplace(c.key, Listed{c, static_cast<int>(t)});
-      if (!page->next_page_token.empty() && !page->chunks.empty()) {
-        if (!bound || page->chunks.back().key < *bound) bound = page->chunks.back().key;
-      }
-    }
-    for (const auto& [k, e] : merged) {
-      if (bound && *bound < k) break;
-      if (!catalog.NsVisible(e.info.ns, tenant)) continue;
-      out->push_back(e);
-      if (out->size() == limit) {
-        *next = k.ToHex();
-        return absl::OkStatus();
-      }
-    }
-    if (!bound) return absl::OkStatus();
-    token = bound->ToHex();
-  }
+void EntryToProto(const StoredChunk& e, pb::ChunkEntry* c) {
+  KeyToProto(e.info.key, c->mutable_key());
+  c->mutable_ns()->set_lo(e.info.ns.lo);
+  c->mutable_ns()->set_hi(e.info.ns.hi);
+  KeyToProto(e.info.parent, c->mutable_parent());
+  c->set_token_count(e.info.token_count);
+  c->set_bytes(e.info.record_bytes);
+  c->set_tier(e.kinds.empty() ? pb::TIER_NONE : TierToProto(e.kinds.front()));
+  c->set_last_access_unix_ms(e.info.last_access_unix_ms);
 }
 
 }  // namespace
@@ -274,22 +232,15 @@ grpc::ServerUnaryReactor* KvTierService::List(grpc::CallbackServerContext* ctx, 
       ns = NamespaceId{req->ns().lo(), req->ns().hi()};
       if (!deps_.catalog->NsVisible(*ns, tenant)) return absl::OkStatus();  // nothing of yours
     }
-    std::vector<Listed> listed;
-    std::string next;
-    absl::Status s = ListMerged(*deps_.store, *deps_.catalog, tenant, ns, req->page_token(), page_size, &listed, &next);
-    if (!s.ok()) return s;
-    for (const auto& e : listed) {
-      pb::ChunkEntry* c = resp->add_chunks();
-      KeyToProto(e.info.key, c->mutable_key());
-      c->mutable_ns()->set_lo(e.info.ns.lo);
-      c->mutable_ns()->set_hi(e.info.ns.hi);
-      KeyToProto(e.info.parent, c->mutable_parent());
-      c->set_token_count(e.info.token_count);
-      c->set_bytes(e.info.record_bytes);
-      c->set_tier(TierToProto(deps_.store->tier(static_cast<size_t>(e.tier)).kind()));
-      c->set_last_access_unix_ms(e.info.last_access_unix_ms);
-    }
-    resp->set_next_page_token(next);
+    StoreListOptions lo;
+    lo.ns = ns;
+    lo.visible = [this, &tenant](const NamespaceId& n) { return deps_.catalog->NsVisible(n, tenant); };
+    lo.page_token = req->page_token();
+    lo.page_size = page_size;
+    absl::StatusOr<StoreListPage> page = deps_.store->List(lo);
+    if (!page.ok()) return page.status();
+    for (const StoredChunk& e : page->chunks) EntryToProto(e, resp->add_chunks());
+    resp->set_next_page_token(page->next_page_token);
     return absl::OkStatus();
   });
 }
@@ -297,102 +248,51 @@ grpc::ServerUnaryReactor* KvTierService::List(grpc::CallbackServerContext* ctx, 
 grpc::ServerUnaryReactor* KvTierService::Evict(grpc::CallbackServerContext* ctx, const pb::EvictRequest* req,
                                                pb::EvictResponse* resp) {
   return RunUnary(ctx, Rpc::kEvict, req->protocol_version(), [this, req, resp](const std::string& tenant) {
-    TieredStore& store = *deps_.store;
-    std::vector<std::pair<ChunkKey, uint64_t>> victims;  // key, bytes
-    auto all_of_tenant = [&](std::optional<NamespaceId> ns, std::vector<Listed>* out) -> absl::Status {
-      std::string token, next;
-      do {
-        std::vector<Listed> page;
-        if (auto s = ListMerged(store, *deps_.catalog, tenant, ns, token, 10000, &page, &next); !s.ok()) return s;
-        out->insert(out->end(), page.begin(), page.end());
-        token = next;
-      } while (!token.empty());
-      return absl::OkStatus();
-    };
+    EvictSelector sel;
     switch (req->selector_case()) {
       case pb::EvictRequest::kKeys: {
         auto keys = KeysFromProto(req->keys().keys(), "keys.keys");
         if (!keys.ok()) return keys.status();
-        for (const ChunkKey& k : *keys) {
-          if (!deps_.catalog->KeyVisible(k, tenant)) continue;
-          uint64_t bytes = 0;
-          for (size_t t = 0; t < store.num_tiers() && bytes == 0; ++t)
-            if (auto sz = store.tier(t).RecordSize(k); sz.ok()) bytes = *sz;
-          if (bytes > 0) victims.emplace_back(k, bytes);
-        }
+        sel.keys = std::move(*keys);
         break;
       }
-      case pb::EvictRequest::kNs: {
-        NamespaceId ns{req->ns().lo(), req->ns().hi()};
-        if (!deps_.catalog->NsVisible(ns, tenant)) break;
-        std::vector<Listed> all;
-        if (auto s = all_of_tenant(ns, &all); !s.ok()) return s;
-        for (const auto& e : all) victims.emplace_back(e.info.key, e.info.record_bytes);
+      case pb::EvictRequest::kNs:
+        sel.ns = NamespaceId{req->ns().lo(), req->ns().hi()};
         break;
-      }
-      case pb::EvictRequest::kOlderThanMs: {
+      case pb::EvictRequest::kOlderThanMs:
         if (req->older_than_ms() == 0) return absl::InvalidArgumentError("older_than_ms: must be > 0");
-        const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                   std::chrono::system_clock::now().time_since_epoch())
-                                   .count();
-        const int64_t cutoff = now_ms - static_cast<int64_t>(std::min<uint64_t>(req->older_than_ms(), INT64_MAX / 2));
-        std::vector<Listed> all;
-        if (auto s = all_of_tenant(std::nullopt, &all); !s.ok()) return s;
-        for (const auto& e : all)
-          if (e.info.last_access_unix_ms < cutoff) victims.emplace_back(e.info.key, e.info.record_bytes);
+        sel.older_than = std::chrono::milliseconds(
+            static_cast<int64_t>(std::min<uint64_t>(req->older_than_ms(), INT64_MAX / 2)));
         break;
-      }
-      case pb::EvictRequest::kPrefix: {
-        ChunkKey root{req->prefix().lo(), req->prefix().hi()};
-        if (root.is_zero()) return absl::InvalidArgumentError("prefix: zero key");
-        auto ns = deps_.catalog->NsOf(root);
-        if (!ns || !deps_.catalog->NsVisible(*ns, tenant)) break;
-        std::vector<Listed> all;
-        if (auto s = all_of_tenant(*ns, &all); !s.ok()) return s;
-        std::multimap<ChunkKey, const Listed*> children;
-        const Listed* root_entry = nullptr;
-        for (const auto& e : all) {
-          children.emplace(e.info.parent, &e);
-          if (e.info.key == root) root_entry = &e;
-        }
-        std::vector<ChunkKey> frontier = {root};
-        if (root_entry != nullptr) victims.emplace_back(root, root_entry->info.record_bytes);
-        absl::flat_hash_map<ChunkKey, bool> seen;
-        seen[root] = true;
-        while (!frontier.empty()) {
-          ChunkKey k = frontier.back();
-          frontier.pop_back();
-          auto [b, e] = children.equal_range(k);
-          for (auto it = b; it != e; ++it) {
-            if (seen.contains(it->second->info.key)) continue;
-            seen[it->second->info.key] = true;
-            victims.emplace_back(it->second->info.key, it->second->info.record_bytes);
-            frontier.push_back(it->second->info.key);
-          }
-        }
+      case pb::EvictRequest::kPrefix:
+        sel.prefix = ChunkKey{req->prefix().lo(), req->prefix().hi()};
+        if (sel.prefix->is_zero()) return absl::InvalidArgumentError("prefix: zero key");
         break;
-      }
-      case pb::EvictRequest::kAll: {
+      case pb::EvictRequest::kAll:
         if (!req->all()) return absl::InvalidArgumentError("all: must be true when set");
-        std::vector<Listed> all;
-        if (auto s = all_of_tenant(std::nullopt, &all); !s.ok()) return s;
-        for (const auto& e : all) victims.emplace_back(e.info.key, e.info.record_bytes);
+        sel.all = true;
         break;
-      }
       default:
         return absl::InvalidArgumentError("selector: one of keys, ns, older_than_ms, prefix, all is required");
     }
-    uint64_t chunks = 0, bytes = 0;
-    for (const auto& [k, b] : victims) {
-      if (!req->dry_run()) {
-        if (!store.Erase(k).ok()) continue;  // pinned: not evicted
-        deps_.catalog->ForgetKey(k);
-      }
-      ++chunks;
-      bytes += b;
+    if (req->has_within_ns()) {
+      if (req->selector_case() == pb::EvictRequest::kKeys || req->selector_case() == pb::EvictRequest::kNs)
+        return absl::InvalidArgumentError("within_ns: narrows older_than_ms, prefix or all; not keys or ns");
+      sel.within_ns = NamespaceId{req->within_ns().lo(), req->within_ns().hi()};
     }
-    resp->set_chunks(chunks);
-    resp->set_bytes(bytes);
+    // Tenancy: only the caller's namespaces are ever selected.
+    sel.visible = [this, &tenant](const NamespaceId& n) { return deps_.catalog->NsVisible(n, tenant); };
+    absl::StatusOr<EvictResult> r = deps_.store->Evict(sel, EvictOptions{.dry_run = req->dry_run()});
+    if (!r.ok()) return r.status();
+    if (!req->dry_run()) {
+      for (const StoredChunk& c : r->selected) deps_.catalog->ForgetKey(c.info.key);
+    }
+    constexpr size_t kMaxListed = 10000;
+    for (size_t i = 0; i < r->selected.size() && i < kMaxListed; ++i) EntryToProto(r->selected[i], resp->add_selected());
+    resp->set_truncated(r->selected.size() > kMaxListed);
+    resp->set_chunks(r->chunks);
+    resp->set_bytes(r->bytes);
+    resp->set_failed_chunks(r->failed.size());
     return absl::OkStatus();
   });
 }
@@ -402,11 +302,11 @@ grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
   return RunUnary(ctx, Rpc::kStats, req->protocol_version(), [this, resp](const std::string& tenant) {
     TieredStore& store = *deps_.store;
     for (size_t t = 0; t < store.num_tiers(); ++t) {
-      Tier& tier = store.tier(t);
-      TierStats s = tier.stats();
+      const TierCaps caps = store.tier_caps(MakeTierIndex(t));
+      TierStats s = store.tier_stats(MakeTierIndex(t));
       pb::TierStatsProto* p = resp->add_tiers();
-      p->set_name(std::string(tier.name()));
-      p->set_kind(TierToProto(tier.kind()));
+      p->set_name(caps.name);
+      p->set_kind(TierToProto(caps.kind));
       p->set_capacity_bytes(s.capacity_bytes);
       p->set_used_bytes(s.used_bytes);
       p->set_chunks(s.chunks);
@@ -422,9 +322,10 @@ grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
     TieredStoreStats ss = store.stats();
     resp->set_hits(ss.hits);
     resp->set_misses(ss.misses);
-    resp->set_integrity_errors(IntegrityErrorCount());
+    resp->set_integrity_errors(ss.integrity_errors);
     resp->set_connected_clients(deps_.metrics->ConnectedClients());
     resp->set_pending_write_bytes(ss.pending_write_bytes);
+    resp->set_explicit_evictions(ss.explicit_evictions);
     resp->set_tenant(tenant);
     return absl::OkStatus();
   });

@@ -26,7 +26,6 @@ namespace kvt::daemon {
 struct ServiceDeps {
   const DaemonConfig* config = nullptr;
   TieredStore* store = nullptr;
-  int disk_index = -1;  // tier index of the disk tier in `store`
   Catalog* catalog = nullptr;
   Metrics* metrics = nullptr;
   WorkerPool* pool = nullptr;

@@ -265,10 +265,8 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
   // Record size of `key` in the fastest tier holding it (0 = miss).
   uint64_t SizeOf(const ChunkKey& key) {
-    TieredStore& store = *svc_->deps().store;
-    for (size_t t = 0; t < store.num_tiers(); ++t)
-      if (auto sz = store.tier(t).RecordSize(key); sz.ok()) return *sz;
-    return 0;
+    LookupResult r = svc_->deps().store->Lookup(std::span<const ChunkKey>(&key, 1), {.per_key = true});
+    return r.record_bytes.empty() ? 0 : r.record_bytes[0];
   }
 
   // On a worker: reads the record of keys_[index_] and starts writing it.
@@ -304,7 +302,7 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
           if (buf_ == nullptr) break;
           dest = std::span<std::byte>(buf_.get(), size);
         }
-        auto n = store.Get(key, dest, &info);
+        auto n = store.Get(key, dest, &info, GetOptions{.peek = req_->peek()});
         if (n.ok()) {
           // Defence in depth: the record's own namespace must be the caller's.
           auto h = DecodeChunkHeader(dest.first(*n));
@@ -330,7 +328,7 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     }
     resp_.set_found(true);
     resp_.set_record_bytes(record_bytes_);
-    resp_.set_tier(TierToProto(store.tier(static_cast<size_t>(std::max(info.tier_index, 0))).kind()));
+    resp_.set_tier(TierToProto(info.tier_kind));
     if (region_ != nullptr) {
       auto* sl = resp_.mutable_shm();
       sl->set_region_id(req_->shm().region_id());

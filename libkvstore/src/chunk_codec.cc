@@ -173,8 +173,8 @@ absl::StatusOr<ChunkHeader> DecodeChunkHeader(std::span<const std::byte> record)
   return h;
 }
 
-absl::StatusOr<ChunkHeader> VerifyChunk(std::span<const std::byte> record,
-                                        const DecodeExpectations& expect) {
+absl::StatusOr<ChunkHeader> CheckChunkHeader(std::span<const std::byte> record,
+                                             const DecodeExpectations& expect) {
   absl::StatusOr<ChunkHeader> h = DecodeChunkHeader(record);
   if (!h.ok()) return h.status();  // already counted
   if (record.size() != h->record_bytes()) {
@@ -201,6 +201,13 @@ absl::StatusOr<ChunkHeader> VerifyChunk(std::span<const std::byte> record,
         absl::StrFormat("chunk %s: %d tokens, expected %d", h->key.ToHex(), h->token_count,
                         expect.token_count)));
   }
+  return h;
+}
+
+absl::StatusOr<ChunkHeader> VerifyChunk(std::span<const std::byte> record,
+                                        const DecodeExpectations& expect) {
+  absl::StatusOr<ChunkHeader> h = CheckChunkHeader(record, expect);
+  if (!h.ok()) return h.status();  // already counted
   const uint64_t csum = XXH3_64bits(record.data() + kChunkHeaderBytes, h->payload_bytes);
   if (csum != h->payload_checksum) {
     return Fail(absl::DataLossError(

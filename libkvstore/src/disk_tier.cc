@@ -121,12 +121,11 @@ void DiskTier::Impl::DropEntry(const ChunkKey& key, uint64_t gen) {
 }
 
 void DiskTier::Impl::EvictDetached(std::vector<std::pair<ChunkKey, Entry>> victims) {
-  EvictionListener listener;
+  const EvictionListener& listener = options_.eviction_listener;
   std::map<uint32_t, std::shared_ptr<RecordFile>> files;
-  {
+  if (listener) {
     absl::MutexLock l(&mu_);
-    listener = listener_;
-    if (listener) files = files_;
+    files = files_;
   }
   if (listener) {
     // Hand each record to the owner (demotion) before its bytes can be reused.
@@ -388,7 +387,7 @@ absl::StatusOr<uint64_t> DiskTier::Impl::Get(const ChunkKey& key, std::span<std:
     } else {
       DropEntry(key, gen);
     }
-    return absl::NotFoundError(absl::StrCat("chunk ", key.ToHex(),
+    return absl::DataLossError(absl::StrCat("chunk ", key.ToHex(),
                                             " failed verification on disk and was dropped: ",
                                             s.message()));
   }
@@ -418,17 +417,13 @@ absl::Status DiskTier::Impl::FlushAccessTimes() {
 
 // ---------------------------------------------------------------- the rest of Tier
 
-absl::StatusOr<uint64_t> DiskTier::Impl::RecordSize(const ChunkKey& key) {
+std::vector<ChunkStat> DiskTier::Impl::Stat(std::span<const ChunkKey> keys) {
+  std::vector<ChunkStat> r(keys.size());
   absl::MutexLock l(&mu_);
-  auto it = map_.find(key);
-  if (it == map_.end()) return absl::NotFoundError(absl::StrCat("chunk ", key.ToHex(), " not on disk"));
-  return it->second.idx.record_bytes;
-}
-
-std::vector<bool> DiskTier::Impl::Contains(std::span<const ChunkKey> keys) {
-  std::vector<bool> r(keys.size());
-  absl::MutexLock l(&mu_);
-  for (size_t i = 0; i < keys.size(); ++i) r[i] = map_.contains(keys[i]);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto it = map_.find(keys[i]);
+    if (it != map_.end()) r[i] = ChunkStat{true, it->second.idx.record_bytes};
+  }
   return r;
 }
 
@@ -525,26 +520,32 @@ DiskTierExtraStats DiskTier::Impl::extra_stats() const {
   return x;
 }
 
-bool DiskTier::Impl::Pin(const ChunkKey& key) {
+PinHandle DiskTier::Impl::Pin(const ChunkKey& key) {
   absl::MutexLock l(&mu_);
   auto it = map_.find(key);
-  if (it == map_.end()) return false;
+  if (it == map_.end()) return PinHandle();
   ++it->second.pins;
-  return true;
+  return PinHandle(&DiskTier::Impl::Unpin, this, key, it->second.idx.record_bytes);
 }
 
-void DiskTier::Impl::Unpin(const ChunkKey& key) {
-  absl::MutexLock l(&mu_);
-  auto it = map_.find(key);
-  if (it != map_.end() && it->second.pins > 0) --it->second.pins;
-}
-
-void DiskTier::Impl::SetEvictionListener(EvictionListener listener) {
-  absl::MutexLock l(&mu_);
-  listener_ = std::move(listener);
+void DiskTier::Impl::Unpin(void* self_ptr, const ChunkKey& key) {
+  auto* self = static_cast<DiskTier::Impl*>(self_ptr);
+  absl::MutexLock l(&self->mu_);
+  auto it = self->map_.find(key);
+  if (it != self->map_.end() && it->second.pins > 0) --it->second.pins;
 }
 
 // ---------------------------------------------------------------- DiskTier
+
+TierFactory DiskTier::Factory(DiskTierOptions options) {
+  return [options](EvictionListener on_evict) -> absl::StatusOr<std::unique_ptr<Tier>> {
+    DiskTierOptions o = options;
+    if (on_evict) o.eviction_listener = std::move(on_evict);
+    absl::StatusOr<std::unique_ptr<DiskTier>> t = Open(o);
+    if (!t.ok()) return t.status();
+    return std::unique_ptr<Tier>(std::move(*t));
+  };
+}
 
 DiskTier::DiskTier(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 DiskTier::~DiskTier() = default;
@@ -552,17 +553,21 @@ absl::Status DiskTier::Put(std::span<const std::byte> record) { return impl_->Pu
 absl::StatusOr<uint64_t> DiskTier::Get(const ChunkKey& key, std::span<std::byte> out) {
   return impl_->Get(key, out);
 }
-absl::StatusOr<uint64_t> DiskTier::RecordSize(const ChunkKey& key) { return impl_->RecordSize(key); }
-std::vector<bool> DiskTier::Contains(std::span<const ChunkKey> keys) { return impl_->Contains(keys); }
+std::vector<ChunkStat> DiskTier::Stat(std::span<const ChunkKey> keys) { return impl_->Stat(keys); }
 absl::Status DiskTier::Erase(const ChunkKey& key) { return impl_->Erase(key); }
 absl::StatusOr<ListPage> DiskTier::List(const ListOptions& options) { return impl_->List(options); }
 TierStats DiskTier::stats() const { return impl_->stats(); }
-uint64_t DiskTier::capacity_bytes() const { return impl_->options_.capacity_bytes; }
-bool DiskTier::Pin(const ChunkKey& key) { return impl_->Pin(key); }
-void DiskTier::Unpin(const ChunkKey& key) { impl_->Unpin(key); }
-void DiskTier::SetEvictionListener(EvictionListener listener) {
-  impl_->SetEvictionListener(std::move(listener));
+TierCaps DiskTier::caps() const {
+  return TierCaps{.name = "disk",
+                  .kind = TierKind::kDisk,
+                  .capacity_bytes = impl_->options_.capacity_bytes,
+                  .durable = true,
+                  .remote = false,
+                  .verifies_reads = true,
+                  .pinnable = true,
+                  .evicts = true};
 }
+PinHandle DiskTier::Pin(const ChunkKey& key) { return impl_->Pin(key); }
 DiskIoBackend DiskTier::backend() const {
   return impl_->backend_ == internal::IoBackend::kIoUring ? DiskIoBackend::kIoUring
                                                            : DiskIoBackend::kPread;

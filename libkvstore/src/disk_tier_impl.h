@@ -57,15 +57,13 @@ class DiskTier::Impl {
   // --- disk_tier.cc ---
   absl::Status Put(std::span<const std::byte> record);
   absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out);
-  absl::StatusOr<uint64_t> RecordSize(const ChunkKey& key);
-  std::vector<bool> Contains(std::span<const ChunkKey> keys);
+  std::vector<ChunkStat> Stat(std::span<const ChunkKey> keys);
   absl::Status Erase(const ChunkKey& key);
   absl::StatusOr<ListPage> List(const ListOptions& options);
   TierStats stats() const;
   DiskTierExtraStats extra_stats() const;
-  bool Pin(const ChunkKey& key);
-  void Unpin(const ChunkKey& key);
-  void SetEvictionListener(EvictionListener listener);
+  PinHandle Pin(const ChunkKey& key);
+  static void Unpin(void* self, const ChunkKey& key);
   absl::Status FlushAccessTimes() ABSL_LOCKS_EXCLUDED(index_mu_, mu_);
 
   struct Entry {
@@ -128,7 +126,6 @@ class DiskTier::Impl {
   uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   TierStats counters_ ABSL_GUARDED_BY(mu_);
   DiskTierExtraStats extra_ ABSL_GUARDED_BY(mu_);
-  EvictionListener listener_ ABSL_GUARDED_BY(mu_);
 
   absl::Mutex ring_mu_;
   std::vector<std::unique_ptr<internal::IoRing>> rings_ ABSL_GUARDED_BY(ring_mu_);

@@ -78,13 +78,24 @@ absl::StatusOr<std::unique_ptr<HostTier>> HostTier::Create(const HostTierOptions
   return std::unique_ptr<HostTier>(new HostTier(options, arena, pinned));
 }
 
+TierFactory HostTier::Factory(HostTierOptions options) {
+  return [options](EvictionListener on_evict) mutable -> absl::StatusOr<std::unique_ptr<Tier>> {
+    HostTierOptions o = options;
+    if (on_evict) o.eviction_listener = std::move(on_evict);
+    absl::StatusOr<std::unique_ptr<HostTier>> t = Create(o);
+    if (!t.ok()) return t.status();
+    return std::unique_ptr<Tier>(std::move(*t));
+  };
+}
+
 HostTier::HostTier(const HostTierOptions& options, std::byte* arena, bool pinned)
     : name_(options.name),
       capacity_(options.capacity_bytes),
       alignment_(options.alignment),
       usable_(options.capacity_bytes / options.alignment * options.alignment),
       arena_(arena),
-      pinned_host_memory_(pinned) {
+      pinned_host_memory_(pinned),
+      listener_(options.eviction_listener) {
   absl::MutexLock lock(&mu_);
   free_by_offset_.emplace(0, usable_);
   free_by_size_.emplace(usable_, 0);
@@ -278,19 +289,13 @@ absl::StatusOr<uint64_t> HostTier::Get(const ChunkKey& key, std::span<std::byte>
   return n;
 }
 
-absl::StatusOr<uint64_t> HostTier::RecordSize(const ChunkKey& key) {
+std::vector<ChunkStat> HostTier::Stat(std::span<const ChunkKey> keys) {
+  std::vector<ChunkStat> result(keys.size());
   absl::MutexLock lock(&mu_);
-  auto it = index_.find(key);
-  if (it == index_.end()) {
-    return absl::NotFoundError(absl::StrFormat("HostTier '%s': no chunk %s", name_, key.ToHex()));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto it = index_.find(keys[i]);
+    if (it != index_.end()) result[i] = ChunkStat{true, it->second->record_bytes};
   }
-  return it->second->record_bytes;
-}
-
-std::vector<bool> HostTier::Contains(std::span<const ChunkKey> keys) {
-  std::vector<bool> result(keys.size());
-  absl::MutexLock lock(&mu_);
-  for (size_t i = 0; i < keys.size(); ++i) result[i] = index_.contains(keys[i]);
   return result;
 }
 
@@ -353,27 +358,34 @@ TierStats HostTier::stats() const {
   return s;
 }
 
-bool HostTier::Pin(const ChunkKey& key) {
+TierCaps HostTier::caps() const {
+  return TierCaps{.name = name_,
+                  .kind = TierKind::kHost,
+                  .capacity_bytes = capacity_,
+                  .durable = false,
+                  .remote = false,
+                  .verifies_reads = false,
+                  .pinnable = true,
+                  .evicts = true};
+}
+
+PinHandle HostTier::Pin(const ChunkKey& key) {
   absl::MutexLock lock(&mu_);
   auto it = index_.find(key);
-  if (it == index_.end()) return false;
+  if (it == index_.end()) return PinHandle();
   Entry* e = it->second;
   if (e->pins++ == 0) pinned_bytes_ += e->record_bytes;
   Touch(e);
-  return true;
+  return PinHandle(&HostTier::Unpin, this, key, e->record_bytes);
 }
 
-void HostTier::Unpin(const ChunkKey& key) {
-  absl::MutexLock lock(&mu_);
-  auto it = index_.find(key);
-  if (it == index_.end() || it->second->pins == 0) return;
+void HostTier::Unpin(void* self_ptr, const ChunkKey& key) {
+  auto* self = static_cast<HostTier*>(self_ptr);
+  absl::MutexLock lock(&self->mu_);
+  auto it = self->index_.find(key);
+  if (it == self->index_.end() || it->second->pins == 0) return;
   Entry* e = it->second;
-  if (--e->pins == 0) pinned_bytes_ -= e->record_bytes;
-}
-
-void HostTier::SetEvictionListener(EvictionListener listener) {
-  absl::MutexLock lock(&mu_);
-  listener_ = std::move(listener);
+  if (--e->pins == 0) self->pinned_bytes_ -= e->record_bytes;
 }
 
 }  // namespace kvt

@@ -33,8 +33,8 @@ std::shared_ptr<TieredStore> MakeStore() {
   HostTierOptions ho;
   ho.capacity_bytes = 4 << 20;
   ho.use_pinned_memory = false;
-  std::vector<std::unique_ptr<Tier>> tiers;
-  tiers.push_back(std::move(*HostTier::Create(ho)));
+  std::vector<TierFactory> tiers;
+  tiers.push_back(HostTier::Factory(ho));
   return std::shared_ptr<TieredStore>(std::move(*TieredStore::Create(std::move(tiers), {})));
 }
 

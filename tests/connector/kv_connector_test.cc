@@ -2,7 +2,10 @@
 // kernels), leases, integrity failures, async store back-pressure.
 #include "connectors/kv_connector.h"
 
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -11,7 +14,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kvstore/chunk_codec.h"
+#include "kvstore/disk_tier.h"
 #include "kvstore/host_tier.h"
+#include "kvstore/tiered_store.h"
+#include "store_test_util.h"
 
 namespace kvt {
 namespace {
@@ -46,8 +52,7 @@ class GatedTier final : public Tier {
  public:
   explicit GatedTier(std::unique_ptr<Tier> inner) : inner_(std::move(inner)) {}
   void Open() { gate_.Notify(); }
-  std::string_view name() const override { return inner_->name(); }
-  TierKind kind() const override { return inner_->kind(); }
+  TierCaps caps() const override { return inner_->caps(); }
   absl::Status Put(std::span<const std::byte> record) override {
     gate_.WaitForNotification();
     return inner_->Put(record);
@@ -55,23 +60,32 @@ class GatedTier final : public Tier {
   absl::StatusOr<uint64_t> Get(const ChunkKey& k, std::span<std::byte> out) override {
     return inner_->Get(k, out);
   }
-  absl::StatusOr<uint64_t> RecordSize(const ChunkKey& k) override { return inner_->RecordSize(k); }
-  std::vector<bool> Contains(std::span<const ChunkKey> keys) override {
-    return inner_->Contains(keys);
-  }
+  std::vector<ChunkStat> Stat(std::span<const ChunkKey> keys) override { return inner_->Stat(keys); }
   absl::Status Erase(const ChunkKey& k) override { return inner_->Erase(k); }
   absl::StatusOr<ListPage> List(const ListOptions& o) override { return inner_->List(o); }
   TierStats stats() const override { return inner_->stats(); }
-  uint64_t capacity_bytes() const override { return inner_->capacity_bytes(); }
-  bool Pin(const ChunkKey& k) override { return inner_->Pin(k); }
-  void Unpin(const ChunkKey& k) override { inner_->Unpin(k); }
-  void SetEvictionListener(EvictionListener l) override {
-    inner_->SetEvictionListener(std::move(l));
-  }
+  PinHandle Pin(const ChunkKey& k) override { return inner_->Pin(k); }
 
  private:
   std::unique_ptr<Tier> inner_;
   absl::Notification gate_;
+};
+
+// A directory removed with everything in it at scope exit.
+class ScopedTempDir {
+ public:
+  ScopedTempDir() {
+    std::string tmpl = std::filesystem::temp_directory_path().string() + "/kvt-conn-XXXXXX";
+    if (::mkdtemp(tmpl.data()) != nullptr) path_ = tmpl;
+  }
+  ~ScopedTempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
 };
 
 std::unique_ptr<Tier> MakeHost() {
@@ -84,8 +98,8 @@ std::unique_ptr<Tier> MakeHost() {
 }
 
 std::shared_ptr<TieredStore> MakeStore(std::unique_ptr<Tier> tier0 = nullptr) {
-  std::vector<std::unique_ptr<Tier>> tiers;
-  tiers.push_back(tier0 ? std::move(tier0) : MakeHost());
+  std::vector<TierFactory> tiers;
+  tiers.push_back(UseTier(tier0 ? std::move(tier0) : MakeHost()));
   auto s = TieredStore::Create(std::move(tiers), TieredStoreOptions{});
   EXPECT_TRUE(s.ok()) << s.status();
   return std::shared_ptr<TieredStore>(std::move(*s));
@@ -279,11 +293,11 @@ TEST(KVConnectorTest, PinnedChunkCannotBeErasedUntilLoadReleasesIt) {
   ASSERT_EQ(lookup->load_tokens, 2 * kChunk);
   EXPECT_EQ(store->pinned_bytes(), 2 * (conn->chunk_payload_bytes() + kChunkHeaderBytes));
   std::vector<ChunkKey> keys = ComputeChunkKeys(conn->ns(), tokens, {.chunk_tokens = kChunk});
-  EXPECT_EQ(store->tier(0).Erase(keys[1]).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store->Erase(keys[1]).code(), absl::StatusCode::kFailedPrecondition);
   Consumer consume;
   ASSERT_EQ(conn->LoadPayloads(tokens, 2 * kChunk, consume.fn())->loaded_tokens, 2 * kChunk);
   EXPECT_EQ(store->pinned_bytes(), 0u);
-  EXPECT_TRUE(store->tier(0).Erase(keys[1]).ok());
+  EXPECT_TRUE(store->Erase(keys[1]).ok());
   EXPECT_EQ(conn->stats().leases_released_by_load, 1u);
 }
 
@@ -316,23 +330,46 @@ ChunkHeader HeaderFor(const KVConnector& conn, const std::vector<ChunkKey>& keys
   return h;
 }
 
+// A corrupted record can only come from outside the process: the disk tier (which
+// verifies every read) catches it, the store reports DataLoss, the bytes never reach
+// the engine, and the integrity counter counts it once.
 TEST(KVConnectorTest, CorruptedChunkFailsVerificationAndItsBytesNeverReachConsume) {
-  auto store = MakeStore();
+  ScopedTempDir dir;
+  DiskTier* disk = nullptr;
+  DiskTierOptions dopt;
+  dopt.dir = dir.path() + "/disk";
+  dopt.capacity_bytes = 16 << 20;
+  dopt.file_bytes = 4 << 20;
+  std::vector<TierFactory> tiers;
+  tiers.push_back(kvt::testing::Capturing(DiskTier::Factory(dopt), &disk));
+  auto created = TieredStore::Create(std::move(tiers), TieredStoreOptions{});
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::shared_ptr<TieredStore> store(std::move(*created));
   auto conn = MakeConnector(store);
   std::vector<TokenId> tokens = Prompt(4 * kChunk + 1);
   Filler fill;
   ASSERT_EQ(*conn->StorePayloads(tokens, fill.fn()), 4u);
   conn->Flush();
-  // Replace chunk 1 with a record under the right key whose payload bytes were altered
-  // after the checksum was computed.
+  // Flip one payload byte of chunk 1 inside its record file.
   std::vector<ChunkKey> keys = ComputeChunkKeys(conn->ns(), tokens, {.chunk_tokens = kChunk});
-  std::vector<std::byte> payload = ExpectedPayload(1, conn->chunk_payload_bytes());
-  auto record = EncodeChunk(HeaderFor(*conn, keys, 1), payload);
-  ASSERT_TRUE(record.ok());
-  (*record)[kChunkHeaderBytes + 100] ^= std::byte{0x40};
-  ASSERT_TRUE(store->tier(0).Put(*record).ok());
+  ASSERT_NE(disk, nullptr);
+  // Records land in the first record file in store order, each padded to 4 KiB.
+  const uint64_t padded = (kChunkHeaderBytes + conn->chunk_payload_bytes() + 4095) / 4096 * 4096;
+  {
+    const std::string file = dopt.dir + "/records/rec-000000.dat";
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good()) << file;
+    const std::streamoff at = static_cast<std::streamoff>(padded + kChunkHeaderBytes + 100);
+    char b = 0;
+    f.seekg(at);
+    f.read(&b, 1);
+    b ^= 0x40;
+    f.seekp(at);
+    f.write(&b, 1);
+    ASSERT_TRUE(f.good());
+  }
 
-  const uint64_t integrity_before = IntegrityErrorCount();
+  const uint64_t integrity_before = store->stats().integrity_errors;
   auto lookup = conn->Lookup(tokens, 0);
   ASSERT_EQ(lookup->load_tokens, 4 * kChunk);  // lookup cannot know; load must catch it
   Consumer consume;
@@ -343,7 +380,7 @@ TEST(KVConnectorTest, CorruptedChunkFailsVerificationAndItsBytesNeverReachConsum
   EXPECT_EQ(loaded->first_error.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(consume.chunks, ElementsAre(0));
   EXPECT_EQ(conn->stats().load_data_loss, 1u);
-  EXPECT_EQ(IntegrityErrorCount(), integrity_before + 1);
+  EXPECT_EQ(store->stats().integrity_errors, integrity_before + 1);
 }
 
 TEST(KVConnectorTest, RecordOfAnotherNamespaceUnderOurKeyIsAMismatch) {
@@ -360,7 +397,7 @@ TEST(KVConnectorTest, RecordOfAnotherNamespaceUnderOurKeyIsAMismatch) {
   h.ns = ComputeNamespace(other);
   auto record = EncodeChunk(h, ExpectedPayload(0, conn->chunk_payload_bytes()));
   ASSERT_TRUE(record.ok());
-  ASSERT_TRUE(store->tier(0).Put(*record).ok());
+  ASSERT_TRUE(store->Put(*record).ok());
   Consumer consume;
   auto loaded = conn->LoadPayloads(tokens, 2 * kChunk, consume.fn());
   ASSERT_TRUE(loaded.ok());

@@ -9,6 +9,7 @@
 #include "kvstore/host_tier.h"
 #include "kvstore/remote_tier.h"
 #include "kvstore/tiered_store.h"
+#include "store_test_util.h"
 
 namespace kvt::testing {
 namespace {
@@ -127,7 +128,7 @@ TEST(DaemonLifecycleTest, KillDashNineMidStreamGivesMissesThenRestartServesAckno
   std::vector<std::byte> buf(1 << 20);
   const auto t1 = Clock::now();
   EXPECT_EQ(tier->Get(chain.keys[0], buf).status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(tier->Contains(chain.keys), std::vector<bool>(chain.keys.size(), false));
+  for (const ChunkStat& st : tier->Stat(chain.keys)) EXPECT_FALSE(st.present);
   EXPECT_LT(Clock::now() - t1, milliseconds(2000));
   stop = true;
   writer.join();
@@ -205,17 +206,19 @@ TEST(DaemonLifecycleTest, RemoteTierUnderTieredStoreWritesThroughAndServesAFresh
   RemoteTierOptions rto;
   rto.client.target = d.target();
   {
-    std::vector<std::unique_ptr<Tier>> tiers;
-    tiers.push_back(*HostTier::Create({.capacity_bytes = 8 << 20}));
-    tiers.push_back(*RemoteTier::Create(rto));
+    RemoteTier* remote = nullptr;
+    std::vector<TierFactory> tiers;
+    tiers.push_back(HostTier::Factory({.capacity_bytes = 8 << 20}));
+    tiers.push_back(kvt::testing::Capturing(RemoteTier::Factory(rto), &remote));
     auto store = *TieredStore::Create(std::move(tiers), TieredStoreOptions{});
     for (auto& r : chain.records) ASSERT_TRUE(store->Put(r).ok());
     store->Flush();
-    EXPECT_EQ(store->tier(1).Contains(chain.keys), std::vector<bool>(5, true));
+    for (const ChunkStat& st : remote->Stat(chain.keys)) EXPECT_TRUE(st.present);
   }
-  std::vector<std::unique_ptr<Tier>> tiers;
-  tiers.push_back(*HostTier::Create({.capacity_bytes = 8 << 20}));
-  tiers.push_back(*RemoteTier::Create(rto));
+  RemoteTier* remote = nullptr;
+  std::vector<TierFactory> tiers;
+  tiers.push_back(HostTier::Factory({.capacity_bytes = 8 << 20}));
+  tiers.push_back(kvt::testing::Capturing(RemoteTier::Factory(rto), &remote));
   auto fresh = *TieredStore::Create(std::move(tiers), TieredStoreOptions{});
   LookupResult lr = fresh->Lookup(chain.keys);
   EXPECT_EQ(lr.num_leading_hits, 5u);
@@ -224,10 +227,10 @@ TEST(DaemonLifecycleTest, RemoteTierUnderTieredStoreWritesThroughAndServesAFresh
   auto got = fresh->Get(chain.keys[3], &info);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(*got, chain.records[3]);
-  EXPECT_EQ(info.tier_index, 1);
-  EXPECT_EQ(*fresh->tier(1).RecordSize(chain.keys[3]), chain.records[3].size());
-  ASSERT_TRUE(fresh->tier(1).Erase(chain.keys[4]).ok());
-  EXPECT_FALSE(fresh->tier(1).Contains(std::span<const ChunkKey>(&chain.keys[4], 1))[0]);
+  EXPECT_EQ(info.tier_index, MakeTierIndex(1));
+  EXPECT_EQ(remote->Stat(std::span<const ChunkKey>(&chain.keys[3], 1))[0].record_bytes, chain.records[3].size());
+  ASSERT_TRUE(remote->Erase(chain.keys[4]).ok());
+  EXPECT_FALSE(remote->Stat(std::span<const ChunkKey>(&chain.keys[4], 1))[0].present);
 }
 
 TEST(DaemonLifecycleTest, EightConcurrentClientsForABoundedTime) {

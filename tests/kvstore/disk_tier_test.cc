@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "disk_test_util.h"
+#include "store_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kvstore/chunk_codec.h"
@@ -65,7 +66,7 @@ class DiskTierTest : public ::testing::Test {
 
   // Reads `key` and returns its bytes, or the status.
   static absl::StatusOr<std::vector<std::byte>> Read(DiskTier& t, const ChunkKey& key) {
-    auto n = t.RecordSize(key);
+    auto n = kvt::testing::RecordSize(t, key);
     if (!n.ok()) return n.status();
     std::vector<std::byte> out(*n);
     auto got = t.Get(key, out);
@@ -86,7 +87,9 @@ class DiskTierTest : public ::testing::Test {
 TEST_F(DiskTierTest, PutGetReturnsIdenticalBytes) {
   auto t = OpenTier(Options());
   ASSERT_NE(t, nullptr);
-  EXPECT_EQ(t->kind(), TierKind::kDisk);
+  EXPECT_EQ(t->caps().kind, TierKind::kDisk);
+  EXPECT_TRUE(t->caps().durable);
+  EXPECT_TRUE(t->caps().verifies_reads);
   EXPECT_EQ(t->backend(), DiskIoBackend::kIoUring);
   for (uint64_t i = 0; i < 3; ++i) ASSERT_TRUE(t->Put(MakeRecord(i)).ok());
   for (uint64_t i = 0; i < 3; ++i) {
@@ -111,9 +114,9 @@ TEST_F(DiskTierTest, PutGetReturnsIdenticalBytes) {
   std::vector<std::byte> small(want.size() - 1);
   EXPECT_EQ(t->Get(TestKey(1), small).status().code(), absl::StatusCode::kOutOfRange);
   EXPECT_EQ(t->Get(TestKey(99), big).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(t->RecordSize(TestKey(99)).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(kvt::testing::RecordSize(*t, TestKey(99)).status().code(), absl::StatusCode::kNotFound);
   std::vector<ChunkKey> keys = {TestKey(0), TestKey(99), TestKey(2)};
-  EXPECT_THAT(t->Contains(keys), ::testing::ElementsAre(true, false, true));
+  EXPECT_THAT(kvt::testing::Contains(*t, keys), ::testing::ElementsAre(true, false, true));
 
   const TierStats st = t->stats();
   EXPECT_EQ(st.chunks, 3u);
@@ -221,9 +224,11 @@ TEST_F(DiskTierTest, TruncatedRecordFileIsMissAndEntryDropped) {
   // Records 0..3 sit at offsets 0, 1, 2, 3 x kPadded of file 0: cut inside record 2.
   ASSERT_EQ(::truncate(RecordFile(dir_, 0).c_str(), 2 * kPadded + 8192), 0);
   for (uint64_t i : {2u, 3u}) {
+    // Lost data, said as such (DataLoss), then gone (a miss).
+    EXPECT_EQ(Read(*t, TestKey(i)).status().code(), absl::StatusCode::kDataLoss) << i;
     EXPECT_EQ(Read(*t, TestKey(i)).status().code(), absl::StatusCode::kNotFound) << i;
     std::vector<ChunkKey> k = {TestKey(i)};
-    EXPECT_THAT(t->Contains(k), ::testing::ElementsAre(false));
+    EXPECT_THAT(kvt::testing::Contains(*t, k), ::testing::ElementsAre(false));
   }
   for (uint64_t i : {0u, 1u}) {
     auto got = Read(*t, TestKey(i));
@@ -251,10 +256,11 @@ TEST_F(DiskTierTest, DeletedRecordFileIsMissAndEntriesDropped) {
   ASSERT_NE(t, nullptr);
   for (uint64_t i = 0; i < 6; ++i) ASSERT_TRUE(t->Put(MakeRecord(i)).ok());
   ASSERT_EQ(::unlink(RecordFile(dir_, 0).c_str()), 0);
+  EXPECT_EQ(Read(*t, TestKey(1)).status().code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(Read(*t, TestKey(1)).status().code(), absl::StatusCode::kNotFound);
   std::vector<ChunkKey> keys;
   for (uint64_t i = 0; i < 6; ++i) keys.push_back(TestKey(i));
-  EXPECT_THAT(t->Contains(keys), ::testing::ElementsAre(false, false, false, false, true, true));
+  EXPECT_THAT(kvt::testing::Contains(*t, keys), ::testing::ElementsAre(false, false, false, false, true, true));
   EXPECT_EQ(t->extra_stats().files_lost, 1u);
   for (uint64_t i = 4; i < 6; ++i) {
     auto got = Read(*t, TestKey(i));
@@ -308,9 +314,9 @@ TEST_F(DiskTierTest, FlippedByteIsNotFoundAndCountedNeverWrongBytes) {
   for (uint64_t i : {1u, 2u}) {
     std::vector<std::byte> out(MakeRecord(i).size());
     auto got = t->Get(TestKey(i), out);
-    EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound) << i;
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss) << i;
     std::vector<ChunkKey> k = {TestKey(i)};
-    EXPECT_THAT(t->Contains(k), ::testing::ElementsAre(false));
+    EXPECT_THAT(kvt::testing::Contains(*t, k), ::testing::ElementsAre(false));
   }
   EXPECT_EQ(t->stats().integrity_errors, 2u);
   auto ok = Read(*t, TestKey(0));
@@ -327,7 +333,7 @@ TEST_F(DiskTierTest, CapacityEvictsOldestAccessedFirst) {
   ASSERT_TRUE(t->Get(TestKey(0), out).ok());  // 0 is now the most recently accessed
   ASSERT_TRUE(t->Put(MakeRecord(8)).ok());
   std::vector<ChunkKey> k = {TestKey(0), TestKey(1), TestKey(2)};
-  EXPECT_THAT(t->Contains(k), ::testing::ElementsAre(true, false, true));
+  EXPECT_THAT(kvt::testing::Contains(*t, k), ::testing::ElementsAre(true, false, true));
   // 5x capacity in total.
   for (uint64_t i = 9; i < 40; ++i) {
     ASSERT_TRUE(t->Put(MakeRecord(i)).ok()) << i;
@@ -340,7 +346,7 @@ TEST_F(DiskTierTest, CapacityEvictsOldestAccessedFirst) {
   EXPECT_EQ(t->extra_stats().file_bytes_total, capacity);
   std::vector<ChunkKey> last;
   for (uint64_t i = 32; i < 40; ++i) last.push_back(TestKey(i));
-  EXPECT_THAT(t->Contains(last), ::testing::Each(true));
+  EXPECT_THAT(kvt::testing::Contains(*t, last), ::testing::Each(true));
   uint64_t on_disk = 0;
   for (const auto& de : fs::directory_iterator(fs::path(dir_) / "records")) on_disk += de.file_size();
   EXPECT_EQ(on_disk, capacity);
@@ -350,18 +356,23 @@ TEST_F(DiskTierTest, PinnedChunksAreNeverEvicted) {
   auto t = OpenTier(Options(4 * kPadded, 4 * kPadded));
   ASSERT_NE(t, nullptr);
   for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(t->Put(MakeRecord(i)).ok());
-  EXPECT_TRUE(t->Pin(TestKey(0)));
+  PinHandle pin0 = t->Pin(TestKey(0));
+  EXPECT_TRUE(pin0);
   EXPECT_FALSE(t->Pin(TestKey(99)));
   for (uint64_t i = 4; i < 12; ++i) ASSERT_TRUE(t->Put(MakeRecord(i)).ok());
   std::vector<ChunkKey> k = {TestKey(0)};
-  EXPECT_THAT(t->Contains(k), ::testing::ElementsAre(true));
+  EXPECT_THAT(kvt::testing::Contains(*t, k), ::testing::ElementsAre(true));
   EXPECT_EQ(t->stats().pinned_bytes, kPadded);
   EXPECT_EQ(t->Erase(TestKey(0)).code(), absl::StatusCode::kFailedPrecondition);
-  for (uint64_t i = 9; i < 12; ++i) EXPECT_TRUE(t->Pin(TestKey(i)));
+  std::vector<PinHandle> pins;
+  for (uint64_t i = 9; i < 12; ++i) {
+    pins.push_back(t->Pin(TestKey(i)));
+    EXPECT_TRUE(pins.back());
+  }
   EXPECT_EQ(t->Put(MakeRecord(50)).code(), absl::StatusCode::kResourceExhausted);
-  t->Unpin(TestKey(0));
+  pin0.Release();
   ASSERT_TRUE(t->Put(MakeRecord(50)).ok());
-  EXPECT_THAT(t->Contains(k), ::testing::ElementsAre(false));
+  EXPECT_THAT(kvt::testing::Contains(*t, k), ::testing::ElementsAre(false));
 }
 
 TEST_F(DiskTierTest, EnospcOnWriteIsResourceExhaustedAndStoresNothing) {
@@ -376,7 +387,7 @@ TEST_F(DiskTierTest, EnospcOnWriteIsResourceExhaustedAndStoresNothing) {
   full = true;
   EXPECT_EQ(t->Put(MakeRecord(3)).code(), absl::StatusCode::kResourceExhausted);
   std::vector<ChunkKey> k = {TestKey(3)};
-  EXPECT_THAT(t->Contains(k), ::testing::ElementsAre(false));
+  EXPECT_THAT(kvt::testing::Contains(*t, k), ::testing::ElementsAre(false));
   EXPECT_EQ(t->stats().used_bytes, 3 * kPadded);
   EXPECT_EQ(t->extra_stats().enospc, 1u);
   for (uint64_t i = 0; i < 3; ++i) {
@@ -574,12 +585,13 @@ TEST_F(DiskTierTest, ListIsOrderedByKeyFilteredAndPaginated) {
 }
 
 TEST_F(DiskTierTest, EvictionListenerReceivesVerifiedRecords) {
-  auto t = OpenTier(Options(2 * kPadded, 2 * kPadded));
-  ASSERT_NE(t, nullptr);
   std::map<ChunkKey, std::vector<std::byte>> evicted;
-  t->SetEvictionListener([&](const ChunkKey& k, std::span<const std::byte> rec) {
+  DiskTierOptions o = Options(2 * kPadded, 2 * kPadded);
+  o.eviction_listener = [&](const ChunkKey& k, std::span<const std::byte> rec) {
     evicted[k].assign(rec.begin(), rec.end());
-  });
+  };
+  auto t = OpenTier(o);
+  ASSERT_NE(t, nullptr);
   for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(t->Put(MakeRecord(i)).ok());
   ASSERT_EQ(evicted.size(), 2u);
   EXPECT_EQ(evicted[TestKey(0)], MakeRecord(0));
@@ -590,7 +602,8 @@ TEST_F(DiskTierTest, ReplacingAKeyKeepsOneCopy) {
   auto t = OpenTier(Options());
   ASSERT_NE(t, nullptr);
   ASSERT_TRUE(t->Put(MakeRecord(5)).ok());
-  ASSERT_TRUE(t->Pin(TestKey(5)));
+  PinHandle pin = t->Pin(TestKey(5));
+  ASSERT_TRUE(pin);
   ASSERT_TRUE(t->Put(MakeRecord(5)).ok());
   EXPECT_EQ(t->stats().chunks, 1u);
   EXPECT_EQ(t->stats().used_bytes, kPadded);
@@ -616,7 +629,7 @@ TEST_F(DiskTierTest, LastAccessSurvivesRestart) {
   ASSERT_NE(t, nullptr);
   ASSERT_TRUE(t->Put(MakeRecord(9)).ok());  // evicts the oldest-accessed: 1, not 0
   std::vector<ChunkKey> k = {TestKey(0), TestKey(1)};
-  EXPECT_THAT(t->Contains(k), ::testing::ElementsAre(true, false));
+  EXPECT_THAT(kvt::testing::Contains(*t, k), ::testing::ElementsAre(true, false));
 }
 
 }  // namespace

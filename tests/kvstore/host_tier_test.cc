@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "store_test_util.h"
 #include "kvstore/chunk_codec.h"
 #include "kvstore/chunk_key.h"
 
@@ -54,9 +55,10 @@ std::vector<std::byte> MakeRecord(uint64_t i, uint32_t tokens, NamespaceId ns = 
   return rec.ok() ? *rec : std::vector<std::byte>{};
 }
 
-std::unique_ptr<HostTier> MakeTier(uint64_t capacity) {
+std::unique_ptr<HostTier> MakeTier(uint64_t capacity, EvictionListener listener = nullptr) {
   HostTierOptions o;
   o.capacity_bytes = capacity;
+  o.eviction_listener = std::move(listener);
   absl::StatusOr<std::unique_ptr<HostTier>> t = HostTier::Create(o);
   EXPECT_TRUE(t.ok()) << t.status();
   return t.ok() ? std::move(*t) : nullptr;
@@ -64,7 +66,7 @@ std::unique_ptr<HostTier> MakeTier(uint64_t capacity) {
 
 bool Has(HostTier& tier, uint64_t i) {
   ChunkKey k = KeyOf(i);
-  return tier.Contains(std::span(&k, 1))[0];
+  return tier.Stat(std::span(&k, 1))[0].present;
 }
 
 TEST(HostTierTest, OptionsValidateRejectsBadValues) {
@@ -91,7 +93,7 @@ TEST(HostTierTest, PutThenGetReturnsSameBytes) {
   EXPECT_EQ(*n, rec.size());
   EXPECT_EQ(0, std::memcmp(out.data(), rec.data(), rec.size()));
   EXPECT_TRUE(VerifyChunk(std::span(out).first(*n), {kNs, KeyOf(1)}).ok());
-  EXPECT_EQ(*tier->RecordSize(KeyOf(1)), rec.size());
+  EXPECT_EQ(*kvt::testing::RecordSize(*tier, KeyOf(1)), rec.size());
   TierStats s = tier->stats();
   EXPECT_EQ(s.puts, 1u);
   EXPECT_EQ(s.hits, 1u);
@@ -100,19 +102,20 @@ TEST(HostTierTest, PutThenGetReturnsSameBytes) {
   EXPECT_EQ(s.bytes_out, rec.size());
   EXPECT_EQ(s.used_bytes, (rec.size() + 63) / 64 * 64);
   EXPECT_EQ(s.capacity_bytes, 1u << 20);
-  EXPECT_EQ(tier->kind(), TierKind::kHost);
-  EXPECT_EQ(tier->name(), "host");
+  EXPECT_EQ(tier->caps().kind, TierKind::kHost);
+  EXPECT_EQ(tier->caps().name, "host");
+  EXPECT_FALSE(tier->caps().verifies_reads);
+  EXPECT_TRUE(tier->caps().pinnable);
 }
 
 TEST(HostTierTest, MissIsNotFound) {
   auto tier = MakeTier(1 << 20);
   std::vector<std::byte> out(4096);
   EXPECT_EQ(tier->Get(KeyOf(9), out).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(tier->RecordSize(KeyOf(9)).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(kvt::testing::RecordSize(*tier, KeyOf(9)).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(tier->stats().misses, 1u);
   EXPECT_TRUE(tier->Erase(KeyOf(9)).ok());
-  EXPECT_FALSE(tier->Pin(KeyOf(9)));
-  tier->Unpin(KeyOf(9));  // no-op
+  EXPECT_FALSE(static_cast<bool>(tier->Pin(KeyOf(9))));
 }
 
 TEST(HostTierTest, GetIntoSmallBufferIsOutOfRangeNamingTheSize) {
@@ -186,12 +189,11 @@ TEST(HostTierTest, PuttingTenTimesCapacityNeverFailsNorExceedsCapacity) {
 }
 
 TEST(HostTierTest, EvictsTheLeastRecentlyUsedKey) {
-  auto tier = MakeTier(4 * RecordBytes(12));  // exactly four 512-byte records
   std::vector<ChunkKey> evicted;
-  tier->SetEvictionListener(
-      [&](const ChunkKey& k, std::span<const std::byte>) { evicted.push_back(k); });
+  auto tier = MakeTier(4 * RecordBytes(12),  // exactly four 512-byte records
+                       [&](const ChunkKey& k, std::span<const std::byte>) { evicted.push_back(k); });
   for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(tier->Put(MakeRecord(i, 12)).ok());
-  EXPECT_EQ(tier->stats().used_bytes, tier->capacity_bytes());
+  EXPECT_EQ(tier->stats().used_bytes, tier->caps().capacity_bytes);
   std::vector<std::byte> out(512);
   ASSERT_TRUE(tier->Get(KeyOf(0), out).ok());  // 0 is now the most recent; 1 the least
   ASSERT_TRUE(tier->Put(MakeRecord(4, 12)).ok());
@@ -208,16 +210,17 @@ TEST(HostTierTest, EvictsTheLeastRecentlyUsedKey) {
 TEST(HostTierTest, PinnedChunkSurvivesEvictionPressure) {
   auto tier = MakeTier(8 * RecordBytes(12));
   ASSERT_TRUE(tier->Put(MakeRecord(0, 12)).ok());
-  ASSERT_TRUE(tier->Pin(KeyOf(0)));
-  ASSERT_TRUE(tier->Pin(KeyOf(0)));  // counted
+  PinHandle pin1 = tier->Pin(KeyOf(0));
+  PinHandle pin2 = tier->Pin(KeyOf(0));  // counted
+  ASSERT_TRUE(pin1 && pin2);
   EXPECT_EQ(tier->stats().pinned_bytes, RecordBytes(12));
   for (uint64_t i = 1; i < 100; ++i) ASSERT_TRUE(tier->Put(MakeRecord(i, 12)).ok());
   EXPECT_TRUE(Has(*tier, 0));
   EXPECT_EQ(tier->stats().evictions, 100u - 8u);
   EXPECT_EQ(tier->Erase(KeyOf(0)).code(), absl::StatusCode::kFailedPrecondition);
-  tier->Unpin(KeyOf(0));
+  pin1.Release();
   EXPECT_EQ(tier->Erase(KeyOf(0)).code(), absl::StatusCode::kFailedPrecondition);
-  tier->Unpin(KeyOf(0));
+  pin2 = PinHandle();  // releases on reassignment
   EXPECT_EQ(tier->stats().pinned_bytes, 0u);
   EXPECT_TRUE(tier->Erase(KeyOf(0)).ok());
   EXPECT_FALSE(Has(*tier, 0));
@@ -225,23 +228,26 @@ TEST(HostTierTest, PinnedChunkSurvivesEvictionPressure) {
 
 TEST(HostTierTest, EverythingPinnedIsResourceExhaustedAndNothingLost) {
   auto tier = MakeTier(4 * RecordBytes(12));
+  std::vector<PinHandle> pins;
   for (uint64_t i = 0; i < 4; ++i) {
     ASSERT_TRUE(tier->Put(MakeRecord(i, 12)).ok());
-    ASSERT_TRUE(tier->Pin(KeyOf(i)));
+    pins.push_back(tier->Pin(KeyOf(i)));
+    ASSERT_TRUE(pins.back());
   }
   EXPECT_EQ(tier->Put(MakeRecord(4, 12)).code(), absl::StatusCode::kResourceExhausted);
   for (uint64_t i = 0; i < 4; ++i) EXPECT_TRUE(Has(*tier, i));
   EXPECT_FALSE(Has(*tier, 4));
   EXPECT_EQ(tier->stats().evictions, 0u);
-  EXPECT_EQ(tier->stats().pinned_bytes, tier->capacity_bytes());
+  EXPECT_EQ(tier->stats().pinned_bytes, tier->caps().capacity_bytes);
 }
 
 TEST(HostTierTest, PinnedFragmentationIsResourceExhaustedWithoutEvicting) {
   // Slots 0..3 of 512 bytes; pinning 0 and 2 leaves no contiguous 1024 bytes.
   auto tier = MakeTier(4 * RecordBytes(12));
   for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(tier->Put(MakeRecord(i, 12)).ok());
-  ASSERT_TRUE(tier->Pin(KeyOf(0)));
-  ASSERT_TRUE(tier->Pin(KeyOf(2)));
+  PinHandle pin0 = tier->Pin(KeyOf(0));
+  PinHandle pin2 = tier->Pin(KeyOf(2));
+  ASSERT_TRUE(pin0 && pin2);
   EXPECT_EQ(tier->Put(MakeRecord(9, 28)).code(), absl::StatusCode::kResourceExhausted);
   EXPECT_TRUE(Has(*tier, 1));
   EXPECT_TRUE(Has(*tier, 3));
@@ -255,22 +261,22 @@ TEST(HostTierTest, PinnedFragmentationIsResourceExhaustedWithoutEvicting) {
 TEST(HostTierTest, ReplacingAPinnedChunkKeepsItsPins) {
   auto tier = MakeTier(1 << 20);
   ASSERT_TRUE(tier->Put(MakeRecord(1, 12)).ok());
-  ASSERT_TRUE(tier->Pin(KeyOf(1)));
+  PinHandle pin = tier->Pin(KeyOf(1));
+  ASSERT_TRUE(pin);
   ASSERT_TRUE(tier->Put(MakeRecord(1, 12)).ok());
   EXPECT_EQ(tier->stats().chunks, 1u);
   EXPECT_EQ(tier->stats().used_bytes, RecordBytes(12));
   EXPECT_EQ(tier->stats().pinned_bytes, RecordBytes(12));
   EXPECT_EQ(tier->Erase(KeyOf(1)).code(), absl::StatusCode::kFailedPrecondition);
-  tier->Unpin(KeyOf(1));
+  pin.Release();
   EXPECT_TRUE(tier->Erase(KeyOf(1)).ok());
   EXPECT_EQ(tier->stats().used_bytes, 0u);
   EXPECT_EQ(tier->stats().pinned_bytes, 0u);
 }
 
 TEST(HostTierTest, EvictionListenerReceivesTheExactEvictedRecords) {
-  auto tier = MakeTier(16 * 1024);
   std::map<uint64_t, std::vector<std::byte>> evicted;  // by key.hi == index
-  tier->SetEvictionListener([&](const ChunkKey& k, std::span<const std::byte> rec) {
+  auto tier = MakeTier(16 * 1024, [&](const ChunkKey& k, std::span<const std::byte> rec) {
     evicted[k.hi].assign(rec.begin(), rec.end());
   });
   std::map<uint64_t, uint32_t> tokens_of;
@@ -371,8 +377,8 @@ TEST(HostTierTest, ConcurrentPutsGetsErasesNeverSeePartialBytes) {
         // Erase of a key another thread pinned this instant is FailedPrecondition.
         absl::Status erase = tier->Erase(KeyOf(i));
         if (!erase.ok() && erase.code() != absl::StatusCode::kFailedPrecondition) failures++;
-      } else if (tier->Pin(KeyOf(i))) {
-        tier->Unpin(KeyOf(i));
+      } else if (PinHandle pin = tier->Pin(KeyOf(i))) {
+        pin.Release();
       }
       if (tier->stats().used_bytes > kCap) over_capacity = true;
     }

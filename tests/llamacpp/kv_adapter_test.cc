@@ -135,20 +135,24 @@ TEST_P(LogitsIdentityTest, PromptDivergingInsideAChunkUsesOnlyCommonFullChunks) 
 INSTANTIATE_TEST_SUITE_P(FlashAttn, LogitsIdentityTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "FlashAttnOn" : "FlashAttnOff"; });
 
-TEST(LlamaKvAdapterTest, CorruptedChunkInHostTierIsRecomputed) {
-  Rig rig = MakeRig(TinyEngineOptions(false), HostStore());
+// Bytes that left the process (the disk tier) are verified once, by the tier: a record
+// damaged on disk is DataLoss, and the chunk is recomputed with identical logits.
+TEST(LlamaKvAdapterTest, CorruptedChunkOnDiskIsRecomputed) {
+  auto disk_store = MakeStore(MakeTempDir("disk-only"), /*with_host=*/false);
+  ASSERT_TRUE(disk_store.ok()) << disk_store.status();
+  Rig rig = MakeRig(TinyEngineOptions(false), *disk_store);
   const std::vector<TokenId> source = RandomTokens(11, 170, rig.engine->n_vocab());
   StoreSource(rig, source);
-  // Flip one payload byte of chunk 2's record in the host tier (header left valid).
+  // Replace chunk 2's record on disk with one whose payload changed after its checksum
+  // (header left valid).
   const std::vector<ChunkKey> keys =
       ComputeChunkKeys(rig.connector->ns(), source, ChunkKeyOptions{kTestChunkTokens, false});
   ASSERT_EQ(keys.size(), 5u);
-  auto record = rig.store->tier(0).RecordSize(keys[2]);
+  auto record = rig.store->Get(keys[2], nullptr, GetOptions{.peek = true});
   ASSERT_TRUE(record.ok()) << record.status();
-  std::vector<std::byte> bytes(*record);
-  ASSERT_TRUE(rig.store->tier(0).Get(keys[2], bytes).ok());
+  std::vector<std::byte> bytes = *record;
   bytes[kChunkHeaderBytes + 100] ^= std::byte{0x40};
-  ASSERT_TRUE(rig.store->tier(0).Put(bytes).ok());
+  ASSERT_TRUE(rig.store->Put(bytes).ok());
 
   std::vector<TokenId> request(source.begin(), source.begin() + 161);
   const RunResult warm = MustRun(*rig.adapter, request, RunOptions{});

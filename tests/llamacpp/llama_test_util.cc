@@ -13,6 +13,7 @@
 #ifdef KVT_LLAMACPP_HAVE_CONNECTOR
 #include "kvstore/disk_tier.h"
 #include "kvstore/host_tier.h"
+#include "kvstore/store_factory.h"
 #endif
 #include "llamacpp/gguf_generator.h"
 
@@ -59,23 +60,16 @@ EngineOptions TinyEngineOptions(bool flash_attn, const std::string& model_path) 
 }
 
 #ifdef KVT_LLAMACPP_HAVE_CONNECTOR
-absl::StatusOr<std::shared_ptr<TieredStore>> MakeStore(const std::string& disk_dir) {
-  std::vector<std::unique_ptr<Tier>> tiers;
-  HostTierOptions host;
-  host.capacity_bytes = 64ull << 20;
-  auto h = HostTier::Create(host);
-  if (!h.ok()) return h.status();
-  tiers.push_back(std::move(*h));
+absl::StatusOr<std::shared_ptr<TieredStore>> MakeStore(const std::string& disk_dir, bool with_host) {
+  StoreOptions so;
+  so.host.capacity_bytes = with_host ? 64ull << 20 : 0;
   if (!disk_dir.empty()) {
-    DiskTierOptions disk;
+    DiskTierOptions& disk = so.disk.emplace();
     disk.dir = disk_dir;
     disk.capacity_bytes = 256ull << 20;
     disk.file_bytes = 64ull << 20;
-    auto d = DiskTier::Open(disk);
-    if (!d.ok()) return d.status();
-    tiers.push_back(std::move(*d));
   }
-  auto store = TieredStore::Create(std::move(tiers), TieredStoreOptions{});
+  auto store = OpenTieredStore(so);
   if (!store.ok()) return store.status();
   return std::shared_ptr<TieredStore>(std::move(*store));
 }

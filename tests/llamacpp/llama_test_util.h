@@ -28,8 +28,10 @@ std::string TinyModelPath(uint64_t seed = 42);
 EngineOptions TinyEngineOptions(bool flash_attn, const std::string& model_path = TinyModelPath());
 
 #ifdef KVT_LLAMACPP_HAVE_CONNECTOR
-// A host tier (64 MiB), plus a disk tier in `disk_dir` when non-empty.
-absl::StatusOr<std::shared_ptr<TieredStore>> MakeStore(const std::string& disk_dir);
+// A host tier (64 MiB, unless with_host is false), plus a disk tier in `disk_dir` when
+// non-empty.
+absl::StatusOr<std::shared_ptr<TieredStore>> MakeStore(const std::string& disk_dir,
+                                                       bool with_host = true);
 
 // Connector for `engine` on `store`: chunk size kTestChunkTokens, cost model off (every
 // cached chunk is loaded), async stores on (callers Flush).

@@ -45,6 +45,7 @@
 #include "connectors/kv_connector.h"
 #include "kvstore/disk_tier.h"
 #include "kvstore/host_tier.h"
+#include "kvstore/store_factory.h"
 #include "kvstore/tiered_store.h"
 #include "llamacpp/gguf_generator.h"
 #include "llamacpp/kv_adapter.h"
@@ -174,18 +175,10 @@ DiskTierOptions DemoDiskTierOptions(const Flags& flags) {
 }
 
 absl::StatusOr<std::shared_ptr<TieredStore>> OpenStore(const Flags& flags, bool host) {
-  std::vector<std::unique_ptr<Tier>> tiers;
-  if (host) {
-    HostTierOptions h;
-    h.capacity_bytes = 2ull << 30;
-    auto t = HostTier::Create(h);
-    if (!t.ok()) return t.status();
-    tiers.push_back(std::move(*t));
-  }
-  auto t = DiskTier::Open(DemoDiskTierOptions(flags));
-  if (!t.ok()) return t.status();
-  tiers.push_back(std::move(*t));
-  auto store = TieredStore::Create(std::move(tiers), TieredStoreOptions{});
+  StoreOptions so;
+  so.host.capacity_bytes = host ? 2ull << 30 : 0;
+  so.disk = DemoDiskTierOptions(flags);
+  auto store = OpenTieredStore(so);
   if (!store.ok()) return store.status();
   return std::shared_ptr<TieredStore>(std::move(*store));
 }
@@ -215,8 +208,8 @@ absl::StatusOr<std::shared_ptr<TieredStore>> OpenRemoteStore(const std::string& 
   auto remote = RemoteTier::Create(DemoRemoteTierOptions(target));
   if (!remote.ok()) return remote.status();
   if (auto h = (*remote)->client().Health(); !h.ok()) return h.status();
-  std::vector<std::unique_ptr<Tier>> tiers;
-  tiers.push_back(std::move(*remote));
+  std::vector<TierFactory> tiers;
+  tiers.push_back(UseTier(std::move(*remote)));
   auto store = TieredStore::Create(std::move(tiers), TieredStoreOptions{});
   if (!store.ok()) return store.status();
   return std::shared_ptr<TieredStore>(std::move(*store));

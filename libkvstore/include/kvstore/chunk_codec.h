@@ -70,6 +70,13 @@ struct DecodeExpectations {
 absl::StatusOr<ChunkHeader> VerifyChunk(std::span<const std::byte> record,
                                         const DecodeExpectations& expect);
 
+// Everything VerifyChunk checks except the payload checksum: for records handed over by
+// a TieredStore, whose verifying tiers (disk, remote) checked the payload already and
+// whose host tier holds only what this process stored (verify once per trust boundary).
+// Same error codes; failures count in IntegrityErrorCount().
+absl::StatusOr<ChunkHeader> CheckChunkHeader(std::span<const std::byte> record,
+                                             const DecodeExpectations& expect);
+
 // Number of records that failed verification in this process (all threads).
 uint64_t IntegrityErrorCount();
 

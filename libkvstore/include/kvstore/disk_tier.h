@@ -72,6 +72,9 @@ struct DiskTierOptions {
   // Test-only: called before each operation at a DiskFaultPoint with the record file id;
   // a non-zero return is treated as that errno from the system call.
   std::function<int(DiskFaultPoint point, uint32_t file_id)> fault_injector;
+  // Receives each record evicted to make room (for demotion to a lower tier), outside
+  // the index lock; it must not call into this tier.
+  EvictionListener eviction_listener;
 
   // OK, or InvalidArgument naming the field and the expected range.
   absl::Status Validate() const;
@@ -95,29 +98,28 @@ class DiskTier final : public Tier {
   // Unavailable when the directory or the RocksDB index cannot be opened (e.g. held by
   // another process).
   static absl::StatusOr<std::unique_ptr<DiskTier>> Open(const DiskTierOptions& options);
+  // A TieredStore factory: Open with the store's eviction listener (when it gives one).
+  static TierFactory Factory(DiskTierOptions options);
   ~DiskTier() override;
 
-  std::string_view name() const override { return "disk"; }
-  TierKind kind() const override { return TierKind::kDisk; }
+  // "disk": durable, local, verifies every read, pinnable, evicts.
+  TierCaps caps() const override;
 
   // See Tier::Put. Also ResourceExhausted for ENOSPC on write, with nothing stored;
   // ResourceExhausted when the record is larger than file_bytes or capacity_bytes.
   absl::Status Put(std::span<const std::byte> record) override;
   // See Tier::Get. The record is verified (header, key, namespace, length and payload
-  // checksum against the index) before OK is returned; on any error the contents of
-  // `out` are unspecified. Fastest when out.data() is 4096-aligned (no bounce copy).
+  // checksum against the index) before OK is returned; a record that fails is dropped,
+  // counted (stats().integrity_errors) and answered DataLoss. On any error the contents
+  // of `out` are unspecified. Fastest when out.data() is 4096-aligned (no bounce copy).
   absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out) override;
-  absl::StatusOr<uint64_t> RecordSize(const ChunkKey& key) override;
-  std::vector<bool> Contains(std::span<const ChunkKey> keys) override;
+  std::vector<ChunkStat> Stat(std::span<const ChunkKey> keys) override;
   absl::Status Erase(const ChunkKey& key) override;
   // Ordered by key (the index's order); page_token = ToHex() of the last key of the
   // previous page. InvalidArgument for a bad page_size or page_token.
   absl::StatusOr<ListPage> List(const ListOptions& options) override;
   TierStats stats() const override;
-  uint64_t capacity_bytes() const override;
-  bool Pin(const ChunkKey& key) override;
-  void Unpin(const ChunkKey& key) override;
-  void SetEvictionListener(EvictionListener listener) override;
+  PinHandle Pin(const ChunkKey& key) override;
 
   DiskIoBackend backend() const;
   bool direct_io() const;

@@ -12,7 +12,7 @@
 // with a 4096-aligned arena, record starts are 64-byte aligned in virtual memory too).
 //
 // Eviction policy: LRU. A Put or a Get (hit) makes a chunk the most recently used;
-// Contains/RecordSize/List do not touch recency, Pin does (a pin announces a read).
+// Stat/List do not touch recency, Pin does (a pin announces a read).
 // When a Put does not find a free extent large enough, chunks are evicted from the
 // least recently used end, skipping chunks that are pinned or being copied by a
 // reader, until the extent fits. Before evicting anything, the tier checks that
@@ -63,8 +63,11 @@ struct HostTierOptions {
   // Try cudaHostAlloc (page-locked memory) when built with CUDA and a GPU is present.
   // Falls back to aligned plain memory when false or unavailable.
   bool use_pinned_memory = true;
-  // Name reported by name() (metrics, CLI).
+  // Name reported in caps() (metrics, CLI).
   std::string name = "host";
+  // Receives each evicted record before its bytes are freed (for demotion); called with
+  // the tier's lock held: it must not call into this tier and should copy and queue.
+  EvictionListener eviction_listener;
 
   // OK, or InvalidArgument naming the bad field and the expected range.
   absl::Status Validate() const;
@@ -76,13 +79,16 @@ class HostTier final : public Tier {
   // Allocates the arena. InvalidArgument for bad options; ResourceExhausted when the
   // arena cannot be allocated.
   static absl::StatusOr<std::unique_ptr<HostTier>> Create(const HostTierOptions& options);
+  // A TieredStore factory: Create with the store's eviction listener (when it gives one).
+  static TierFactory Factory(HostTierOptions options);
   ~HostTier() override;
 
   HostTier(const HostTier&) = delete;
   HostTier& operator=(const HostTier&) = delete;
 
-  std::string_view name() const override { return name_; }
-  TierKind kind() const override { return TierKind::kHost; }
+  // Not durable, not remote, not verifying (its bytes never left the process),
+  // pinnable, evicts.
+  TierCaps caps() const override;
 
   // Tier contract (tier.h). Put: InvalidArgument when record.size() differs from the
   // header's record length; DataLoss/FailedPrecondition from DecodeChunkHeader;
@@ -91,23 +97,16 @@ class HostTier final : public Tier {
   // keeps its pin count.
   absl::Status Put(std::span<const std::byte> record) override;
   absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out) override;
-  absl::StatusOr<uint64_t> RecordSize(const ChunkKey& key) override;
-  std::vector<bool> Contains(std::span<const ChunkKey> keys) override;
+  std::vector<ChunkStat> Stat(std::span<const ChunkKey> keys) override;
   absl::Status Erase(const ChunkKey& key) override;
   // Ordered by ChunkKey (operator<=>); next_page_token = ToHex() of the last key of
   // the page. InvalidArgument for page_size outside 1..100000 or a bad token.
   absl::StatusOr<ListPage> List(const ListOptions& options) override;
   TierStats stats() const override;
-  uint64_t capacity_bytes() const override { return capacity_; }
-  bool Pin(const ChunkKey& key) override;
-  // Unpin of an absent or unpinned key is a no-op.
-  void Unpin(const ChunkKey& key) override;
-  void SetEvictionListener(EvictionListener listener) override;
+  PinHandle Pin(const ChunkKey& key) override;
 
   // True when the arena is page-locked CUDA host memory (cudaHostAlloc).
   bool pinned_host_memory() const { return pinned_host_memory_; }
-  // Base of the arena (for registering with a copy engine). Valid for the tier's life.
-  const std::byte* arena_base() const { return arena_; }
 
  private:
   enum class State : uint8_t { kWriting, kLive, kZombie };
@@ -143,6 +142,8 @@ class HostTier final : public Tier {
   void Destroy(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EvictOne(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Touch(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // PinHandle's release: unpin of an absent or unpinned key is a no-op.
+  static void Unpin(void* self, const ChunkKey& key);
 
   const std::string name_;
   const uint64_t capacity_;
@@ -161,7 +162,7 @@ class HostTier final : public Tier {
   // Free extents: offset -> size, and (size, offset) for best fit.
   std::map<uint64_t, uint64_t> free_by_offset_ ABSL_GUARDED_BY(mu_);
   std::set<std::pair<uint64_t, uint64_t>> free_by_size_ ABSL_GUARDED_BY(mu_);
-  EvictionListener listener_ ABSL_GUARDED_BY(mu_);
+  const EvictionListener listener_;
 
   uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t pinned_bytes_ ABSL_GUARDED_BY(mu_) = 0;

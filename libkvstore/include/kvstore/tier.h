@@ -1,8 +1,11 @@
 // The Tier interface: one level of the cache hierarchy (host memory, disk, remote).
 //
 // A tier stores whole chunk records (kvstore/chunk_codec.h) by ChunkKey. It parses the
-// record header on Put for its index (namespace, parent, size) but the caller verifies
-// records it reads (VerifyChunk) before any byte reaches an engine.
+// record header on Put for its index (namespace, parent, size). Verification happens
+// once per trust boundary: a tier whose bytes come from outside the process (disk,
+// remote: caps().verifies_reads) verifies every record it returns; the TieredStore
+// trusts what such a tier returns, and records that never left the process (host
+// memory) are not hashed again.
 //
 // Error codes (kvstore-wide, see STYLE.md): NotFound = miss; Unavailable = retry later;
 // DataLoss = checksum/format failure; ResourceExhausted = tier full and nothing evictable;
@@ -12,10 +15,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -67,16 +72,83 @@ struct ListPage {
 
 // Called by a tier for each record it evicts, before its bytes are freed, so the
 // owner can demote it. `record` is valid only during the call. Must not call back
-// into the same tier.
+// into the same tier. Set in the tier's options (HostTierOptions, DiskTierOptions);
+// a TieredStore supplies it through a TierFactory.
 using EvictionListener = std::function<void(const ChunkKey& key, std::span<const std::byte> record)>;
 
+// What a tier is and can do. Callers decide by capability, never by kind.
+// (The model: RocksDB's FileSystem::SupportedOps.)
+struct TierCaps {
+  std::string name;                  // metrics, logs, CLI ("host", "disk", ...)
+  TierKind kind = TierKind::kHost;   // for display and the cost model's bandwidth class only
+  uint64_t capacity_bytes = 0;       // 0 = unknown (a remote tier before its first stats)
+  bool durable = false;              // records survive a restart of this process
+  bool remote = false;               // calls cross a process or network boundary (slow Stat)
+  bool verifies_reads = false;       // Get returns only records it verified with VerifyChunk,
+                                     // because its bytes come from outside the process
+  bool pinnable = false;             // Pin holds a chunk against this tier's own eviction
+  bool evicts = false;               // evicts on its own and reports it to its listener
+};
+
+// Presence of one key in a tier.
+struct ChunkStat {
+  bool present = false;
+  uint64_t record_bytes = 0;  // whole record (header + payload) when present
+};
+
+// A pin on one chunk in one tier: while the handle lives, the tier does not evict the
+// chunk (a replaced record keeps the pin). Move-only; releases on destruction, like
+// LevelDB's Cache::Handle but RAII. An empty handle pins nothing.
+// REQUIRES: the handle does not outlive the tier that issued it.
+// Thread-compatible (one handle, one owner); the tier side is thread-safe.
+class PinHandle {
+ public:
+  using ReleaseFn = void (*)(void* owner, const ChunkKey& key);
+
+  PinHandle() = default;
+  PinHandle(ReleaseFn release, void* owner, const ChunkKey& key, uint64_t record_bytes)
+      : release_(release), owner_(owner), key_(key), record_bytes_(record_bytes) {}
+  PinHandle(PinHandle&& other) noexcept { *this = std::move(other); }
+  PinHandle& operator=(PinHandle&& other) noexcept {
+    if (this != &other) {
+      Release();
+      release_ = std::exchange(other.release_, nullptr);
+      owner_ = std::exchange(other.owner_, nullptr);
+      key_ = other.key_;
+      record_bytes_ = other.record_bytes_;
+    }
+    return *this;
+  }
+  PinHandle(const PinHandle&) = delete;
+  PinHandle& operator=(const PinHandle&) = delete;
+  ~PinHandle() { Release(); }
+
+  // True while the handle holds a pin.
+  explicit operator bool() const { return release_ != nullptr; }
+  const ChunkKey& key() const { return key_; }
+  // Record bytes when the pin was taken.
+  uint64_t record_bytes() const { return record_bytes_; }
+
+  // Drops the pin now (idempotent).
+  void Release() {
+    if (release_ != nullptr) std::exchange(release_, nullptr)(owner_, key_);
+  }
+
+ private:
+  ReleaseFn release_ = nullptr;
+  void* owner_ = nullptr;
+  ChunkKey key_;
+  uint64_t record_bytes_ = 0;
+};
+
 // Thread-safe: every implementation allows concurrent calls to all methods.
+// Eight methods; what differs between backends is in caps().
 class Tier {
  public:
   virtual ~Tier() = default;
 
-  virtual std::string_view name() const = 0;
-  virtual TierKind kind() const = 0;
+  // Name, kind, capacity and capabilities (capacity may change for a remote tier).
+  virtual TierCaps caps() const = 0;
 
   // Stores a whole record (header verified with DecodeChunkHeader; the key is taken
   // from it). Replaces an existing record of the same key. May evict unpinned chunks
@@ -87,33 +159,34 @@ class Tier {
 
   // Copies the whole record of `key` into `out` and returns its length.
   // NotFound on a miss; OutOfRange (message names the needed size) when `out` is
-  // too small. Never copies a partial or torn record.
+  // too small. Never copies a partial or torn record. A tier with caps().verifies_reads
+  // returns DataLoss (and counts an integrity error) for a record that fails VerifyChunk;
+  // other tiers return what they were given by Put.
   virtual absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out) = 0;
 
-  // Record length of `key` without copying; NotFound on a miss.
-  virtual absl::StatusOr<uint64_t> RecordSize(const ChunkKey& key) = 0;
-
-  // For each key, whether the tier holds it now (no data moves, no LRU touch).
-  virtual std::vector<bool> Contains(std::span<const ChunkKey> keys) = 0;
+  // For each key, whether the tier holds it now and its record length (no data moves,
+  // no LRU touch). An unreachable tier reports keys as absent.
+  virtual std::vector<ChunkStat> Stat(std::span<const ChunkKey> keys) = 0;
 
   // Removes `key`. OK if it was absent. FailedPrecondition if it is pinned.
   virtual absl::Status Erase(const ChunkKey& key) = 0;
 
-  // Lists chunks, paginated, in a stable order.
+  // Lists chunks, paginated, in ChunkKey order (types.h); next_page_token = ToHex() of
+  // the last key of the page, "" on the last page.
   virtual absl::StatusOr<ListPage> List(const ListOptions& options) = 0;
 
   virtual TierStats stats() const = 0;
-  virtual uint64_t capacity_bytes() const = 0;
 
-  // Pins protect chunks from eviction (counted: n Pin calls need n Unpin calls).
-  // Pin returns false when the key is absent. Tiers that never evict on their own
-  // (remote) may treat these as no-ops returning true.
-  virtual bool Pin(const ChunkKey& key) = 0;
-  virtual void Unpin(const ChunkKey& key) = 0;
-
-  // Optional: receive evicted records (for demotion). Set before concurrent use.
-  virtual void SetEvictionListener(EvictionListener listener) = 0;
+  // Pins `key` (and touches its recency: a pin announces a read). Empty handle when the
+  // key is absent, or always when !caps().pinnable.
+  virtual PinHandle Pin(const ChunkKey& key) = 0;
 };
+
+// Builds one tier of a store. `on_evict` is the store's listener: pass it in the tier's
+// options (HostTierOptions/DiskTierOptions::eviction_listener) so evicted records are
+// demoted; tiers that do not evict (caps().evicts == false) ignore it. See
+// HostTier::Factory, DiskTier::Factory, UseTier (tiered_store.h).
+using TierFactory = std::function<absl::StatusOr<std::unique_ptr<Tier>>(EvictionListener on_evict)>;
 
 }  // namespace kvt
 

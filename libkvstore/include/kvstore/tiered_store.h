@@ -8,46 +8,116 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 #include <span>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kvstore/evict_selector.h"
 #include "kvstore/tier.h"
 #include "kvstore/types.h"
 
 namespace kvt {
 
+// Position of a tier in a store (0 = fastest). Its own type, so it is never mixed up
+// with a count or a key position; kNoTier = "in no tier".
+enum class TierIndex : int32_t { kNone = -1 };
+inline constexpr TierIndex kNoTier = TierIndex::kNone;
+constexpr TierIndex MakeTierIndex(size_t i) { return static_cast<TierIndex>(i); }
+constexpr size_t ToSize(TierIndex t) { return static_cast<size_t>(t); }
+
+// A factory for a tier built already (its own eviction listener, if any, is kept).
+TierFactory UseTier(std::unique_ptr<Tier> tier);
+
+// Which lower tiers a Put is written through to, in the background.
+enum class WriteThrough : uint8_t {
+  kNone = 0,   // none: lower tiers only receive demotions of evicted records
+  kLocal = 1,  // every lower tier whose caps().remote is false
+  kAll = 2,    // every lower tier
+};
+
+// Placement: where records go. Decided by the tiers' capabilities, never their kind.
+struct PlacementPolicy {
+  WriteThrough write_through = WriteThrough::kAll;
+};
+
 struct TieredStoreOptions {
   // How long a Lookup's pins live if no Load releases them.
   std::chrono::milliseconds lease_timeout{10000};
-  // Write puts down to lower tiers (tiers 1..n-1 except remote when false below).
-  bool write_through = true;
-  // Also write puts through to a remote tier (kRemote) when present.
-  bool write_through_remote = true;
+  PlacementPolicy placement;
   // Bytes of write-back queued before Put blocks (back-pressure); 0 = unlimited.
   uint64_t max_pending_write_bytes = 1ull << 30;
 
   absl::Status Validate() const;
 };
 
-using LeaseId = uint64_t;
-inline constexpr LeaseId kNoLease = 0;
+// How far down a Put must be before it is acknowledged.
+enum class PutAck : uint8_t {
+  kTopTier = 0,  // tier 0 holds it; lower tiers are written in the background
+  kDurable = 1,  // also the first durable tier (caps().durable) holds it; that tier's
+                 // errors (ResourceExhausted for a full disk, I/O errors) are returned
+};
+
+struct PutOptions {
+  PutAck ack = PutAck::kTopTier;
+};
+
+// A lease: the pins a Lookup took, released by ReleaseLease or after lease_timeout.
+enum class LeaseId : uint64_t {};
+inline constexpr LeaseId kNoLease{0};
+
+struct LookupOptions {
+  // false: answer the leading run (stop at the first key no tier holds).
+  // true: answer every key (tier_index kNoTier for a miss) and its record bytes.
+  bool per_key = false;
+  // Pin the leading hits under a lease (see Lookup).
+  bool pin = false;
+};
 
 struct LookupResult {
   // Number of leading keys present in some tier.
   size_t num_leading_hits = 0;
-  // Per leading hit, the index of the fastest tier holding it (size == num_leading_hits).
-  std::vector<int> tier_index;
+  // Per key answered (the leading hits; with per_key every key): the fastest tier
+  // holding it (kNoTier: none), that tier's kind, and the record bytes (0 for a miss).
+  std::vector<TierIndex> tier_index;
   std::vector<TierKind> tier_kind;
+  std::vector<uint64_t> record_bytes;
   // Lease pinning the leading hits, when pinning was requested; kNoLease otherwise.
   LeaseId lease = kNoLease;
 };
 
+struct GetOptions {
+  // An inspection (the CLI): no promotion, not counted as a hit or a miss.
+  bool peek = false;
+};
+
 struct GetInfo {
-  int tier_index = -1;  // where the record was found
+  TierIndex tier_index = kNoTier;  // where the record was found
+  TierKind tier_kind = TierKind::kHost;  // its kind (valid when tier_index != kNoTier)
   bool promoted = false;
+  bool from_queue = false;  // served from the write-back queue (tier_index = its target)
+};
+
+// Store-wide listing: each chunk once, with the fastest tier holding it.
+struct StoreListOptions {
+  std::optional<NamespaceId> ns;  // only this namespace when set
+  // Tenancy: chunks whose namespace this rejects are skipped (null = all).
+  std::function<bool(const NamespaceId&)> visible;
+  std::string page_token;  // "" = from the start; else a previous next_page_token
+  size_t page_size = 1000; // REQUIRES: 1..100000
+};
+
+struct StoreListPage {
+  std::vector<StoredChunk> chunks;  // ChunkKey order; tiers = every tier holding it
+  std::string next_page_token;      // "" when this is the last page
+};
+
+struct EvictOptions {
+  bool dry_run = false;  // select and count, erase nothing
 };
 
 // Counters since creation plus current gauges of the write-back machinery.
@@ -62,58 +132,70 @@ struct TieredStoreStats {
   uint64_t writeback_errors = 0;    // failed Puts into lower tiers (the record stays above)
   uint64_t writebacks_skipped = 0;  // write-throughs whose record had left tier 0 first
   uint64_t writes_dropped = 0;      // write-backs not queued because the thread is dead
-  uint64_t integrity_errors = 0;    // lower-tier records that failed VerifyChunk (erased there)
+  uint64_t integrity_errors = 0;    // records that failed verification in any tier (sum of
+                                    // the tiers' counters: one count every tier feeds)
+  uint64_t explicit_evictions = 0;  // chunks removed by Evict (an operator's eviction)
+  uint64_t queue_hits = 0;          // Gets served from the write-back queue
   uint64_t pending_write_bytes = 0; // bytes queued or being written now
 };
 
 // Thread-safe.
 //
-// Construction, e.g. host memory over disk:
-//   std::vector<std::unique_ptr<Tier>> tiers;
-//   tiers.push_back(*HostTier::Create({.capacity_bytes = 8ull << 30}));
-//   tiers.push_back(std::move(disk_tier));
+// Construction, e.g. host memory over disk (see also kvstore/store_factory.h):
+//   std::vector<TierFactory> tiers;
+//   tiers.push_back(HostTier::Factory({.capacity_bytes = 8ull << 30}));
+//   tiers.push_back(DiskTier::Factory(disk_options));
 //   auto store = TieredStore::Create(std::move(tiers), TieredStoreOptions{});
-// The store installs itself as the EvictionListener of every tier but the last.
+// Every tier but the last is built with the store's eviction listener (demotion).
+//
+// Verification: tiers with caps().verifies_reads (disk, remote) verify what they
+// return; the store trusts them and does not hash again. Records from tier 0 (host
+// memory) never left the process. So a load is hashed once per trust boundary.
 //
 // Threads and locks: one supervised background thread ("write-back") performs the
 // queued write-through Puts and demotions in FIFO order and reaps expired leases.
 // An eviction listener only copies the record into the queue (never blocks, never
 // calls into a tier). The store never calls into a tier while holding its own locks.
-// If the thread dies (an exception escaped a tier), healthy() turns false, the death
-// is logged, Put still lands in tier 0 but is no longer written down
+// A record waiting in the queue (evicted from tier 0, not yet below) is still found
+// by Lookup and Get. If the thread dies (an exception escaped a tier), healthy() turns
+// false, the death is logged, Put still lands in tier 0 but is no longer written down
 // (stats().writes_dropped), and Flush no longer waits.
 class TieredStore {
  public:
-  // REQUIRES: at least one tier. The store owns the tiers.
-  static absl::StatusOr<std::unique_ptr<TieredStore>> Create(
-      std::vector<std::unique_ptr<Tier>> tiers, const TieredStoreOptions& options);
+  // REQUIRES: at least one tier. The store owns the tiers. Errors of a factory are
+  // returned (nothing is kept).
+  static absl::StatusOr<std::unique_ptr<TieredStore>> Create(std::vector<TierFactory> tiers,
+                                                             const TieredStoreOptions& options);
   ~TieredStore();  // drains the write-back queue
 
-  // Stores a record (header checked) in tier 0 and queues it for the lower tiers
-  // (per write_through / write_through_remote). Blocks while more than
-  // max_pending_write_bytes are queued. When tier 0 answers ResourceExhausted (record
-  // larger than tier 0, or tier 0 all pinned) and there is a lower tier, the record is
-  // queued for the lower tiers only and Put returns OK (a Get misses until it lands).
+  // Stores a record (header checked) in tier 0 and queues it for the lower tiers the
+  // placement policy names. Blocks while more than max_pending_write_bytes are queued.
+  // When tier 0 answers ResourceExhausted (record larger than tier 0, or tier 0 all
+  // pinned) and there is a lower tier, the record is queued for the lower tiers only and
+  // Put returns OK (found in the queue until it lands). With PutAck::kDurable the first
+  // durable tier is written before Put returns, and its error is returned.
   // InvalidArgument/DataLoss/FailedPrecondition for a bad record (nothing stored).
-  absl::Status Put(std::span<const std::byte> record);
+  absl::Status Put(std::span<const std::byte> record, const PutOptions& options = {});
 
   // Copies the record of `key` into `out`, searching top-down; a hit below tier 0 is
-  // promoted. NotFound on a miss; OutOfRange if `out` is too small. A record whose
-  // write is still in flight is either complete or a miss, never partial.
-  // A hit below tier 0 is checked with VerifyChunk before it is returned or promoted;
-  // a failing record is erased from that tier, counted, and the search continues.
-  // Other tier errors (Unavailable, I/O) count as a miss in that tier.
+  // promoted (unless options.peek). NotFound on a miss; OutOfRange if `out` is too
+  // small. A record whose write is still in flight is either complete or a miss, never
+  // partial. A tier answering DataLoss has erased/counted the bad record: the search
+  // continues below, and when no tier has a good copy the answer is DataLoss (data lost,
+  // not a plain miss). Other tier errors (Unavailable, I/O) count as a miss in that tier.
   absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out,
-                               GetInfo* info = nullptr);
+                               GetInfo* info = nullptr, const GetOptions& options = {});
   // Allocating variant.
-  absl::StatusOr<std::vector<std::byte>> Get(const ChunkKey& key, GetInfo* info = nullptr);
+  absl::StatusOr<std::vector<std::byte>> Get(const ChunkKey& key, GetInfo* info = nullptr,
+                                             const GetOptions& options = {});
 
-  // Leading hits and their tiers without moving data (no promotion, no LRU touch).
-  // With `pin`, pins the leading hits in the tier each was found in until
-  // ReleaseLease or lease_timeout; a key that left its tier between the presence
-  // check and the pin ends the leading run there (the result is never optimistic).
+  // Which tiers hold `keys`, without moving data (no promotion, no LRU touch, not
+  // counted as hits). With options.pin, pins the leading hits in the tier each was
+  // found in (tiers with caps().pinnable; others are trusted as found) until
+  // ReleaseLease or lease_timeout; a key that left its tier between the presence check
+  // and the pin ends the leading run there (the result is never optimistic).
   // lease == kNoLease when nothing was pinned. Reaps expired leases first.
-  LookupResult Lookup(std::span<const ChunkKey> keys, bool pin = false);
+  LookupResult Lookup(std::span<const ChunkKey> keys, const LookupOptions& options = {});
   // Releases a lease's pins (no-op for an unknown or expired lease).
   void ReleaseLease(LeaseId lease);
   // Record bytes of the distinct (tier, chunk) pairs pinned by live leases, after
@@ -122,13 +204,27 @@ class TieredStore {
   // Leases that expired without a release, since creation.
   uint64_t expired_leases() const;
 
-  // Erases `key` from every tier.
+  // Every chunk once, in ChunkKey order, merged over the tiers, paginated: following
+  // next_page_token returns each chunk exactly once whatever the page size.
+  // InvalidArgument for a bad page size or token; a tier's List error is returned.
+  absl::StatusOr<StoreListPage> List(const StoreListOptions& options);
+
+  // Evicts what `selector` selects from every tier (kvstore/evict_selector.h).
+  // Pinned chunks are not evicted and are reported in `failed`. Evictions are counted
+  // in stats().explicit_evictions. InvalidArgument for a bad selector.
+  absl::StatusOr<EvictResult> Evict(const EvictSelector& selector, const EvictOptions& options = {});
+
+  // Erases `key` from every tier (and cancels its queued write-backs).
   absl::Status Erase(const ChunkKey& key);
-  // Blocks until every queued write-back has completed (or failed and been counted).
+  // Blocks until every queued write-back has completed (or failed and been counted):
+  // after it returns, everything Put before is in every tier the placement names.
   void Flush();
 
   size_t num_tiers() const;
-  Tier& tier(size_t index);
+  // Capabilities and counters of tier `index` (the tiers themselves stay private: every
+  // caller goes through the store's API).
+  TierCaps tier_caps(TierIndex index) const;
+  TierStats tier_stats(TierIndex index) const;
 
   // False once the background write-back thread has died (see class comment).
   bool healthy() const;

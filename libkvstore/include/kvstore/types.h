@@ -23,7 +23,12 @@ struct Hash128 {
   uint64_t hi = 0;
 
   friend constexpr bool operator==(const Hash128&, const Hash128&) = default;
-  friend constexpr auto operator<=>(const Hash128&, const Hash128&) = default;
+  // Ordered as the 128-bit value `hi:lo` (hi first), the order of ToHex() strings and of
+  // the disk index's big-endian keys: every listing and page token uses this one order.
+  friend constexpr std::strong_ordering operator<=>(const Hash128& a, const Hash128& b) {
+    if (auto c = a.hi <=> b.hi; c != 0) return c;
+    return a.lo <=> b.lo;
+  }
   bool is_zero() const { return lo == 0 && hi == 0; }
 
   // 32 lowercase hex digits, `hi` first (big-endian reading of the 128-bit value).

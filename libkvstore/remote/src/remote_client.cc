@@ -436,10 +436,19 @@ absl::StatusOr<uint64_t> RemoteClient::Get(const ChunkKey& key, std::span<std::b
 }
 
 absl::StatusOr<std::vector<std::byte>> RemoteClient::Get(const ChunkKey& key) {
+  return GetRecord(key, /*peek=*/false);
+}
+
+absl::StatusOr<std::vector<std::byte>> RemoteClient::Peek(const ChunkKey& key) {
+  return GetRecord(key, /*peek=*/true);
+}
+
+absl::StatusOr<std::vector<std::byte>> RemoteClient::GetRecord(const ChunkKey& key, bool peek) {
   pb::GetRequest req;
   req.set_protocol_version(kKvtierProtocolVersion);
   ToProto(key, req.add_keys());
   req.set_max_part_bytes(options_.get_part_bytes);
+  req.set_peek(peek);
   std::vector<std::byte> buf;
   absl::StatusOr<uint64_t> result = absl::NotFoundError("Get: no answer");
   absl::Status s = impl_->Call([&](pb::KvTier::Stub&, grpc::ClientContext& ctx) {
@@ -458,6 +467,7 @@ absl::StatusOr<std::vector<std::byte>> RemoteClient::Get(const ChunkKey& key) {
 }
 
 absl::StatusOr<EvictResult> RemoteClient::Evict(const EvictSelector& sel, bool dry_run) {
+  if (absl::Status v = sel.Validate(); !v.ok()) return v;
   pb::EvictRequest req;
   req.set_protocol_version(kKvtierProtocolVersion);
   req.set_dry_run(dry_run);
@@ -466,20 +476,36 @@ absl::StatusOr<EvictResult> RemoteClient::Evict(const EvictSelector& sel, bool d
   } else if (sel.ns) {
     ToProto(*sel.ns, req.mutable_ns());
   } else if (sel.older_than) {
-    req.set_older_than_ms(static_cast<uint64_t>(std::max<int64_t>(0, sel.older_than->count())));
+    req.set_older_than_ms(static_cast<uint64_t>(sel.older_than->count()));
   } else if (sel.prefix) {
     ToProto(*sel.prefix, req.mutable_prefix());
-  } else if (sel.all) {
-    req.set_all(true);
   } else {
-    return absl::InvalidArgumentError("Evict: no selector set (keys, ns, older_than, prefix or all)");
+    req.set_all(true);
   }
+  if (sel.within_ns) ToProto(*sel.within_ns, req.mutable_within_ns());
   pb::EvictResponse resp;
   absl::Status s = impl_->Call([&](pb::KvTier::Stub& stub, grpc::ClientContext& ctx) {
     return stub.Evict(&ctx, req, &resp);
   });
   if (!s.ok()) return s;
-  return EvictResult{resp.chunks(), resp.bytes()};
+  EvictResult out;
+  out.chunks = resp.chunks();
+  out.bytes = resp.bytes();
+  for (const auto& c : resp.selected()) {
+    StoredChunk sc;
+    sc.info.key = KeyFromProto(c.key());
+    sc.info.ns = NsFromProto(c.ns());
+    sc.info.parent = KeyFromProto(c.parent());
+    sc.info.token_count = c.token_count();
+    sc.info.record_bytes = c.bytes();
+    sc.info.last_access_unix_ms = c.last_access_unix_ms();
+    sc.kinds.push_back(TierFromProto(c.tier()).value_or(TierKind::kHost));
+    out.selected.push_back(std::move(sc));
+  }
+  for (uint64_t i = 0; i < resp.failed_chunks(); ++i) {
+    out.failed.emplace_back(ChunkKey{}, absl::FailedPreconditionError("pinned by a reader"));
+  }
+  return out;
 }
 
 absl::StatusOr<RemoteListPage> RemoteClient::List(std::optional<NamespaceId> ns, const std::string& page_token,
@@ -531,6 +557,7 @@ absl::StatusOr<RemoteStats> RemoteClient::Stats() {
   out.integrity_errors = resp.integrity_errors();
   out.connected_clients = resp.connected_clients();
   out.pending_write_bytes = resp.pending_write_bytes();
+  out.explicit_evictions = resp.explicit_evictions();
   out.tenant = resp.tenant();
   return out;
 }

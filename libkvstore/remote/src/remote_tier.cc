@@ -28,6 +28,14 @@ absl::StatusOr<std::unique_ptr<RemoteTier>> RemoteTier::Create(const RemoteTierO
   return std::unique_ptr<RemoteTier>(new RemoteTier(options, std::move(*client)));
 }
 
+TierFactory RemoteTier::Factory(RemoteTierOptions options) {
+  return [options](EvictionListener) -> absl::StatusOr<std::unique_ptr<Tier>> {
+    absl::StatusOr<std::unique_ptr<RemoteTier>> t = Create(options);
+    if (!t.ok()) return t.status();
+    return std::unique_ptr<Tier>(std::move(*t));
+  };
+}
+
 RemoteTier::RemoteTier(const RemoteTierOptions& options, std::unique_ptr<RemoteClient> client)
     : name_(options.name), options_(options), client_(std::move(client)) {}
 RemoteTier::~RemoteTier() = default;
@@ -77,19 +85,8 @@ absl::StatusOr<uint64_t> RemoteTier::Get(const ChunkKey& key, std::span<std::byt
   return *n;
 }
 
-absl::StatusOr<uint64_t> RemoteTier::RecordSize(const ChunkKey& key) {
-  auto r = client_->Lookup(std::span<const ChunkKey>(&key, 1), /*per_key=*/true);
-  if (!r.ok()) {
-    if (IsUnreachable(r.status())) return absl::UnavailableError("RemoteTier::RecordSize: " + r.status().ToString());
-    return r.status();
-  }
-  if (r->record_bytes.empty() || r->record_bytes[0] == 0)
-    return absl::NotFoundError("RemoteTier::RecordSize: miss");
-  return r->record_bytes[0];
-}
-
-std::vector<bool> RemoteTier::Contains(std::span<const ChunkKey> keys) {
-  std::vector<bool> out(keys.size(), false);
+std::vector<ChunkStat> RemoteTier::Stat(std::span<const ChunkKey> keys) {
+  std::vector<ChunkStat> out(keys.size());
   for (size_t i = 0; i < keys.size(); i += kKvtierMaxBatchKeys) {
     size_t n = std::min<size_t>(kKvtierMaxBatchKeys, keys.size() - i);
     auto r = client_->Lookup(keys.subspan(i, n), /*per_key=*/true);
@@ -97,7 +94,11 @@ std::vector<bool> RemoteTier::Contains(std::span<const ChunkKey> keys) {
       io_errors_.fetch_add(1, std::memory_order_relaxed);
       return out;  // unreachable: the rest reads as absent
     }
-    for (size_t j = 0; j < n && j < r->tier.size(); ++j) out[i + j] = r->tier[j].has_value();
+    for (size_t j = 0; j < n && j < r->tier.size(); ++j) {
+      if (!r->tier[j].has_value()) continue;
+      const uint64_t bytes = j < r->record_bytes.size() ? r->record_bytes[j] : 0;
+      if (bytes > 0) out[i + j] = ChunkStat{true, bytes};
+    }
   }
   return out;
 }
@@ -158,9 +159,16 @@ TierStats RemoteTier::stats() const {
   return s;
 }
 
-uint64_t RemoteTier::capacity_bytes() const {
+TierCaps RemoteTier::caps() const {
   RefreshStats();
-  return capacity_.load(std::memory_order_relaxed);
+  return TierCaps{.name = name_,
+                  .kind = TierKind::kRemote,
+                  .capacity_bytes = capacity_.load(std::memory_order_relaxed),
+                  .durable = true,
+                  .remote = true,
+                  .verifies_reads = true,
+                  .pinnable = false,
+                  .evicts = false};
 }
 
 }  // namespace kvt

@@ -27,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kvstore/shm_region.h"
+#include "kvstore/evict_selector.h"
 #include "kvstore/tier.h"
 #include "kvstore/types.h"
 
@@ -87,20 +88,6 @@ struct RemoteLookup {
   std::vector<uint64_t> record_bytes;
 };
 
-// Exactly one selector is used (the first set in this order).
-struct EvictSelector {
-  std::vector<ChunkKey> keys;
-  std::optional<NamespaceId> ns;
-  std::optional<std::chrono::milliseconds> older_than;
-  std::optional<ChunkKey> prefix;  // the key and every cached descendant
-  bool all = false;                // every chunk of the caller's tenant
-};
-
-struct EvictResult {
-  uint64_t chunks = 0;
-  uint64_t bytes = 0;
-};
-
 struct RemoteChunkInfo {
   ChunkInfo info;
   TierKind tier = TierKind::kHost;
@@ -124,6 +111,7 @@ struct RemoteStats {
   uint64_t integrity_errors = 0;
   uint64_t connected_clients = 0;
   uint64_t pending_write_bytes = 0;
+  uint64_t explicit_evictions = 0;
   std::string tenant;
 };
 
@@ -160,7 +148,11 @@ class RemoteClient {
   absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out);
   // Allocating variant.
   absl::StatusOr<std::vector<std::byte>> Get(const ChunkKey& key);
+  // An inspection: like Get, but the daemon neither promotes nor counts it (the CLI).
+  absl::StatusOr<std::vector<std::byte>> Peek(const ChunkKey& key);
 
+  // The daemon evicts what `selector` selects among the caller tenant's chunks
+  // (`selector.visible` is not sent). InvalidArgument for a bad selector.
   absl::StatusOr<EvictResult> Evict(const EvictSelector& selector, bool dry_run = false);
   // page_size 0 = the daemon's default (1000).
   absl::StatusOr<RemoteListPage> List(std::optional<NamespaceId> ns, const std::string& page_token,
@@ -187,6 +179,7 @@ class RemoteClient {
 
  private:
   class Impl;
+  absl::StatusOr<std::vector<std::byte>> GetRecord(const ChunkKey& key, bool peek);
   explicit RemoteClient(const RemoteClientOptions& options, std::unique_ptr<Impl> impl);
   RemoteClientOptions options_;
   std::string client_id_;

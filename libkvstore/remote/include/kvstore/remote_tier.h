@@ -1,14 +1,14 @@
 // RemoteTier: a Tier (kvstore/tier.h) backed by kvtierd through RemoteClient.
 //
 // Every call has the client's deadline (RemoteTierOptions::client.deadline) and retries
-// with backoff; a dead, paused or unreachable daemon makes Get/RecordSize answer
-// Unavailable (which TieredStore counts as a miss in this tier), Contains answer
-// "absent" and Put answer Unavailable — within about the deadline, never a hang, never
+// with backoff; a dead, paused or unreachable daemon makes Get answer Unavailable
+// (which TieredStore counts as a miss in this tier), Stat answer "absent" and Put
+// answer Unavailable — within about the deadline, never a hang, never
 // an exception. Records read back are verified with VerifyChunk (header, length,
 // payload checksum, key) before Get returns OK; a bad one is DataLoss and counted.
 //
-// Pin/Unpin are no-ops returning true (the daemon leases its own chunks); the
-// eviction listener is never called (the daemon evicts on its own).
+// caps(): durable, remote, verifies reads, not pinnable (Pin returns an empty handle:
+// the daemon evicts on its own), does not report evictions.
 #ifndef KVSTORE_REMOTE_TIER_H_
 #define KVSTORE_REMOTE_TIER_H_
 
@@ -35,25 +35,23 @@ class RemoteTier final : public Tier {
  public:
   // Does not contact the daemon (it may be down now and up later).
   static absl::StatusOr<std::unique_ptr<RemoteTier>> Create(const RemoteTierOptions& options);
+  // A TieredStore factory (the remote tier never evicts on its own: no listener).
+  static TierFactory Factory(RemoteTierOptions options);
   ~RemoteTier() override;
 
-  std::string_view name() const override { return name_; }
-  TierKind kind() const override { return TierKind::kRemote; }
+  TierCaps caps() const override;
 
   absl::Status Put(std::span<const std::byte> record) override;
   absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out) override;
-  absl::StatusOr<uint64_t> RecordSize(const ChunkKey& key) override;
-  // Unreachable daemon: every key reads as absent.
-  std::vector<bool> Contains(std::span<const ChunkKey> keys) override;
+  // One per-key Lookup RPC per kKvtierMaxBatchKeys keys. Unreachable daemon: every key
+  // reads as absent.
+  std::vector<ChunkStat> Stat(std::span<const ChunkKey> keys) override;
   absl::Status Erase(const ChunkKey& key) override;
   // Pages come from the daemon (page tokens are the daemon's).
   absl::StatusOr<ListPage> List(const ListOptions& options) override;
   // Client-side counters; capacity/used/chunks from the daemon's last Stats answer.
   TierStats stats() const override;
-  uint64_t capacity_bytes() const override;
-  bool Pin(const ChunkKey&) override { return true; }
-  void Unpin(const ChunkKey&) override {}
-  void SetEvictionListener(EvictionListener) override {}
+  PinHandle Pin(const ChunkKey&) override { return PinHandle(); }
 
   RemoteClient& client() { return *client_; }
 

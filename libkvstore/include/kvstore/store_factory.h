@@ -1,0 +1,38 @@
+// The one assembly of a TieredStore from options: host memory, then an optional disk
+// tier, then any lower tiers (a kvtierd RemoteTier, a cluster tier) given as factories.
+// kvtierd, the C ABI, the llama.cpp demo and the benchmarks all build stores here.
+#ifndef KVSTORE_STORE_FACTORY_H_
+#define KVSTORE_STORE_FACTORY_H_
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kvstore/disk_tier.h"
+#include "kvstore/host_tier.h"
+#include "kvstore/tiered_store.h"
+
+namespace kvt {
+
+struct StoreOptions {
+  // Tier 0. capacity_bytes 0 = no host tier (then a disk or lower tier is required).
+  HostTierOptions host;
+  // A disk tier below the host tier when set.
+  std::optional<DiskTierOptions> disk;
+  // Tiers below the disk tier, fastest first (e.g. RemoteTier::Factory(...)).
+  std::vector<TierFactory> lower;
+  TieredStoreOptions store;
+
+  // InvalidArgument naming the field (host, disk, store) and the problem.
+  absl::Status Validate() const;
+};
+
+// Builds the tiers in order and the store over them (each tier but the last demotes
+// into the next). Errors of any tier's construction are returned and nothing is kept.
+absl::StatusOr<std::unique_ptr<TieredStore>> OpenTieredStore(const StoreOptions& options);
+
+}  // namespace kvt
+
+#endif  // KVSTORE_STORE_FACTORY_H_
