@@ -11,6 +11,7 @@
 #include "CLI/CLI.hpp"
 #include "daemon/config.h"
 #include "daemon/server.h"
+#include "kvstore/byte_size.h"
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
@@ -51,7 +52,7 @@ int main(int argc, char** argv) {
     config = *c;
   }
   auto bytes = [](const std::string& flag, const std::string& v, uint64_t* out) {
-    auto b = kvt::daemon::ParseByteSize(v);
+    auto b = kvt::ParseByteSize(v);
     if (!b.ok()) {
       std::fprintf(stderr, "kvtierd: %s: %s\n", flag.c_str(), b.status().ToString().c_str());
       return false;

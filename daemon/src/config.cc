@@ -12,35 +12,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "kvstore/byte_size.h"
 #include "yaml-cpp/yaml.h"
 
 namespace kvt::daemon {
-
-absl::StatusOr<uint64_t> ParseByteSize(const std::string& text) {
-  std::string t = absl::AsciiStrToLower(std::string(absl::StripAsciiWhitespace(text)));
-  struct Suffix {
-    const char* s;
-    uint64_t mult;
-  };
-  static const Suffix kSuffixes[] = {{"tib", 1ull << 40}, {"gib", 1ull << 30}, {"mib", 1ull << 20},
-                                     {"kib", 1ull << 10}, {"tb", 1000000000000ull}, {"gb", 1000000000ull},
-                                     {"mb", 1000000ull},  {"kb", 1000ull},        {"t", 1ull << 40},
-                                     {"g", 1ull << 30},   {"m", 1ull << 20},      {"k", 1ull << 10},
-                                     {"b", 1}};
-  uint64_t mult = 1;
-  for (const auto& suf : kSuffixes) {
-    if (absl::EndsWith(t, suf.s)) {
-      mult = suf.mult;
-      t.resize(t.size() - std::strlen(suf.s));
-      break;
-    }
-  }
-  uint64_t v = 0;
-  if (t.empty() || !absl::SimpleAtoi(absl::StripAsciiWhitespace(t), &v) || (v != 0 && mult > UINT64_MAX / v))
-    return absl::InvalidArgumentError(
-        absl::StrFormat("byte size '%s': expected an integer with an optional unit (KiB, MiB, GiB, TiB)", text));
-  return v * mult;
-}
 
 bool IsLocalAddress(const std::string& a) {
   if (absl::StartsWith(a, "unix:") || absl::StartsWith(a, "unix-abstract:")) return true;
@@ -197,7 +172,7 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
       return s;
     auto bytes = [&](const char* key, uint64_t* out) -> absl::Status {
       if (!root[key]) return absl::OkStatus();
-      auto v = ParseByteSize(root[key].as<std::string>());
+      auto v = ::kvt::ParseByteSize(root[key].as<std::string>());
       if (!v.ok()) return absl::InvalidArgumentError(absl::StrFormat("config %s: %s", key, v.status().message()));
       *out = *v;
       return absl::OkStatus();
@@ -250,7 +225,7 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
       if (shm["enabled"])
         if (auto s = Get(shm["enabled"], "shm.enabled", "true|false", &c.shm_enabled); !s.ok()) return s;
       if (shm["max_region_bytes"]) {
-        auto v = ParseByteSize(shm["max_region_bytes"].as<std::string>());
+        auto v = ::kvt::ParseByteSize(shm["max_region_bytes"].as<std::string>());
         if (!v.ok()) return absl::InvalidArgumentError("config shm.max_region_bytes: " + std::string(v.status().message()));
         c.shm_max_region_bytes = *v;
       }

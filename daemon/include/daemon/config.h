@@ -87,9 +87,6 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
 // directory.
 absl::StatusOr<DaemonConfig> LoadDaemonConfig(const std::string& path, DaemonConfig base);
 
-// Parses "512MiB", "8GiB", "1G", "4096" into bytes. InvalidArgument otherwise.
-absl::StatusOr<uint64_t> ParseByteSize(const std::string& text);
-
 // True for a unix: address or a TCP address on loopback.
 bool IsLocalAddress(const std::string& address);
 
