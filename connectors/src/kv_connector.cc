@@ -18,6 +18,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "kvstore/chunk_chain.h"
 #include "kvstore/chunk_codec.h"
 #include "spdlog/spdlog.h"
 
@@ -200,12 +201,7 @@ class KVConnectorImpl final : public KVConnector {
         }
       }
       Job job;
-      job.header.ns = ns_;
-      job.header.key = keys[i];
-      job.header.parent = i == 0 ? RootKey(ns_) : keys[i - 1];
-      job.header.token_count = chunk_tokens_;
-      job.header.layout = options_.ns.layout;
-      job.header.payload_bytes = payload_bytes_;
+      job.header = ChainHeader(ns_, options_.ns.layout, keys, i, chunk_tokens_);
       job.record = TakeBuffer(record_bytes);
       absl::Status filled = fill(i, job.record.span().subspan(kChunkHeaderBytes));
       if (!filled.ok()) {

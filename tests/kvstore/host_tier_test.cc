@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "kvstore/chunk_codec.h"
 #include "kvstore/chunk_key.h"
+#include "test_records.h"
 
 namespace kvt {
 namespace {
@@ -39,19 +40,10 @@ ChunkKey KeyOf(uint64_t i) { return ChunkKey{i * 0x9E3779B97F4A7C15ull + 7, i}; 
 uint64_t RecordBytes(uint32_t tokens) { return kChunkHeaderBytes + 32ull * tokens; }
 
 std::vector<std::byte> MakeRecord(uint64_t i, uint32_t tokens, NamespaceId ns = kNs) {
-  ChunkHeader h;
-  h.ns = ns;
-  h.key = KeyOf(i);
-  h.parent = RootKey(ns);
-  h.token_count = tokens;
-  h.layout = SmallLayout();
-  h.payload_bytes = h.layout.payload_bytes(tokens);
-  std::vector<std::byte> payload(h.payload_bytes);
+  std::vector<std::byte> payload(SmallLayout().payload_bytes(tokens));
   std::mt19937_64 rng(i * 31 + tokens);
   for (auto& b : payload) b = static_cast<std::byte>(rng());
-  absl::StatusOr<std::vector<std::byte>> rec = EncodeChunk(h, payload);
-  EXPECT_TRUE(rec.ok()) << rec.status();
-  return rec.ok() ? *rec : std::vector<std::byte>{};
+  return testing::TestRecord(ns, SmallLayout(), KeyOf(i), RootKey(ns), tokens, payload);
 }
 
 std::unique_ptr<HostTier> MakeTier(uint64_t capacity) {
