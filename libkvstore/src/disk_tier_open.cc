@@ -279,8 +279,7 @@ absl::Status DiskTier::Impl::Init() {
     return a.second.idx.last_access_ms < b.second.idx.last_access_ms;
   });
   for (auto& [key, en] : kept) {
-    lru_.push_front(key);
-    en.lru = lru_.begin();
+    en.lru = lru_.Insert(key);
     en.gen = next_gen_++;
     used_bytes_ += en.padded;
     map_.emplace(key, en);
