@@ -53,13 +53,13 @@ absl::Status DaemonConfig::Validate() const {
                                            a));
   }
   if (data_dir.empty()) return bad("data_dir", "must not be empty");
-  if (host_capacity_bytes < (1ull << 20)) return bad("host_capacity", "must be at least 1 MiB");
-  if (disk_capacity_bytes == 0 || disk_capacity_bytes % 4096 != 0)
+  if (host.capacity_bytes < (1ull << 20)) return bad("host_capacity", "must be at least 1 MiB");
+  if (disk.capacity_bytes == 0 || disk.capacity_bytes % 4096 != 0)
     return bad("disk_capacity", "must be a positive multiple of 4096");
-  if (disk_file_bytes == 0 || disk_file_bytes % 4096 != 0)
+  if (disk.file_bytes == 0 || disk.file_bytes % 4096 != 0)
     return bad("disk_file_bytes", "must be a positive multiple of 4096");
   if (workers < 1 || workers > 256) return bad("workers", absl::StrFormat("%d, expected 1..256", workers));
-  if (max_record_bytes < 4096 || max_record_bytes > disk_file_bytes || max_record_bytes > (1ull << 30))
+  if (max_record_bytes < 4096 || max_record_bytes > disk.file_bytes || max_record_bytes > (1ull << 30))
     return bad("max_record_bytes", "expected 4 KiB .. min(disk_file_bytes, 1 GiB)");
   if (max_inflight_bytes < max_record_bytes)
     return bad("max_inflight_bytes", "must be at least max_record_bytes");
@@ -188,9 +188,9 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
     if (root["allow_remote"])
       if (auto s = Get(root["allow_remote"], "allow_remote", "true|false", &c.allow_remote); !s.ok()) return s;
     if (root["data_dir"]) c.data_dir = root["data_dir"].as<std::string>();
-    for (auto [key, out] : {std::pair{"host_capacity", &c.host_capacity_bytes},
-                            std::pair{"disk_capacity", &c.disk_capacity_bytes},
-                            std::pair{"disk_file_bytes", &c.disk_file_bytes},
+    for (auto [key, out] : {std::pair{"host_capacity", &c.host.capacity_bytes},
+                            std::pair{"disk_capacity", &c.disk.capacity_bytes},
+                            std::pair{"disk_file_bytes", &c.disk.file_bytes},
                             std::pair{"max_record_bytes", &c.max_record_bytes},
                             std::pair{"max_inflight_bytes", &c.max_inflight_bytes}}) {
       if (auto s = bytes(key, out); !s.ok()) return s;
@@ -202,7 +202,7 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
       c.get_part_bytes = static_cast<uint32_t>(v);
     }
     if (root["disk_direct_io"])
-      if (auto s = Get(root["disk_direct_io"], "disk_direct_io", "true|false", &c.disk_direct_io); !s.ok()) return s;
+      if (auto s = Get(root["disk_direct_io"], "disk_direct_io", "true|false", &c.disk.direct_io); !s.ok()) return s;
     if (root["durability"]) {
       std::string d = root["durability"].as<std::string>();
       if (d == "sync") c.durability = Durability::kSync;

@@ -222,15 +222,11 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonCo
   std::filesystem::create_directories(config.data_dir, ec);
   if (ec) return absl::InternalError(absl::StrFormat("data_dir %s: %s", config.data_dir, ec.message()));
 
-  HostTierOptions ho;
-  ho.capacity_bytes = config.host_capacity_bytes;
-  auto host = HostTier::Create(ho);
+  auto host = HostTier::Create(config.host);
   if (!host.ok()) return host.status();
-  DiskTierOptions dopt;
+  DiskTierOptions dopt = config.disk;
   dopt.dir = config.data_dir + "/disk";
-  dopt.capacity_bytes = config.disk_capacity_bytes;
-  dopt.file_bytes = std::min(config.disk_file_bytes, config.disk_capacity_bytes);
-  dopt.direct_io = config.disk_direct_io;
+  dopt.file_bytes = std::min(config.disk.file_bytes, config.disk.capacity_bytes);
   auto disk = DiskTier::Open(dopt);
   if (!disk.ok()) return disk.status();
   impl->disk = disk->get();
