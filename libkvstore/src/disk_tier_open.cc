@@ -231,8 +231,10 @@ absl::Status DiskTier::Impl::Init() {
   std::vector<std::string> drop_raw;
   std::vector<std::pair<ChunkKey, Entry>> kept;
   auto hdr_buf = internal::AllocateAligned(4096);
+  // The callback runs inside Scan, on this thread, while `il` and `l` are held.
   absl::Status scan = index_->Scan("", [&](std::string_view raw, absl::StatusOr<ChunkKey> key,
-                                           absl::StatusOr<IndexEntry> e) {
+                                           absl::StatusOr<IndexEntry> e)
+                                           ABSL_EXCLUSIVE_LOCKS_REQUIRED(index_mu_, mu_) {
     auto drop = [&](std::string_view why) {
       spdlog::warn("disk tier: dropping index entry {}: {}",
                    key.ok() ? key->ToHex() : std::string("<undecodable>"), why);
