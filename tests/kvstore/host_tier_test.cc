@@ -23,17 +23,8 @@ using ::testing::HasSubstr;
 
 const NamespaceId kNs{0x1111, 0x2222};
 
-// 1 layer, 1 KV head, head_dim 16, 1-byte elements: 32 payload bytes per token, so a
-// record of t tokens is 128 + 32 t bytes (12 tokens = 512 bytes, 28 tokens = 1024).
-KvLayout SmallLayout() {
-  KvLayout l;
-  l.num_layers = 1;
-  l.num_kv_heads = 1;
-  l.head_dim = 16;
-  l.dtype = DType::kBytes;
-  l.kind = LayoutKind::kFlashAttnNHD;
-  return l;
-}
+// 32 payload bytes per token: a record of t tokens is 128 + 32 t bytes.
+KvLayout SmallLayout() { return testing::Bytes32PerTokenLayout(); }
 
 ChunkKey KeyOf(uint64_t i) { return ChunkKey{i * 0x9E3779B97F4A7C15ull + 7, i}; }
 

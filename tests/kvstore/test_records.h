@@ -18,6 +18,18 @@
 
 namespace kvt::testing {
 
+// 1 layer, 1 KV head, head_dim 16, opaque bytes: 32 payload bytes per token, so a
+// record of t tokens is 128 + 32 t bytes (12 tokens = 512 bytes, 28 tokens = 1024).
+inline KvLayout Bytes32PerTokenLayout() {
+  KvLayout l;
+  l.num_layers = 1;
+  l.num_kv_heads = 1;
+  l.head_dim = 16;
+  l.dtype = DType::kBytes;
+  l.kind = LayoutKind::kFlashAttnNHD;
+  return l;
+}
+
 // chain.EncodeNext(key, tokens, payload), aborting with the codec's message on failure.
 inline std::vector<std::byte> EncodeNextOrDie(ChunkChainEncoder& chain, ChunkKey key,
                                               uint32_t tokens,

@@ -31,15 +31,7 @@ using ::testing::ElementsAre;
 const NamespaceId kNs{0xabc, 0xdef};
 
 // 32 payload bytes per token: a record of t tokens is 128 + 32 t bytes (12 → 512).
-KvLayout SmallLayout() {
-  KvLayout l;
-  l.num_layers = 1;
-  l.num_kv_heads = 1;
-  l.head_dim = 16;
-  l.dtype = DType::kBytes;
-  l.kind = LayoutKind::kFlashAttnNHD;
-  return l;
-}
+KvLayout SmallLayout() { return testing::Bytes32PerTokenLayout(); }
 
 ChunkKey KeyOf(uint64_t i) { return ChunkKey{i * 0x9E3779B97F4A7C15ull + 3, i}; }
 constexpr uint64_t kRec12 = 128 + 32 * 12;
