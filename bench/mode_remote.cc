@@ -41,6 +41,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
 #include "bench_mode.h"
+#include "kvstore/chunk_chain.h"
 #include "kvstore/chunk_codec.h"
 #include "kvstore/chunk_key.h"
 #include "kvstore/remote_client.h"
@@ -123,7 +124,7 @@ std::vector<std::vector<std::byte>> MakeRecords(int n, uint32_t tokens) {
   NamespaceId ns = ComputeNamespace(p);
   std::vector<std::vector<std::byte>> out;
   std::mt19937_64 rng(7);
-  ChunkKey parent = RootKey(ns);
+  ChunkChainEncoder chain(ns, layout);
   std::vector<std::byte> payload(layout.payload_bytes(tokens));
   for (int i = 0; i < n; ++i) {
     std::vector<TokenId> toks(tokens);
@@ -132,14 +133,7 @@ std::vector<std::vector<std::byte>> MakeRecords(int n, uint32_t tokens) {
       uint64_t v = rng();
       std::memcpy(payload.data() + j, &v, 8);
     }
-    ChunkHeader h;
-    h.ns = ns;
-    h.key = ChainChunkKey(parent, toks);
-    h.parent = parent;
-    h.token_count = tokens;
-    h.layout = layout;
-    out.push_back(*EncodeChunk(h, payload));
-    parent = h.key;
+    out.push_back(*chain.EncodeNext(toks, payload));
   }
   return out;
 }

@@ -34,6 +34,7 @@
 
 #include "CLI/CLI.hpp"
 #include "bench_mode.h"
+#include "kvstore/chunk_chain.h"
 #include "kvstore/chunk_codec.h"
 #include "kvstore/disk_tier.h"
 #include "kvstore/host_tier.h"
@@ -150,15 +151,12 @@ int RunTiers(int argc, char** argv) {
 
   // ---- records
   const KvLayout layout{32, 8, 128, DType::kBF16, LayoutKind::kFlashAttnNHD};
-  ChunkHeader h;
-  h.ns = NamespaceId{0x6c6c616d61, 0x33};
-  h.layout = layout;
-  h.token_count = tokens;
-  h.payload_bytes = layout.payload_bytes(tokens);
-  const uint64_t rec = kChunkHeaderBytes + h.payload_bytes;
+  ChunkChainEncoder chain(NamespaceId{0x6c6c616d61, 0x33}, layout);
+  const uint64_t payload_bytes = layout.payload_bytes(tokens);
+  const uint64_t rec = kChunkHeaderBytes + payload_bytes;
   const uint64_t padded = RoundUp(rec);
   const uint64_t total = rec * chunks;
-  std::vector<std::byte> payload(h.payload_bytes);
+  std::vector<std::byte> payload(payload_bytes);
   uint64_t x = 0x9E3779B97F4A7C15ull;
   for (size_t i = 0; i + 8 <= payload.size(); i += 8) {
     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
@@ -167,15 +165,15 @@ int RunTiers(int argc, char** argv) {
   std::vector<Buffer> recs;
   std::vector<ChunkKey> keys;
   for (uint32_t i = 0; i < chunks; ++i) {
-    h.key = ChunkKey{i + 1, 0x7469657273};
-    h.parent = i == 0 ? ChunkKey{h.ns.lo, h.ns.hi} : keys.back();
+    const ChunkKey key{i + 1, 0x7469657273};
     std::memcpy(payload.data(), &i, sizeof i);  // distinct payloads
     recs.push_back(Aligned(padded));
     std::memset(recs.back().get() + rec, 0, padded - rec);
-    if (absl::Status s = EncodeChunk(h, payload, std::span<std::byte>(recs.back().get(), rec)); !s.ok()) {
+    if (absl::Status s = chain.EncodeNext(key, tokens, payload, std::span<std::byte>(recs.back().get(), rec));
+        !s.ok()) {
       Die(s.ToString());
     }
-    keys.push_back(h.key);
+    keys.push_back(key);
   }
   Buffer dst = Aligned(padded);
   std::memset(dst.get(), 1, padded);

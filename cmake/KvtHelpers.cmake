@@ -4,6 +4,11 @@
 function(kvt_target_defaults target)
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Werror -Wno-missing-field-initializers>)
+  if(KVT_THREAD_SAFETY)
+    # Clang checks ABSL_GUARDED_BY / ABSL_EXCLUSIVE_LOCKS_REQUIRED (the thread-safety
+    # preset, scripts/check-thread-safety.sh). -Werror above makes a finding fail the build.
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wthread-safety>)
+  endif()
   if(KVT_SANITIZE)
     target_compile_options(${target} PRIVATE -fsanitize=${KVT_SANITIZE} -fno-omit-frame-pointer)
     target_link_options(${target} PRIVATE -fsanitize=${KVT_SANITIZE})

@@ -11,6 +11,7 @@
 #include "CLI/CLI.hpp"
 #include "daemon/config.h"
 #include "daemon/server.h"
+#include "kvstore/byte_size.h"
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
@@ -51,7 +52,7 @@ int main(int argc, char** argv) {
     config = *c;
   }
   auto bytes = [](const std::string& flag, const std::string& v, uint64_t* out) {
-    auto b = kvt::daemon::ParseByteSize(v);
+    auto b = kvt::ParseByteSize(v);
     if (!b.ok()) {
       std::fprintf(stderr, "kvtierd: %s: %s\n", flag.c_str(), b.status().ToString().c_str());
       return false;
@@ -61,8 +62,8 @@ int main(int argc, char** argv) {
   };
   if (app.count("--listen") > 0) config.listen = listen;
   if (app.count("--data-dir") > 0) config.data_dir = data_dir;
-  if (!host_cap.empty() && !bytes("--host-capacity", host_cap, &config.host_capacity_bytes)) return 2;
-  if (!disk_cap.empty() && !bytes("--disk-capacity", disk_cap, &config.disk_capacity_bytes)) return 2;
+  if (!host_cap.empty() && !bytes("--host-capacity", host_cap, &config.host.capacity_bytes)) return 2;
+  if (!disk_cap.empty() && !bytes("--disk-capacity", disk_cap, &config.disk.capacity_bytes)) return 2;
   if (app.count("--metrics-listen") > 0) config.metrics_listen = metrics_listen;
   if (!durability.empty())
     config.durability = durability == "async" ? kvt::daemon::Durability::kAsync : kvt::daemon::Durability::kSync;
@@ -71,7 +72,7 @@ int main(int argc, char** argv) {
   if (app.count("--log-level") > 0) config.log_level = log_level;
   if (allow_remote) config.allow_remote = true;
   if (no_shm) config.shm_enabled = false;
-  if (no_direct_io) config.disk_direct_io = false;
+  if (no_direct_io) config.disk.direct_io = false;
   // Flags and file go through the same checks; any failure here is a bad config: exit 2.
   if (absl::Status s = config.Validate(); !s.ok()) {
     std::fprintf(stderr, "kvtierd: %s\n", s.ToString().c_str());

@@ -5,4 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh
+bash scripts/check-thread-safety.sh
 ctest --preset release -j "${KVT_TEST_JOBS:-2}" --timeout 900 "$@"

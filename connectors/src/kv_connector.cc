@@ -1,61 +1,37 @@
 // KVConnector implementation over a shared TieredStore. See connectors/kv_connector.h
-// and docs/connector.md.
+// and docs/connector.md. This file: lookup (cost model, leases) and the payload level.
+// The stores' queue, buffer pool and back-pressure: async_chunk_writer.h; the paged
+// level over the payload level: paged_level.h; the counters: connector_counters.h.
 #include "connectors/kv_connector.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <cstdlib>
-#include <deque>
 #include <map>
-#include <new>
-#include <thread>
-#include <unordered_set>
+#include <memory>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "async_chunk_writer.h"
+#include "connector_counters.h"
+#include "kvstore/chunk_chain.h"
 #include "kvstore/chunk_codec.h"
+#include "paged_level.h"
 #include "spdlog/spdlog.h"
 
 namespace kvt {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using connector_internal::AsyncChunkWriter;
+using connector_internal::ConnectorCounters;
+
+void Bump(ConnectorCounters::Counter& c, uint64_t n = 1) { ConnectorCounters::Bump(c, n); }
 
 double SecondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
-
-void Bump(std::atomic<uint64_t>& c, uint64_t n = 1) { c.fetch_add(n, std::memory_order_relaxed); }
-uint64_t Read(const std::atomic<uint64_t>& c) { return c.load(std::memory_order_relaxed); }
-
-// Uninitialised byte buffer (a chunk is tens of MiB; zero-filling it would double the
-// time Store holds the caller). Large buffers are 2 MiB-aligned and advised as huge
-// pages, so first touch costs a few faults per chunk instead of one per 4 KiB page.
-struct FreeDeleter {
-  void operator()(std::byte* p) const { std::free(p); }
-};
-struct RecordBuffer {
-  std::unique_ptr<std::byte[], FreeDeleter> data;
-  size_t size = 0;
-  static RecordBuffer Make(size_t n) {
-    constexpr size_t kHuge = 2u << 20;
-    void* p = nullptr;
-    if (n >= kHuge) {
-      p = std::aligned_alloc(kHuge, (n + kHuge - 1) / kHuge * kHuge);
-      if (p != nullptr) madvise(p, (n + kHuge - 1) / kHuge * kHuge, MADV_HUGEPAGE);
-    } else {
-      p = std::malloc(std::max<size_t>(n, 1));
-    }
-    if (p == nullptr) throw std::bad_alloc();
-    return RecordBuffer{std::unique_ptr<std::byte[], FreeDeleter>(static_cast<std::byte*>(p)), n};
-  }
-  std::span<std::byte> span() { return {data.get(), size}; }
-};
 
 }  // namespace
 
@@ -87,16 +63,15 @@ class KVConnectorImpl final : public KVConnector {
         ns_(ComputeNamespace(options.ns)),
         chunk_tokens_(options.ns.chunk_tokens),
         payload_bytes_(options.ns.layout.payload_bytes(options.ns.chunk_tokens)),
-        cost_(options.cost) {
-    if (options_.async_store) worker_ = std::thread([this] { WorkerLoop(); });
-  }
+        cost_(options.cost),
+        writer_(std::make_unique<AsyncChunkWriter>(
+            AsyncChunkWriter::Options{options.async_store, options.max_pending_store_bytes,
+                                      options.store_buffer_pool_bytes},
+            [this](std::span<const std::byte> record) { return store_->Put(record); },
+            &counters_)) {}
 
   ~KVConnectorImpl() override {
-    {
-      absl::MutexLock lock(&mu_);
-      stopping_ = true;
-    }
-    if (worker_.joinable()) worker_.join();  // drains the queue first
+    writer_.reset();  // drains the queue first
     absl::MutexLock lock(&mu_);
     for (auto& [key, leases] : leases_) {
       for (const auto& l : leases) store_->ReleaseLease(l.id);
@@ -110,7 +85,7 @@ class KVConnectorImpl final : public KVConnector {
           absl::StrFormat("Lookup: num_computed_tokens = %d exceeds the prompt length %d",
                           num_computed_tokens, tokens.size()));
     }
-    Bump(lookups_);
+    Bump(counters_.lookups);
     ReleaseStaleLeases();
     ConnectorLookup out;
     if (tokens.size() < 2) return out;
@@ -123,7 +98,7 @@ class KVConnectorImpl final : public KVConnector {
         ComputeChunkKeys(ns_, tokens.first(max_chunks * chunk_tokens_), KeyOptions());
     LookupResult hit = store_->Lookup(keys, LookupOptions{.pin = true});
     out.cached_tokens = uint64_t{hit.num_leading_hits} * chunk_tokens_;
-    Bump(lookup_hit_tokens_, out.cached_tokens);
+    Bump(counters_.lookup_hit_tokens, out.cached_tokens);
     size_t k = 0;
     if (out.cached_tokens > num_computed_tokens) {
       if (options_.use_cost_model) {
@@ -144,7 +119,7 @@ class KVConnectorImpl final : public KVConnector {
     }
     out.load_tokens = uint64_t{k} * chunk_tokens_;
     if (out.load_tokens <= num_computed_tokens) out.load_tokens = 0;
-    Bump(lookup_load_tokens_, out.load_tokens);
+    Bump(counters_.lookup_load_tokens, out.load_tokens);
     if (hit.lease != kNoLease) {
       if (out.load_tokens == 0) {
         store_->ReleaseLease(hit.lease);
@@ -165,62 +140,43 @@ class KVConnectorImpl final : public KVConnector {
   absl::StatusOr<size_t> StorePayloads(std::span<const TokenId> tokens,
                                        const ChunkFill& fill) override {
     if (!fill) return absl::InvalidArgumentError("StorePayloads: fill callback is empty");
-    Bump(store_calls_);
+    Bump(counters_.store_calls);
     const size_t n = tokens.size() / chunk_tokens_;
     if (n == 0) return size_t{0};
     std::vector<ChunkKey> keys =
         ComputeChunkKeys(ns_, tokens.first(n * chunk_tokens_), KeyOptions());
     // Chunks already cached (the leading run the store holds) are skipped.
     const size_t cached = store_->Lookup(keys).num_leading_hits;
-    Bump(store_chunks_skipped_, cached);
+    Bump(counters_.store_chunks_skipped, cached);
     const uint64_t record_bytes = kChunkHeaderBytes + payload_bytes_;
     size_t taken = 0;
     for (size_t i = cached; i < n; ++i) {
-      {
-        absl::MutexLock lock(&mu_);
-        if (pending_keys_.contains(keys[i])) {
-          Bump(store_chunks_skipped_);
-          continue;
-        }
-        if (options_.async_store && options_.max_pending_store_bytes != 0 &&
-            pending_bytes_ + record_bytes > options_.max_pending_store_bytes) {
-          // Back-pressure: never block decode. Drop this chunk and the rest (a later
-          // chunk is useless to a lookup without the ones before it).
-          Bump(store_chunks_dropped_, n - i);
-          spdlog::debug(
-              "kvt connector: store queue full ({} B pending, limit {} B); "
-              "dropping {} chunks",
-              pending_bytes_, options_.max_pending_store_bytes, n - i);
-          break;
-        }
-        if (options_.async_store) {
-          // Reserve the bytes and the key now so concurrent stores see them.
-          pending_bytes_ += record_bytes;
-          pending_keys_.insert(keys[i]);
-        }
+      const AsyncChunkWriter::Admission admitted = writer_->Admit(keys[i], record_bytes);
+      if (admitted == AsyncChunkWriter::Admission::kAlreadyPending) {
+        Bump(counters_.store_chunks_skipped);
+        continue;
       }
-      Job job;
-      job.header.ns = ns_;
-      job.header.key = keys[i];
-      job.header.parent = i == 0 ? RootKey(ns_) : keys[i - 1];
-      job.header.token_count = chunk_tokens_;
-      job.header.layout = options_.ns.layout;
-      job.header.payload_bytes = payload_bytes_;
-      job.record = TakeBuffer(record_bytes);
-      absl::Status filled = fill(i, job.record.span().subspan(kChunkHeaderBytes));
+      if (admitted == AsyncChunkWriter::Admission::kQueueFull) {
+        // Back-pressure: never block decode. Drop this chunk and the rest (a later
+        // chunk is useless to a lookup without the ones before it).
+        Bump(counters_.store_chunks_dropped, n - i);
+        spdlog::debug(
+            "kvt connector: store queue full ({} B pending, limit {} B); "
+            "dropping {} chunks",
+            writer_->pending_bytes(), options_.max_pending_store_bytes, n - i);
+        break;
+      }
+      connector_internal::RecordBuffer record = writer_->TakeBuffer(record_bytes);
+      absl::Status filled = fill(i, record.span().subspan(kChunkHeaderBytes));
       if (!filled.ok()) {
-        if (options_.async_store) Unreserve(keys[i], record_bytes);
+        writer_->Cancel(keys[i], record_bytes);
         return absl::Status(filled.code(), absl::StrFormat("StorePayloads: fill of chunk %d: %s", i,
                                                            filled.message()));
       }
       ++taken;
-      Bump(store_chunks_taken_);
-      if (options_.async_store) {
-        absl::MutexLock lock(&mu_);
-        queue_.push_back(std::move(job));
-      } else {
-        PutJob(job);
-      }
+      Bump(counters_.store_chunks_taken);
+      writer_->Submit(ChainHeader(ns_, options_.ns.layout, keys, i, chunk_tokens_),
+                      std::move(record));
     }
     return taken;
   }
@@ -229,7 +185,9 @@ class KVConnectorImpl final : public KVConnector {
                                                    uint64_t num_tokens, const ChunkConsume& consume,
                                                    uint64_t skip_tokens) override {
     if (!consume) return absl::InvalidArgumentError("LoadPayloads: consume callback is empty");
-    if (absl::Status s = CheckLoadArgs("LoadPayloads", tokens, num_tokens, skip_tokens); !s.ok()) {
+    if (absl::Status s = connector_internal::CheckLoadArgs("LoadPayloads", tokens, num_tokens,
+                                                           skip_tokens, chunk_tokens_);
+        !s.ok()) {
       return s;
     }
     ConnectorLoadResult result;
@@ -244,12 +202,12 @@ class KVConnectorImpl final : public KVConnector {
       absl::Status err = LoadOne(keys[i], layout, std::span<std::byte>(buf), i, consume);
       if (!err.ok()) {
         for (size_t j = i; j < n; ++j) result.failed_chunks.push_back(j);
-        Bump(load_chunks_failed_, n - i);
+        Bump(counters_.load_chunks_failed, n - i);
         result.first_error = err;
         spdlog::debug("kvt connector: load stopped at chunk {} of {}: {}", i, n, err.ToString());
         break;
       }
-      Bump(load_chunks_ok_);
+      Bump(counters_.load_chunks_ok);
       result.loaded_tokens = uint64_t{i + 1} * chunk_tokens_;
     }
     ReleaseLeaseFor(keys);
@@ -261,13 +219,7 @@ class KVConnectorImpl final : public KVConnector {
     cost_.ObservePrefill(new_tokens, context_tokens, elapsed.count());
   }
 
-  void Flush() override {
-    absl::MutexLock lock(&mu_);
-    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return queue_.empty() && in_flight_ == 0;
-    };
-    mu_.Await(absl::Condition(&idle));
-  }
+  void Flush() override { writer_->Flush(); }
 
   const NamespaceParams& ns_params() const override { return options_.ns; }
   NamespaceId ns() const override { return ns_; }
@@ -276,49 +228,20 @@ class KVConnectorImpl final : public KVConnector {
   CostModel& cost_model() override { return cost_; }
 
   absl::Status RegisterKvView(const PagedKvView& view) override {
-    if (absl::Status s = view.Validate(); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("RegisterKvView: ", s.message()));
-    }
-    if (!(view.layout == options_.ns.layout)) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "RegisterKvView: the view's layout %s does not match the declared layout %s "
-          "(ConnectorOptions.ns.layout)",
-          view.layout.DebugString(), options_.ns.layout.DebugString()));
-    }
-    if (view.device == KvDevice::kCuda && !CudaCopyAvailable()) {
-      return absl::InvalidArgumentError(
-          "RegisterKvView: view.device = cuda but this process has no usable CUDA device "
-          "(CPU-only build or no GPU)");
+    if (absl::Status s = connector_internal::CheckViewFor(view, options_.ns.layout); !s.ok()) {
+      return s;
     }
     absl::MutexLock lock(&mu_);
     view_ = view;
     return absl::OkStatus();
   }
 
+  // The paged level: a thin layer over StorePayloads/LoadPayloads (paged_level.h).
   absl::StatusOr<size_t> Store(std::span<const TokenId> tokens,
                                std::span<const int64_t> slot_mapping) override {
     PagedKvView view;
     if (absl::Status s = GetView("Store", &view); !s.ok()) return s;
-    const size_t covered = tokens.size() / chunk_tokens_ * chunk_tokens_;
-    if (slot_mapping.size() < covered) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "Store: slot_mapping has %d entries; expected >= %d (complete chunks x chunk_tokens)",
-          slot_mapping.size(), covered));
-    }
-    const int64_t num_slots = view.num_slots();
-    for (size_t i = 0; i < covered; ++i) {
-      if (slot_mapping[i] < 0 || slot_mapping[i] >= num_slots) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "Store: slot_mapping[%d] = %d; expected a slot in [0, %d) for every token of a "
-            "complete chunk (padding -1 cannot be stored)",
-            i, slot_mapping[i], num_slots));
-      }
-    }
-    const uint32_t ct = chunk_tokens_;
-    const KvCopyOptions copy = options_.copy;
-    return StorePayloads(tokens, [&](size_t chunk, std::span<std::byte> payload) {
-      return GatherChunk(view, slot_mapping.subspan(chunk * ct, ct), payload, copy);
-    });
+    return connector_internal::StorePaged(*this, view, tokens, slot_mapping, options_.copy);
   }
 
   absl::StatusOr<ConnectorLoadResult> Load(std::span<const TokenId> tokens, uint64_t num_tokens,
@@ -326,69 +249,19 @@ class KVConnectorImpl final : public KVConnector {
                                            uint64_t num_computed_tokens) override {
     PagedKvView view;
     if (absl::Status s = GetView("Load", &view); !s.ok()) return s;
-    if (absl::Status s = CheckLoadArgs("Load", tokens, num_tokens, num_computed_tokens); !s.ok()) {
-      return s;
-    }
-    if (slot_mapping.size() < num_tokens) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("Load: slot_mapping has %d entries; expected >= num_tokens = %d",
-                          slot_mapping.size(), num_tokens));
-    }
-    const int64_t num_slots = view.num_slots();
-    for (uint64_t i = num_computed_tokens; i < num_tokens; ++i) {
-      if (slot_mapping[i] < -1 || slot_mapping[i] >= num_slots) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "Load: slot_mapping[%d] = %d; expected -1 (padding) or a slot in [0, %d)", i,
-            slot_mapping[i], num_slots));
-      }
-    }
-    const uint32_t ct = chunk_tokens_;
-    const KvCopyOptions copy = options_.copy;
-    std::vector<int64_t> slots(ct);
-    return LoadPayloads(
-        tokens, num_tokens,
-        [&](size_t chunk, std::span<const std::byte> payload) {
-          const uint64_t base = uint64_t{chunk} * ct;
-          for (uint32_t j = 0; j < ct; ++j) {
-            // Positions the engine already holds are never written.
-            slots[j] = base + j < num_computed_tokens ? -1 : slot_mapping[base + j];
-          }
-          return ScatterChunk(view, slots, payload, copy);
-        },
-        num_computed_tokens);
+    return connector_internal::LoadPaged(*this, view, tokens, num_tokens, slot_mapping,
+                                         num_computed_tokens, options_.copy);
   }
 
   ConnectorStats stats() const override {
     ConnectorStats s;
-    s.lookups = Read(lookups_);
-    s.lookup_hit_tokens = Read(lookup_hit_tokens_);
-    s.lookup_load_tokens = Read(lookup_load_tokens_);
-    s.leases_released_by_load = Read(leases_by_load_);
-    s.leases_released_by_timeout = Read(leases_by_timeout_);
-    s.store_calls = Read(store_calls_);
-    s.store_chunks_taken = Read(store_chunks_taken_);
-    s.store_chunks_skipped = Read(store_chunks_skipped_);
-    s.store_chunks_dropped = Read(store_chunks_dropped_);
-    s.store_chunks_put = Read(store_chunks_put_);
-    s.store_put_errors = Read(store_put_errors_);
-    s.load_chunks_ok = Read(load_chunks_ok_);
-    s.load_chunks_failed = Read(load_chunks_failed_);
-    s.load_misses = Read(load_misses_);
-    s.load_data_loss = Read(load_data_loss_);
-    s.load_mismatch = Read(load_mismatch_);
-    s.load_other_errors = Read(load_other_errors_);
-    s.load_bytes = Read(load_bytes_);
+    counters_.Fill(&s);
     s.cost = cost_.stats();
-    absl::MutexLock lock(&mu_);
-    s.store_pending_bytes = pending_bytes_;
+    s.store_pending_bytes = writer_->pending_bytes();
     return s;
   }
 
  private:
-  struct Job {
-    ChunkHeader header;
-    RecordBuffer record;
-  };
   struct Lease {
     LeaseId id;
     Clock::time_point created;
@@ -399,24 +272,6 @@ class KVConnectorImpl final : public KVConnector {
     o.chunk_tokens = chunk_tokens_;
     o.include_partial = false;
     return o;
-  }
-
-  absl::Status CheckLoadArgs(const char* what, std::span<const TokenId> tokens, uint64_t num_tokens,
-                             uint64_t skip_tokens) const {
-    if (num_tokens % chunk_tokens_ != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s: num_tokens = %d is not a multiple of chunk_tokens = %d", what,
-                          num_tokens, chunk_tokens_));
-    }
-    if (num_tokens > tokens.size()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: num_tokens = %d exceeds the %d tokens given", what, num_tokens, tokens.size()));
-    }
-    if (skip_tokens > num_tokens) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: tokens already held (%d) exceed num_tokens = %d", what, skip_tokens, num_tokens));
-    }
-    return absl::OkStatus();
   }
 
   absl::Status GetView(const char* what, PagedKvView* view) {
@@ -437,18 +292,18 @@ class KVConnectorImpl final : public KVConnector {
     absl::StatusOr<uint64_t> got = store_->Get(key, buf, &info);
     if (!got.ok()) {
       if (absl::IsNotFound(got.status())) {
-        Bump(load_misses_);
+        Bump(counters_.load_misses);
       } else if (absl::IsDataLoss(got.status())) {
         // A verifying tier (disk, remote) found the record damaged: data loss, not a miss.
-        Bump(load_data_loss_);
+        Bump(counters_.load_data_loss);
       } else if (absl::IsOutOfRange(got.status())) {
         // A record larger than this namespace's chunks cannot be ours.
-        Bump(load_data_loss_);
+        Bump(counters_.load_data_loss);
         return absl::DataLossError(
             absl::StrFormat("chunk %d (key %s): record larger than expected %d bytes: %s", index,
                             key.ToHex(), buf.size(), got.status().message()));
       } else {
-        Bump(load_other_errors_);
+        Bump(counters_.load_other_errors);
       }
       return got.status();
     }
@@ -463,9 +318,9 @@ class KVConnectorImpl final : public KVConnector {
     }
     if (!header.ok()) {
       if (absl::IsDataLoss(header.status())) {
-        Bump(load_data_loss_);
+        Bump(counters_.load_data_loss);
       } else {
-        Bump(load_mismatch_);
+        Bump(counters_.load_mismatch);
       }
       spdlog::warn("kvt connector: chunk {} (key {}) failed verification: {}", index, key.ToHex(),
                    header.status().ToString());
@@ -474,10 +329,10 @@ class KVConnectorImpl final : public KVConnector {
     if (info.tier_index != kNoTier && !info.from_queue) {
       cost_.ObserveTransfer(info.tier_kind, *got, SecondsSince(t0));
     }
-    Bump(load_bytes_, *got);
+    Bump(counters_.load_bytes, *got);
     absl::Status consumed = consume(index, record.subspan(kChunkHeaderBytes));
     if (!consumed.ok()) {
-      Bump(load_other_errors_);
+      Bump(counters_.load_other_errors);
       return absl::Status(consumed.code(),
                           absl::StrFormat("consume of chunk %d: %s", index, consumed.message()));
     }
@@ -499,7 +354,7 @@ class KVConnectorImpl final : public KVConnector {
     }
     if (id != kNoLease) {
       store_->ReleaseLease(id);
-      Bump(leases_by_load_);
+      Bump(counters_.leases_by_load);
     }
   }
 
@@ -519,70 +374,7 @@ class KVConnectorImpl final : public KVConnector {
       }
     }
     for (LeaseId id : stale) store_->ReleaseLease(id);
-    Bump(leases_by_timeout_, stale.size());
-  }
-
-  // A pooled buffer of exactly `bytes` (already faulted in) or a new one.
-  RecordBuffer TakeBuffer(uint64_t bytes) {
-    {
-      absl::MutexLock lock(&mu_);
-      for (size_t i = pool_.size(); i-- > 0;) {
-        if (pool_[i].size == bytes) {
-          RecordBuffer b = std::move(pool_[i]);
-          pool_.erase(pool_.begin() + i);
-          pool_bytes_ -= bytes;
-          return b;
-        }
-      }
-    }
-    return RecordBuffer::Make(bytes);
-  }
-
-  void Unreserve(const ChunkKey& key, uint64_t bytes) {
-    absl::MutexLock lock(&mu_);
-    pending_bytes_ -= bytes;
-    pending_keys_.erase(key);
-  }
-
-  void PutJob(Job& job) {
-    std::span<std::byte> rec = job.record.span();
-    absl::Status s = EncodeChunk(job.header, rec.subspan(kChunkHeaderBytes), rec);
-    if (s.ok()) s = store_->Put(rec);
-    if (s.ok()) {
-      Bump(store_chunks_put_);
-    } else {
-      Bump(store_put_errors_);
-      spdlog::warn("kvt connector: storing chunk {} failed: {}", job.header.key.ToHex(),
-                   s.ToString());
-    }
-  }
-
-  void WorkerLoop() {
-    for (;;) {
-      Job job;
-      {
-        absl::MutexLock lock(&mu_);
-        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return !queue_.empty() || stopping_;
-        };
-        mu_.Await(absl::Condition(&ready));
-        if (queue_.empty()) return;  // stopping and drained
-        job = std::move(queue_.front());
-        queue_.pop_front();
-        ++in_flight_;
-      }
-      PutJob(job);
-      const ChunkKey key = job.header.key;
-      const uint64_t bytes = job.record.size;
-      absl::MutexLock lock(&mu_);
-      if (pool_bytes_ + bytes <= options_.store_buffer_pool_bytes) {
-        pool_bytes_ += bytes;
-        pool_.push_back(std::move(job.record));
-      }
-      --in_flight_;
-      pending_bytes_ -= bytes;
-      pending_keys_.erase(key);
-    }
+    Bump(counters_.leases_by_timeout, stale.size());
   }
 
   const ConnectorOptions options_;
@@ -591,25 +383,13 @@ class KVConnectorImpl final : public KVConnector {
   const uint32_t chunk_tokens_;
   const uint64_t payload_bytes_;
   CostModel cost_;
+  ConnectorCounters counters_;
+  // Queue, buffer pool and back-pressure of the stores. Uses store_ and counters_.
+  std::unique_ptr<AsyncChunkWriter> writer_;
 
   mutable absl::Mutex mu_;
   std::optional<PagedKvView> view_ ABSL_GUARDED_BY(mu_);
   std::map<ChunkKey, std::vector<Lease>> leases_ ABSL_GUARDED_BY(mu_);
-  std::deque<Job> queue_ ABSL_GUARDED_BY(mu_);
-  std::unordered_set<ChunkKey> pending_keys_ ABSL_GUARDED_BY(mu_);
-  uint64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  // Record buffers returned by the worker for reuse (bounded by store_buffer_pool_bytes).
-  std::vector<RecordBuffer> pool_ ABSL_GUARDED_BY(mu_);
-  uint64_t pool_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread worker_;
-
-  std::atomic<uint64_t> lookups_{0}, lookup_hit_tokens_{0}, lookup_load_tokens_{0},
-      leases_by_load_{0}, leases_by_timeout_{0}, store_calls_{0}, store_chunks_taken_{0},
-      store_chunks_skipped_{0}, store_chunks_dropped_{0}, store_chunks_put_{0},
-      store_put_errors_{0}, load_chunks_ok_{0}, load_chunks_failed_{0}, load_misses_{0},
-      load_data_loss_{0}, load_mismatch_{0}, load_other_errors_{0}, load_bytes_{0};
 };
 
 }  // namespace

@@ -137,43 +137,6 @@ void SplitNumberUnit(const std::string& text, std::string* number, std::string* 
 
 }  // namespace
 
-absl::StatusOr<uint64_t> ParseBytes(std::string_view text_sv) {
-  const std::string text(text_sv);
-  std::string number, unit;
-  SplitNumberUnit(std::string(absl::StripAsciiWhitespace(text)), &number, &unit);
-  double value;
-  if (number.empty() || !absl::SimpleAtod(number, &value) || value < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("size '", text, "': expected a number with an optional unit (e.g. 64GiB, 2TB)"));
-  }
-  double mult;
-  if (unit.empty() || unit == "b") {
-    mult = 1;
-  } else if (unit == "k" || unit == "kb") {
-    mult = 1e3;
-  } else if (unit == "m" || unit == "mb") {
-    mult = 1e6;
-  } else if (unit == "g" || unit == "gb") {
-    mult = 1e9;
-  } else if (unit == "t" || unit == "tb") {
-    mult = 1e12;
-  } else if (unit == "kib") {
-    mult = 1024.0;
-  } else if (unit == "mib") {
-    mult = 1024.0 * 1024;
-  } else if (unit == "gib") {
-    mult = 1024.0 * 1024 * 1024;
-  } else if (unit == "tib") {
-    mult = 1024.0 * 1024 * 1024 * 1024;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "size '", text, "': unknown unit '", unit, "' (expected B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"));
-  }
-  const double bytes = value * mult;
-  if (bytes >= 1.8e19) return absl::InvalidArgumentError(absl::StrCat("size '", text, "': too large"));
-  return static_cast<uint64_t>(std::llround(bytes));
-}
-
 absl::StatusOr<int64_t> ParseDurationMs(std::string_view text_sv) {
   const std::string text(text_sv);
   std::string number, unit;

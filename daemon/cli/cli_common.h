@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kvstore/byte_size.h"  // sizes in flags: kvt::ParseByteSize, shared with kvtierd
 #include "kvstore/chunk_key.h"
 #include "kvstore/tier.h"
 #include "kvstore/types.h"
@@ -61,9 +62,9 @@ std::string_view TierName(TierKind kind);
 // "host" | "disk" | "remote".
 absl::StatusOr<TierKind> ParseTierKind(std::string_view name);
 
-// Byte sizes: a plain integer, or a number with a unit: B, KB/MB/GB/TB (powers of 1000),
-// KiB/MiB/GiB/TiB (powers of 1024); case-insensitive ("64GiB", "1.5TB").
-absl::StatusOr<uint64_t> ParseBytes(std::string_view text);
+// Byte sizes: kvt::ParseByteSize (kvstore/byte_size.h), the parser kvtierd uses too.
+// Kept only as a name for cmd_plan.cc; new code calls ParseByteSize.
+inline absl::StatusOr<uint64_t> ParseBytes(std::string_view text) { return ParseByteSize(text); }
 // Durations: a number with unit ms, s, m, h or d ("90s", "2h", "7d"); result in ms.
 absl::StatusOr<int64_t> ParseDurationMs(std::string_view text);
 

@@ -25,7 +25,7 @@ absl::StatusOr<std::unique_ptr<CacheBackend>> OpenBackend(const GlobalFlags& fla
     DiskBackendOptions o;
     o.dir = flags.disk_dir;
     if (!flags.disk_capacity.empty()) {
-      auto c = ParseBytes(flags.disk_capacity);
+      auto c = ParseByteSize(flags.disk_capacity);
       if (!c.ok()) return absl::InvalidArgumentError(absl::StrCat("--disk-capacity: ", c.status().message()));
       o.capacity_bytes = *c;
     }

@@ -12,35 +12,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "kvstore/byte_size.h"
 #include "yaml-cpp/yaml.h"
 
 namespace kvt::daemon {
-
-absl::StatusOr<uint64_t> ParseByteSize(const std::string& text) {
-  std::string t = absl::AsciiStrToLower(std::string(absl::StripAsciiWhitespace(text)));
-  struct Suffix {
-    const char* s;
-    uint64_t mult;
-  };
-  static const Suffix kSuffixes[] = {{"tib", 1ull << 40}, {"gib", 1ull << 30}, {"mib", 1ull << 20},
-                                     {"kib", 1ull << 10}, {"tb", 1000000000000ull}, {"gb", 1000000000ull},
-                                     {"mb", 1000000ull},  {"kb", 1000ull},        {"t", 1ull << 40},
-                                     {"g", 1ull << 30},   {"m", 1ull << 20},      {"k", 1ull << 10},
-                                     {"b", 1}};
-  uint64_t mult = 1;
-  for (const auto& suf : kSuffixes) {
-    if (absl::EndsWith(t, suf.s)) {
-      mult = suf.mult;
-      t.resize(t.size() - std::strlen(suf.s));
-      break;
-    }
-  }
-  uint64_t v = 0;
-  if (t.empty() || !absl::SimpleAtoi(absl::StripAsciiWhitespace(t), &v) || (v != 0 && mult > UINT64_MAX / v))
-    return absl::InvalidArgumentError(
-        absl::StrFormat("byte size '%s': expected an integer with an optional unit (KiB, MiB, GiB, TiB)", text));
-  return v * mult;
-}
 
 bool IsLocalAddress(const std::string& a) {
   if (absl::StartsWith(a, "unix:") || absl::StartsWith(a, "unix-abstract:")) return true;
@@ -78,13 +53,13 @@ absl::Status DaemonConfig::Validate() const {
                                            a));
   }
   if (data_dir.empty()) return bad("data_dir", "must not be empty");
-  if (host_capacity_bytes < (1ull << 20)) return bad("host_capacity", "must be at least 1 MiB");
-  if (disk_capacity_bytes == 0 || disk_capacity_bytes % 4096 != 0)
+  if (host.capacity_bytes < (1ull << 20)) return bad("host_capacity", "must be at least 1 MiB");
+  if (disk.capacity_bytes == 0 || disk.capacity_bytes % 4096 != 0)
     return bad("disk_capacity", "must be a positive multiple of 4096");
-  if (disk_file_bytes == 0 || disk_file_bytes % 4096 != 0)
+  if (disk.file_bytes == 0 || disk.file_bytes % 4096 != 0)
     return bad("disk_file_bytes", "must be a positive multiple of 4096");
   if (workers < 1 || workers > 256) return bad("workers", absl::StrFormat("%d, expected 1..256", workers));
-  if (max_record_bytes < 4096 || max_record_bytes > disk_file_bytes || max_record_bytes > (1ull << 30))
+  if (max_record_bytes < 4096 || max_record_bytes > disk.file_bytes || max_record_bytes > (1ull << 30))
     return bad("max_record_bytes", "expected 4 KiB .. min(disk_file_bytes, 1 GiB)");
   if (max_inflight_bytes < max_record_bytes)
     return bad("max_inflight_bytes", "must be at least max_record_bytes");
@@ -197,7 +172,7 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
       return s;
     auto bytes = [&](const char* key, uint64_t* out) -> absl::Status {
       if (!root[key]) return absl::OkStatus();
-      auto v = ParseByteSize(root[key].as<std::string>());
+      auto v = ::kvt::ParseByteSize(root[key].as<std::string>());
       if (!v.ok()) return absl::InvalidArgumentError(absl::StrFormat("config %s: %s", key, v.status().message()));
       *out = *v;
       return absl::OkStatus();
@@ -213,9 +188,9 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
     if (root["allow_remote"])
       if (auto s = Get(root["allow_remote"], "allow_remote", "true|false", &c.allow_remote); !s.ok()) return s;
     if (root["data_dir"]) c.data_dir = root["data_dir"].as<std::string>();
-    for (auto [key, out] : {std::pair{"host_capacity", &c.host_capacity_bytes},
-                            std::pair{"disk_capacity", &c.disk_capacity_bytes},
-                            std::pair{"disk_file_bytes", &c.disk_file_bytes},
+    for (auto [key, out] : {std::pair{"host_capacity", &c.host.capacity_bytes},
+                            std::pair{"disk_capacity", &c.disk.capacity_bytes},
+                            std::pair{"disk_file_bytes", &c.disk.file_bytes},
                             std::pair{"max_record_bytes", &c.max_record_bytes},
                             std::pair{"max_inflight_bytes", &c.max_inflight_bytes}}) {
       if (auto s = bytes(key, out); !s.ok()) return s;
@@ -227,7 +202,7 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
       c.get_part_bytes = static_cast<uint32_t>(v);
     }
     if (root["disk_direct_io"])
-      if (auto s = Get(root["disk_direct_io"], "disk_direct_io", "true|false", &c.disk_direct_io); !s.ok()) return s;
+      if (auto s = Get(root["disk_direct_io"], "disk_direct_io", "true|false", &c.disk.direct_io); !s.ok()) return s;
     if (root["durability"]) {
       std::string d = root["durability"].as<std::string>();
       if (d == "sync") c.durability = Durability::kSync;
@@ -250,7 +225,7 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
       if (shm["enabled"])
         if (auto s = Get(shm["enabled"], "shm.enabled", "true|false", &c.shm_enabled); !s.ok()) return s;
       if (shm["max_region_bytes"]) {
-        auto v = ParseByteSize(shm["max_region_bytes"].as<std::string>());
+        auto v = ::kvt::ParseByteSize(shm["max_region_bytes"].as<std::string>());
         if (!v.ok()) return absl::InvalidArgumentError("config shm.max_region_bytes: " + std::string(v.status().message()));
         c.shm_max_region_bytes = *v;
       }

@@ -218,12 +218,10 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonCo
   if (ec) return absl::InternalError(absl::StrFormat("data_dir %s: %s", config.data_dir, ec.message()));
 
   StoreOptions so;
-  so.host.capacity_bytes = config.host_capacity_bytes;
-  DiskTierOptions& dopt = so.disk.emplace();
+  so.host = config.host;
+  DiskTierOptions& dopt = so.disk.emplace(config.disk);
   dopt.dir = config.data_dir + "/disk";
-  dopt.capacity_bytes = config.disk_capacity_bytes;
-  dopt.file_bytes = std::min(config.disk_file_bytes, config.disk_capacity_bytes);
-  dopt.direct_io = config.disk_direct_io;
+  dopt.file_bytes = std::min(config.disk.file_bytes, config.disk.capacity_bytes);
   // durability sync: each Put is acknowledged once the disk tier holds it (PutAck::kDurable,
   // in the service); async: written through to disk in the background.
   so.store.placement.write_through = WriteThrough::kLocal;

@@ -131,7 +131,7 @@ CostModel::CostModel(const CostModelOptions& options) : options_(options) {
 
 void CostModel::ObserveTransfer(TierKind kind, uint64_t bytes, double seconds) {
   size_t i = static_cast<size_t>(kind);
-  if (i >= tiers_.size() || bytes == 0 || !(seconds > 0) || !Finite(seconds)) {
+  if (i >= kTierSlots || bytes == 0 || !(seconds > 0) || !Finite(seconds)) {
     rejected_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
@@ -178,7 +178,7 @@ void CostModel::ObservePrefill(uint64_t new_tokens, uint64_t context_tokens, dou
 void CostModel::RefitLocked() {
   const size_t n = samples_.size();
   model_.samples = n;
-  auto use_defaults = [&] {
+  auto use_defaults = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     model_.fixed_s = options_.prefill_fixed_s;
     model_.s_per_token = options_.prefill_s_per_token;
     model_.s_per_token_ctx = options_.prefill_s_per_token_ctx;
@@ -262,7 +262,7 @@ void CostModel::RefitLocked() {
 }
 
 double CostModel::PredictLoadSeconds(TierKind kind, uint64_t bytes) const {
-  size_t i = std::min(static_cast<size_t>(kind), tiers_.size() - 1);
+  size_t i = std::min(static_cast<size_t>(kind), kTierSlots - 1);
   absl::MutexLock lock(&mu_);
   return tiers_[i].latency_s + static_cast<double>(bytes) / tiers_[i].bandwidth_bytes_per_s;
 }

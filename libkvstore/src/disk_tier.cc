@@ -71,7 +71,7 @@ void DiskTier::Impl::ReleaseRing(std::unique_ptr<IoRing> ring) {
 DiskTier::Impl::Entry DiskTier::Impl::DetachLocked(
     absl::flat_hash_map<ChunkKey, Entry>::iterator it) {
   Entry e = it->second;
-  lru_.erase(e.lru);
+  lru_.Remove(e.lru);
   dirty_access_.erase(it->first);
   used_bytes_ -= e.padded;
   map_.erase(it);
@@ -279,8 +279,7 @@ absl::Status DiskTier::Impl::Put(std::span<const std::byte> record) {
         en.pins = old->second.pins;  // pins follow the key
         ReleaseExtentLocked(DetachLocked(old));
       }
-      lru_.push_front(hdr->key);
-      en.lru = lru_.begin();
+      en.lru = lru_.Insert(hdr->key);
       used_bytes_ += padded;
       map_.emplace(hdr->key, en);
       ++counters_.puts;
@@ -346,7 +345,7 @@ absl::StatusOr<uint64_t> DiskTier::Impl::Get(const ChunkKey& key, std::span<std:
                                                 out.size()));
     }
     en.idx.last_access_ms = NowMs();
-    lru_.splice(lru_.begin(), lru_, en.lru);
+    lru_.Touch(en.lru);
     dirty_access_.insert(key);
     flush = dirty_access_.size() >= options_.access_flush_batch;
     ++en.readers;

@@ -17,7 +17,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
-#include "disk_tier_alloc.h"
+#include "extent_allocator.h"
+#include "lru_list.h"
 #include "disk_tier_index.h"
 #include "kvstore/disk_tier.h"
 #include "uring_file.h"
@@ -72,7 +73,7 @@ class DiskTier::Impl {
     uint64_t gen = 0;     // unique per stored record
     uint32_t pins = 0;
     uint32_t readers = 0;
-    std::list<ChunkKey>::iterator lru;  // position in lru_ (front = most recent)
+    internal::LruList<ChunkKey>::Handle lru;  // position in lru_
   };
   // An entry removed while readers were copying it: its extent is freed by the last one.
   struct Doomed {
@@ -114,7 +115,7 @@ class DiskTier::Impl {
   absl::Mutex index_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
   absl::flat_hash_map<ChunkKey, Entry> map_ ABSL_GUARDED_BY(mu_);
-  std::list<ChunkKey> lru_ ABSL_GUARDED_BY(mu_);
+  internal::LruList<ChunkKey> lru_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<ChunkKey> dirty_access_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Doomed> doomed_ ABSL_GUARDED_BY(mu_);
   internal::ExtentAllocator alloc_ ABSL_GUARDED_BY(mu_);

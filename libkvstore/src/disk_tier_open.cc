@@ -231,8 +231,10 @@ absl::Status DiskTier::Impl::Init() {
   std::vector<std::string> drop_raw;
   std::vector<std::pair<ChunkKey, Entry>> kept;
   auto hdr_buf = internal::AllocateAligned(4096);
+  // The callback runs inside Scan, on this thread, while `il` and `l` are held.
   absl::Status scan = index_->Scan("", [&](std::string_view raw, absl::StatusOr<ChunkKey> key,
-                                           absl::StatusOr<IndexEntry> e) {
+                                           absl::StatusOr<IndexEntry> e)
+                                           ABSL_EXCLUSIVE_LOCKS_REQUIRED(index_mu_, mu_) {
     auto drop = [&](std::string_view why) {
       spdlog::warn("disk tier: dropping index entry {}: {}",
                    key.ok() ? key->ToHex() : std::string("<undecodable>"), why);
@@ -279,8 +281,7 @@ absl::Status DiskTier::Impl::Init() {
     return a.second.idx.last_access_ms < b.second.idx.last_access_ms;
   });
   for (auto& [key, en] : kept) {
-    lru_.push_front(key);
-    en.lru = lru_.begin();
+    en.lru = lru_.Insert(key);
     en.gen = next_gen_++;
     used_bytes_ += en.padded;
     map_.emplace(key, en);

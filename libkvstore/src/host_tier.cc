@@ -7,6 +7,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "extent_allocator.h"
+#include "lru_list.h"
 #include "kvstore/chunk_codec.h"
 #include "spdlog/spdlog.h"
 
@@ -95,10 +97,11 @@ HostTier::HostTier(const HostTierOptions& options, std::byte* arena, bool pinned
       usable_(options.capacity_bytes / options.alignment * options.alignment),
       arena_(arena),
       pinned_host_memory_(pinned),
+      alloc_(std::make_unique<internal::ExtentAllocator>(internal::ExtentAllocator::Fit::kBest)),
+      lru_(std::make_unique<internal::LruList<Entry*>>()),
       listener_(options.eviction_listener) {
   absl::MutexLock lock(&mu_);
-  free_by_offset_.emplace(0, usable_);
-  free_by_size_.emplace(usable_, 0);
+  alloc_->AddFile(0, usable_);  // the arena is the allocator's one "file"
 }
 
 HostTier::~HostTier() {
@@ -112,37 +115,12 @@ HostTier::~HostTier() {
 }
 
 int64_t HostTier::AllocExtent(uint64_t bytes) {
-  auto it = free_by_size_.lower_bound({bytes, 0});
-  if (it == free_by_size_.end()) return -1;
-  const auto [size, offset] = *it;
-  free_by_size_.erase(it);
-  free_by_offset_.erase(offset);
-  if (size > bytes) {
-    free_by_offset_.emplace(offset + bytes, size - bytes);
-    free_by_size_.emplace(size - bytes, offset + bytes);
-  }
-  return static_cast<int64_t>(offset);
+  const std::optional<internal::Extent> e = alloc_->Allocate(bytes);
+  return e ? static_cast<int64_t>(e->offset) : -1;
 }
 
 void HostTier::FreeExtent(uint64_t offset, uint64_t bytes) {
-  // Coalesce with the free neighbour after and before.
-  auto next = free_by_offset_.lower_bound(offset);
-  if (next != free_by_offset_.end() && next->first == offset + bytes) {
-    bytes += next->second;
-    free_by_size_.erase({next->second, next->first});
-    next = free_by_offset_.erase(next);
-  }
-  if (next != free_by_offset_.begin()) {
-    auto prev = std::prev(next);
-    if (prev->first + prev->second == offset) {
-      offset = prev->first;
-      bytes += prev->second;
-      free_by_size_.erase({prev->second, prev->first});
-      free_by_offset_.erase(prev);
-    }
-  }
-  free_by_offset_.emplace(offset, bytes);
-  free_by_size_.emplace(bytes, offset);
+  alloc_->Free(internal::Extent{0, offset, bytes});
 }
 
 bool HostTier::CanFitAfterEviction(uint64_t bytes) const {
@@ -165,7 +143,7 @@ void HostTier::Destroy(Entry* e) {
 void HostTier::Unlink(Entry* e) {
   auto it = index_.find(e->key);
   if (it != index_.end() && it->second == e) index_.erase(it);
-  lru_.erase(e->lru_it);
+  lru_->Remove(e->lru_it);
   e->state = State::kZombie;
   if (e->readers == 0) Destroy(e);
 }
@@ -180,7 +158,7 @@ void HostTier::EvictOne(Entry* e) {
 
 void HostTier::Touch(Entry* e) {
   e->last_access_unix_ms = NowUnixMs();
-  lru_.splice(lru_.begin(), lru_, e->lru_it);
+  lru_->Touch(e->lru_it);
 }
 
 absl::Status HostTier::Put(std::span<const std::byte> record) {
@@ -210,7 +188,7 @@ absl::Status HostTier::Put(std::span<const std::byte> record) {
       }
       while (offset < 0) {
         Entry* victim = nullptr;
-        for (auto it = lru_.rbegin(); it != lru_.rend(); ++it) {
+        for (auto it = lru_->rbegin(); it != lru_->rend(); ++it) {
           if (Evictable(**it)) {
             victim = *it;
             break;
@@ -240,8 +218,7 @@ absl::Status HostTier::Put(std::span<const std::byte> record) {
   // The extent is invisible to readers and unevictable until published below.
   std::memcpy(arena_ + entry->offset, record.data(), record.size());
   absl::MutexLock lock(&mu_);
-  lru_.push_front(entry);
-  entry->lru_it = lru_.begin();
+  entry->lru_it = lru_->Insert(entry);
   entry->state = State::kLive;
   entry->last_access_unix_ms = NowUnixMs();
   auto [it, inserted] = index_.emplace(entry->key, entry);

@@ -1,6 +1,6 @@
 // The kvtier binary against a real kvtierd started on a unix socket in a temp dir, with
 // two tenants. Chunks are stored through kvt::RemoteClient as records built with
-// kvt::EncodeChunk; the CLI runs as a subprocess.
+// kvt::ChunkChainEncoder; the CLI runs as a subprocess.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>

@@ -1,5 +1,5 @@
 // kvtier-cli-fill: test/demo helper that stores the full chunks of a token file (records
-// built with kvt::EncodeChunk, payload a deterministic pattern) into kvtierd or a disk
+// built with kvt::ChunkChainEncoder, payload a deterministic pattern) into kvtierd or a disk
 // tier directory, the way an engine's connector would. Used for docs/cli.md's sessions.
 //   kvtier-cli-fill --daemon unix:///tmp/k.sock --token T --tokens p.txt --model m ...
 //   kvtier-cli-fill --disk-dir /var/tmp/kv --tokens p.txt --model m ... [--chunks 3]
@@ -7,6 +7,7 @@
 
 #include "CLI/CLI.hpp"
 #include "cli_common.h"
+#include "kvstore/chunk_chain.h"
 #include "kvstore/chunk_codec.h"
 #include "kvstore/disk_tier.h"
 #include "kvstore/remote_client.h"
@@ -76,17 +77,11 @@ int main(int argc, char** argv) {
     std::cerr << "give --daemon or --disk-dir\n";
     return 2;
   }
-  kvt::ChunkKey parent = kvt::RootKey(id);
+  kvt::ChunkChainEncoder chain(id, params->layout);
   for (const kvt::ChunkKey& key : keys) {
     std::vector<std::byte> payload(params->layout.payload_bytes(params->chunk_tokens));
     for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<std::byte>((key.lo >> (i % 8 * 8)) + i);
-    kvt::ChunkHeader h;
-    h.ns = id;
-    h.key = key;
-    h.parent = parent;
-    h.token_count = params->chunk_tokens;
-    h.layout = params->layout;
-    auto rec = kvt::EncodeChunk(h, payload);
+    auto rec = chain.EncodeNext(key, params->chunk_tokens, payload);
     if (!rec.ok()) {
       std::cerr << rec.status() << "\n";
       return 1;
@@ -96,7 +91,6 @@ int main(int argc, char** argv) {
       std::cerr << s << "\n";
       return 1;
     }
-    parent = key;
   }
   std::cout << "stored " << keys.size() << " chunks under namespace " << id.ToHex() << "\n";
   return 0;

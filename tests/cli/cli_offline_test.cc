@@ -330,6 +330,20 @@ TEST(PlanCliTest, Llama3_8B_Bf16FiguresAreExact) {
   EXPECT_THAT(t.out, HasSubstr("KV per context  1,073,741,824 B (1.00 GiB, 1.07 GB) for 8,192 tokens"));
 }
 
+// SIZE uses kvt::ParseByteSize, as kvtierd's config does: bare G is binary, GB decimal.
+TEST(PlanCliTest, TierSizesReadLikeKvtierdConfig) {
+  RunResult r = Kvtier({"plan", "--json", "--layers", "32", "--kv-heads", "8", "--head-dim", "128",
+                        "--tier", "host=8G", "--tier", "disk=2TB"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["tiers"][0]["capacity_bytes"], 8ull << 30);
+  EXPECT_EQ(j["tiers"][1]["capacity_bytes"], 2000000000000ull);
+  RunResult bad = Kvtier({"plan", "--layers", "32", "--kv-heads", "8", "--head-dim", "128",
+                          "--tier", "host=-1G"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--tier 'host=-1G': byte size '-1G': must not be negative"));
+}
+
 TEST(PlanCliTest, ThirtyTwoKvHeadsIs512KiBPerToken) {
   RunResult r = Kvtier({"plan", "--layers", "32", "--kv-heads", "32", "--head-dim", "128"});
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -14,6 +14,8 @@
 #include <sstream>
 #include <thread>
 
+#include "../kvstore/test_records.h"
+
 namespace kvt::clitest {
 
 namespace {
@@ -117,19 +119,12 @@ std::vector<PromptChunk> PromptChunks(const NamespaceParams& params, const std::
   ko.chunk_tokens = params.chunk_tokens;
   const std::vector<ChunkKey> keys = ComputeChunkKeys(ns, tokens, ko);
   std::vector<PromptChunk> out;
-  ChunkKey parent = RootKey(ns);
+  ChunkChainEncoder chain(ns, params.layout);
   for (const ChunkKey& key : keys) {
     std::vector<std::byte> payload(params.layout.payload_bytes(params.chunk_tokens));
     for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<std::byte>((key.lo >> (i % 8 * 8)) + i);
-    ChunkHeader h;
-    h.ns = ns;
-    h.key = key;
-    h.parent = parent;
-    h.token_count = params.chunk_tokens;
-    h.layout = params.layout;
-    auto rec = EncodeChunk(h, payload);
-    out.push_back(PromptChunk{key, parent, rec.ok() ? std::move(*rec) : std::vector<std::byte>{}});
-    parent = key;
+    const ChunkKey parent = chain.parent();
+    out.push_back(PromptChunk{key, parent, testing::EncodeNextOrDie(chain, key, params.chunk_tokens, payload)});
   }
   return out;
 }

@@ -1,5 +1,5 @@
 // Helpers for the kvtier CLI tests: run the real binary as a subprocess, temp dirs,
-// token files, chunk records of a prompt built with kvt::EncodeChunk, and reading a
+// token files, chunk records of a prompt built with kvt::ChunkChainEncoder, and reading a
 // table printed by the CLI.
 #ifndef KVT_TESTS_CLI_CLI_TEST_UTIL_H_
 #define KVT_TESTS_CLI_CLI_TEST_UTIL_H_

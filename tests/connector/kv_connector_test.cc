@@ -13,6 +13,7 @@
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kvstore/chunk_chain.h"
 #include "kvstore/chunk_codec.h"
 #include "kvstore/disk_tier.h"
 #include "kvstore/host_tier.h"
@@ -320,14 +321,7 @@ TEST(KVConnectorTest, StaleLeaseReleasedByLaterLookup) {
 }
 
 ChunkHeader HeaderFor(const KVConnector& conn, const std::vector<ChunkKey>& keys, size_t i) {
-  ChunkHeader h;
-  h.ns = conn.ns();
-  h.key = keys[i];
-  h.parent = i == 0 ? RootKey(conn.ns()) : keys[i - 1];
-  h.token_count = conn.chunk_tokens();
-  h.layout = conn.ns_params().layout;
-  h.payload_bytes = conn.chunk_payload_bytes();
-  return h;
+  return ChainHeader(conn.ns(), conn.ns_params().layout, keys, i, conn.chunk_tokens());
 }
 
 // A corrupted record can only come from outside the process: the disk tier (which

@@ -26,6 +26,7 @@
 #include "kvstore/chunk_key.h"
 #include "kvstore/remote_client.h"
 #include "nlohmann/json.hpp"
+#include "../kvstore/test_records.h"
 
 namespace kvt::testing {
 
@@ -192,27 +193,19 @@ struct Chain {
 
 inline Chain MakeChain(NamespaceId ns, int n, uint32_t tokens, uint64_t seed, KvLayout layout = SmallLayout()) {
   Chain c;
-  ChunkKey parent = RootKey(ns);
+  ChunkChainEncoder chain(ns, layout);
   std::mt19937_64 rng(seed);
   for (int i = 0; i < n; ++i) {
     std::vector<TokenId> toks(tokens);
     for (auto& t : toks) t = static_cast<TokenId>(rng() % 32000);
-    ChunkKey key = ChainChunkKey(parent, toks);
+    const ChunkKey key = chain.NextKey(toks);
     std::vector<std::byte> payload(layout.payload_bytes(tokens));
     for (size_t j = 0; j < payload.size(); j += 8) {
       uint64_t v = rng();
       std::memcpy(payload.data() + j, &v, std::min<size_t>(8, payload.size() - j));
     }
-    ChunkHeader h;
-    h.ns = ns;
-    h.key = key;
-    h.parent = parent;
-    h.token_count = tokens;
-    h.layout = layout;
-    auto rec = EncodeChunk(h, payload);
     c.keys.push_back(key);
-    c.records.push_back(std::move(*rec));
-    parent = key;
+    c.records.push_back(EncodeNextOrDie(chain, key, tokens, payload));
   }
   return c;
 }

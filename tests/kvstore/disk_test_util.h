@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "kvstore/chunk_codec.h"
+#include "kvstore/chunk_key.h"
 #include "kvstore/types.h"
+#include "test_records.h"
 
 namespace kvt::testing {
 
@@ -32,14 +34,7 @@ inline ChunkKey TestKey(uint64_t seed, uint64_t ns = 1) {
 // A valid record whose bytes depend only on (seed, tokens, ns): the payload is a
 // xorshift stream seeded by `seed`. Aborts if the codec refuses (a test bug).
 inline std::vector<std::byte> MakeRecord(uint64_t seed, uint32_t tokens = 256, uint64_t ns = 1) {
-  ChunkHeader h;
-  h.ns = TestNamespace(ns);
-  h.key = TestKey(seed, ns);
-  h.parent = seed == 0 ? ChunkKey{h.ns.lo, h.ns.hi} : TestKey(seed - 1, ns);
-  h.token_count = tokens;
-  h.layout = SmallLayout();
-  h.payload_bytes = h.layout.payload_bytes(tokens);
-  std::vector<std::byte> payload(h.payload_bytes);
+  std::vector<std::byte> payload(SmallLayout().payload_bytes(tokens));
   uint64_t x = seed * 0x2545F4914F6CDD1Dull + 0x9E3779B97F4A7C15ull;
   for (size_t i = 0; i < payload.size(); i += 8) {
     x ^= x << 13;
@@ -49,9 +44,8 @@ inline std::vector<std::byte> MakeRecord(uint64_t seed, uint32_t tokens = 256, u
       payload[i + j] = static_cast<std::byte>(x >> (8 * j));
     }
   }
-  auto rec = EncodeChunk(h, payload);
-  if (!rec.ok()) std::abort();
-  return std::move(*rec);
+  return TestRecord(TestNamespace(ns), SmallLayout(), TestKey(seed, ns),
+                    seed == 0 ? RootKey(TestNamespace(ns)) : TestKey(seed - 1, ns), tokens, payload);
 }
 
 }  // namespace kvt::testing

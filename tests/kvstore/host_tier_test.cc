@@ -14,6 +14,7 @@
 #include "store_test_util.h"
 #include "kvstore/chunk_codec.h"
 #include "kvstore/chunk_key.h"
+#include "test_records.h"
 
 namespace kvt {
 namespace {
@@ -23,36 +24,18 @@ using ::testing::HasSubstr;
 
 const NamespaceId kNs{0x1111, 0x2222};
 
-// 1 layer, 1 KV head, head_dim 16, 1-byte elements: 32 payload bytes per token, so a
-// record of t tokens is 128 + 32 t bytes (12 tokens = 512 bytes, 28 tokens = 1024).
-KvLayout SmallLayout() {
-  KvLayout l;
-  l.num_layers = 1;
-  l.num_kv_heads = 1;
-  l.head_dim = 16;
-  l.dtype = DType::kBytes;
-  l.kind = LayoutKind::kFlashAttnNHD;
-  return l;
-}
+// 32 payload bytes per token: a record of t tokens is 128 + 32 t bytes.
+KvLayout SmallLayout() { return testing::Bytes32PerTokenLayout(); }
 
 ChunkKey KeyOf(uint64_t i) { return ChunkKey{i * 0x9E3779B97F4A7C15ull + 7, i}; }
 
 uint64_t RecordBytes(uint32_t tokens) { return kChunkHeaderBytes + 32ull * tokens; }
 
 std::vector<std::byte> MakeRecord(uint64_t i, uint32_t tokens, NamespaceId ns = kNs) {
-  ChunkHeader h;
-  h.ns = ns;
-  h.key = KeyOf(i);
-  h.parent = RootKey(ns);
-  h.token_count = tokens;
-  h.layout = SmallLayout();
-  h.payload_bytes = h.layout.payload_bytes(tokens);
-  std::vector<std::byte> payload(h.payload_bytes);
+  std::vector<std::byte> payload(SmallLayout().payload_bytes(tokens));
   std::mt19937_64 rng(i * 31 + tokens);
   for (auto& b : payload) b = static_cast<std::byte>(rng());
-  absl::StatusOr<std::vector<std::byte>> rec = EncodeChunk(h, payload);
-  EXPECT_TRUE(rec.ok()) << rec.status();
-  return rec.ok() ? *rec : std::vector<std::byte>{};
+  return testing::TestRecord(ns, SmallLayout(), KeyOf(i), RootKey(ns), tokens, payload);
 }
 
 std::unique_ptr<HostTier> MakeTier(uint64_t capacity, EvictionListener listener = nullptr) {

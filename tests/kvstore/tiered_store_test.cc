@@ -15,6 +15,7 @@
 #include "kvstore/chunk_codec.h"
 #include "kvstore/chunk_key.h"
 #include "kvstore/host_tier.h"
+#include "test_records.h"
 
 #if __has_include("kvstore/disk_tier.h")
 #include <filesystem>
@@ -31,33 +32,17 @@ using ::testing::ElementsAre;
 const NamespaceId kNs{0xabc, 0xdef};
 
 // 32 payload bytes per token: a record of t tokens is 128 + 32 t bytes (12 → 512).
-KvLayout SmallLayout() {
-  KvLayout l;
-  l.num_layers = 1;
-  l.num_kv_heads = 1;
-  l.head_dim = 16;
-  l.dtype = DType::kBytes;
-  l.kind = LayoutKind::kFlashAttnNHD;
-  return l;
-}
+KvLayout SmallLayout() { return testing::Bytes32PerTokenLayout(); }
 
 ChunkKey KeyOf(uint64_t i) { return ChunkKey{i * 0x9E3779B97F4A7C15ull + 3, i}; }
 constexpr uint64_t kRec12 = 128 + 32 * 12;
 
 std::vector<std::byte> MakeRecord(uint64_t i, uint32_t tokens = 12) {
-  ChunkHeader h;
-  h.ns = kNs;
-  h.key = KeyOf(i);
-  h.parent = i == 0 ? RootKey(kNs) : KeyOf(i - 1);
-  h.token_count = tokens;
-  h.layout = SmallLayout();
-  h.payload_bytes = h.layout.payload_bytes(tokens);
-  std::vector<std::byte> payload(h.payload_bytes);
+  std::vector<std::byte> payload(SmallLayout().payload_bytes(tokens));
   std::mt19937_64 rng(i * 17 + tokens);
   for (auto& b : payload) b = static_cast<std::byte>(rng());
-  absl::StatusOr<std::vector<std::byte>> rec = EncodeChunk(h, payload);
-  EXPECT_TRUE(rec.ok()) << rec.status();
-  return rec.ok() ? *rec : std::vector<std::byte>{};
+  return testing::TestRecord(kNs, SmallLayout(), KeyOf(i), i == 0 ? RootKey(kNs) : KeyOf(i - 1),
+                             tokens, payload);
 }
 
 TierFactory Host(uint64_t capacity, const char* name) {

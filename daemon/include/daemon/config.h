@@ -12,6 +12,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kvstore/disk_tier.h"
+#include "kvstore/host_tier.h"
 
 namespace kvt::daemon {
 
@@ -33,10 +35,14 @@ struct DaemonConfig {
   bool allow_remote = false;
   // Directory for the disk tier (records/, index/) and namespaces.log. Created if missing.
   std::string data_dir;
-  uint64_t host_capacity_bytes = 1ull << 30;
-  uint64_t disk_capacity_bytes = 8ull << 30;
-  uint64_t disk_file_bytes = 1ull << 30;  // largest record the disk tier accepts
-  bool disk_direct_io = true;
+  // The tiers' own options, embedded rather than copied field by field. The YAML keys
+  // stay flat (docs/daemon.md): host_capacity → host.capacity_bytes; disk_capacity →
+  // disk.capacity_bytes; disk_file_bytes → disk.file_bytes (largest record the disk
+  // tier accepts); disk_direct_io → disk.direct_io. The server sets disk.dir to
+  // data_dir + "/disk" and caps disk.file_bytes at disk.capacity_bytes; every other
+  // field keeps the tier's default.
+  HostTierOptions host;  // capacity_bytes default 1 GiB
+  DiskTierOptions disk = DefaultDiskOptions();  // capacity_bytes default 8 GiB
   Durability durability = Durability::kSync;
   // Verify every record's payload checksum before storing it.
   bool verify_on_put = true;
@@ -64,6 +70,11 @@ struct DaemonConfig {
   std::chrono::milliseconds shutdown_grace{5000};
 
   bool auth_enabled() const { return !tenants.empty(); }
+  static DiskTierOptions DefaultDiskOptions() {
+    DiskTierOptions d;
+    d.capacity_bytes = 8ull << 30;
+    return d;
+  }
   // InvalidArgument naming the field: empty listen/data_dir, non-loopback address
   // without allow_remote, capacities, bad limits, duplicate tokens, empty token,
   // negative shutdown_grace, metrics_listen not "host:port" with port 0..65535.
@@ -86,9 +97,6 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
 // Reads and parses a file. NotFound when it cannot be read; InvalidArgument when it is a
 // directory.
 absl::StatusOr<DaemonConfig> LoadDaemonConfig(const std::string& path, DaemonConfig base);
-
-// Parses "512MiB", "8GiB", "1G", "4096" into bytes. InvalidArgument otherwise.
-absl::StatusOr<uint64_t> ParseByteSize(const std::string& text);
 
 // True for a unix: address or a TCP address on loopback.
 bool IsLocalAddress(const std::string& address);

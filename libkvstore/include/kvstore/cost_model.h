@@ -163,7 +163,8 @@ class CostModel {
 
   CostModelOptions options_;
   mutable absl::Mutex mu_;
-  std::array<TierEstimate, 3> tiers_ ABSL_GUARDED_BY(mu_);
+  static constexpr size_t kTierSlots = 3;  // one per TierKind
+  std::array<TierEstimate, kTierSlots> tiers_ ABSL_GUARDED_BY(mu_);
   std::vector<Sample> samples_ ABSL_GUARDED_BY(mu_);  // ring buffer, max_prefill_samples
   size_t next_sample_ ABSL_GUARDED_BY(mu_) = 0;
   PrefillModel model_ ABSL_GUARDED_BY(mu_);

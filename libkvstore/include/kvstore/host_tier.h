@@ -53,6 +53,11 @@
 #include "kvstore/types.h"
 
 namespace kvt {
+namespace internal {
+class ExtentAllocator;
+template <typename T>
+class LruList;
+}  // namespace internal
 
 struct HostTierOptions {
   // Arena size in bytes. REQUIRES: alignment <= capacity_bytes <= 4 TiB.
@@ -122,7 +127,7 @@ class HostTier final : public Tier {
     uint32_t pins = 0;
     uint32_t readers = 0;
     State state = State::kWriting;
-    std::list<Entry*>::iterator lru_it;  // valid when state == kLive
+    std::list<Entry*>::iterator lru_it;  // internal::LruList handle; valid when kLive
   };
 
   HostTier(const HostTierOptions& options, std::byte* arena, bool pinned);
@@ -157,11 +162,11 @@ class HostTier final : public Tier {
   std::map<uint64_t, std::unique_ptr<Entry>> extents_ ABSL_GUARDED_BY(mu_);
   // Visible (live) entries by key.
   std::map<ChunkKey, Entry*> index_ ABSL_GUARDED_BY(mu_);
-  // Live entries, most recently used first.
-  std::list<Entry*> lru_ ABSL_GUARDED_BY(mu_);
-  // Free extents: offset -> size, and (size, offset) for best fit.
-  std::map<uint64_t, uint64_t> free_by_offset_ ABSL_GUARDED_BY(mu_);
-  std::set<std::pair<uint64_t, uint64_t>> free_by_size_ ABSL_GUARDED_BY(mu_);
+  // Free space of the arena (best fit), and the live entries by recency. Held by
+  // pointer so this public header needs neither private header (src/extent_allocator.h,
+  // src/lru_list.h).
+  const std::unique_ptr<internal::ExtentAllocator> alloc_ ABSL_PT_GUARDED_BY(mu_);
+  const std::unique_ptr<internal::LruList<Entry*>> lru_ ABSL_PT_GUARDED_BY(mu_);
   const EvictionListener listener_;
 
   uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
