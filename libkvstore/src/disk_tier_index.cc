@@ -1,12 +1,19 @@
 #include "disk_tier_index.h"
 
+#include <sys/statvfs.h>
+
 #include <rocksdb/db.h>
+#include <rocksdb/env.h>
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
 
+#include <cstdarg>
+#include <cstdio>
+#include <cerrno>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
 
 namespace kvt::internal {
 namespace {
@@ -35,6 +42,38 @@ T GetLE(const char*& p) {
   p += sizeof(T);
   return static_cast<T>(u);
 }
+
+// RocksDB's info log, sent to kvtier's log instead of a LOG file in the index
+// directory. A LOG file is one more writer that meets ENOSPC when the filesystem fills,
+// and Debian's RocksDB (built with assertions) aborts the process on the next append
+// to a log file that has seen a write error (WritableFileWriter::
+// AssertFalseAndGetStatusForPrevError; issue 11, failures 1 and 11).
+class SpdlogRocksLogger final : public rocksdb::Logger {
+ public:
+  SpdlogRocksLogger() : rocksdb::Logger(rocksdb::InfoLogLevel::INFO_LEVEL) {}
+  using rocksdb::Logger::Logv;
+  void Logv(const char* format, va_list ap) override {
+    Logv(rocksdb::InfoLogLevel::INFO_LEVEL, format, ap);
+  }
+  void Logv(const rocksdb::InfoLogLevel level, const char* format, va_list ap) override {
+    if (level < GetInfoLogLevel()) return;
+    char buf[1024];
+    const int n = std::vsnprintf(buf, sizeof buf, format, ap);
+    if (n < 0) return;
+    switch (level) {
+      case rocksdb::InfoLogLevel::WARN_LEVEL:
+        spdlog::warn("disk index (rocksdb): {}", buf);
+        break;
+      case rocksdb::InfoLogLevel::ERROR_LEVEL:
+      case rocksdb::InfoLogLevel::FATAL_LEVEL:
+        spdlog::error("disk index (rocksdb): {}", buf);
+        break;
+      default:
+        spdlog::debug("disk index (rocksdb): {}", buf);
+        break;
+    }
+  }
+};
 
 }  // namespace
 
@@ -109,28 +148,104 @@ absl::StatusOr<IndexEntry> DecodeIndexValue(std::string_view v) {
   return e;
 }
 
-absl::StatusOr<std::unique_ptr<DiskIndex>> DiskIndex::Open(const std::string& path) {
+absl::StatusOr<uint64_t> FreeBytes(const std::string& path) {
+  struct statvfs v;
+  if (::statvfs(path.c_str(), &v) != 0) {
+    const int err = errno;
+    return absl::UnavailableError(absl::StrCat("statvfs ", path, ": ", std::strerror(err)));
+  }
+  return static_cast<uint64_t>(v.f_bavail) * static_cast<uint64_t>(v.f_frsize);
+}
+
+absl::StatusOr<std::unique_ptr<DiskIndex>> DiskIndex::Open(const std::string& path,
+                                                           uint64_t reserve_bytes) {
   rocksdb::Options options;
   options.create_if_missing = true;
   options.max_open_files = 64;
   options.keep_log_file_num = 2;
-  options.write_buffer_size = 8 << 20;
+  // Small memtables: a flush (and the new WAL that comes with it) then needs little
+  // space, which the free-space reserve below must cover.
+  options.write_buffer_size = 4 << 20;
+  options.info_log = std::make_shared<SpdlogRocksLogger>();
   rocksdb::DB* db = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(options, path, &db);
   if (!s.ok()) return RocksToStatus(s, absl::StrCat("open ", path));
-  return std::unique_ptr<DiskIndex>(new DiskIndex(db));
+  return std::unique_ptr<DiskIndex>(new DiskIndex(db, path, reserve_bytes));
 }
 
-DiskIndex::DiskIndex(rocksdb::DB* db) : db_(db) {}
+DiskIndex::DiskIndex(rocksdb::DB* db, std::string path, uint64_t reserve_bytes)
+    : db_(db), path_(std::move(path)), reserve_bytes_(reserve_bytes) {}
 
 DiskIndex::~DiskIndex() {
   if (db_) (void)db_->Close();
 }
 
-absl::Status DiskIndex::Put(const ChunkKey& key, const IndexEntry& e, bool sync) {
+absl::Status DiskIndex::CheckReserve(std::string_view what) {
+  if (reserve_bytes_ == 0) return absl::OkStatus();
+  auto free_bytes = FreeBytes(path_);
+  if (!free_bytes.ok()) return free_bytes.status();
+  if (*free_bytes >= reserve_bytes_) return absl::OkStatus();
+  low_space_refusals_.fetch_add(1);
+  return absl::ResourceExhaustedError(
+      absl::StrCat("disk index ", std::string(what), " refused: the filesystem of ", path_, " has ",
+                   *free_bytes, " bytes free, below the index's reserve of ", reserve_bytes_,
+                   " bytes (free space, or lower DiskTierOptions.capacity_bytes)"));
+}
+
+absl::Status DiskIndex::Write(rocksdb::WriteBatch* batch, bool sync, std::string_view what) {
+  // RocksDB must never meet ENOSPC: Debian's RocksDB 7.8 aborts the process on the next
+  // write to a WAL or log file that has seen a write error (an assertion in
+  // WritableFileWriter), and a WAL poisoned right after a memtable switch survives
+  // DB::Resume(). So writes are refused while free space is below the reserve.
+  if (absl::Status r = CheckReserve(what); !r.ok()) return r;
+  if (needs_resume_.load()) {
+    absl::MutexLock l(&resume_mu_);
+    if (needs_resume_.load()) {
+      // The index stopped itself after a write error (e.g. ENOSPC on its WAL or a flush):
+      // every write fails until Resume() succeeds, which it does once space is back.
+      rocksdb::Status r = db_->Resume();
+      if (!r.ok()) {
+        ++failed_resumes_;
+        // Busy: RocksDB's own recovery is running (for ENOSPC its SstFileManager polls
+        // free space every few seconds); the write error that stopped the index stands.
+        if (r.IsBusy()) {
+          return absl::Status(stop_error_.code(),
+                              absl::StrCat(std::string(what), ": index stopped after a write error, ",
+                                           "recovery in progress: ", stop_error_.message()));
+        }
+        return RocksToStatus(r, absl::StrCat(std::string(what), " (index stopped after a write error; resume)"));
+      }
+      needs_resume_.store(false);
+      ++resumes_;
+      spdlog::info("disk index: resumed writes after an earlier write error");
+    }
+  }
   rocksdb::WriteOptions wo;
   wo.sync = sync;
-  return RocksToStatus(db_->Put(wo, EncodeIndexKey(key), EncodeIndexValue(e)), "put");
+  rocksdb::Status s = db_->Write(wo, batch);
+  absl::Status st = RocksToStatus(s, what);
+  if (!s.ok() && (s.IsIOError() || s.IsNoSpace())) {
+    absl::MutexLock l(&resume_mu_);
+    stop_error_ = st;
+    needs_resume_.store(true);
+  }
+  return st;
+}
+
+DiskIndexStats DiskIndex::stats() const {
+  DiskIndexStats st;
+  st.write_stopped = needs_resume_.load();
+  st.low_space_refusals = low_space_refusals_.load();
+  absl::MutexLock l(&resume_mu_);
+  st.resumes = resumes_;
+  st.failed_resumes = failed_resumes_;
+  return st;
+}
+
+absl::Status DiskIndex::Put(const ChunkKey& key, const IndexEntry& e, bool sync) {
+  rocksdb::WriteBatch batch;
+  batch.Put(EncodeIndexKey(key), EncodeIndexValue(e));
+  return Write(&batch, sync, "put");
 }
 
 absl::Status DiskIndex::PutMany(std::span<const std::pair<ChunkKey, IndexEntry>> entries,
@@ -138,27 +253,21 @@ absl::Status DiskIndex::PutMany(std::span<const std::pair<ChunkKey, IndexEntry>>
   if (entries.empty()) return absl::OkStatus();
   rocksdb::WriteBatch batch;
   for (const auto& [k, e] : entries) batch.Put(EncodeIndexKey(k), EncodeIndexValue(e));
-  rocksdb::WriteOptions wo;
-  wo.sync = sync;
-  return RocksToStatus(db_->Write(wo, &batch), "write batch");
+  return Write(&batch, sync, "write batch");
 }
 
 absl::Status DiskIndex::Delete(std::span<const ChunkKey> keys, bool sync) {
   if (keys.empty()) return absl::OkStatus();
   rocksdb::WriteBatch batch;
   for (const auto& k : keys) batch.Delete(EncodeIndexKey(k));
-  rocksdb::WriteOptions wo;
-  wo.sync = sync;
-  return RocksToStatus(db_->Write(wo, &batch), "delete");
+  return Write(&batch, sync, "delete");
 }
 
 absl::Status DiskIndex::DeleteRaw(std::span<const std::string> raw_keys, bool sync) {
   if (raw_keys.empty()) return absl::OkStatus();
   rocksdb::WriteBatch batch;
   for (const auto& k : raw_keys) batch.Delete(k);
-  rocksdb::WriteOptions wo;
-  wo.sync = sync;
-  return RocksToStatus(db_->Write(wo, &batch), "delete");
+  return Write(&batch, sync, "delete");
 }
 
 absl::Status DiskIndex::Scan(const std::string& start_raw_key, const Visitor& fn) {

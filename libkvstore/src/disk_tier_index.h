@@ -7,6 +7,7 @@
 #ifndef KVSTORE_SRC_DISK_TIER_INDEX_H_
 #define KVSTORE_SRC_DISK_TIER_INDEX_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -17,11 +18,13 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "kvstore/types.h"
 
 namespace rocksdb {
 class DB;
 class Status;
+class WriteBatch;
 }  // namespace rocksdb
 
 namespace kvt::internal {
@@ -49,10 +52,33 @@ std::string EncodeIndexValue(const IndexEntry& e);
 // DataLoss unless kIndexValueBytes bytes of a known version.
 absl::StatusOr<IndexEntry> DecodeIndexValue(std::string_view v);
 
+struct DiskIndexStats {
+  bool write_stopped = false;   // the last write failed; the next one first calls Resume()
+  uint64_t resumes = 0;         // successful DB::Resume() calls
+  uint64_t failed_resumes = 0;  // Resume() calls that failed (e.g. still no space)
+  uint64_t low_space_refusals = 0;  // writes refused: free space below the reserve
+};
+
+// Free bytes for unprivileged writers on the filesystem holding `path` (statvfs).
+absl::StatusOr<uint64_t> FreeBytes(const std::string& path);
+
 // Thread-safe (RocksDB is). Ordering between writers is the caller's job.
+//
+// Free space: while the filesystem holding the index has less than `reserve_bytes`
+// free, every write is refused with ResourceExhausted before it reaches RocksDB (see
+// Write() in disk_tier_index.cc for why RocksDB must not meet ENOSPC). 0 disables.
+//
+// Write errors (should a filler race past the reserve): RocksDB stops accepting writes after a WAL or flush write error (e.g.
+// ENOSPC). The next write after such an error first calls DB::Resume(); while that
+// fails, writes fail without touching the database: with the code of the error that
+// stopped the index while RocksDB's own recovery runs (ResourceExhausted for ENOSPC;
+// its SstFileManager polls free space every 5 s and resumes by itself), else with
+// Resume()'s status. Once either resume succeeds, writes go through again. RocksDB's info log goes
+// to spdlog, never to a file (see disk_tier_index.cc).
 class DiskIndex {
  public:
-  static absl::StatusOr<std::unique_ptr<DiskIndex>> Open(const std::string& path);
+  static absl::StatusOr<std::unique_ptr<DiskIndex>> Open(const std::string& path,
+                                                         uint64_t reserve_bytes);
   ~DiskIndex();
 
   // sync = the WAL is fsync'd before returning.
@@ -67,9 +93,22 @@ class DiskIndex {
   absl::Status Scan(const std::string& start_raw_key, const Visitor& fn);
   absl::Status DeleteRaw(std::span<const std::string> raw_keys, bool sync);
 
+  DiskIndexStats stats() const;
+
  private:
-  explicit DiskIndex(rocksdb::DB* db);
+  DiskIndex(rocksdb::DB* db, std::string path, uint64_t reserve_bytes);
+  absl::Status CheckReserve(std::string_view what);
+  absl::Status Write(rocksdb::WriteBatch* batch, bool sync, std::string_view what);
+
   std::unique_ptr<rocksdb::DB> db_;
+  const std::string path_;
+  const uint64_t reserve_bytes_;
+  std::atomic<uint64_t> low_space_refusals_{0};
+  std::atomic<bool> needs_resume_{false};
+  mutable absl::Mutex resume_mu_;
+  uint64_t resumes_ ABSL_GUARDED_BY(resume_mu_) = 0;
+  uint64_t failed_resumes_ ABSL_GUARDED_BY(resume_mu_) = 0;
+  absl::Status stop_error_ ABSL_GUARDED_BY(resume_mu_);  // the write error that stopped it
 };
 
 }  // namespace kvt::internal

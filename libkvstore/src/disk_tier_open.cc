@@ -112,6 +112,15 @@ absl::StatusOr<std::shared_ptr<RecordFile>> DiskTier::Impl::OpenFile(uint32_t id
 absl::StatusOr<std::shared_ptr<RecordFile>> DiskTier::Impl::CreateFile(uint32_t id,
                                                                        uint64_t size) {
   const std::string path = RecordPath(options_.dir, id);
+  if (options_.index_reserve_bytes > 0) {
+    // Record files never take the index's reserve (see DiskIndex): treated as ENOSPC.
+    auto free_bytes = internal::FreeBytes(options_.dir);
+    if (free_bytes.ok() && *free_bytes < size + options_.index_reserve_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "record file ", path, " of ", size, " bytes not created: ", *free_bytes,
+          " bytes free, and the index keeps a reserve of ", options_.index_reserve_bytes));
+    }
+  }
   auto f = OpenFile(id, path, /*create=*/true);
   if (!f.ok()) return f.status();
   int err = Fault(DiskFaultPoint::kFallocate, id);
@@ -185,7 +194,8 @@ absl::Status DiskTier::Impl::Init() {
   if (ec) {
     return absl::InternalError(absl::StrCat("cannot create ", options_.dir, "/records: ", ec.message()));
   }
-  auto index = internal::DiskIndex::Open((fs::path(options_.dir) / "index").string());
+  auto index = internal::DiskIndex::Open((fs::path(options_.dir) / "index").string(),
+                                         options_.index_reserve_bytes);
   if (!index.ok()) return index.status();
   index_ = std::move(*index);
   direct_io_.store(options_.direct_io);

@@ -66,6 +66,11 @@ struct DiskTierOptions {
   // On Open, read each indexed record's header (one 4 KiB read) and drop entries whose
   // record does not match. Payload checksums are verified on every Get regardless.
   bool verify_headers_on_open = true;
+  // Free space, bytes, kept on the filesystem for the RocksDB index: index writes (and
+  // so puts, evictions and erases) are refused with ResourceExhausted while less is
+  // free, and no record file is created that would eat into it. The index then never
+  // meets ENOSPC, which Debian's RocksDB does not survive (issue 11). 0 disables.
+  uint64_t index_reserve_bytes = 16ull << 20;
   // Last-access times are kept in memory and written to the index in batches of this
   // many (and on destruction). REQUIRES: >= 1.
   uint32_t access_flush_batch = 256;
@@ -83,7 +88,12 @@ struct DiskTierExtraStats {
   uint64_t file_bytes_total = 0;  // their total size (<= capacity_bytes)
   uint64_t dropped_on_open = 0;   // index entries dropped by Open's checks
   uint64_t files_lost = 0;        // record files found deleted behind the tier's back
-  uint64_t enospc = 0;            // ENOSPC seen from fallocate/write
+  uint64_t enospc = 0;            // ENOSPC seen from fallocate/write/fdatasync or the index
+  // The index stopped itself after a write error (e.g. ENOSPC): puts fail with its code
+  // (ResourceExhausted for no space) until a DB::Resume() succeeds, tried on each write.
+  bool index_write_stopped = false;
+  uint64_t index_resumes = 0;  // times the index resumed writes after such an error
+  uint64_t index_low_space_refusals = 0;  // index writes refused: free < index_reserve_bytes
 };
 
 // Thread-safe. All methods may be called concurrently; I/O runs outside the tier's
