@@ -240,7 +240,7 @@ absl::StatusOr<Extent> DiskTier::Impl::Reserve(uint64_t padded) {
         ReattachLocked(victims);
         ++counters_.io_errors;
         if (absl::IsResourceExhausted(s)) ++extra_.enospc;
-        return absl::Status(s.code(), absl::StrCat("disk tier: cannot evict ", keys.size(),
+        return absl::Status(s.code(), absl::StrCat("cannot evict ", keys.size(),
                                                    " chunks to make room: ", s.message()));
       }
     }

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
@@ -221,18 +222,33 @@ absl::Status DiskTier::Impl::Init() {
   absl::MutexLock il(&index_mu_);
   absl::MutexLock l(&mu_);
   uint64_t total = 0;
+  std::map<uint32_t, uint64_t> torn_end;  // file id -> bytes present before the torn tail
   for (const auto& [id, path] : found) {
     next_file_id_ = std::max(next_file_id_, id + 1);
     auto f = OpenFile(id, path, /*create=*/false);
     if (!f.ok()) return f.status();
     const uint64_t size = (*f)->size;
-    if (size == 0 || size % 4096 != 0 || total + size > options_.capacity_bytes) {
+    const uint64_t rounded = RoundUpToIoAlign(size);
+    if (size == 0 || total + rounded > options_.capacity_bytes) {
       spdlog::warn("disk tier: removing record file {} ({} bytes; capacity {} bytes)", path, size,
                    options_.capacity_bytes);
       ::unlink(path.c_str());
       continue;
     }
-    total += size;
+    if (rounded != size) {
+      // A torn tail: the file ends inside a block. Records wholly before the cut are
+      // intact and stay (each is still verified below and on every Get); only entries
+      // reaching past the cut are dropped. The file is re-extended to a whole block so
+      // its free space is usable again.
+      spdlog::warn("disk tier: record file {} ends mid-block at {} bytes (torn tail); keeping "
+                   "the records before it", path, size);
+      int err = ::fallocate((*f)->fd, 0, 0, static_cast<off_t>(rounded)) == 0 ? 0 : errno;
+      if (err == EOPNOTSUPP) err = ::ftruncate((*f)->fd, static_cast<off_t>(rounded)) == 0 ? 0 : errno;
+      if (err != 0) return ErrnoToStatus(err, absl::StrCat("re-extend torn record file ", path));
+      (*f)->size = rounded;
+      torn_end[id] = size;
+    }
+    total += rounded;
     alloc_.AddFile(id, size);
     files_[id] = std::move(*f);
   }
@@ -256,6 +272,10 @@ absl::Status DiskTier::Impl::Init() {
     if (e->offset % 4096 != 0 || e->record_bytes < kChunkHeaderBytes ||
         e->offset + padded > fit->second->size) {
       return drop("extent outside its record file");
+    }
+    if (auto torn = torn_end.find(e->file_id);
+        torn != torn_end.end() && e->offset + e->record_bytes > torn->second) {
+      return drop("record reaches past the torn end of its file");
     }
     if (options_.verify_headers_on_open) {
       absl::Status rs = (*ring)->ReadAt(fit->second->fd, e->offset, kChunkHeaderBytes,
