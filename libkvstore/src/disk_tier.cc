@@ -15,7 +15,6 @@
 
 namespace kvt {
 
-using internal::ErrnoToStatus;
 using internal::Extent;
 using internal::IndexEntry;
 using internal::IoRing;
@@ -38,6 +37,7 @@ class DiskTier::Impl::RingLease {
   RingLease(Impl* impl, std::unique_ptr<IoRing> ring) : impl_(impl), ring_(std::move(ring)) {}
   ~RingLease() { impl_->ReleaseRing(std::move(ring_)); }
   IoRing* operator->() { return ring_.get(); }
+  IoRing& ring() { return *ring_; }
 
  private:
   Impl* impl_;
@@ -282,15 +282,9 @@ absl::Status DiskTier::Impl::Put(std::span<const std::byte> record) {
       s = ring.status();
     } else {
       RingLease lease(this, std::move(*ring));
-      const int werr = Fault(DiskFaultPoint::kWrite, ext->file_id);
-      s = werr != 0 ? ErrnoToStatus(werr, "write record (injected)")
-                    : lease->WriteAt(file->fd, ext->offset, record);
+      s = fs_->Write(lease.ring(), Ref(*file), ext->offset, record);
     }
-    if (s.ok()) {
-      int serr = Fault(DiskFaultPoint::kSync, ext->file_id);
-      if (serr == 0 && ::fdatasync(file->fd) != 0) serr = errno;
-      if (serr != 0) s = ErrnoToStatus(serr, absl::StrCat("fdatasync ", file->path));
-    }
+    if (s.ok()) s = fs_->Sync(Ref(*file));
   }
   if (s.ok()) {
     IndexEntry e;
@@ -352,7 +346,7 @@ absl::Status DiskTier::Impl::ReadVerified(const ChunkKey& key, const IndexEntry&
     if (b.size() > skip) XXH3_64bits_update(st.get(), b.data() + skip, b.size() - skip);
     seen += b.size();
   };
-  absl::Status s = lease->ReadAt(file->fd, e.offset, e.record_bytes, out, hash);
+  absl::Status s = fs_->Read(lease.ring(), Ref(*file), e.offset, e.record_bytes, out, hash);
   if (!s.ok()) return s;
   auto h = DecodeChunkHeader(out.first(e.record_bytes));
   if (!h.ok()) return absl::DataLossError(absl::StrCat("header: ", h.status().message()));

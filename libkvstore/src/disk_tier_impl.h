@@ -17,6 +17,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
+#include "disk_file_system.h"
 #include "disk_tier_alloc.h"
 #include "disk_tier_index.h"
 #include "kvstore/disk_tier.h"
@@ -106,11 +107,12 @@ class DiskTier::Impl {
   // Reads and verifies a whole record into out[0, e.record_bytes).
   absl::Status ReadVerified(const ChunkKey& key, const internal::IndexEntry& e,
                             const std::shared_ptr<RecordFile>& file, std::span<std::byte> out);
-  int Fault(DiskFaultPoint point, uint32_t file_id) const {
-    return options_.fault_injector ? options_.fault_injector(point, file_id) : 0;
-  }
+  static DiskFileRef Ref(const RecordFile& f) { return DiskFileRef{f.fd, f.id, f.path}; }
 
   const DiskTierOptions options_;
+  // Record-file I/O: options_.file_system, else the real layer.
+  const std::shared_ptr<DiskFileSystem> fs_ =
+      options_.file_system ? options_.file_system : RealDiskFileSystem();
   std::unique_ptr<internal::DiskIndex> index_;
   internal::IoBackend backend_ = internal::IoBackend::kIoUring;
   std::atomic<bool> direct_io_{true};

@@ -124,15 +124,9 @@ absl::StatusOr<std::shared_ptr<RecordFile>> DiskTier::Impl::CreateFile(uint32_t 
   }
   auto f = OpenFile(id, path, /*create=*/true);
   if (!f.ok()) return f.status();
-  int err = Fault(DiskFaultPoint::kFallocate, id);
-  if (err == 0 && ::fallocate((*f)->fd, 0, 0, static_cast<off_t>(size)) != 0) err = errno;
-  if (err == EOPNOTSUPP) {
-    // Filesystems without fallocate: a sparse file of the right size still works.
-    err = ::ftruncate((*f)->fd, static_cast<off_t>(size)) == 0 ? 0 : errno;
-  }
-  if (err != 0) {
+  if (absl::Status s = fs_->Allocate(Ref(**f), size); !s.ok()) {
     ::unlink(path.c_str());
-    return ErrnoToStatus(err, absl::StrCat("fallocate ", path, " to ", size, " bytes"));
+    return s;
   }
   (*f)->size = size;
   SyncDir((fs::path(options_.dir) / "records").string());
@@ -176,8 +170,8 @@ void DiskTier::Impl::RepairTruncatedFile(const std::shared_ptr<RecordFile>& f) {
   if (::fstat(f->fd, &st) != 0 || static_cast<uint64_t>(st.st_size) >= f->size) return;
   spdlog::warn("disk tier: record file {} truncated to {} bytes behind the tier's back (expected {})",
                f->path, st.st_size, f->size);
-  if (::fallocate(f->fd, 0, 0, static_cast<off_t>(f->size)) != 0) {
-    (void)::ftruncate(f->fd, static_cast<off_t>(f->size));
+  if (absl::Status s = fs_->Allocate(Ref(*f), f->size); !s.ok()) {
+    spdlog::warn("disk tier: cannot re-extend {}: {}", f->path, s.ToString());
   }
 }
 
@@ -242,9 +236,7 @@ absl::Status DiskTier::Impl::Init() {
       // its free space is usable again.
       spdlog::warn("disk tier: record file {} ends mid-block at {} bytes (torn tail); keeping "
                    "the records before it", path, size);
-      int err = ::fallocate((*f)->fd, 0, 0, static_cast<off_t>(rounded)) == 0 ? 0 : errno;
-      if (err == EOPNOTSUPP) err = ::ftruncate((*f)->fd, static_cast<off_t>(rounded)) == 0 ? 0 : errno;
-      if (err != 0) return ErrnoToStatus(err, absl::StrCat("re-extend torn record file ", path));
+      if (absl::Status s = fs_->Allocate(Ref(**f), rounded); !s.ok()) return s;
       (*f)->size = rounded;
       torn_end[id] = size;
     }
@@ -278,8 +270,8 @@ absl::Status DiskTier::Impl::Init() {
       return drop("record reaches past the torn end of its file");
     }
     if (options_.verify_headers_on_open) {
-      absl::Status rs = (*ring)->ReadAt(fit->second->fd, e->offset, kChunkHeaderBytes,
-                                        std::span<std::byte>(hdr_buf.get(), 4096));
+      absl::Status rs = fs_->Read(**ring, Ref(*fit->second), e->offset, kChunkHeaderBytes,
+                                  std::span<std::byte>(hdr_buf.get(), 4096), nullptr);
       if (!rs.ok()) return drop(rs.ToString());
       auto h = DecodeChunkHeader(std::span<const std::byte>(hdr_buf.get(), kChunkHeaderBytes));
       if (!h.ok()) return drop(h.status().ToString());

@@ -35,12 +35,9 @@
 
 namespace kvt {
 
-// Points on the write path where tests inject a failure (DiskTierOptions::fault_injector).
-enum class DiskFaultPoint : uint8_t {
-  kFallocate = 0,  // creating/growing a record file
-  kWrite = 1,      // writing a record's bytes
-  kSync = 2,       // fdatasync after the write
-};
+// The record files' I/O layer (libkvstore/src/disk_file_system.h). Tests wrap the real
+// one to inject faults (tests/kvstore/fault_injection_fs.h).
+class DiskFileSystem;
 
 // The I/O engine actually in use.
 enum class DiskIoBackend : uint8_t { kIoUring = 0, kPread = 1 };
@@ -74,9 +71,9 @@ struct DiskTierOptions {
   // Last-access times are kept in memory and written to the index in batches of this
   // many (and on destruction). REQUIRES: >= 1.
   uint32_t access_flush_batch = 256;
-  // Test-only: called before each operation at a DiskFaultPoint with the record file id;
-  // a non-zero return is treated as that errno from the system call.
-  std::function<int(DiskFaultPoint point, uint32_t file_id)> fault_injector;
+  // The layer every record-file allocate/write/sync/read goes through; null = the real
+  // one (io_uring or pread, and the syscalls). Tests pass a fault-injecting wrapper.
+  std::shared_ptr<DiskFileSystem> file_system;
 
   // OK, or InvalidArgument naming the field and the expected range.
   absl::Status Validate() const;
