@@ -559,7 +559,7 @@ DiskTierExtraStats DiskTier::Impl::extra_stats() const {
   x.file_bytes_total = alloc_.total_bytes();
   const internal::DiskIndexStats is = index_->stats();
   x.index_write_stopped = is.write_stopped;
-  x.index_resumes = is.resumes;
+  x.index_reopens = is.reopens;
   x.index_low_space_refusals = is.low_space_refusals;
   return x;
 }

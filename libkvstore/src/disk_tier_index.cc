@@ -157,18 +157,26 @@ absl::StatusOr<uint64_t> FreeBytes(const std::string& path) {
   return static_cast<uint64_t>(v.f_bavail) * static_cast<uint64_t>(v.f_frsize);
 }
 
-absl::StatusOr<std::unique_ptr<DiskIndex>> DiskIndex::Open(const std::string& path,
-                                                           uint64_t reserve_bytes) {
+namespace {
+
+rocksdb::Options IndexOptions() {
   rocksdb::Options options;
   options.create_if_missing = true;
   options.max_open_files = 64;
   options.keep_log_file_num = 2;
   // Small memtables: a flush (and the new WAL that comes with it) then needs little
-  // space, which the free-space reserve below must cover.
+  // space, which the free-space reserve must cover.
   options.write_buffer_size = 4 << 20;
   options.info_log = std::make_shared<SpdlogRocksLogger>();
+  return options;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DiskIndex>> DiskIndex::Open(const std::string& path,
+                                                           uint64_t reserve_bytes) {
   rocksdb::DB* db = nullptr;
-  rocksdb::Status s = rocksdb::DB::Open(options, path, &db);
+  rocksdb::Status s = rocksdb::DB::Open(IndexOptions(), path, &db);
   if (!s.ok()) return RocksToStatus(s, absl::StrCat("open ", path));
   return std::unique_ptr<DiskIndex>(new DiskIndex(db, path, reserve_bytes));
 }
@@ -177,6 +185,7 @@ DiskIndex::DiskIndex(rocksdb::DB* db, std::string path, uint64_t reserve_bytes)
     : db_(db), path_(std::move(path)), reserve_bytes_(reserve_bytes) {}
 
 DiskIndex::~DiskIndex() {
+  absl::WriterMutexLock l(&db_mu_);
   if (db_) (void)db_->Close();
 }
 
@@ -192,53 +201,64 @@ absl::Status DiskIndex::CheckReserve(std::string_view what) {
                    " bytes (free space, or lower DiskTierOptions.capacity_bytes)"));
 }
 
+absl::Status DiskIndex::Reopen(std::string_view what) {
+  absl::WriterMutexLock l(&db_mu_);
+  if (!stopped_.load()) return absl::OkStatus();  // another writer reopened it
+  // Closing a stopped database is safe; writing to it again is not (see Write), and
+  // neither is RocksDB's DB::Resume() in 7.8: when the WAL failed right after a memtable
+  // switch, Resume keeps the failed WAL writer and the next write aborts the process.
+  // A fresh DB::Open starts a new WAL; everything acknowledged (synced) is replayed.
+  if (db_) {
+    if (rocksdb::Status c = db_->Close(); !c.ok()) {
+      spdlog::warn("disk index: closing the stopped index: {}", c.ToString());
+    }
+    db_.reset();
+  }
+  rocksdb::DB* db = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(IndexOptions(), path_, &db);
+  if (!s.ok()) {
+    failed_reopens_.fetch_add(1);
+    return RocksToStatus(s, absl::StrCat(std::string(what), ": reopening the index after a write error"));
+  }
+  db_.reset(db);
+  stopped_.store(false);
+  reopens_.fetch_add(1);
+  spdlog::info("disk index: reopened {} after a write error; writes go through again", path_);
+  return absl::OkStatus();
+}
+
 absl::Status DiskIndex::Write(rocksdb::WriteBatch* batch, bool sync, std::string_view what) {
   // RocksDB must never meet ENOSPC: Debian's RocksDB 7.8 aborts the process on the next
   // write to a WAL or log file that has seen a write error (an assertion in
-  // WritableFileWriter), and a WAL poisoned right after a memtable switch survives
-  // DB::Resume(). So writes are refused while free space is below the reserve.
+  // WritableFileWriter). So writes are refused while free space is below the reserve.
   if (absl::Status r = CheckReserve(what); !r.ok()) return r;
-  if (needs_resume_.load()) {
-    absl::MutexLock l(&resume_mu_);
-    if (needs_resume_.load()) {
-      // The index stopped itself after a write error (e.g. ENOSPC on its WAL or a flush):
-      // every write fails until Resume() succeeds, which it does once space is back.
-      rocksdb::Status r = db_->Resume();
-      if (!r.ok()) {
-        ++failed_resumes_;
-        // Busy: RocksDB's own recovery is running (for ENOSPC its SstFileManager polls
-        // free space every few seconds); the write error that stopped the index stands.
-        if (r.IsBusy()) {
-          return absl::Status(stop_error_.code(),
-                              absl::StrCat(std::string(what), ": index stopped after a write error, ",
-                                           "recovery in progress: ", stop_error_.message()));
-        }
-        return RocksToStatus(r, absl::StrCat(std::string(what), " (index stopped after a write error; resume)"));
-      }
-      needs_resume_.store(false);
-      ++resumes_;
-      spdlog::info("disk index: resumed writes after an earlier write error");
-    }
+  if (stopped_.load()) {
+    // A write error got through anyway (a filler raced past the reserve): the database
+    // is not written again; space is back (the reserve check passed), so reopen it.
+    if (absl::Status r = Reopen(what); !r.ok()) return r;
+  }
+  absl::ReaderMutexLock l(&db_mu_);
+  if (stopped_.load() || !db_) {
+    return absl::UnavailableError(absl::StrCat(std::string(what), ": the index is stopped after a write error"));
   }
   rocksdb::WriteOptions wo;
   wo.sync = sync;
   rocksdb::Status s = db_->Write(wo, batch);
   absl::Status st = RocksToStatus(s, what);
   if (!s.ok() && (s.IsIOError() || s.IsNoSpace())) {
-    absl::MutexLock l(&resume_mu_);
-    stop_error_ = st;
-    needs_resume_.store(true);
+    stopped_.store(true);
+    spdlog::warn("disk index: stopped after a write error; reopening once space is back: {}",
+                 st.ToString());
   }
   return st;
 }
 
 DiskIndexStats DiskIndex::stats() const {
   DiskIndexStats st;
-  st.write_stopped = needs_resume_.load();
+  st.write_stopped = stopped_.load();
   st.low_space_refusals = low_space_refusals_.load();
-  absl::MutexLock l(&resume_mu_);
-  st.resumes = resumes_;
-  st.failed_resumes = failed_resumes_;
+  st.reopens = reopens_.load();
+  st.failed_reopens = failed_reopens_.load();
   return st;
 }
 
@@ -271,6 +291,8 @@ absl::Status DiskIndex::DeleteRaw(std::span<const std::string> raw_keys, bool sy
 }
 
 absl::Status DiskIndex::Scan(const std::string& start_raw_key, const Visitor& fn) {
+  absl::ReaderMutexLock l(&db_mu_);
+  if (!db_) return absl::UnavailableError("scan: the index is stopped after a write error");
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
   for (it->Seek(start_raw_key.empty() ? std::string(1, kChunkPrefix) : start_raw_key); it->Valid();
        it->Next()) {

@@ -53,9 +53,9 @@ std::string EncodeIndexValue(const IndexEntry& e);
 absl::StatusOr<IndexEntry> DecodeIndexValue(std::string_view v);
 
 struct DiskIndexStats {
-  bool write_stopped = false;   // the last write failed; the next one first calls Resume()
-  uint64_t resumes = 0;         // successful DB::Resume() calls
-  uint64_t failed_resumes = 0;  // Resume() calls that failed (e.g. still no space)
+  bool write_stopped = false;       // a write failed; the next one reopens the database
+  uint64_t reopens = 0;             // times the database was reopened after a write error
+  uint64_t failed_reopens = 0;      // reopen attempts that failed (retried on later writes)
   uint64_t low_space_refusals = 0;  // writes refused: free space below the reserve
 };
 
@@ -68,13 +68,11 @@ absl::StatusOr<uint64_t> FreeBytes(const std::string& path);
 // free, every write is refused with ResourceExhausted before it reaches RocksDB (see
 // Write() in disk_tier_index.cc for why RocksDB must not meet ENOSPC). 0 disables.
 //
-// Write errors (should a filler race past the reserve): RocksDB stops accepting writes after a WAL or flush write error (e.g.
-// ENOSPC). The next write after such an error first calls DB::Resume(); while that
-// fails, writes fail without touching the database: with the code of the error that
-// stopped the index while RocksDB's own recovery runs (ResourceExhausted for ENOSPC;
-// its SstFileManager polls free space every 5 s and resumes by itself), else with
-// Resume()'s status. Once either resume succeeds, writes go through again. RocksDB's info log goes
-// to spdlog, never to a file (see disk_tier_index.cc).
+// Write errors (should a filler race past the reserve): after a write fails with an
+// I/O error the database is never written again; the next write (once free space is
+// above the reserve) closes and reopens it (a new WAL; synced writes are replayed) and
+// then goes through. While it cannot be reopened, writes fail with its status. RocksDB's
+// info log goes to spdlog, never to a file (see disk_tier_index.cc).
 class DiskIndex {
  public:
   static absl::StatusOr<std::unique_ptr<DiskIndex>> Open(const std::string& path,
@@ -98,17 +96,20 @@ class DiskIndex {
  private:
   DiskIndex(rocksdb::DB* db, std::string path, uint64_t reserve_bytes);
   absl::Status CheckReserve(std::string_view what);
-  absl::Status Write(rocksdb::WriteBatch* batch, bool sync, std::string_view what);
+  absl::Status Write(rocksdb::WriteBatch* batch, bool sync, std::string_view what)
+      ABSL_LOCKS_EXCLUDED(db_mu_);
 
-  std::unique_ptr<rocksdb::DB> db_;
+  absl::Status Reopen(std::string_view what) ABSL_LOCKS_EXCLUDED(db_mu_);
+
+  // Readers (writes, scans) share it; a reopen holds it exclusively.
+  mutable absl::Mutex db_mu_;
+  std::unique_ptr<rocksdb::DB> db_ ABSL_GUARDED_BY(db_mu_);
   const std::string path_;
   const uint64_t reserve_bytes_;
+  std::atomic<bool> stopped_{false};
   std::atomic<uint64_t> low_space_refusals_{0};
-  std::atomic<bool> needs_resume_{false};
-  mutable absl::Mutex resume_mu_;
-  uint64_t resumes_ ABSL_GUARDED_BY(resume_mu_) = 0;
-  uint64_t failed_resumes_ ABSL_GUARDED_BY(resume_mu_) = 0;
-  absl::Status stop_error_ ABSL_GUARDED_BY(resume_mu_);  // the write error that stopped it
+  std::atomic<uint64_t> reopens_{0};
+  std::atomic<uint64_t> failed_reopens_{0};
 };
 
 }  // namespace kvt::internal

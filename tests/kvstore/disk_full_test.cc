@@ -78,6 +78,7 @@ class DiskFullTest : public ::testing::Test {
     o.capacity_bytes = 64ull << 20;  // more than the filesystem holds
     o.file_bytes = 8ull << 20;
     o.direct_io = false;  // tmpfs refuses O_DIRECT
+    o.index_reserve_bytes = reserve_;
     return o;
   }
 
@@ -90,8 +91,12 @@ class DiskFullTest : public ::testing::Test {
     return out;
   }
 
+  // Runs the fill / full / freed / close / reopen sequence in a child process.
+  void FullThenFreed();
+
   std::string mnt_;
   bool mounted_ = false;
+  uint64_t reserve_ = 16ull << 20;
 };
 
 // The first 40 chunks are 256 KiB; later ones are 1 KiB + header (one 4 KiB extent).
@@ -99,7 +104,7 @@ uint32_t Tokens(uint64_t seed) { return seed < 40 ? 256 : 1; }
 
 // The whole sequence runs in a child process, so an abort inside RocksDB (the failure
 // this test is about) is reported as a test failure instead of killing the test binary.
-TEST_F(DiskFullTest, FullFilesystemIsResourceExhaustedThenRecoversWithoutRestart) {
+void DiskFullTest::FullThenFreed() {
   const pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
@@ -129,8 +134,8 @@ TEST_F(DiskFullTest, FullFilesystemIsResourceExhaustedThenRecoversWithoutRestart
         absl::Status s = (*t)->Put(MakeRecord(seed, Tokens(seed)));
         if (s.ok()) {
           stored.push_back(seed);
-        } else if (absl::IsResourceExhausted(s)) {
-          ++exhausted;
+        } else if (absl::IsResourceExhausted(s) || (reserve_ == 0 && absl::IsUnavailable(s))) {
+          ++exhausted;  // without the reserve: also "stopped after a write error"
         } else {
           ++other;
           std::fprintf(stderr, "child: put %lu: %s\n", static_cast<unsigned long>(seed),
@@ -163,7 +168,7 @@ TEST_F(DiskFullTest, FullFilesystemIsResourceExhaustedThenRecoversWithoutRestart
         if (s.ok()) {
           resumed = true;
           stored.push_back(seed);
-        } else if (!absl::IsResourceExhausted(s)) {
+        } else if (!absl::IsResourceExhausted(s) && !(reserve_ == 0 && absl::IsUnavailable(s))) {
           fail("put after space was freed: " + s.ToString());
         } else {
           ::usleep(10000);
@@ -171,6 +176,12 @@ TEST_F(DiskFullTest, FullFilesystemIsResourceExhaustedThenRecoversWithoutRestart
       }
       if (!resumed) fail("puts did not resume within 60 s of space being freed");
       if ((*t)->extra_stats().index_write_stopped) fail("index still marked stopped");
+      if (reserve_ == 0 && (*t)->extra_stats().index_reopens == 0) {
+        fail("without the reserve the index should have stopped and been reopened");
+      }
+      if (reserve_ > 0 && (*t)->extra_stats().index_low_space_refusals == 0) {
+        fail("the reserve refused nothing");
+      }
       int ok_after = 0;
       for (int i = 0; i < 20; ++i, ++seed) {
         absl::Status s = (*t)->Put(MakeRecord(seed, Tokens(seed)));
@@ -201,6 +212,19 @@ TEST_F(DiskFullTest, FullFilesystemIsResourceExhaustedThenRecoversWithoutRestart
                                       << WTERMSIG(wstatus);
   ASSERT_TRUE(WIFEXITED(wstatus));
   EXPECT_EQ(WEXITSTATUS(wstatus), 0) << "see the child's message above";
+}
+
+
+TEST_F(DiskFullTest, FullFilesystemIsResourceExhaustedThenRecoversWithoutRestart) {
+  FullThenFreed();
+}
+
+// The same with the reserve off: RocksDB itself meets ENOSPC (WAL, flush). The index
+// stops, is reopened once space is back (not DB::Resume(), which aborts in 7.8 when the
+// WAL failed), and the process never dies.
+TEST_F(DiskFullTest, WithoutReserveTheIndexStopsAndIsReopenedAfterSpaceReturns) {
+  reserve_ = 0;
+  FullThenFreed();
 }
 
 // Failure 11: a burst of puts while the filesystem is full (RocksDB's info LOG and WAL

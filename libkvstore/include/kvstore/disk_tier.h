@@ -86,10 +86,11 @@ struct DiskTierExtraStats {
   uint64_t dropped_on_open = 0;   // index entries dropped by Open's checks
   uint64_t files_lost = 0;        // record files found deleted behind the tier's back
   uint64_t enospc = 0;            // ENOSPC seen from fallocate/write/fdatasync or the index
-  // The index stopped itself after a write error (e.g. ENOSPC): puts fail with its code
-  // (ResourceExhausted for no space) until a DB::Resume() succeeds, tried on each write.
+  // An index write failed (e.g. ENOSPC that raced past index_reserve_bytes): the next
+  // write, once space is back, reopens the index first (not DB::Resume(): see
+  // docs/disk-tier.md). Until then puts fail.
   bool index_write_stopped = false;
-  uint64_t index_resumes = 0;  // times the index resumed writes after such an error
+  uint64_t index_reopens = 0;  // times the index was reopened after such an error
   uint64_t index_low_space_refusals = 0;  // index writes refused: free < index_reserve_bytes
 };
 
