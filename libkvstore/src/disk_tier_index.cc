@@ -60,17 +60,13 @@ class SpdlogRocksLogger final : public rocksdb::Logger {
     char buf[1024];
     const int n = std::vsnprintf(buf, sizeof buf, format, ap);
     if (n < 0) return;
-    switch (level) {
-      case rocksdb::InfoLogLevel::WARN_LEVEL:
-        spdlog::warn("disk index (rocksdb): {}", buf);
-        break;
-      case rocksdb::InfoLogLevel::ERROR_LEVEL:
-      case rocksdb::InfoLogLevel::FATAL_LEVEL:
-        spdlog::error("disk index (rocksdb): {}", buf);
-        break;
-      default:
-        spdlog::debug("disk index (rocksdb): {}", buf);
-        break;
+    // kvtier logs every failure that matters itself (put failed, index stopped, ...);
+    // RocksDB's own lines are detail, and some are noise at ERROR level (e.g. a missing
+    // directory while creating a new index). Only FATAL is shown by default.
+    if (level == rocksdb::InfoLogLevel::FATAL_LEVEL) {
+      spdlog::error("disk index (rocksdb): {}", buf);
+    } else {
+      spdlog::debug("disk index (rocksdb): {}", buf);
     }
   }
 };
