@@ -15,7 +15,6 @@
 
 namespace kvt {
 
-using internal::ErrnoToStatus;
 using internal::Extent;
 using internal::IndexEntry;
 using internal::IoRing;
@@ -38,6 +37,7 @@ class DiskTier::Impl::RingLease {
   RingLease(Impl* impl, std::unique_ptr<IoRing> ring) : impl_(impl), ring_(std::move(ring)) {}
   ~RingLease() { impl_->ReleaseRing(std::move(ring_)); }
   IoRing* operator->() { return ring_.get(); }
+  IoRing& ring() { return *ring_; }
 
  private:
   Impl* impl_;
@@ -93,6 +93,10 @@ void DiskTier::Impl::FinishReadLocked(const ChunkKey& key, uint64_t gen) {
     --it->second.readers;
     return;
   }
+  if (auto ev = evicting_readers_.find(gen); ev != evicting_readers_.end()) {
+    if (--ev->second == 0) evicting_readers_.erase(ev);
+    return;
+  }
   auto d = doomed_.find(gen);
   if (d != doomed_.end() && --d->second.readers == 0) {
     alloc_.Free(d->second.extent);
@@ -117,94 +121,6 @@ void DiskTier::Impl::DropEntry(const ChunkKey& key, uint64_t gen) {
     // The index may still point at the extent: leak it until the next Open.
     ++counters_.io_errors;
     spdlog::error("disk tier: cannot drop index entry {}: {}", key.ToHex(), s.ToString());
-  }
-}
-
-void DiskTier::Impl::EvictDetached(std::vector<std::pair<ChunkKey, Entry>> victims) {
-  const EvictionListener& listener = options_.eviction_listener;
-  std::map<uint32_t, std::shared_ptr<RecordFile>> files;
-  if (listener) {
-    absl::MutexLock l(&mu_);
-    files = files_;
-  }
-  if (listener) {
-    // Hand each record to the owner (demotion) before its bytes can be reused.
-    for (const auto& [key, e] : victims) {
-      auto f = files.find(e.idx.file_id);
-      if (f == files.end()) continue;
-      auto buf = internal::AllocateAligned(e.padded);
-      std::span<std::byte> out(buf.get(), e.idx.record_bytes);
-      if (ReadVerified(key, e.idx, f->second, out).ok()) listener(key, out);
-    }
-  }
-  std::vector<ChunkKey> keys;
-  keys.reserve(victims.size());
-  for (const auto& v : victims) keys.push_back(v.first);
-  // Synced: the deletion is durable before the extents are reused.
-  absl::Status s = index_->Delete(keys, /*sync=*/true);
-  absl::MutexLock l(&mu_);
-  if (!s.ok()) {
-    ++counters_.io_errors;
-    spdlog::error("disk tier: evicting {} chunks from the index failed: {}", keys.size(),
-                  s.ToString());
-    return;  // extents leak until the next Open, which rebuilds the free lists
-  }
-  for (const auto& v : victims) ReleaseExtentLocked(v.second);
-  counters_.evictions += victims.size();
-}
-
-absl::StatusOr<Extent> DiskTier::Impl::Reserve(uint64_t padded) {
-  absl::MutexLock il(&index_mu_);
-  while (true) {
-    std::vector<std::pair<ChunkKey, Entry>> victims;
-    uint32_t new_id = 0;
-    uint64_t new_size = 0;
-    {
-      absl::MutexLock l(&mu_);
-      if (auto ext = alloc_.Allocate(padded)) return *ext;
-      const uint64_t total = alloc_.total_bytes();
-      const uint64_t room = options_.capacity_bytes - total;
-      if (!no_more_files_ && room >= padded) {
-        new_id = next_file_id_++;
-        new_size = std::min(options_.file_bytes, room);
-      } else {
-        // Evict least-recently accessed unpinned chunks worth at least `padded` bytes.
-        uint64_t freed = 0;
-        std::vector<ChunkKey> picked;
-        for (auto it = lru_.rbegin(); it != lru_.rend() && freed < padded; ++it) {
-          const Entry& en = map_.at(*it);
-          if (en.pins > 0) continue;
-          freed += en.padded;
-          picked.push_back(*it);
-        }
-        for (const ChunkKey& k : picked) victims.emplace_back(k, DetachLocked(map_.find(k)));
-        if (victims.empty()) {
-          return absl::ResourceExhaustedError(absl::StrCat(
-              "disk tier full: ", padded, " bytes needed, ", alloc_.free_bytes(), " free of ",
-              options_.capacity_bytes, ", and all ", map_.size(), " chunks are pinned"));
-        }
-      }
-    }
-    if (new_size > 0) {
-      auto f = CreateFile(new_id, new_size);
-      absl::MutexLock l(&mu_);
-      if (f.ok()) {
-        alloc_.AddFile(new_id, new_size);
-        files_[new_id] = std::move(*f);
-        continue;
-      }
-      if (absl::IsResourceExhausted(f.status())) {
-        // The filesystem is full: live within the files we have, evicting as needed.
-        ++extra_.enospc;
-        no_more_files_ = true;
-        spdlog::warn("disk tier: {}; no more record files, evicting instead", f.status().ToString());
-        if (map_.empty() && alloc_.total_bytes() == 0) return f.status();
-        continue;
-      }
-      ++counters_.io_errors;
-      return f.status();
-    }
-    EvictDetached(std::move(victims));
   }
 }
 
@@ -242,15 +158,9 @@ absl::Status DiskTier::Impl::Put(std::span<const std::byte> record) {
       s = ring.status();
     } else {
       RingLease lease(this, std::move(*ring));
-      const int werr = Fault(DiskFaultPoint::kWrite, ext->file_id);
-      s = werr != 0 ? ErrnoToStatus(werr, "write record (injected)")
-                    : lease->WriteAt(file->fd, ext->offset, record);
+      s = fs_->Write(lease.ring(), Ref(*file), ext->offset, record);
     }
-    if (s.ok()) {
-      int serr = Fault(DiskFaultPoint::kSync, ext->file_id);
-      if (serr == 0 && ::fdatasync(file->fd) != 0) serr = errno;
-      if (serr != 0) s = ErrnoToStatus(serr, absl::StrCat("fdatasync ", file->path));
-    }
+    if (s.ok()) s = fs_->Sync(Ref(*file));
   }
   if (s.ok()) {
     IndexEntry e;
@@ -311,7 +221,7 @@ absl::Status DiskTier::Impl::ReadVerified(const ChunkKey& key, const IndexEntry&
     if (b.size() > skip) XXH3_64bits_update(st.get(), b.data() + skip, b.size() - skip);
     seen += b.size();
   };
-  absl::Status s = lease->ReadAt(file->fd, e.offset, e.record_bytes, out, hash);
+  absl::Status s = fs_->Read(lease.ring(), Ref(*file), e.offset, e.record_bytes, out, hash);
   if (!s.ok()) return s;
   auto h = DecodeChunkHeader(out.first(e.record_bytes));
   if (!h.ok()) return absl::DataLossError(absl::StrCat("header: ", h.status().message()));
@@ -359,8 +269,10 @@ absl::StatusOr<uint64_t> DiskTier::Impl::Get(const ChunkKey& key, std::span<std:
     s = absl::DataLossError("record file is gone");
   } else {
     s = ReadVerified(key, e, file, out);
-    if (absl::IsDataLoss(s) && s.message().find("short read") != std::string_view::npos) {
+    if (absl::IsOutOfRange(s)) {
+      // The file ends inside the record: truncated behind the tier's back.
       RepairTruncatedFile(file);
+      s = absl::DataLossError(s.message());
     }
   }
   {
@@ -516,6 +428,10 @@ DiskTierExtraStats DiskTier::Impl::extra_stats() const {
   DiskTierExtraStats x = extra_;
   x.files = files_.size();
   x.file_bytes_total = alloc_.total_bytes();
+  const internal::DiskIndexStats is = index_->stats();
+  x.index_write_stopped = is.write_stopped;
+  x.index_reopens = is.reopens;
+  x.index_low_space_refusals = is.low_space_refusals;
   return x;
 }
 

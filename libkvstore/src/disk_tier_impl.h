@@ -17,6 +17,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
+#include "disk_file_system.h"
 #include "extent_allocator.h"
 #include "lru_list.h"
 #include "disk_tier_index.h"
@@ -87,9 +88,13 @@ class DiskTier::Impl {
 
   // Reserves an extent of `padded` bytes: free space, else a new file, else eviction.
   absl::StatusOr<internal::Extent> Reserve(uint64_t padded) ABSL_LOCKS_EXCLUDED(index_mu_, mu_);
-  // Removes `keys` (already detached from the map) from the index, then frees extents.
-  void EvictDetached(std::vector<std::pair<ChunkKey, Entry>> victims)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(index_mu_) ABSL_LOCKS_EXCLUDED(mu_);
+  // Victims detached from the map whose index entries are already deleted: hands each
+  // to the eviction listener (reading it with no lock held), then frees the extents.
+  void FinishEviction(std::vector<std::pair<ChunkKey, Entry>> victims)
+      ABSL_LOCKS_EXCLUDED(index_mu_, mu_);
+  // Puts detached victims back (their index deletion failed), at the LRU's cold end.
+  void ReattachLocked(std::vector<std::pair<ChunkKey, Entry>>& victims)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Unlinks an entry from the map and LRU; returns it.
   Entry DetachLocked(absl::flat_hash_map<ChunkKey, Entry>::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -101,11 +106,12 @@ class DiskTier::Impl {
   // Reads and verifies a whole record into out[0, e.record_bytes).
   absl::Status ReadVerified(const ChunkKey& key, const internal::IndexEntry& e,
                             const std::shared_ptr<RecordFile>& file, std::span<std::byte> out);
-  int Fault(DiskFaultPoint point, uint32_t file_id) const {
-    return options_.fault_injector ? options_.fault_injector(point, file_id) : 0;
-  }
+  static DiskFileRef Ref(const RecordFile& f) { return DiskFileRef{f.fd, f.id, f.path}; }
 
   const DiskTierOptions options_;
+  // Record-file I/O: options_.file_system, else the real layer.
+  const std::shared_ptr<DiskFileSystem> fs_ =
+      options_.file_system ? options_.file_system : RealDiskFileSystem();
   std::unique_ptr<internal::DiskIndex> index_;
   internal::IoBackend backend_ = internal::IoBackend::kIoUring;
   std::atomic<bool> direct_io_{true};
@@ -118,6 +124,8 @@ class DiskTier::Impl {
   internal::LruList<ChunkKey> lru_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<ChunkKey> dirty_access_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Doomed> doomed_ ABSL_GUARDED_BY(mu_);
+  // gen -> readers still copying an entry detached for eviction and not yet released.
+  absl::flat_hash_map<uint64_t, uint32_t> evicting_readers_ ABSL_GUARDED_BY(mu_);
   internal::ExtentAllocator alloc_ ABSL_GUARDED_BY(mu_);
   std::map<uint32_t, std::shared_ptr<RecordFile>> files_ ABSL_GUARDED_BY(mu_);
   uint32_t next_file_id_ ABSL_GUARDED_BY(mu_) = 0;

@@ -7,6 +7,7 @@
 #ifndef KVSTORE_SRC_DISK_TIER_INDEX_H_
 #define KVSTORE_SRC_DISK_TIER_INDEX_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -17,11 +18,13 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "kvstore/types.h"
 
 namespace rocksdb {
 class DB;
 class Status;
+class WriteBatch;
 }  // namespace rocksdb
 
 namespace kvt::internal {
@@ -49,10 +52,31 @@ std::string EncodeIndexValue(const IndexEntry& e);
 // DataLoss unless kIndexValueBytes bytes of a known version.
 absl::StatusOr<IndexEntry> DecodeIndexValue(std::string_view v);
 
+struct DiskIndexStats {
+  bool write_stopped = false;       // a write failed; the next one reopens the database
+  uint64_t reopens = 0;             // times the database was reopened after a write error
+  uint64_t failed_reopens = 0;      // reopen attempts that failed (retried on later writes)
+  uint64_t low_space_refusals = 0;  // writes refused: free space below the reserve
+};
+
+// Free bytes for unprivileged writers on the filesystem holding `path` (statvfs).
+absl::StatusOr<uint64_t> FreeBytes(const std::string& path);
+
 // Thread-safe (RocksDB is). Ordering between writers is the caller's job.
+//
+// Free space: while the filesystem holding the index has less than `reserve_bytes`
+// free, every write is refused with ResourceExhausted before it reaches RocksDB (see
+// Write() in disk_tier_index.cc for why RocksDB must not meet ENOSPC). 0 disables.
+//
+// Write errors (should a filler race past the reserve): after a write fails with an
+// I/O error the database is never written again; the next write (once free space is
+// above the reserve) closes and reopens it (a new WAL; synced writes are replayed) and
+// then goes through. While it cannot be reopened, writes fail with its status. RocksDB's
+// info log goes to spdlog, never to a file (see disk_tier_index.cc).
 class DiskIndex {
  public:
-  static absl::StatusOr<std::unique_ptr<DiskIndex>> Open(const std::string& path);
+  static absl::StatusOr<std::unique_ptr<DiskIndex>> Open(const std::string& path,
+                                                         uint64_t reserve_bytes);
   ~DiskIndex();
 
   // sync = the WAL is fsync'd before returning.
@@ -67,9 +91,25 @@ class DiskIndex {
   absl::Status Scan(const std::string& start_raw_key, const Visitor& fn);
   absl::Status DeleteRaw(std::span<const std::string> raw_keys, bool sync);
 
+  DiskIndexStats stats() const;
+
  private:
-  explicit DiskIndex(rocksdb::DB* db);
-  std::unique_ptr<rocksdb::DB> db_;
+  DiskIndex(rocksdb::DB* db, std::string path, uint64_t reserve_bytes);
+  absl::Status CheckReserve(std::string_view what);
+  absl::Status Write(rocksdb::WriteBatch* batch, bool sync, std::string_view what)
+      ABSL_LOCKS_EXCLUDED(db_mu_);
+
+  absl::Status Reopen(std::string_view what) ABSL_LOCKS_EXCLUDED(db_mu_);
+
+  // Readers (writes, scans) share it; a reopen holds it exclusively.
+  mutable absl::Mutex db_mu_;
+  std::unique_ptr<rocksdb::DB> db_ ABSL_GUARDED_BY(db_mu_);
+  const std::string path_;
+  const uint64_t reserve_bytes_;
+  std::atomic<bool> stopped_{false};
+  std::atomic<uint64_t> low_space_refusals_{0};
+  std::atomic<uint64_t> reopens_{0};
+  std::atomic<uint64_t> failed_reopens_{0};
 };
 
 }  // namespace kvt::internal

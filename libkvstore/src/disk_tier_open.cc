@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
@@ -112,17 +113,20 @@ absl::StatusOr<std::shared_ptr<RecordFile>> DiskTier::Impl::OpenFile(uint32_t id
 absl::StatusOr<std::shared_ptr<RecordFile>> DiskTier::Impl::CreateFile(uint32_t id,
                                                                        uint64_t size) {
   const std::string path = RecordPath(options_.dir, id);
+  if (options_.index_reserve_bytes > 0) {
+    // Record files never take the index's reserve (see DiskIndex): treated as ENOSPC.
+    auto free_bytes = internal::FreeBytes(options_.dir);
+    if (free_bytes.ok() && *free_bytes < size + options_.index_reserve_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "record file ", path, " of ", size, " bytes not created: ", *free_bytes,
+          " bytes free, and the index keeps a reserve of ", options_.index_reserve_bytes));
+    }
+  }
   auto f = OpenFile(id, path, /*create=*/true);
   if (!f.ok()) return f.status();
-  int err = Fault(DiskFaultPoint::kFallocate, id);
-  if (err == 0 && ::fallocate((*f)->fd, 0, 0, static_cast<off_t>(size)) != 0) err = errno;
-  if (err == EOPNOTSUPP) {
-    // Filesystems without fallocate: a sparse file of the right size still works.
-    err = ::ftruncate((*f)->fd, static_cast<off_t>(size)) == 0 ? 0 : errno;
-  }
-  if (err != 0) {
+  if (absl::Status s = fs_->Allocate(Ref(**f), size); !s.ok()) {
     ::unlink(path.c_str());
-    return ErrnoToStatus(err, absl::StrCat("fallocate ", path, " to ", size, " bytes"));
+    return s;
   }
   (*f)->size = size;
   SyncDir((fs::path(options_.dir) / "records").string());
@@ -166,8 +170,8 @@ void DiskTier::Impl::RepairTruncatedFile(const std::shared_ptr<RecordFile>& f) {
   if (::fstat(f->fd, &st) != 0 || static_cast<uint64_t>(st.st_size) >= f->size) return;
   spdlog::warn("disk tier: record file {} truncated to {} bytes behind the tier's back (expected {})",
                f->path, st.st_size, f->size);
-  if (::fallocate(f->fd, 0, 0, static_cast<off_t>(f->size)) != 0) {
-    (void)::ftruncate(f->fd, static_cast<off_t>(f->size));
+  if (absl::Status s = fs_->Allocate(Ref(*f), f->size); !s.ok()) {
+    spdlog::warn("disk tier: cannot re-extend {}: {}", f->path, s.ToString());
   }
 }
 
@@ -185,7 +189,8 @@ absl::Status DiskTier::Impl::Init() {
   if (ec) {
     return absl::InternalError(absl::StrCat("cannot create ", options_.dir, "/records: ", ec.message()));
   }
-  auto index = internal::DiskIndex::Open((fs::path(options_.dir) / "index").string());
+  auto index = internal::DiskIndex::Open((fs::path(options_.dir) / "index").string(),
+                                         options_.index_reserve_bytes);
   if (!index.ok()) return index.status();
   index_ = std::move(*index);
   direct_io_.store(options_.direct_io);
@@ -211,18 +216,31 @@ absl::Status DiskTier::Impl::Init() {
   absl::MutexLock il(&index_mu_);
   absl::MutexLock l(&mu_);
   uint64_t total = 0;
+  std::map<uint32_t, uint64_t> torn_end;  // file id -> bytes present before the torn tail
   for (const auto& [id, path] : found) {
     next_file_id_ = std::max(next_file_id_, id + 1);
     auto f = OpenFile(id, path, /*create=*/false);
     if (!f.ok()) return f.status();
     const uint64_t size = (*f)->size;
-    if (size == 0 || size % 4096 != 0 || total + size > options_.capacity_bytes) {
+    const uint64_t rounded = RoundUpToIoAlign(size);
+    if (size == 0 || total + rounded > options_.capacity_bytes) {
       spdlog::warn("disk tier: removing record file {} ({} bytes; capacity {} bytes)", path, size,
                    options_.capacity_bytes);
       ::unlink(path.c_str());
       continue;
     }
-    total += size;
+    if (rounded != size) {
+      // A torn tail: the file ends inside a block. Records wholly before the cut are
+      // intact and stay (each is still verified below and on every Get); only entries
+      // reaching past the cut are dropped. The file is re-extended to a whole block so
+      // its free space is usable again.
+      spdlog::warn("disk tier: record file {} ends mid-block at {} bytes (torn tail); keeping "
+                   "the records before it", path, size);
+      if (absl::Status s = fs_->Allocate(Ref(**f), rounded); !s.ok()) return s;
+      (*f)->size = rounded;
+      torn_end[id] = size;
+    }
+    total += rounded;
     alloc_.AddFile(id, size);
     files_[id] = std::move(*f);
   }
@@ -249,9 +267,13 @@ absl::Status DiskTier::Impl::Init() {
         e->offset + padded > fit->second->size) {
       return drop("extent outside its record file");
     }
+    if (auto torn = torn_end.find(e->file_id);
+        torn != torn_end.end() && e->offset + e->record_bytes > torn->second) {
+      return drop("record reaches past the torn end of its file");
+    }
     if (options_.verify_headers_on_open) {
-      absl::Status rs = (*ring)->ReadAt(fit->second->fd, e->offset, kChunkHeaderBytes,
-                                        std::span<std::byte>(hdr_buf.get(), 4096));
+      absl::Status rs = fs_->Read(**ring, Ref(*fit->second), e->offset, kChunkHeaderBytes,
+                                  std::span<std::byte>(hdr_buf.get(), 4096), nullptr);
       if (!rs.ok()) return drop(rs.ToString());
       auto h = DecodeChunkHeader(std::span<const std::byte>(hdr_buf.get(), kChunkHeaderBytes));
       if (!h.ok()) return drop(h.status().ToString());

@@ -6,6 +6,7 @@
 #define KVSTORE_SRC_LRU_LIST_H_
 
 #include <cstddef>
+#include <iterator>
 #include <list>
 #include <utility>
 
@@ -22,6 +23,11 @@ class LruList {
     return items_.begin();
   }
   // Makes the element the most recently used (O(1)).
+  // Inserts at the least recently used end (e.g. eviction victims put back).
+  Handle InsertCold(T value) {
+    items_.push_back(std::move(value));
+    return std::prev(items_.end());
+  }
   void Touch(Handle h) { items_.splice(items_.begin(), items_, h); }
   // Removes the element; `h` is invalid afterwards.
   void Remove(Handle h) { items_.erase(h); }

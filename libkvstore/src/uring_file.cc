@@ -242,7 +242,7 @@ absl::Status IoRing::Run(int fd, uint64_t offset, uint64_t len, bool write, cons
     } else if (res == 0) {
       if (first_error.ok()) {
         first_error = write ? absl::InternalError("write returned 0 bytes")
-                            : absl::DataLossError(absl::StrCat(
+                            : absl::OutOfRangeError(absl::StrCat(
                                   "short read: file ends before offset ",
                                   offset + p.rec_off + p.disk_len));
       }

@@ -78,7 +78,8 @@ class IoRing {
   // REQUIRES: offset % 4096 == 0. Short writes are resumed; errors via ErrnoToStatus.
   absl::Status WriteAt(int fd, uint64_t offset, std::span<const std::byte> src);
   // Reads `len` bytes from fd at `offset` into dst[0, len). REQUIRES offset % 4096 == 0,
-  // dst.size() >= len. DataLoss when the file ends before offset + RoundUp(len).
+  // dst.size() >= len. OutOfRange when the file ends before offset + RoundUp(len)
+  // (a short read: the file was truncated); other errors via ErrnoToStatus.
   // `in_order`, when set, sees the bytes in order as they arrive. On error dst's
   // contents are unspecified.
   absl::Status ReadAt(int fd, uint64_t offset, uint64_t len, std::span<std::byte> dst,

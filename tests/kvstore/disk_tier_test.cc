@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "disk_test_util.h"
+#include "fault_injection_fs.h"
 #include "store_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -376,15 +377,13 @@ TEST_F(DiskTierTest, PinnedChunksAreNeverEvicted) {
 }
 
 TEST_F(DiskTierTest, EnospcOnWriteIsResourceExhaustedAndStoresNothing) {
-  std::atomic<bool> full{false};
+  auto faults = std::make_shared<testing::FaultInjectionFs>();
   DiskTierOptions o = Options();
-  o.fault_injector = [&](DiskFaultPoint p, uint32_t) {
-    return p == DiskFaultPoint::kWrite && full.load() ? ENOSPC : 0;
-  };
+  o.file_system = faults;
   auto t = OpenTier(o);
   ASSERT_NE(t, nullptr);
   for (uint64_t i = 0; i < 3; ++i) ASSERT_TRUE(t->Put(MakeRecord(i)).ok());
-  full = true;
+  faults->AddRule({.op = testing::FsOp::kWrite, .error = ENOSPC});
   EXPECT_EQ(t->Put(MakeRecord(3)).code(), absl::StatusCode::kResourceExhausted);
   std::vector<ChunkKey> k = {TestKey(3)};
   EXPECT_THAT(kvt::testing::Contains(*t, k), ::testing::ElementsAre(false));
@@ -395,10 +394,10 @@ TEST_F(DiskTierTest, EnospcOnWriteIsResourceExhaustedAndStoresNothing) {
     ASSERT_TRUE(got.ok());
     EXPECT_EQ(*got, MakeRecord(i));
   }
-  full = false;
+  faults->ClearRules();
   ASSERT_TRUE(t->Put(MakeRecord(3)).ok());
   t.reset();
-  o.fault_injector = nullptr;
+  o.file_system = nullptr;
   t = OpenTier(o);
   ASSERT_NE(t, nullptr);
   EXPECT_EQ(t->stats().chunks, 4u);
@@ -407,9 +406,10 @@ TEST_F(DiskTierTest, EnospcOnWriteIsResourceExhaustedAndStoresNothing) {
 
 TEST_F(DiskTierTest, EnospcOnFallocateEvictsWithinExistingFiles) {
   DiskTierOptions o = Options(64 * kPadded, 4 * kPadded);
-  o.fault_injector = [](DiskFaultPoint p, uint32_t file_id) {
-    return p == DiskFaultPoint::kFallocate && file_id >= 1 ? ENOSPC : 0;
-  };
+  auto faults = std::make_shared<testing::FaultInjectionFs>();
+  // The first record file is created; every later one meets ENOSPC.
+  faults->AddRule({.op = testing::FsOp::kAllocate, .skip = 1, .error = ENOSPC});
+  o.file_system = faults;
   auto t = OpenTier(o);
   ASSERT_NE(t, nullptr);
   for (uint64_t i = 0; i < 10; ++i) ASSERT_TRUE(t->Put(MakeRecord(i)).ok()) << i;

@@ -39,6 +39,18 @@ absl::StatusOr<std::unique_ptr<LlamaKvAdapter>> LlamaKvAdapter::Create(
   return std::unique_ptr<LlamaKvAdapter>(new LlamaKvAdapter(engine, std::move(connector)));
 }
 
+bool LlamaKvAdapter::ModelStillMatches() {
+  absl::StatusOr<bool> changed = engine_->CheckModelFile();
+  if (!changed.ok()) {
+    spdlog::warn("kvtier llama.cpp: cannot check the model file, not using kvtier: {}",
+                 changed.status().ToString());
+    return false;
+  }
+  // The connector's namespace was made from the fingerprint at its creation; a
+  // connector made after the change (for the new model) matches again.
+  return connector_->ns_params().model_id == engine_->MakeNamespaceParams(1).model_id;
+}
+
 uint64_t LlamaKvAdapter::LoadPrefix(std::span<const TokenId> prompt, uint64_t tokens,
                                     RunResult* result) {
   const uint32_t chunk = connector_->chunk_tokens();
@@ -107,7 +119,7 @@ size_t LlamaKvAdapter::StoreChunks(std::span<const TokenId> prompt) {
 
 absl::StatusOr<RunResult> LlamaKvAdapter::Run(std::span<const TokenId> prompt, const RunOptions& options) {
   if (prompt.empty()) return absl::InvalidArgumentError("empty prompt");
-  const bool kvtier = options.use_kvtier && connector_ != nullptr;
+  bool kvtier = options.use_kvtier && connector_ != nullptr;
   if (options.use_kvtier && connector_ == nullptr) {
     return absl::FailedPreconditionError("use_kvtier requested but the adapter has no connector");
   }
@@ -123,6 +135,10 @@ absl::StatusOr<RunResult> LlamaKvAdapter::Run(std::span<const TokenId> prompt, c
   engine_->Clear();
 
   uint64_t done = 0;
+  if (kvtier && !ModelStillMatches()) {
+    kvtier = false;
+    r.model_changed = true;
+  }
   if (kvtier) {
     const auto tl = Clock::now();
     absl::StatusOr<ConnectorLookup> lookup = connector_->Lookup(prompt, 0);
@@ -174,7 +190,9 @@ absl::StatusOr<RunResult> LlamaKvAdapter::Run(std::span<const TokenId> prompt, c
   if (kvtier) {
     connector_->ObservePrefill(rest.size(), r.loaded_tokens,
                                std::chrono::duration<double>(r.prefill_s));
-    if (options.store) {
+    if (options.store && !ModelStillMatches()) {
+      r.model_changed = true;  // changed during prefill: store nothing under the old namespace
+    } else if (options.store) {
       const auto ts = Clock::now();
       r.stored_chunks = StoreChunks(prompt);
       r.store_s = Since(ts);

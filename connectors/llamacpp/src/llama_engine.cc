@@ -1,5 +1,10 @@
 #include "llamacpp/llama_engine.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -10,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "ggml.h"
 #include "llama.h"
+#include "spdlog/spdlog.h"
 
 #ifndef KVT_LLAMACPP_COMMIT
 #error "KVT_LLAMACPP_COMMIT must be defined by cmake/LlamaCpp.cmake"
@@ -47,6 +53,20 @@ absl::StatusOr<ggml_type> ParseCacheType(std::string_view name, std::string_view
       absl::StrCat("EngineOptions.", std::string(field), " '", std::string(name), "' is not a ggml type name (e.g. f16, f32, q8_0)"));
 }
 
+absl::StatusOr<ModelFileStamp> StampOf(int fd, const std::string& path) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    return absl::InternalError(absl::StrFormat("fstat of model file '%s': %s", path, std::strerror(errno)));
+  }
+  ModelFileStamp m;
+  m.dev = static_cast<uint64_t>(st.st_dev);
+  m.ino = static_cast<uint64_t>(st.st_ino);
+  m.size = static_cast<uint64_t>(st.st_size);
+  m.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  m.ctime_ns = static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec;
+  return m;
+}
+
 }  // namespace
 
 std::string_view LlamaCppPackageVersion() { return KVT_LLAMACPP_VERSION; }
@@ -73,6 +93,16 @@ absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Create(const EngineOpt
   InitBackendOnce(options.verbose_llama_log);
   std::unique_ptr<LlamaEngine> e(new LlamaEngine());
   e->options_ = options;
+  // Held open for the engine's life: it names the inode llama.cpp maps, whatever later
+  // happens to the path (see CheckModelFile).
+  e->model_fd_ = ::open(options.model_path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (e->model_fd_ < 0) {
+    return absl::NotFoundError(absl::StrFormat("cannot open model file '%s': %s",
+                                               options.model_path, std::strerror(errno)));
+  }
+  absl::StatusOr<ModelFileStamp> stamp = StampOf(e->model_fd_, options.model_path);
+  if (!stamp.ok()) return stamp.status();
+  e->stamp_ = *stamp;
 
   llama_model_params mp = llama_model_default_params();
   mp.n_gpu_layers = 0;
@@ -107,15 +137,42 @@ absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Create(const EngineOpt
         options.model_path, options.n_ctx, options.type_k, options.type_v, options.flash_attn));
   }
   if (absl::Status s = e->Probe(); !s.ok()) return s;
-  absl::StatusOr<std::string> fp = FingerprintModelFile(options.model_path);
+  absl::StatusOr<std::string> fp = FingerprintModelFile(e->FdPath());
   if (!fp.ok()) return fp.status();
   e->fingerprint_ = *fp;
+  absl::StatusOr<ModelFileStamp> after = StampOf(e->model_fd_, options.model_path);
+  if (!after.ok()) return after.status();
+  if (!(*after == e->stamp_)) {
+    return absl::UnavailableError(absl::StrFormat(
+        "model file '%s' changed while it was being loaded; retry", options.model_path));
+  }
   return e;
 }
 
 LlamaEngine::~LlamaEngine() {
   if (ctx_ != nullptr) llama_free(ctx_);
   if (model_ != nullptr) llama_model_free(model_);
+  if (model_fd_ >= 0) ::close(model_fd_);
+}
+
+std::string LlamaEngine::FdPath() const { return absl::StrCat("/proc/self/fd/", model_fd_); }
+
+absl::StatusOr<bool> LlamaEngine::CheckModelFile() {
+  if (model_changed_) return true;
+  absl::StatusOr<ModelFileStamp> now = StampOf(model_fd_, options_.model_path);
+  if (!now.ok()) return now.status();
+  if (*now == stamp_) return false;
+  // Size, mtime or ctime moved: the bytes llama.cpp maps may have changed. Hash them.
+  absl::StatusOr<std::string> fp = FingerprintModelFile(FdPath());
+  if (!fp.ok()) return fp.status();
+  stamp_ = *now;
+  if (*fp == fingerprint_) return false;  // touched, same content
+  spdlog::warn("kvtier llama.cpp: model file '{}' changed under the running engine "
+               "(fingerprint {} -> {}); kvtier is off for this engine's old namespace",
+               options_.model_path, fingerprint_, *fp);
+  fingerprint_ = *fp;
+  model_changed_ = true;
+  return true;
 }
 
 absl::Status LlamaEngine::Probe() {

@@ -35,12 +35,9 @@
 
 namespace kvt {
 
-// Points on the write path where tests inject a failure (DiskTierOptions::fault_injector).
-enum class DiskFaultPoint : uint8_t {
-  kFallocate = 0,  // creating/growing a record file
-  kWrite = 1,      // writing a record's bytes
-  kSync = 2,       // fdatasync after the write
-};
+// The record files' I/O layer (libkvstore/src/disk_file_system.h). Tests wrap the real
+// one to inject faults (tests/kvstore/fault_injection_fs.h).
+class DiskFileSystem;
 
 // The I/O engine actually in use.
 enum class DiskIoBackend : uint8_t { kIoUring = 0, kPread = 1 };
@@ -66,12 +63,17 @@ struct DiskTierOptions {
   // On Open, read each indexed record's header (one 4 KiB read) and drop entries whose
   // record does not match. Payload checksums are verified on every Get regardless.
   bool verify_headers_on_open = true;
+  // Free space, bytes, kept on the filesystem for the RocksDB index: index writes (and
+  // so puts, evictions and erases) are refused with ResourceExhausted while less is
+  // free, and no record file is created that would eat into it. The index then never
+  // meets ENOSPC, which Debian's RocksDB does not survive (issue 11). 0 disables.
+  uint64_t index_reserve_bytes = 16ull << 20;
   // Last-access times are kept in memory and written to the index in batches of this
   // many (and on destruction). REQUIRES: >= 1.
   uint32_t access_flush_batch = 256;
-  // Test-only: called before each operation at a DiskFaultPoint with the record file id;
-  // a non-zero return is treated as that errno from the system call.
-  std::function<int(DiskFaultPoint point, uint32_t file_id)> fault_injector;
+  // The layer every record-file allocate/write/sync/read goes through; null = the real
+  // one (io_uring or pread, and the syscalls). Tests pass a fault-injecting wrapper.
+  std::shared_ptr<DiskFileSystem> file_system;
   // Receives each record evicted to make room (for demotion to a lower tier), outside
   // the index lock; it must not call into this tier.
   EvictionListener eviction_listener;
@@ -86,7 +88,13 @@ struct DiskTierExtraStats {
   uint64_t file_bytes_total = 0;  // their total size (<= capacity_bytes)
   uint64_t dropped_on_open = 0;   // index entries dropped by Open's checks
   uint64_t files_lost = 0;        // record files found deleted behind the tier's back
-  uint64_t enospc = 0;            // ENOSPC seen from fallocate/write
+  uint64_t enospc = 0;            // ENOSPC seen from fallocate/write/fdatasync or the index
+  // An index write failed (e.g. ENOSPC that raced past index_reserve_bytes): the next
+  // write, once space is back, reopens the index first (not DB::Resume(): see
+  // docs/disk-tier.md). Until then puts fail.
+  bool index_write_stopped = false;
+  uint64_t index_reopens = 0;  // times the index was reopened after such an error
+  uint64_t index_low_space_refusals = 0;  // index writes refused: free < index_reserve_bytes
 };
 
 // Thread-safe. All methods may be called concurrently; I/O runs outside the tier's

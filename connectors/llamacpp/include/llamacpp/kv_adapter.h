@@ -59,6 +59,10 @@ struct RunResult {
   double ttft_s = 0;
   double store_s = 0;     // get_data + slicing (async store work not included)
   uint64_t load_bytes = 0;  // payload bytes restored
+  // The model file changed under the engine (LlamaEngine::CheckModelFile) so that the
+  // connector's namespace no longer names it: no lookup, load or store was done (or,
+  // if it changed during prefill, no store), and the run was computed by the engine.
+  bool model_changed = false;
   std::vector<float> logits;  // next-token logits after the prompt
 };
 
@@ -74,7 +78,9 @@ class LlamaKvAdapter {
   static absl::StatusOr<std::unique_ptr<LlamaKvAdapter>> Create(
       LlamaEngine* engine, std::shared_ptr<KVConnector> connector);
 
-  // Runs one prompt (see the file comment). InvalidArgument for an empty prompt or ids
+  // Runs one prompt (see the file comment). Before the lookup and again before the
+  // store, checks the model file (LlamaEngine::CheckModelFile): once it changed, the
+  // connector's namespace is the old model's, so kvtier is skipped (model_changed). InvalidArgument for an empty prompt or ids
   // outside the vocabulary; errors from the engine. kvtier failures (a tier error, a
   // chunk that fails verification or a state blob llama.cpp rejects) never fail the
   // request: the tokens are recomputed instead.
@@ -89,6 +95,9 @@ class LlamaKvAdapter {
   // Loads up to `tokens` leading tokens into seq 0; returns how many were restored.
   uint64_t LoadPrefix(std::span<const TokenId> prompt, uint64_t tokens, RunResult* result);
   size_t StoreChunks(std::span<const TokenId> prompt);
+  // False when the model file changed so the connector's namespace no longer names it
+  // (or the file cannot be checked).
+  bool ModelStillMatches();
 
   LlamaEngine* engine_;
   std::shared_ptr<KVConnector> connector_;

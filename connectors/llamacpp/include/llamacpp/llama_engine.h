@@ -52,6 +52,13 @@ struct EngineOptions {
   absl::Status Validate() const;
 };
 
+// What fstat says about the model file's inode; any change triggers a re-fingerprint.
+struct ModelFileStamp {
+  uint64_t dev = 0, ino = 0, size = 0;
+  int64_t mtime_ns = 0, ctime_ns = 0;
+  bool operator==(const ModelFileStamp&) const = default;
+};
+
 // Called during prefill with (tokens done, tokens total) after each batch.
 using PrefillProgress = std::function<void(uint64_t done, uint64_t total)>;
 
@@ -105,11 +112,21 @@ class LlamaEngine {
   // type -> kBytes with num_kv_heads = 1 and head_dim = the row's byte size.
   const KvLayout& layout() const { return layout_; }
   // XXH3-128 of the model file (whole file up to 4 GiB; above that, the GGUF metadata
-  // plus 1 MiB samples at 256 evenly spaced offsets), as 32 hex digits. Computed once.
+  // plus 1 MiB samples at 256 evenly spaced offsets), as 32 hex digits. Computed at
+  // Create and again by CheckModelFile when the file's stamp moves.
   const std::string& model_fingerprint() const { return fingerprint_; }
+  // Whether the model file now holds other bytes than when the engine was created.
+  // The engine keeps the file open, so this follows the inode llama.cpp mapped: an
+  // in-place overwrite (same path, even same size: llama.cpp's shared mapping then
+  // sees the new weights) is a change; a replace-by-rename of the path is not (the
+  // engine still runs the old inode's weights). Cheap when nothing moved (one fstat);
+  // when size, mtime or ctime moved, re-fingerprints the file (reads it) and, if the
+  // fingerprint differs, updates model_fingerprint() and stays true from then on
+  // (recreate the engine to serve the new model). Internal/NotFound on I/O errors.
+  absl::StatusOr<bool> CheckModelFile();
   // "llama.cpp=<commit>;llama-cpp-python=<ver>;type_k=..;type_v=..;flash_attn=on|off;v_trans=0|1".
   std::string engine_extra() const;
-  // NamespaceParams for this engine: model_id "gguf-xxh3:<fingerprint>", layout(),
+  // NamespaceParams for this engine: model_id "gguf-xxh3:<model_fingerprint()>", layout(),
   // chunk_tokens, engine_extra().
   NamespaceParams MakeNamespaceParams(uint32_t chunk_tokens) const;
 
@@ -129,6 +146,11 @@ class LlamaEngine {
   KvLayout layout_;
   std::string fingerprint_;
   double probe_decode_s_ = 0;
+  int model_fd_ = -1;
+  ModelFileStamp stamp_;
+  bool model_changed_ = false;
+
+  std::string FdPath() const;  // /proc/self/fd/<model_fd_>
 };
 
 // XXH3-128 fingerprint of a GGUF file as described at model_fingerprint().

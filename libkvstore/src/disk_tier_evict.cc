@@ -1,0 +1,138 @@
+// DiskTier eviction: reserving an extent (free space, a new record file, or evicting
+// least-recently accessed chunks). See docs/disk-tier.md ("Write order", "Space and disk
+// full", "Thread safety").
+#include <algorithm>
+#include <iterator>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "disk_tier_impl.h"
+#include "spdlog/spdlog.h"
+
+namespace kvt {
+
+using internal::Extent;
+
+void DiskTier::Impl::ReattachLocked(std::vector<std::pair<ChunkKey, Entry>>& victims) {
+  // Victims were the least recently accessed: they go back to the cold end.
+  for (auto& [key, en] : victims) {
+    if (auto ev = evicting_readers_.find(en.gen); ev != evicting_readers_.end()) {
+      en.readers = ev->second;
+      evicting_readers_.erase(ev);
+    } else {
+      en.readers = 0;
+    }
+    en.lru = lru_.InsertCold(key);
+    used_bytes_ += en.padded;
+    map_.emplace(key, en);
+  }
+}
+
+void DiskTier::Impl::FinishEviction(std::vector<std::pair<ChunkKey, Entry>> victims) {
+  const EvictionListener& listener = options_.eviction_listener;
+  std::map<uint32_t, std::shared_ptr<RecordFile>> files;
+  if (listener) {
+    absl::MutexLock l(&mu_);
+    files = files_;
+  }
+  if (listener) {
+    // Hand each record to the owner (demotion) before its bytes can be reused. No tier
+    // lock is held: the extents stay reserved until the release below.
+    for (const auto& [key, e] : victims) {
+      auto f = files.find(e.idx.file_id);
+      if (f == files.end()) continue;
+      auto buf = internal::AllocateAligned(e.padded);
+      std::span<std::byte> out(buf.get(), e.idx.record_bytes);
+      if (ReadVerified(key, e.idx, f->second, out).ok()) listener(key, out);
+    }
+  }
+  absl::MutexLock l(&mu_);
+  for (auto& [key, en] : victims) {
+    if (auto ev = evicting_readers_.find(en.gen); ev != evicting_readers_.end()) {
+      en.readers = ev->second;
+      evicting_readers_.erase(ev);
+    } else {
+      en.readers = 0;
+    }
+    ReleaseExtentLocked(en);
+  }
+  counters_.evictions += victims.size();
+}
+
+absl::StatusOr<Extent> DiskTier::Impl::Reserve(uint64_t padded) {
+  while (true) {
+    std::vector<std::pair<ChunkKey, Entry>> victims;
+    {
+      absl::MutexLock il(&index_mu_);
+      uint32_t new_id = 0;
+      uint64_t new_size = 0;
+      {
+        absl::MutexLock l(&mu_);
+        if (auto ext = alloc_.Allocate(padded)) return *ext;
+        const uint64_t total = alloc_.total_bytes();
+        const uint64_t room = options_.capacity_bytes - total;
+        if (!no_more_files_ && room >= padded) {
+          new_id = next_file_id_++;
+          new_size = std::min(options_.file_bytes, room);
+        } else {
+          // Evict least-recently accessed unpinned chunks worth at least `padded` bytes.
+          uint64_t freed = 0;
+          std::vector<ChunkKey> picked;
+          for (auto it = lru_.rbegin(); it != lru_.rend() && freed < padded; ++it) {
+            const Entry& en = map_.at(*it);
+            if (en.pins > 0) continue;
+            freed += en.padded;
+            picked.push_back(*it);
+          }
+          for (const ChunkKey& k : picked) {
+            Entry en = DetachLocked(map_.find(k));
+            if (en.readers > 0) evicting_readers_[en.gen] = en.readers;
+            victims.emplace_back(k, en);
+          }
+          if (victims.empty()) {
+            return absl::ResourceExhaustedError(absl::StrCat(
+                "disk tier full: ", padded, " bytes needed, ", alloc_.free_bytes(), " free of ",
+                options_.capacity_bytes, ", and all ", map_.size(), " chunks are pinned"));
+          }
+        }
+      }
+      if (new_size > 0) {
+        auto f = CreateFile(new_id, new_size);
+        absl::MutexLock l(&mu_);
+        if (f.ok()) {
+          alloc_.AddFile(new_id, new_size);
+          files_[new_id] = std::move(*f);
+          continue;
+        }
+        if (absl::IsResourceExhausted(f.status())) {
+          // The filesystem is full: live within the files we have, evicting as needed.
+          ++extra_.enospc;
+          no_more_files_ = true;
+          spdlog::warn("disk tier: {}; no more record files, evicting instead",
+                       f.status().ToString());
+          if (map_.empty() && alloc_.total_bytes() == 0) return f.status();
+          continue;
+        }
+        ++counters_.io_errors;
+        return f.status();
+      }
+      std::vector<ChunkKey> keys;
+      keys.reserve(victims.size());
+      for (const auto& v : victims) keys.push_back(v.first);
+      // Synced: the deletion is durable before the extents are reused.
+      absl::Status s = index_->Delete(keys, /*sync=*/true);
+      if (!s.ok()) {
+        // Nothing was evicted: the victims stay (their index entries do), the put fails.
+        absl::MutexLock l(&mu_);
+        ReattachLocked(victims);
+        ++counters_.io_errors;
+        if (absl::IsResourceExhausted(s)) ++extra_.enospc;
+        return absl::Status(s.code(), absl::StrCat("cannot evict ", keys.size(),
+                                                   " chunks to make room: ", s.message()));
+      }
+    }
+    FinishEviction(std::move(victims));
+  }
+}
+
+}  // namespace kvt
