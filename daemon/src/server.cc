@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "catalog.h"
 #include "kvstore/chunk_codec.h"
+#include "kvstore/cluster_tier.h"
 #include "kvstore/disk_tier.h"
 #include "kvstore/host_tier.h"
 #include "kvstore/remote_client.h"
@@ -237,9 +238,20 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonCo
   std::vector<std::unique_ptr<Tier>> tiers;
   tiers.push_back(std::move(*host));
   tiers.push_back(std::move(*disk));
+  ClusterTier* cluster = nullptr;
+  if (config.cluster) {  // shared by every kvtierd naming the same cluster: below the disk
+    auto ct = ClusterTier::Create(*config.cluster);
+    if (!ct.ok()) return absl::Status(ct.status().code(), "cluster: " + std::string(ct.status().message()));
+    cluster = ct->get();
+    tiers.push_back(std::move(*ct));
+    spdlog::info("kvtierd: cluster tier on {} masters (keyspace '{}', pieces of {} bytes)",
+                 cluster->client().slot_map().masters().size(), config.cluster->keyspace, config.cluster->piece_bytes);
+  }
   TieredStoreOptions so;
-  so.write_through = config.durability == Durability::kAsync;
-  so.write_through_remote = false;
+  // With a cluster, every put is written through to it (and, in sync mode, to the disk a
+  // second time: TieredStore writes through to every lower tier).
+  so.write_through = config.durability == Durability::kAsync || cluster != nullptr;
+  so.write_through_remote = cluster != nullptr;
   auto store = TieredStore::Create(std::move(tiers), so);
   if (!store.ok()) return store.status();
   impl->store = std::move(*store);
@@ -247,6 +259,17 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonCo
   auto catalog = Catalog::Open(config.data_dir + "/namespaces.log");
   if (!catalog.ok()) return catalog.status();
   impl->catalog = std::move(*catalog);
+  if (cluster != nullptr) {
+    // Chunks put by another kvtierd: learn their namespace from the shared tier. Without
+    // tenants, a namespace nobody here owns belongs to the default tenant.
+    impl->catalog->SetSharedLookup(
+        [cluster](const ChunkKey& key) -> std::optional<NamespaceId> {
+          auto h = cluster->ReadChunkHeader(key);
+          if (!h.ok()) return std::nullopt;
+          return h->ns;
+        },
+        config.auth_enabled() ? std::nullopt : std::optional<std::string>(""));
+  }
   {  // key → namespace for every chunk on disk
     ListOptions lo;
     lo.page_size = 10000;
