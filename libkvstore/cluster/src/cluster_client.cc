@@ -46,35 +46,44 @@ timeval ToTimeval(std::chrono::milliseconds ms) {
   return timeval{static_cast<time_t>(ms.count() / 1000), static_cast<suseconds_t>((ms.count() % 1000) * 1000)};
 }
 
-// Sends `cmds` and reads their replies. On an I/O error returns Unavailable (the
+// Sends `cmds` and reads their replies, at most `window` commands in flight (0 = all
+// written before any reply is read). On an I/O error returns Unavailable (the
 // connection is then unusable).
 absl::StatusOr<std::vector<Reply>> Pipeline(redisContext* c, std::span<const Command> cmds, bool asking,
-                                            const NodeAddr& addr) {
+                                            const NodeAddr& addr, size_t window = 0) {
+  static constexpr std::string_view kAsking = "ASKING";
+  const char* asking_argv[1] = {kAsking.data()};
+  const size_t asking_len[1] = {kAsking.size()};
+  std::vector<Reply> out;
+  out.reserve(cmds.size());
   std::vector<const char*> argv;
   std::vector<size_t> lens;
-  static constexpr std::string_view kAsking = "ASKING";
-  for (const Command& cmd : cmds) {
-    if (asking) redisAppendCommandArgv(c, 1, std::array<const char*, 1>{kAsking.data()}.data(),
-                                       std::array<size_t, 1>{kAsking.size()}.data());
+  auto read_one = [&]() -> absl::Status {
+    for (int part = 0; part < (asking ? 2 : 1); ++part) {
+      void* r = nullptr;
+      if (redisGetReply(c, &r) != REDIS_OK || r == nullptr)
+        return absl::UnavailableError(absl::StrFormat("redis %s: %s", addr.ToString(), c->errstr));
+      Reply reply(static_cast<redisReply*>(r));
+      if (asking && part == 0) continue;  // +OK of ASKING
+      out.push_back(std::move(reply));
+    }
+    return absl::OkStatus();
+  };
+  for (size_t i = 0; i < cmds.size(); ++i) {
+    if (asking) redisAppendCommandArgv(c, 1, asking_argv, asking_len);
     argv.clear();
     lens.clear();
-    for (std::string_view a : cmd) {
+    for (std::string_view a : cmds[i]) {
       argv.push_back(a.data());
       lens.push_back(a.size());
     }
     if (redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()) != REDIS_OK)
       return absl::UnavailableError(absl::StrFormat("redis %s: %s", addr.ToString(), c->errstr));
+    if (window > 0 && i + 1 - out.size() >= window)
+      if (absl::Status s = read_one(); !s.ok()) return s;
   }
-  std::vector<Reply> out;
-  out.reserve(cmds.size());
-  for (size_t i = 0; i < cmds.size() * (asking ? 2 : 1); ++i) {
-    void* r = nullptr;
-    if (redisGetReply(c, &r) != REDIS_OK || r == nullptr)
-      return absl::UnavailableError(absl::StrFormat("redis %s: %s", addr.ToString(), c->errstr));
-    Reply reply(static_cast<redisReply*>(r));
-    if (asking && i % 2 == 0) continue;  // +OK of ASKING
-    out.push_back(std::move(reply));
-  }
+  while (out.size() < cmds.size())
+    if (absl::Status s = read_one(); !s.ok()) return s;
   return out;
 }
 
@@ -156,11 +165,12 @@ class ClusterClient::Impl {
 
   // Pipeline on a pooled connection; a stale pooled connection (server restarted) is
   // retried once on a fresh one.
-  absl::StatusOr<std::vector<Reply>> Run(const NodeAddr& a, std::span<const Command> cmds, bool asking) {
+  absl::StatusOr<std::vector<Reply>> Run(const NodeAddr& a, std::span<const Command> cmds, bool asking,
+                                          size_t window = 0) {
     for (int attempt = 0;; ++attempt) {
       auto c = Acquire(a);
       if (!c.ok()) return c.status();
-      auto r = Pipeline(c->get(), cmds, asking, a);
+      auto r = Pipeline(c->get(), cmds, asking, a, window);
       if (r.ok()) {
         Release(a, std::move(*c));
         return r;
@@ -244,7 +254,7 @@ ClusterClientStats ClusterClient::stats() const {
                             impl_->node_failures.load(), impl_->slot_refreshes.load()};
 }
 
-absl::StatusOr<std::vector<Reply>> ClusterClient::Exec(int slot, std::span<const Command> cmds) {
+absl::StatusOr<std::vector<Reply>> ClusterClient::Exec(int slot, std::span<const Command> cmds, size_t window) {
   if (slot < 0 || slot >= kNumSlots || cmds.empty())
     return absl::InvalidArgumentError(absl::StrFormat("ClusterClient::Exec: slot %d, %d commands", slot, cmds.size()));
   const auto deadline = Clock::now() + options_.deadline;
@@ -264,7 +274,7 @@ absl::StatusOr<std::vector<Reply>> ClusterClient::Exec(int slot, std::span<const
       if (!wait()) break;
       continue;
     }
-    auto replies = impl_->Run(*addr, cmds, false);
+    auto replies = impl_->Run(*addr, cmds, false, window);
     if (!replies.ok()) {
       last = replies.status();
       if (absl::IsPermissionDenied(last)) return last;
@@ -310,7 +320,7 @@ absl::StatusOr<std::vector<Reply>> ClusterClient::Exec(int slot, std::span<const
     if (!ask_idx.empty()) {
       std::vector<Command> asked;
       for (size_t i : ask_idx) asked.push_back(cmds[i]);
-      auto ar = impl_->Run(ask_node, asked, /*asking=*/true);
+      auto ar = impl_->Run(ask_node, asked, /*asking=*/true, window);
       if (!ar.ok()) return ar.status();
       bool redirected = false;
       for (size_t j = 0; j < ask_idx.size(); ++j) {

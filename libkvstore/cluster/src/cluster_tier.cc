@@ -16,7 +16,6 @@ namespace {
 constexpr uint32_t kPieceMagic = 0x5043564Bu;  // "KVCP" little-endian
 constexpr uint16_t kPieceVersion = 1;
 constexpr size_t kPieceHeaderBytes = 32;
-constexpr uint32_t kFirstRoundMaxPieces = 64;
 
 struct PieceHeader {
   uint64_t record_bytes = 0;
@@ -133,7 +132,7 @@ absl::Status ClusterTier::Put(std::span<const std::byte> record) {
     set(keys[i], AsView(record.subspan(off, std::min<uint64_t>(pb, record.size() - off))));
   }
   set(keys[0], AsView(hdr));
-  auto replies = client_->Exec(cluster::KeyHashSlot(keys[0]), cmds);
+  auto replies = client_->Exec(cluster::KeyHashSlot(keys[0]), cmds, window());
   if (!replies.ok()) {
     io_errors_.fetch_add(1, std::memory_order_relaxed);
     return absl::UnavailableError("ClusterTier::Put: " + std::string(replies.status().message()));
@@ -159,15 +158,10 @@ absl::StatusOr<uint64_t> ClusterTier::Get(const ChunkKey& key, std::span<std::by
     misses_.fetch_add(1, std::memory_order_relaxed);
     return s;
   };
-  // First round: the header and as many pieces as `out` can hold (one round trip for
-  // records written with this piece size).
-  const uint64_t pb = options_.piece_bytes;
-  const uint32_t guess =
-      static_cast<uint32_t>(std::min<uint64_t>((out.size() + pb - 1) / pb, kFirstRoundMaxPieces));
-  std::vector<std::string> keys{k0};
-  for (uint32_t i = 1; i <= guess; ++i) keys.push_back(PieceKey(key, i));
-  std::vector<cluster::Command> cmds;
-  for (const auto& k : keys) cmds.push_back({"GET", k});
+  // The header with the first piece, then the other pieces `window()` at a time, each
+  // reply copied out and freed at once (holding n multi-MiB replies costs fresh pages).
+  const std::string k1 = PieceKey(key, 1);
+  std::vector<cluster::Command> cmds{{"GET", k0}, {"GET", k1}};
   auto replies = client_->Exec(slot, cmds);
   if (!replies.ok()) {
     io_errors_.fetch_add(1, std::memory_order_relaxed);
@@ -189,26 +183,33 @@ absl::StatusOr<uint64_t> ClusterTier::Get(const ChunkKey& key, std::span<std::by
                                                  ph->record_bytes, out.size()));
   std::array<std::byte, kPieceHeaderBytes> hdr_bytes;
   std::memcpy(hdr_bytes.data(), r0->str, kPieceHeaderBytes);
-  if (ph->piece_count > guess) {  // written with a smaller piece size: fetch the rest
-    std::vector<std::string> more;
-    for (uint32_t i = guess + 1; i <= ph->piece_count; ++i) more.push_back(PieceKey(key, i));
+  // Copies piece i's reply into `out`; false for a missing or short piece.
+  auto take = [&](uint32_t i, const redisReply* r) {
+    const uint64_t off = uint64_t{i - 1} * ph->piece_bytes;
+    const uint64_t want = std::min<uint64_t>(ph->piece_bytes, ph->record_bytes - off);
+    if (r == nullptr || r->type != REDIS_REPLY_STRING || r->len != want) return false;
+    std::memcpy(out.data() + off, r->str, want);
+    return true;
+  };
+  auto short_piece = [&](uint32_t i) {
+    return miss(absl::NotFoundError(absl::StrFormat("ClusterTier::Get: %s: piece %d missing or short (a miss)", k0, i)));
+  };
+  if (!take(1, (*replies)[1].get())) return short_piece(1);
+  replies->clear();
+  const size_t w = window();
+  for (uint32_t first = 2; first <= ph->piece_count; first += static_cast<uint32_t>(w)) {
+    const uint32_t last = std::min<uint32_t>(ph->piece_count, first + static_cast<uint32_t>(w) - 1);
+    std::vector<std::string> names;
+    for (uint32_t i = first; i <= last; ++i) names.push_back(PieceKey(key, i));
     std::vector<cluster::Command> mc;
-    for (const auto& k : more) mc.push_back({"GET", k});
+    for (const auto& n : names) mc.push_back({"GET", n});
     auto mr = client_->Exec(slot, mc);
     if (!mr.ok()) {
       io_errors_.fetch_add(1, std::memory_order_relaxed);
       return miss(absl::UnavailableError("ClusterTier::Get: " + std::string(mr.status().message())));
     }
-    for (auto& r : *mr) replies->push_back(std::move(r));
-  }
-  for (uint32_t i = 1; i <= ph->piece_count; ++i) {
-    const redisReply* r = (*replies)[i].get();
-    const uint64_t off = uint64_t{i - 1} * ph->piece_bytes;
-    const uint64_t want = std::min<uint64_t>(ph->piece_bytes, ph->record_bytes - off);
-    if (r == nullptr || r->type != REDIS_REPLY_STRING || r->len != want)
-      return miss(absl::NotFoundError(absl::StrFormat("ClusterTier::Get: %s: piece %d missing or short (a miss)",
-                                                      k0, i)));
-    std::memcpy(out.data() + off, r->str, want);
+    for (uint32_t i = first; i <= last; ++i)
+      if (!take(i, (*mr)[i - first].get())) return short_piece(i);
   }
   const auto record = out.first(ph->record_bytes);
   if (Load<uint64_t>(hdr_bytes.data() + 24) != HeaderChecksum(hdr_bytes.data(), record.first(kChunkHeaderBytes)))
@@ -321,18 +322,26 @@ absl::StatusOr<ListPage> ClusterTier::List(const ListOptions& options) {
       page.next_page_token = page.chunks.back().key.ToHex();
       break;
     }
-    const std::string k0 = PieceKey(k, 0), k1 = PieceKey(k, 1);
-    std::vector<cluster::Command> cmds{{"GET", k0}, {"GETRANGE", k1, "0", std::to_string(kChunkHeaderBytes - 1)}};
-    auto r = client_->Exec(cluster::KeyHashSlot(k0), cmds);
-    if (!r.ok()) continue;
-    std::optional<PieceHeader> ph = DecodePieceHeader((*r)[0].get());
-    const redisReply* h = (*r)[1].get();
-    if (!ph || h == nullptr || h->type != REDIS_REPLY_STRING || h->len != kChunkHeaderBytes) continue;
-    auto ch = DecodeChunkHeader(std::span(reinterpret_cast<const std::byte*>(h->str), h->len));
-    if (!ch.ok() || ch->key != k || (options.ns && ch->ns != *options.ns)) continue;
-    page.chunks.push_back(ChunkInfo{k, ch->ns, ch->parent, ch->token_count, ph->record_bytes, 0});
+    auto ch = ReadChunkHeader(k);
+    if (!ch.ok() || (options.ns && ch->ns != *options.ns)) continue;
+    page.chunks.push_back(ChunkInfo{k, ch->ns, ch->parent, ch->token_count, ch->record_bytes(), 0});
   }
   return page;
+}
+
+absl::StatusOr<ChunkHeader> ClusterTier::ReadChunkHeader(const ChunkKey& key) {
+  const std::string k0 = PieceKey(key, 0), k1 = PieceKey(key, 1);
+  std::vector<cluster::Command> cmds{{"GET", k0}, {"GETRANGE", k1, "0", std::to_string(kChunkHeaderBytes - 1)}};
+  auto r = client_->Exec(cluster::KeyHashSlot(k0), cmds);
+  if (!r.ok()) return absl::UnavailableError("ClusterTier::ReadChunkHeader: " + std::string(r.status().message()));
+  std::optional<PieceHeader> ph = DecodePieceHeader((*r)[0].get());
+  const redisReply* h = (*r)[1].get();
+  if (!ph || h == nullptr || h->type != REDIS_REPLY_STRING || h->len != kChunkHeaderBytes)
+    return absl::NotFoundError("ClusterTier::ReadChunkHeader: miss");
+  auto ch = DecodeChunkHeader(std::span(reinterpret_cast<const std::byte*>(h->str), h->len));
+  if (!ch.ok() || ch->key != key || ch->record_bytes() != ph->record_bytes)
+    return absl::NotFoundError("ClusterTier::ReadChunkHeader: bad header");
+  return *ch;
 }
 
 void ClusterTier::RefreshStats() const {

@@ -22,11 +22,13 @@
 #ifndef KVSTORE_CLUSTER_TIER_H_
 #define KVSTORE_CLUSTER_TIER_H_
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
 
+#include "kvstore/chunk_codec.h"
 #include "kvstore/cluster_client.h"
 #include "kvstore/tier.h"
 
@@ -39,6 +41,9 @@ struct ClusterTierOptions {
   // Bytes per piece (4 MiB: Redis moves 1-4 MiB values several times faster than
   // 16-32 MiB ones on loopback, see docs/scale-out.md). 64 KiB .. 512 MiB.
   uint64_t piece_bytes = 4ull << 20;
+  // Bytes of piece values in flight per connection (pipelining window = max(1, this /
+  // piece_bytes)); Redis slows down with several multi-MiB values pipelined.
+  uint64_t max_pipelined_bytes = 1ull << 20;
   // Expiry of every piece, seconds; 0 = none (maxmemory eviction only).
   uint32_t ttl_s = 86400;
   // Largest record accepted, bytes.
@@ -86,6 +91,11 @@ class ClusterTier final : public Tier {
   void Unpin(const ChunkKey&) override {}
   void SetEvictionListener(EvictionListener) override {}
 
+  // The chunk header of `key` (DecodeChunkHeader-checked; the payload is not read, so
+  // this is no substitute for Get's verification). NotFound on a miss or a bad header;
+  // Unavailable when the shard cannot be reached.
+  absl::StatusOr<ChunkHeader> ReadChunkHeader(const ChunkKey& key);
+
   // "kvt:{<keyspace>:<key hex>}:<piece>" (piece 0 = header).
   std::string PieceKey(const ChunkKey& key, uint32_t piece) const;
   cluster::ClusterClient& client() { return *client_; }
@@ -93,6 +103,9 @@ class ClusterTier final : public Tier {
  private:
   ClusterTier(const ClusterTierOptions& options, std::unique_ptr<cluster::ClusterClient> client);
   void RefreshStats() const;
+  size_t window() const {
+    return static_cast<size_t>(std::max<uint64_t>(1, options_.max_pipelined_bytes / options_.piece_bytes));
+  }
 
   const ClusterTierOptions options_;
   std::unique_ptr<cluster::ClusterClient> client_;
