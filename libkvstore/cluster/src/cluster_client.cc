@@ -1,6 +1,11 @@
 #include "kvstore/cluster_client.h"
 
 #include <hiredis/hiredis.h>
+#include <hiredis/sds.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <atomic>
 #include <map>
@@ -339,6 +344,118 @@ absl::StatusOr<std::vector<Reply>> ClusterClient::Exec(int slot, std::span<const
     last = absl::UnavailableError(absl::StrFormat("redis cluster: slot %d: too many redirections", slot));
   return absl::UnavailableError(absl::StrFormat("redis cluster: slot %d: %s (deadline %d ms)", slot, last.message(),
                                                 options_.deadline.count()));
+}
+
+namespace {
+
+// Reads RESP bulk replies from a hiredis context's socket: headers through a small
+// buffer, bulk bytes straight into the caller's destination.
+class DirectReader {
+ public:
+  explicit DirectReader(int fd) : fd_(fd) {}
+  // 1 = value of exactly dest.size() bytes read into dest, 0 = nil, -1 = anything else
+  // (the connection is then out of sync), -2 = I/O error or timeout.
+  int ReadBulk(std::span<std::byte> dest) {
+    std::string line;
+    if (!ReadLine(&line)) return -2;
+    if (line.empty() || line[0] != '$') return -1;
+    long long n = 0;
+    if (line == "$-1") return 0;
+    char* end = nullptr;
+    n = std::strtoll(line.c_str() + 1, &end, 10);
+    if (end == nullptr || *end != '\0' || n < 0 || static_cast<uint64_t>(n) != dest.size()) return -1;
+    size_t have = std::min<size_t>(end_ - start_, dest.size());
+    std::memcpy(dest.data(), buf_ + start_, have);
+    start_ += have;
+    while (have < dest.size()) {
+      ssize_t r = recv(fd_, dest.data() + have, dest.size() - have, 0);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) return -2;
+      have += static_cast<size_t>(r);
+    }
+    std::string crlf;
+    if (!ReadLine(&crlf) || !crlf.empty()) return -1;
+    return 1;
+  }
+  bool drained() const { return start_ == end_; }
+
+ private:
+  bool Fill() {
+    if (start_ == end_) start_ = end_ = 0;
+    if (end_ == sizeof(buf_)) return false;
+    for (;;) {
+      ssize_t r = recv(fd_, buf_ + end_, sizeof(buf_) - end_, 0);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) return false;
+      end_ += static_cast<size_t>(r);
+      return true;
+    }
+  }
+  bool ReadLine(std::string* line) {
+    for (;;) {
+      for (size_t i = start_; i + 1 < end_; ++i) {
+        if (buf_[i] == '\r' && buf_[i + 1] == '\n') {
+          line->assign(buf_ + start_, i - start_);
+          start_ = i + 2;
+          return true;
+        }
+      }
+      if (end_ - start_ > 512) return false;  // no header is this long
+      if (start_ > 0) {  // keep the partial line at the front
+        std::memmove(buf_, buf_ + start_, end_ - start_);
+        end_ -= start_;
+        start_ = 0;
+      }
+      if (!Fill()) return false;
+    }
+  }
+
+  int fd_;
+  char buf_[4096];
+  size_t start_ = 0, end_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<std::vector<bool>> ClusterClient::GetInto(int slot, std::span<const std::string> keys,
+                                                         std::span<const std::span<std::byte>> dests, size_t window) {
+  if (keys.size() != dests.size() || window == 0)
+    return absl::InvalidArgumentError("ClusterClient::GetInto: keys and dests differ in size, or window 0");
+  std::optional<NodeAddr> addr = impl_->MasterOf(slot);
+  if (!addr) return absl::FailedPreconditionError("no master known for the slot");
+  auto c = impl_->Acquire(*addr);
+  if (!c.ok()) return absl::FailedPreconditionError(c.status().message());
+  redisContext* ctx = c->get();
+  if (ctx->reader->len != ctx->reader->pos || sdslen(ctx->obuf) != 0)
+    return absl::FailedPreconditionError("connection has buffered data");  // dropped: never pooled
+  DirectReader reader(ctx->fd);
+  std::vector<bool> out;
+  out.reserve(keys.size());
+  size_t sent = 0;
+  auto send_up_to = [&](size_t n) -> bool {
+    for (; sent < n; ++sent) {
+      const char* argv[2] = {"GET", keys[sent].data()};
+      const size_t lens[2] = {3, keys[sent].size()};
+      if (redisAppendCommandArgv(ctx, 2, argv, lens) != REDIS_OK) return false;
+    }
+    int done = 0;
+    while (!done)
+      if (redisBufferWrite(ctx, &done) != REDIS_OK) return false;
+    return true;
+  };
+  for (size_t i = 0; i < keys.size(); ++i) {
+    // A broken connection (a pooled one to a restarted node, a timeout) is dropped and
+    // left to Exec, which reconnects or marks the node down.
+    if (!send_up_to(std::min(keys.size(), i + window)))
+      return absl::FailedPreconditionError(absl::StrFormat("redis %s: write failed", addr->ToString()));
+    const int r = reader.ReadBulk(dests[i]);
+    if (r == -2)
+      return absl::FailedPreconditionError(absl::StrFormat("redis %s: read failed or timed out", addr->ToString()));
+    if (r == -1) return absl::FailedPreconditionError("reply is not a value of the expected length");
+    out.push_back(r == 1);
+  }
+  if (reader.drained()) impl_->Release(*addr, std::move(*c));
+  return out;
 }
 
 std::vector<Reply> ClusterClient::ExecMany(std::span<const int> slots, std::span<const Command> cmds) {

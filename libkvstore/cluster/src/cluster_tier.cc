@@ -158,11 +158,11 @@ absl::StatusOr<uint64_t> ClusterTier::Get(const ChunkKey& key, std::span<std::by
     misses_.fetch_add(1, std::memory_order_relaxed);
     return s;
   };
-  // The header with the first piece, then the other pieces `window()` at a time, each
-  // reply copied out and freed at once (holding n multi-MiB replies costs fresh pages).
-  const std::string k1 = PieceKey(key, 1);
-  std::vector<cluster::Command> cmds{{"GET", k0}, {"GET", k1}};
-  auto replies = client_->Exec(slot, cmds);
+  // The header, then the pieces `window()` at a time, read from the socket straight
+  // into `out` (ReadPieces); Redis replies are only parsed by hiredis when that path
+  // cannot answer (redirects, resharding).
+  cluster::Command hcmd{"GET", k0};
+  auto replies = client_->Exec(slot, std::span(&hcmd, 1));
   if (!replies.ok()) {
     io_errors_.fetch_add(1, std::memory_order_relaxed);
     return miss(absl::UnavailableError("ClusterTier::Get: " + std::string(replies.status().message())));
@@ -194,14 +194,28 @@ absl::StatusOr<uint64_t> ClusterTier::Get(const ChunkKey& key, std::span<std::by
   auto short_piece = [&](uint32_t i) {
     return miss(absl::NotFoundError(absl::StrFormat("ClusterTier::Get: %s: piece %d missing or short (a miss)", k0, i)));
   };
-  if (!take(1, (*replies)[1].get())) return short_piece(1);
   replies->clear();
   const size_t w = window();
-  for (uint32_t first = 2; first <= ph->piece_count; first += static_cast<uint32_t>(w)) {
+  for (uint32_t first = 1; first <= ph->piece_count; first += static_cast<uint32_t>(w)) {
     const uint32_t last = std::min<uint32_t>(ph->piece_count, first + static_cast<uint32_t>(w) - 1);
     std::vector<std::string> names;
-    for (uint32_t i = first; i <= last; ++i) names.push_back(PieceKey(key, i));
-    std::vector<cluster::Command> mc;
+    std::vector<std::span<std::byte>> dests;
+    for (uint32_t i = first; i <= last; ++i) {
+      names.push_back(PieceKey(key, i));
+      const uint64_t off = uint64_t{i - 1} * ph->piece_bytes;
+      dests.push_back(out.subspan(off, std::min<uint64_t>(ph->piece_bytes, ph->record_bytes - off)));
+    }
+    auto direct = client_->GetInto(slot, names, dests, w);
+    if (direct.ok()) {
+      for (uint32_t i = first; i <= last; ++i)
+        if (!(*direct)[i - first]) return short_piece(i);
+      continue;
+    }
+    if (absl::IsUnavailable(direct.status())) {
+      io_errors_.fetch_add(1, std::memory_order_relaxed);
+      return miss(absl::UnavailableError("ClusterTier::Get: " + std::string(direct.status().message())));
+    }
+    std::vector<cluster::Command> mc;  // redirects or odd replies: the general path
     for (const auto& n : names) mc.push_back({"GET", n});
     auto mr = client_->Exec(slot, mc);
     if (!mr.ok()) {
