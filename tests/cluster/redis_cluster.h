@@ -197,6 +197,10 @@ class RedisProcs {
     }
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (std::chrono::steady_clock::now() < until) {
+      if (waitpid(n.pid, nullptr, WNOHANG) == n.pid) {  // exited: e.g. the port was taken meanwhile
+        n.pid = -1;
+        return false;
+      }
       redisContext* c = redisConnectWithTimeout("127.0.0.1", n.port, timeval{0, 200000});
       const bool up = c != nullptr && !c->err;
       if (c) redisFree(c);
