@@ -334,6 +334,44 @@ TEST_F(ClusterTierTest, MasterKilledIsAMissWithoutHangAndRecovers) {
   EXPECT_TRUE(out == chain.records[0]);
 }
 
+// With one replica per master, a killed master's replica takes over and the tier serves
+// its chunks again without being recreated.
+TEST(ClusterFailoverTest, ReplicaPromotedServesTheChunksWithoutRestart) {
+  TempDir dir;
+  RedisProcs redis(dir.path());
+  std::string error;
+  ASSERT_TRUE(redis.StartCluster(6, &error, "", /*replicas=*/1)) << error;
+  ClusterTierOptions o;
+  o.client.nodes = redis.Seeds();
+  o.client.deadline = std::chrono::milliseconds(1000);
+  o.piece_bytes = 64u << 10;
+  auto tier = ClusterTier::Create(o);
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  ASSERT_EQ((*tier)->client().slot_map().masters().size(), 3u);
+  auto chain = MakeChain(testing::TestNamespace("failover"), 1, 256, 9);
+  ASSERT_TRUE((*tier)->Put(chain.records[0]).ok());
+  const std::string k0 = (*tier)->PieceKey(chain.keys[0], 0);
+  const int port = (*tier)->client().slot_map().MasterOf(cluster::KeyHashSlot(k0))->port;
+  std::string acked;  // replicated (the replica may still be doing its first full sync)
+  for (int i = 0; i < 20 && acked != "1"; ++i) acked = redis.Command(port, {"WAIT", "1", "1000"});
+  ASSERT_EQ(acked, "1");
+  redis.Kill(redis.IndexOfPort(port));
+  std::vector<std::byte> out(chain.records[0].size());
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  absl::StatusOr<uint64_t> n = absl::UnknownError("");
+  int misses = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    n = (*tier)->Get(chain.keys[0], out);
+    if (n.ok()) break;
+    ++misses;  // until the replica is promoted (cluster-node-timeout 1 s)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_TRUE(out == chain.records[0]);
+  EXPECT_GT(misses, 0);
+  EXPECT_NE((*tier)->client().slot_map().MasterOf(cluster::KeyHashSlot(k0))->port, port);
+}
+
 TEST(ClusterErrorsTest, WrongPasswordUnreachableAndNonClusterAreCleanErrors) {
   TempDir dir;
   RedisProcs redis(dir.path());
@@ -361,6 +399,29 @@ TEST(ClusterErrorsTest, WrongPasswordUnreachableAndNonClusterAreCleanErrors) {
   s = open({auth_addr}, "s3cret-pass");  // AUTH passes; this node has no slots yet
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   EXPECT_NE(s.message().find("no slots"), std::string::npos) << s;
+  // An ACL user: right and wrong password.
+  ASSERT_EQ(redis.Command(redis.node(authed).port, {"AUTH", "s3cret-pass"}), "OK");
+  {
+    redisContext* c = redisConnect("127.0.0.1", redis.node(authed).port);
+    freeReplyObject(redisCommand(c, "AUTH s3cret-pass"));
+    auto* r = static_cast<redisReply*>(redisCommand(c, "ACL SETUSER kvtier on >user-pass ~kvt:* +@all"));
+    ASSERT_NE(r, nullptr);
+    EXPECT_EQ(std::string(r->str, r->len), "OK");
+    freeReplyObject(r);
+    redisFree(c);
+  }
+  auto open_user = [&](std::string user, std::string password) {
+    ClusterTierOptions o;
+    o.client.nodes = {auth_addr};
+    o.client.username = std::move(user);
+    o.client.password = std::move(password);
+    return ClusterTier::Create(o).status();
+  };
+  s = open_user("kvtier", "user-pass");
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;  // AUTH passed; no slots
+  EXPECT_NE(s.message().find("no slots"), std::string::npos) << s;
+  s = open_user("kvtier", "s3cret-pass");
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
   const int dead = testing::PickPort();
   const std::string dead_addr = absl::StrFormat("127.0.0.1:%d", dead);
   const auto start = std::chrono::steady_clock::now();

@@ -83,7 +83,7 @@ class RedisProcs {
 
   // Starts `n` cluster nodes and joins them as masters (no replicas); waits until every
   // node reports cluster_state:ok. False on failure (with `error`).
-  bool StartCluster(int n, std::string* error, const std::string& password = "") {
+  bool StartCluster(int n, std::string* error, const std::string& password = "", int replicas = 0) {
     std::vector<std::string> extra;
     if (!password.empty()) extra = {"--requirepass", password, "--masterauth", password};
     std::vector<std::string> addrs;
@@ -95,8 +95,9 @@ class RedisProcs {
       }
       addrs.push_back(absl::StrFormat("127.0.0.1:%d", nodes_[idx].port));
     }
-    std::string cmd = absl::StrFormat("%s --cluster create %s --cluster-yes %s > %s/create.log 2>&1", REDIS_CLI_BIN,
-                                      absl::StrJoin(addrs, " "), password.empty() ? "" : "-a " + password, dir_);
+    std::string cmd = absl::StrFormat("%s --cluster create %s --cluster-replicas %d --cluster-yes %s > %s/create.log 2>&1",
+                                      REDIS_CLI_BIN, absl::StrJoin(addrs, " "), replicas,
+                                      password.empty() ? "" : "-a " + password, dir_);
     if (std::system(cmd.c_str()) != 0) {
       *error = "redis-cli --cluster create failed: " + cmd;
       return false;
