@@ -93,12 +93,30 @@ void Catalog::ForgetKey(const ChunkKey& key) {
   keys_.erase(key);
 }
 
-bool Catalog::KeyVisible(const ChunkKey& key, const std::string& tenant) const {
-  absl::MutexLock lock(&mu_);
-  auto it = keys_.find(key);
-  if (it == keys_.end()) return false;
-  auto o = owners_.find(it->second);
-  return o != owners_.end() && o->second == tenant;
+bool Catalog::KeyVisible(const ChunkKey& key, const std::string& tenant) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = keys_.find(key);
+    if (it != keys_.end() || !shared_lookup_) {
+      if (it == keys_.end()) return false;
+      auto o = owners_.find(it->second);
+      return o != owners_.end() && o->second == tenant;
+    }
+  }
+  std::optional<NamespaceId> ns = shared_lookup_(key);  // I/O: outside the lock
+  if (!ns) return false;
+  if (adopt_tenant_ && !Owner(*ns)) {
+    if (!Claim(*ns, *adopt_tenant_).ok()) return false;
+  }
+  if (!NsVisible(*ns, tenant)) return false;
+  NoteKey(key, *ns);
+  return true;
+}
+
+void Catalog::SetSharedLookup(std::function<std::optional<NamespaceId>(const ChunkKey&)> lookup,
+                              std::optional<std::string> adopt_tenant) {
+  shared_lookup_ = std::move(lookup);
+  adopt_tenant_ = std::move(adopt_tenant);
 }
 
 size_t Catalog::num_keys() const {

@@ -11,6 +11,7 @@
 #define KVT_DAEMON_CATALOG_H_
 
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,8 +39,15 @@ class Catalog {
   void NoteKey(const ChunkKey& key, const NamespaceId& ns);
   std::optional<NamespaceId> NsOf(const ChunkKey& key) const;
   void ForgetKey(const ChunkKey& key);
-  // The key's namespace is known and owned by `tenant`.
-  bool KeyVisible(const ChunkKey& key, const std::string& tenant) const;
+  // The key's namespace is known and owned by `tenant`. An unknown key is looked up
+  // with the shared lookup, when set.
+  bool KeyVisible(const ChunkKey& key, const std::string& tenant);
+  // Set before serving. For a key this catalog does not know (a chunk another kvtierd
+  // put into a shared tier), `lookup` answers its namespace (nullopt: unknown); the key
+  // is then noted, and a namespace without an owner here is claimed for
+  // `adopt_tenant` when set (no tenants configured), else stays invisible.
+  void SetSharedLookup(std::function<std::optional<NamespaceId>(const ChunkKey&)> lookup,
+                       std::optional<std::string> adopt_tenant);
   size_t num_keys() const;
 
  private:
@@ -48,6 +56,8 @@ class Catalog {
   std::FILE* log_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<NamespaceId, std::string> owners_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<ChunkKey, NamespaceId> keys_ ABSL_GUARDED_BY(mu_);
+  std::function<std::optional<NamespaceId>(const ChunkKey&)> shared_lookup_;  // set before serving
+  std::optional<std::string> adopt_tenant_;
 };
 
 }  // namespace kvt::daemon

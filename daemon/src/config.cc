@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -81,6 +82,11 @@ absl::Status DaemonConfig::Validate() const {
   if (!kLevels.count(log_level)) return bad("log_level", "expected trace|debug|info|warn|error|off");
   if (shutdown_grace.count() < 0)
     return bad("shutdown_grace_ms", absl::StrFormat("%d, expected >= 0", shutdown_grace.count()));
+  if (cluster) {
+    if (absl::Status s = cluster->Validate(); !s.ok()) return absl::InvalidArgumentError("config " + std::string(s.message()));
+    if (cluster->max_record_bytes < max_record_bytes)
+      return bad("cluster", "max_record_bytes is below the daemon's max_record_bytes");
+  }
   if (!metrics_listen.empty()) {
     const auto colon = metrics_listen.rfind(':');
     int port = -1;
@@ -167,7 +173,7 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
                            {"listen", "allow_remote", "data_dir", "host_capacity", "disk_capacity",
                             "disk_file_bytes", "disk_direct_io", "durability", "verify_on_put", "workers",
                             "max_record_bytes", "max_inflight_bytes", "get_part_bytes", "shm", "metrics",
-                            "tenants", "log_level", "ready_file", "shutdown_grace_ms"});
+                            "tenants", "log_level", "ready_file", "shutdown_grace_ms", "cluster"});
         !s.ok())
       return s;
     auto bytes = [&](const char* key, uint64_t* out) -> absl::Status {
@@ -237,6 +243,12 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
       if (auto s = CheckKeys(m, "metrics", {"listen"}); !s.ok()) return s;
       if (m["listen"]) c.metrics_listen = m["listen"].as<std::string>();
     }
+    if (const auto cl = root["cluster"]) {
+      auto co = ParseClusterConfig(cl);
+      if (!co.ok()) return co.status();
+      co->max_record_bytes = std::max(co->max_record_bytes, c.max_record_bytes);
+      c.cluster = std::move(*co);
+    }
     if (const auto t = root["tenants"]) {
       if (!t.IsSequence()) return absl::InvalidArgumentError("config tenants: expected a list");
       c.tenants.clear();
@@ -267,6 +279,47 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
     return absl::InvalidArgumentError(absl::StrFormat("config: bad value: %s", e.what()));
   }
   return c;
+}
+
+absl::StatusOr<ClusterTierOptions> ParseClusterConfig(const YAML::Node& cl) {
+  ClusterTierOptions o;
+  try {
+    if (auto s = CheckKeys(cl, "cluster", {"nodes", "piece_bytes", "ttl_s", "password", "password_file", "username",
+                                           "keyspace", "deadline_ms"});
+        !s.ok())
+      return s;
+    if (!cl["nodes"]) return absl::InvalidArgumentError("config cluster.nodes: required (a list of host:port)");
+    if (cl["nodes"].IsSequence()) {
+      for (const auto& n : cl["nodes"]) o.client.nodes.push_back(n.as<std::string>());
+    } else {
+      o.client.nodes.push_back(cl["nodes"].as<std::string>());
+    }
+    if (cl["piece_bytes"]) {
+      auto v = ParseByteSize(cl["piece_bytes"].as<std::string>());
+      if (!v.ok()) return absl::InvalidArgumentError("config cluster.piece_bytes: " + std::string(v.status().message()));
+      o.piece_bytes = *v;
+    }
+    if (cl["ttl_s"])
+      if (auto s = Get(cl["ttl_s"], "cluster.ttl_s", "seconds >= 0 (0 = no expiry)", &o.ttl_s); !s.ok()) return s;
+    if (cl["password"]) o.client.password = cl["password"].as<std::string>();
+    if (cl["password_file"]) {
+      const std::string f = cl["password_file"].as<std::string>();
+      std::ifstream in(f);
+      if (!in) return absl::InvalidArgumentError(absl::StrFormat("config cluster.password_file: cannot read '%s'", f));
+      std::getline(in, o.client.password);
+      o.client.password = std::string(absl::StripAsciiWhitespace(o.client.password));
+    }
+    if (cl["username"]) o.client.username = cl["username"].as<std::string>();
+    if (cl["keyspace"]) o.keyspace = cl["keyspace"].as<std::string>();
+    if (cl["deadline_ms"]) {
+      int64_t ms = 0;
+      if (auto s = Get(cl["deadline_ms"], "cluster.deadline_ms", "milliseconds > 0", &ms); !s.ok()) return s;
+      o.client.deadline = std::chrono::milliseconds(ms);
+    }
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrFormat("config cluster: bad value: %s", e.what()));
+  }
+  return o;
 }
 
 absl::StatusOr<DaemonConfig> LoadDaemonConfig(const std::string& path, DaemonConfig base) {

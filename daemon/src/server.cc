@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "catalog.h"
 #include "kvstore/chunk_codec.h"
+#include "kvstore/cluster_tier.h"
 #include "kvstore/disk_tier.h"
 #include "kvstore/host_tier.h"
 #include "kvstore/remote_client.h"
@@ -222,9 +223,22 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonCo
   DiskTierOptions& dopt = so.disk.emplace(config.disk);
   dopt.dir = config.data_dir + "/disk";
   dopt.file_bytes = std::min(config.disk.file_bytes, config.disk.capacity_bytes);
+  ClusterTier* cluster = nullptr;
+  if (config.cluster) {  // shared by every kvtierd naming the same cluster: below the disk
+    so.lower.push_back([&cluster, &config](EvictionListener) -> absl::StatusOr<std::unique_ptr<Tier>> {
+      auto ct = ClusterTier::Create(*config.cluster);
+      if (!ct.ok()) return absl::Status(ct.status().code(), "cluster: " + std::string(ct.status().message()));
+      cluster = ct->get();
+      spdlog::info("kvtierd: cluster tier on {} masters (keyspace '{}', pieces of {} bytes)",
+                   cluster->client().slot_map().masters().size(), config.cluster->keyspace,
+                   config.cluster->piece_bytes);
+      return std::unique_ptr<Tier>(std::move(*ct));
+    });
+  }
   // durability sync: each Put is acknowledged once the disk tier holds it (PutAck::kDurable,
-  // in the service); async: written through to disk in the background.
-  so.store.placement.write_through = WriteThrough::kLocal;
+  // in the service); the background writes the rest: with a cluster, every put is written
+  // through to it too (once: the durable ack already wrote the disk).
+  so.store.placement.write_through = config.cluster ? WriteThrough::kAll : WriteThrough::kLocal;
   auto store = OpenTieredStore(so);
   if (!store.ok()) return store.status();
   impl->store = std::move(*store);
@@ -232,9 +246,21 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonCo
   auto catalog = Catalog::Open(config.data_dir + "/namespaces.log");
   if (!catalog.ok()) return catalog.status();
   impl->catalog = std::move(*catalog);
-  {  // key → namespace for every chunk on disk
+  if (cluster != nullptr) {
+    // Chunks put by another kvtierd: learn their namespace from the shared tier. Without
+    // tenants, a namespace nobody here owns belongs to the default tenant.
+    impl->catalog->SetSharedLookup(
+        [cluster](const ChunkKey& key) -> std::optional<NamespaceId> {
+          auto h = cluster->ReadChunkHeader(key);
+          if (!h.ok()) return std::nullopt;
+          return h->ns;
+        },
+        config.auth_enabled() ? std::nullopt : std::optional<std::string>(""));
+  }
+  {  // key → namespace for every chunk on disk (host and disk: not a cluster-wide scan)
     StoreListOptions lo;
     lo.page_size = 10000;
+    lo.through_tier = MakeTierIndex(1);
     for (;;) {
       auto page = impl->store->List(lo);
       if (!page.ok()) return page.status();

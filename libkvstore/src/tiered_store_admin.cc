@@ -1,4 +1,5 @@
 // TieredStore's operator side: the merged listing, eviction by selector, and stats.
+#include <algorithm>
 #include <map>
 
 #include "absl/strings/str_format.h"
@@ -25,7 +26,10 @@ absl::StatusOr<StoreListPage> TieredStore::Impl::List(const StoreListOptions& op
     // the merge up to it holds each chunk exactly once.
     std::map<ChunkKey, StoredChunk> merged;
     std::optional<ChunkKey> bound;
-    for (size_t t = 0; t < tiers_.size(); ++t) {
+    const size_t end = options.through_tier
+                           ? std::min(tiers_.size(), ToSize(*options.through_tier) + 1)
+                           : tiers_.size();
+    for (size_t t = 0; t < end; ++t) {
       ListOptions lo;
       lo.ns = options.ns;
       lo.page_token = token;

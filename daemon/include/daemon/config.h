@@ -7,13 +7,19 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kvstore/cluster_tier.h"
 #include "kvstore/disk_tier.h"
 #include "kvstore/host_tier.h"
+
+namespace YAML {
+class Node;
+}
 
 namespace kvt::daemon {
 
@@ -68,6 +74,9 @@ struct DaemonConfig {
   std::string ready_file;
   // Graceful shutdown: how long in-flight calls may take before they are cancelled.
   std::chrono::milliseconds shutdown_grace{5000};
+  // A Redis Cluster tier below the disk, shared with every kvtierd that names the same
+  // cluster (docs/scale-out.md). Unset = no cluster tier.
+  std::optional<ClusterTierOptions> cluster;
 
   bool auth_enabled() const { return !tenants.empty(); }
   static DiskTierOptions DefaultDiskOptions() {
@@ -97,6 +106,11 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
 // Reads and parses a file. NotFound when it cannot be read; InvalidArgument when it is a
 // directory.
 absl::StatusOr<DaemonConfig> LoadDaemonConfig(const std::string& path, DaemonConfig base);
+
+// Parses the `cluster:` section (keys nodes, piece_bytes, ttl_s, password,
+// password_file, username, keyspace, deadline_ms) over defaults. InvalidArgument
+// naming the key. Validation of the values is ClusterTierOptions::Validate's.
+absl::StatusOr<ClusterTierOptions> ParseClusterConfig(const YAML::Node& node);
 
 // True for a unix: address or a TCP address on loopback.
 bool IsLocalAddress(const std::string& address);

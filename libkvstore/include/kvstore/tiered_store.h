@@ -107,6 +107,9 @@ struct StoreListOptions {
   std::optional<NamespaceId> ns;  // only this namespace when set
   // Tenancy: chunks whose namespace this rejects are skipped (null = all).
   std::function<bool(const NamespaceId&)> visible;
+  // List only the tiers up to and including this one (e.g. the local tiers at start-up,
+  // not a cluster-wide tier whose listing scans every shard); unset = every tier.
+  std::optional<TierIndex> through_tier;
   std::string page_token;  // "" = from the start; else a previous next_page_token
   size_t page_size = 1000; // REQUIRES: 1..100000
 };
