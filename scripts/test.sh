@@ -5,4 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh
+bash scripts/install-vllm.sh >/dev/null  # pinned vLLM CPU venv for the `vllm` tests (reused)
 ctest --preset release -j "${KVT_TEST_JOBS:-2}" --timeout 900 "$@"
