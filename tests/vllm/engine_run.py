@@ -50,6 +50,7 @@ def main():
     if conn is not None and hasattr(conn, "kvtier_stats"):
         conn.flush()
         stats = conn.kvtier_stats()
+        conn.shutdown()  # drain stores down to the disk tier before the hard exit below
     with open(sys.argv[2], "w") as f:
         json.dump({"rows": rows, "kvtier": stats}, f)
     os._exit(0)  # skip vLLM's slow interpreter teardown

@@ -54,11 +54,13 @@ class Kvtierd:
         ready = os.path.join(self.dir, "ready.json")
         if os.path.exists(ready):
             os.unlink(ready)
+        log = open(os.path.join(self.dir, "kvtierd.log"), "ab")
         self.proc = subprocess.Popen(
             [os.environ["KVTIERD"], "--listen", self.address, "--data-dir", self.data,
              "--ready-file", ready, "--metrics-listen", "127.0.0.1:0", "--durability", "sync",
              "--host-capacity", "64MiB", "--disk-capacity", "1GiB", "--log-level", "warn"],
-            stdout=open(os.path.join(self.dir, "kvtierd.log"), "ab"), stderr=subprocess.STDOUT)
+            stdout=log, stderr=subprocess.STDOUT)
+        log.close()  # the child has its own descriptor
         deadline = time.time() + 30
         while not os.path.exists(ready):
             if self.proc.poll() is not None or time.time() > deadline:
@@ -66,7 +68,8 @@ class Kvtierd:
                                    f"{self.dir}/kvtierd.log")
             time.sleep(0.05)
         time.sleep(0.05)
-        self.metrics_port = json.load(open(ready)).get("metrics_port")
+        with open(ready) as f:
+            self.metrics_port = json.load(f).get("metrics_port")
         return self
 
     def stop(self, sig=signal.SIGTERM):
@@ -87,11 +90,12 @@ def run_engine(spec: dict, workdir: str, name: str) -> subprocess.Popen:
     """Starts engine_run.py in a fresh process; wait with engine_result()."""
     sp = os.path.join(workdir, f"{name}.spec.json")
     out = os.path.join(workdir, f"{name}.out.json")
-    json.dump(spec, open(sp, "w"))
+    with open(sp, "w") as f:
+        json.dump(spec, f)
     log = open(os.path.join(workdir, f"{name}.log"), "wb")
     p = subprocess.Popen([sys.executable, os.path.join(HERE, "engine_run.py"), sp, out],
                          stdout=log, stderr=subprocess.STDOUT)
-    p.kvt_out, p.kvt_log = out, log.name
+    p.kvt_out, p.kvt_log, p.kvt_logfile = out, log.name, log
     return p
 
 
@@ -100,7 +104,9 @@ def engine_result(p: subprocess.Popen, timeout=600) -> dict:
     if rc != 0:
         tail = open(p.kvt_log, errors="replace").read()[-4000:]
         raise AssertionError(f"engine process exited {rc}; log tail:\n{tail}")
-    return json.load(open(p.kvt_out))
+    p.kvt_logfile.close()
+    with open(p.kvt_out) as f:
+        return json.load(f)
 
 
 def generate(llm, prompts, max_tokens=8):

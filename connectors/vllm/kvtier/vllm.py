@@ -100,6 +100,21 @@ _SHARED: dict[tuple, Connector] = {}
 _SHARED_LOCK = threading.Lock()
 
 
+class _Closed:
+    """Stands in for a closed native store: every lookup misses, nothing loads/stores."""
+
+    def __getattr__(self, name):
+        def fail(*args, **kwargs):
+            raise KvtError(9, "kvtier connector is shut down")
+        return fail
+
+    def stats(self):
+        return {}
+
+
+_CLOSED = _Closed()
+
+
 def _open_native(cfg: KVTierConfig, ns: Namespace) -> Connector:
     o = ConnectorOptions(
         model_id=ns.model_id, num_layers=ns.num_layers, num_kv_heads=ns.num_kv_heads,
@@ -375,8 +390,13 @@ class KVTierConnector(KVConnectorBase_V1):
         self._native.flush()
 
     def shutdown(self):
-        try:
-            self._native.flush()
-        except Exception:
-            pass
+        """Drains pending stores (down to the disk tier) and closes the native store."""
+        native, self._native = self._native, _CLOSED
+        if native is _CLOSED:
+            return None
+        with _SHARED_LOCK:
+            for k, v in list(_SHARED.items()):
+                if v is native:
+                    del _SHARED[k]
+        native.close()
         return None
