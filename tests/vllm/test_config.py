@@ -71,6 +71,25 @@ class ExtraConfigTest(unittest.TestCase):
         self.assertIn("block size 128 does not divide kvtier's chunk size 200", out)
 
 
+class PipInstallTest(unittest.TestCase):
+    def test_pip_install_bundles_the_library(self):
+        src = os.path.join(harness.HERE, "..", "..", "connectors", "vllm")
+        with tempfile.TemporaryDirectory() as target, tempfile.TemporaryDirectory() as cwd:
+            work = os.path.join(cwd, "pkg")
+            shutil.copytree(src, work, ignore=shutil.ignore_patterns("lib", "build", "*.egg-info"))
+            env = dict(os.environ, KVTIER_LIB=os.environ["KVTIER_LIB"])
+            r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                                "--no-build-isolation", "--target", target, work],
+                               capture_output=True, text=True, env=env, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            env = {k: v for k, v in os.environ.items() if k not in ("KVTIER_LIB", "PYTHONPATH")}
+            env["PYTHONPATH"] = target
+            r = subprocess.run([sys.executable, "-c", "import kvtier; print(kvtier.library_path())"],
+                               capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stdout.strip(), os.path.join(target, "kvtier", "lib", "libkvtier.so"))
+
+
 class EmbeddedStoreTest(unittest.TestCase):
     def test_host_hit_in_process_then_disk_hit_in_a_fresh_process(self):
         from vllm import LLM
