@@ -71,6 +71,26 @@ class ExtraConfigTest(unittest.TestCase):
         self.assertIn("block size 128 does not divide kvtier's chunk size 200", out)
 
 
+class DetectLayoutTest(unittest.TestCase):
+    """register_kv_caches accepts the CPU backend's packed blocks and the GPU layouts
+    (shapes from vLLM's backends' get_kv_cache_shape); anything else is refused."""
+
+    def test_layouts(self):
+        import torch
+        from kvtier.vllm import detect_layout
+        N, H, B, D = 10, 4, 16, 64
+        t = torch.empty
+        self.assertEqual(detect_layout(t(N, H, B, 2 * D), H, D, B), ("cpu-blocks", N))
+        self.assertEqual(detect_layout(t(2, N, B, H, D), H, D, B), ("flash_attn_nhd", N))
+        hnd = t(2, N, H, B, D).permute(0, 1, 3, 2, 4)  # logical NHD shape, HND memory
+        self.assertEqual(detect_layout(hnd, H, D, B), ("flash_attn_hnd", N))
+        self.assertEqual(detect_layout(t(N, 2, B, H, D), H, D, B), ("flashinfer", N))
+        self.assertEqual(detect_layout(t(N, B, 576), 1, 576, B), ("mla", N))
+        with self.assertRaises(ValueError) as cm:
+            detect_layout(t(N, B, H, D), H, D, B)
+        self.assertIn(str([N, B, H, D]), str(cm.exception))
+
+
 class PipInstallTest(unittest.TestCase):
     def test_pip_install_bundles_the_library(self):
         src = os.path.join(harness.HERE, "..", "..", "connectors", "vllm")

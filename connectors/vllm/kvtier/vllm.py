@@ -194,7 +194,8 @@ class KVTierConnector(KVConnectorBase_V1):
                 ktc.kv_load_failure_policy = "recompute"
         self._native = _open_native(self._cfg, self._ns)
         # Scheduler state.
-        self._pending_loads: dict[str, tuple[int, int]] = {}  # req -> (load, local computed)
+        # req -> (tokens to load, tokens vLLM holds, prompt tokens), from the lookup
+        self._pending_loads: dict[str, tuple[int, int, list[int]]] = {}
         self._tracked: dict[str, ReqMeta] = {}                 # req -> tokens/blocks so far
         # Worker state.
         self._view: str | None = None
@@ -225,7 +226,7 @@ class KVTierConnector(KVConnectorBase_V1):
         if load <= num_computed_tokens:
             self._pending_loads.pop(request.request_id, None)
             return 0, False
-        self._pending_loads[request.request_id] = (load, num_computed_tokens)
+        self._pending_loads[request.request_id] = (load, num_computed_tokens, tokens)
         return load - num_computed_tokens, False
 
     def update_state_after_alloc(self, request: "Request", blocks: "KVCacheBlocks",
@@ -238,7 +239,7 @@ class KVTierConnector(KVConnectorBase_V1):
         n_sched = scheduler_output.num_scheduled_tokens
         for nr in scheduler_output.scheduled_new_reqs:
             tokens = list(nr.prompt_token_ids or [])
-            load, local = self._pending_loads.pop(nr.req_id, (0, 0))
+            load, local, _ = self._pending_loads.pop(nr.req_id, (0, 0, None))
             rm = ReqMeta(nr.req_id, tokens, list(nr.block_ids[0]), load_tokens=load,
                          skip_tokens=local)
             done = nr.num_computed_tokens + n_sched.get(nr.req_id, 0)
@@ -248,10 +249,17 @@ class KVTierConnector(KVConnectorBase_V1):
                 self._tracked[nr.req_id] = ReqMeta(nr.req_id, tokens, list(rm.block_ids))
         cached = scheduler_output.scheduled_cached_reqs
         for i, req_id in enumerate(cached.req_ids):
+            new_blocks = cached.new_block_ids[i]
+            if req_id in cached.resumed_req_ids and req_id in self._pending_loads:
+                # A preempted request resumes with new blocks and its own lookup: load
+                # into those (its blocks are the whole list again after a preemption).
+                load, local, tokens = self._pending_loads.pop(req_id)
+                meta.requests.append(ReqMeta(req_id, tokens,
+                                             list(new_blocks[0]) if new_blocks else [],
+                                             load_tokens=load, skip_tokens=local))
             t = self._tracked.get(req_id)
             if t is None:
                 continue
-            new_blocks = cached.new_block_ids[i]
             if req_id in cached.resumed_req_ids:
                 t.block_ids = list(new_blocks[0]) if new_blocks else []
             elif new_blocks:
