@@ -2,8 +2,8 @@
 // becomes an int code + thread-local message, and where no C++ exception may escape.
 #include "connectors/kvtier_c.h"
 
-#include <exception>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <span>
@@ -315,7 +315,7 @@ int kvt_load(kvt_connector* c, const int32_t* tokens, size_t n_tokens, uint64_t 
 
 // Checks block_ids[0, n_needed) against the view: InvalidArgument naming index and value.
 static int CheckBlockIds(const char* what, const KvtBlockView& v, const int32_t* ids, size_t n_ids,
-                  size_t n_needed) {
+                         size_t n_needed) {
   if (n_ids < n_needed) {
     return Fail(KVT_INVALID_ARGUMENT,
                 absl::StrFormat("%s: %d block ids given; expected >= %d (tokens / block_size %d)",
@@ -451,7 +451,8 @@ int kvt_load_blocks(kvt_connector* c, const int32_t* tokens, size_t n_tokens, ui
 
 int kvt_get_stats(const kvt_connector* c, kvt_stats* out, size_t out_size) {
   return Guard("kvt_get_stats", [&]() -> int {
-    KVT_C_REQUIRE(c != nullptr && out != nullptr, "kvt_get_stats: connector and out must be non-NULL");
+    KVT_C_REQUIRE(c != nullptr && out != nullptr,
+                  "kvt_get_stats: connector and out must be non-NULL");
     const kvt::ConnectorStats s = c->connector->stats();
     kvt_stats k{};
     k.lookups = s.lookups;

@@ -36,7 +36,8 @@ struct Cache {
   explicit Cache(uint8_t seed) {
     for (uint32_t l = 0; l < kLayers; ++l) {
       layers.emplace_back(kBlocks * kBlockBytes);
-      for (size_t i = 0; i < layers.back().size(); ++i) layers.back()[i] = uint8_t(seed + i * 7 + l);
+      for (size_t i = 0; i < layers.back().size(); ++i)
+        layers.back()[i] = uint8_t(seed + i * 7 + l);
     }
     for (auto& l : layers) ptrs.push_back(l.data());
   }

@@ -192,11 +192,12 @@ int kvt_load(kvt_connector* connector, const int32_t* tokens, size_t n_tokens, u
  * REQUIRES of the connector's layout: chunk_payload_bytes == num_layers *
  * (chunk_tokens / block_size) * block_bytes, i.e. one region holds block_size tokens. */
 typedef struct kvt_block_view {
-  uint32_t num_layers;     /* == options.num_layers */
-  uint32_t block_size;     /* tokens per block; must divide chunk_tokens */
-  uint32_t num_blocks;     /* blocks per layer */
-  uint64_t block_bytes;    /* bytes of one (layer, block) region */
-  void* const* layer_base; /* num_layers pointers; region (l, b) = layer_base[l] + b * block_bytes */
+  uint32_t num_layers;  /* == options.num_layers */
+  uint32_t block_size;  /* tokens per block; must divide chunk_tokens */
+  uint32_t num_blocks;  /* blocks per layer */
+  uint64_t block_bytes; /* bytes of one (layer, block) region */
+  /* num_layers pointers; region (l, b) starts at layer_base[l] + b * block_bytes */
+  void* const* layer_base;
   size_t n_layer_base;
 } kvt_block_view;
 
