@@ -18,7 +18,7 @@ enforce_eager, the same for all) and measures TTFT = wall time of a 1-token requ
   prefix_cache   vLLM's own in-memory prefix cache (no connector): 2nd request, the
                  upper bound
   no_reuse_ratio TTFT of fresh prompts with KVTierConnector (lookups miss, stores run) /
-                 TTFT of the same prompts without a connector
+                 TTFT of the same prompts without a connector (2 alternating rounds each)
 
 --json prints one JSON object per prompt length (longest last) with the keys
 ttft_cold_ms, ttft_kvtier_host_ms, ttft_kvtier_disk_ms, ttft_kvtier_daemon_ms,
@@ -175,10 +175,15 @@ def main() -> int:
                "kv_connector_extra_config": {"shared_storage_path": os.path.join(work, "example")}}
         results["example"] = run(dict(base, kv=ekv, phases=["store", "measure"]), work, "example")
         log("no reuse ...")
-        results["noreuse_kvtier"] = run(dict(base, prompts=fresh,
-                                             kv=kvtier_kv(dict(chunk, host_capacity="2GiB")),
-                                             phases=["measure"]), work, "noreuse-kvtier")
-        results["noreuse_none"] = run(dict(base, prompts=fresh, phases=["measure"]), work, "noreuse-none")
+        # Alternating rounds (none, kvtier, none, kvtier) so that a change in machine load
+        # during the run hits both sides alike; medians over all rounds.
+        results["noreuse_kvtier"], results["noreuse_none"] = [], []
+        for r in range(2):
+            results["noreuse_none"] += run(dict(base, prompts=fresh, phases=["measure"]), work,
+                                           f"noreuse-none-{r}")
+            results["noreuse_kvtier"] += run(dict(base, prompts=fresh,
+                                                  kv=kvtier_kv(dict(chunk, host_capacity="2GiB")),
+                                                  phases=["measure"]), work, f"noreuse-kvtier-{r}")
     finally:
         if daemon is not None:
             daemon.send_signal(signal.SIGTERM)
