@@ -6,4 +6,5 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh
 bash scripts/check-thread-safety.sh
+bash scripts/install-vllm.sh >/dev/null  # pinned vLLM CPU venv for the `vllm` tests (reused)
 ctest --preset release -j "${KVT_TEST_JOBS:-2}" --timeout 900 "$@"

@@ -2,8 +2,10 @@
 // becomes an int code + thread-local message, and where no C++ exception may escape.
 #include "connectors/kvtier_c.h"
 
+#include <cstring>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -15,9 +17,23 @@
 #include "kvstore/store_factory.h"
 #include "kvstore/tiered_store.h"
 
+#if KVT_C_HAVE_REMOTE
+#include "kvstore/remote_tier.h"
+#endif
+
+// Block-region view (kvt_block_view), copied at registration.
+struct KvtBlockView {
+  uint32_t block_size = 0;
+  uint32_t num_blocks = 0;
+  uint64_t block_bytes = 0;
+  std::vector<std::byte*> layer_base;
+};
+
 struct kvt_connector {
   std::shared_ptr<kvt::TieredStore> store;
   std::unique_ptr<kvt::KVConnector> connector;
+  // Written only by kvt_register_block_view (REQUIRES: not concurrent with block calls).
+  std::optional<KvtBlockView> blocks;
 };
 
 namespace {
@@ -91,6 +107,7 @@ void kvt_options_init(kvt_options* o) {
   o->disk_capacity_bytes = 0;
   o->use_cost_model = 1;
   o->async_store = 1;
+  o->daemon_deadline_ms = 2000;
 }
 
 const char* kvt_last_error(void) { return g_last_error.c_str(); }
@@ -118,8 +135,38 @@ int kvt_create(const kvt_options* o, kvt_connector** out) {
     if (absl::Status s = copts.Validate(); !s.ok()) return Fail(s);
 
     kvt::StoreOptions sopts;
-    sopts.host.capacity_bytes = o->host_capacity_bytes;
-    if (o->disk_dir != nullptr && o->disk_dir[0] != '\0') {
+    const bool daemon = o->daemon_address != nullptr && o->daemon_address[0] != '\0';
+    if (daemon) {
+      KVT_C_REQUIRE(o->disk_dir == nullptr || o->disk_dir[0] == '\0',
+                    absl::StrFormat("kvt_create: options.disk_dir = \"%s\" and "
+                                    "options.daemon_address = \"%s\" are both set; set one",
+                                    o->disk_dir, o->daemon_address));
+      KVT_C_REQUIRE(o->daemon_deadline_ms >= 1 && o->daemon_deadline_ms <= 600000,
+                    absl::StrFormat("kvt_create: options.daemon_deadline_ms = %d; expected "
+                                    "1..600000",
+                                    o->daemon_deadline_ms));
+#if KVT_C_HAVE_REMOTE
+      kvt::RemoteTierOptions ropts;
+      ropts.client.target = o->daemon_address;
+      ropts.client.token = o->daemon_token ? o->daemon_token : "";
+      ropts.client.deadline = std::chrono::milliseconds(o->daemon_deadline_ms);
+      if (absl::Status s = ropts.Validate(); !s.ok()) {
+        return Fail(KVT_INVALID_ARGUMENT,
+                    absl::StrFormat("kvt_create: options.daemon_address = \"%s\": %s",
+                                    o->daemon_address, s.message()));
+      }
+      // kvtierd's remote tier alone: every process of the engine sees the same cache.
+      sopts.host.capacity_bytes = 0;
+      sopts.lower.push_back(kvt::RemoteTier::Factory(ropts));
+#else
+      return Fail(KVT_UNIMPLEMENTED,
+                  "kvt_create: options.daemon_address is set but this libkvtier was built "
+                  "without the daemon client (KVT_BUILD_DAEMON=OFF)");
+#endif
+    } else {
+      sopts.host.capacity_bytes = o->host_capacity_bytes;
+    }
+    if (!daemon && o->disk_dir != nullptr && o->disk_dir[0] != '\0') {
       kvt::DiskTierOptions& dopts = sopts.disk.emplace();
       dopts.dir = o->disk_dir;
       dopts.capacity_bytes = o->disk_capacity_bytes;
@@ -254,6 +301,168 @@ int kvt_load(kvt_connector* c, const int32_t* tokens, size_t n_tokens, uint64_t 
                                 std::span<const int64_t>(slots, n_slots), num_computed_tokens);
     if (!r.ok()) return Fail(r.status());
     *loaded_tokens = r->loaded_tokens;
+    return Ok();
+  });
+}
+
+// Checks block_ids[0, n_needed) against the view: InvalidArgument naming index and value.
+static int CheckBlockIds(const char* what, const KvtBlockView& v, const int32_t* ids, size_t n_ids,
+                         size_t n_needed) {
+  if (n_ids < n_needed) {
+    return Fail(KVT_INVALID_ARGUMENT,
+                absl::StrFormat("%s: %d block ids given; expected >= %d (tokens / block_size %d)",
+                                what, n_ids, n_needed, v.block_size));
+  }
+  for (size_t i = 0; i < n_needed; ++i) {
+    if (ids[i] < 0 || static_cast<uint64_t>(ids[i]) >= v.num_blocks) {
+      return Fail(KVT_INVALID_ARGUMENT,
+                  absl::StrFormat("%s: block_ids[%d] = %d; expected 0..%d", what, i, ids[i],
+                                  static_cast<int64_t>(v.num_blocks) - 1));
+    }
+  }
+  return KVT_OK;
+}
+
+int kvt_register_block_view(kvt_connector* c, const kvt_block_view* v) {
+  return Guard("kvt_register_block_view", [&]() -> int {
+    KVT_C_REQUIRE(c != nullptr && v != nullptr,
+                  "kvt_register_block_view: connector and view must be non-NULL");
+    const kvt::KvLayout& layout = c->connector->ns_params().layout;
+    const uint32_t chunk = c->connector->chunk_tokens();
+    KVT_C_REQUIRE(v->num_layers == layout.num_layers,
+                  absl::StrFormat("kvt_register_block_view: view.num_layers = %d; the "
+                                  "connector's layout has %d layers",
+                                  v->num_layers, layout.num_layers));
+    KVT_C_REQUIRE(v->layer_base != nullptr && v->n_layer_base == v->num_layers,
+                  absl::StrFormat("kvt_register_block_view: view.n_layer_base = %d; expected "
+                                  "num_layers = %d non-NULL pointers",
+                                  v->n_layer_base, v->num_layers));
+    KVT_C_REQUIRE(v->block_size > 0 && chunk % v->block_size == 0,
+                  absl::StrFormat("kvt_register_block_view: block size %d does not divide "
+                                  "chunk size %d (chunk_tokens must be a multiple of the "
+                                  "engine's block size)",
+                                  v->block_size, chunk));
+    KVT_C_REQUIRE(v->num_blocks > 0, "kvt_register_block_view: view.num_blocks = 0");
+    const uint64_t expect = layout.bytes_per_token_per_layer() * v->block_size;
+    KVT_C_REQUIRE(v->block_bytes == expect,
+                  absl::StrFormat("kvt_register_block_view: view.block_bytes = %d; the layout "
+                                  "%s holds %d bytes per block of %d tokens",
+                                  v->block_bytes, layout.DebugString(), expect, v->block_size));
+    KvtBlockView view;
+    view.block_size = v->block_size;
+    view.num_blocks = v->num_blocks;
+    view.block_bytes = v->block_bytes;
+    for (size_t l = 0; l < v->n_layer_base; ++l) {
+      KVT_C_REQUIRE(v->layer_base[l] != nullptr,
+                    absl::StrFormat("kvt_register_block_view: view.layer_base[%d] is NULL", l));
+      view.layer_base.push_back(static_cast<std::byte*>(v->layer_base[l]));
+    }
+    c->blocks = std::move(view);
+    return Ok();
+  });
+}
+
+int kvt_store_blocks(kvt_connector* c, const int32_t* tokens, size_t n_tokens,
+                     const int32_t* block_ids, size_t n_block_ids, size_t* chunks_taken) {
+  return Guard("kvt_store_blocks", [&]() -> int {
+    KVT_C_REQUIRE(c != nullptr, "kvt_store_blocks: connector is NULL");
+    KVT_C_REQUIRE(tokens != nullptr || n_tokens == 0, "kvt_store_blocks: tokens is NULL");
+    KVT_C_REQUIRE(block_ids != nullptr || n_block_ids == 0, "kvt_store_blocks: block_ids is NULL");
+    if (!c->blocks) {
+      return Fail(KVT_FAILED_PRECONDITION,
+                  "kvt_store_blocks: no block view registered (call kvt_register_block_view)");
+    }
+    const KvtBlockView& v = *c->blocks;
+    const uint32_t chunk = c->connector->chunk_tokens();
+    const size_t per_chunk = chunk / v.block_size;
+    const size_t needed = (n_tokens / chunk) * per_chunk;
+    if (int rc = CheckBlockIds("kvt_store_blocks", v, block_ids, n_block_ids, needed)) return rc;
+    auto r = c->connector->StorePayloads(
+        std::span<const int32_t>(tokens, n_tokens),
+        [&](size_t ci, std::span<std::byte> payload) -> absl::Status {
+          std::byte* out = payload.data();
+          for (std::byte* base : v.layer_base) {
+            for (size_t j = 0; j < per_chunk; ++j) {
+              std::memcpy(out, base + uint64_t(block_ids[ci * per_chunk + j]) * v.block_bytes,
+                          v.block_bytes);
+              out += v.block_bytes;
+            }
+          }
+          return absl::OkStatus();
+        });
+    if (!r.ok()) return Fail(r.status());
+    if (chunks_taken != nullptr) *chunks_taken = *r;
+    return Ok();
+  });
+}
+
+int kvt_load_blocks(kvt_connector* c, const int32_t* tokens, size_t n_tokens, uint64_t num_tokens,
+                    const int32_t* block_ids, size_t n_block_ids, uint64_t skip_tokens,
+                    uint64_t* loaded_tokens) {
+  return Guard("kvt_load_blocks", [&]() -> int {
+    KVT_C_REQUIRE(c != nullptr && loaded_tokens != nullptr,
+                  "kvt_load_blocks: connector and loaded_tokens must be non-NULL");
+    KVT_C_REQUIRE(tokens != nullptr || n_tokens == 0, "kvt_load_blocks: tokens is NULL");
+    KVT_C_REQUIRE(block_ids != nullptr || n_block_ids == 0, "kvt_load_blocks: block_ids is NULL");
+    if (!c->blocks) {
+      return Fail(KVT_FAILED_PRECONDITION,
+                  "kvt_load_blocks: no block view registered (call kvt_register_block_view)");
+    }
+    const KvtBlockView& v = *c->blocks;
+    const uint32_t chunk = c->connector->chunk_tokens();
+    KVT_C_REQUIRE(num_tokens % chunk == 0 && num_tokens <= n_tokens,
+                  absl::StrFormat("kvt_load_blocks: num_tokens = %d; expected a multiple of "
+                                  "chunk_tokens %d and <= n_tokens %d",
+                                  num_tokens, chunk, n_tokens));
+    const size_t per_chunk = chunk / v.block_size;
+    if (int rc = CheckBlockIds("kvt_load_blocks", v, block_ids, n_block_ids,
+                               num_tokens / v.block_size)) {
+      return rc;
+    }
+    auto r = c->connector->LoadPayloads(
+        std::span<const int32_t>(tokens, n_tokens), num_tokens,
+        [&](size_t ci, std::span<const std::byte> payload) -> absl::Status {
+          const std::byte* in = payload.data();
+          for (std::byte* base : v.layer_base) {
+            for (size_t j = 0; j < per_chunk; ++j) {
+              const size_t bi = ci * per_chunk + j;
+              if ((bi + 1) * v.block_size > skip_tokens) {
+                std::memcpy(base + uint64_t(block_ids[bi]) * v.block_bytes, in, v.block_bytes);
+              }
+              in += v.block_bytes;
+            }
+          }
+          return absl::OkStatus();
+        },
+        skip_tokens);
+    if (!r.ok()) return Fail(r.status());
+    *loaded_tokens = r->loaded_tokens;
+    return Ok();
+  });
+}
+
+int kvt_get_stats(const kvt_connector* c, kvt_stats* out, size_t out_size) {
+  return Guard("kvt_get_stats", [&]() -> int {
+    KVT_C_REQUIRE(c != nullptr && out != nullptr,
+                  "kvt_get_stats: connector and out must be non-NULL");
+    const kvt::ConnectorStats s = c->connector->stats();
+    kvt_stats k{};
+    k.lookups = s.lookups;
+    k.lookup_hit_tokens = s.lookup_hit_tokens;
+    k.lookup_load_tokens = s.lookup_load_tokens;
+    k.store_chunks_taken = s.store_chunks_taken;
+    k.store_chunks_skipped = s.store_chunks_skipped;
+    k.store_chunks_dropped = s.store_chunks_dropped;
+    k.store_chunks_put = s.store_chunks_put;
+    k.store_put_errors = s.store_put_errors;
+    k.load_chunks_ok = s.load_chunks_ok;
+    k.load_chunks_failed = s.load_chunks_failed;
+    k.load_misses = s.load_misses;
+    k.load_data_loss = s.load_data_loss;
+    k.load_mismatch = s.load_mismatch;
+    k.load_other_errors = s.load_other_errors;
+    k.load_bytes = s.load_bytes;
+    std::memcpy(out, &k, out_size < sizeof(k) ? out_size : sizeof(k));
     return Ok();
   });
 }

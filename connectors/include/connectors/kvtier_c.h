@@ -1,7 +1,8 @@
 /* kvtier C ABI: the engine-facing connector for engines written in other languages.
  *
  * A kvt_connector owns its own tiered store (a host-memory tier, plus a disk tier when
- * disk_dir is given) and a KVConnector (connectors/kv_connector.h) over it. Semantics
+ * disk_dir is given; or kvtierd's remote tier alone when daemon_address is given) and a
+ * KVConnector (connectors/kv_connector.h) over it. Semantics
  * of every call are those of the C++ method named beside it; see docs/connector.md.
  *
  * Errors: every function returning int returns a kvt_status code (0 = KVT_OK; the
@@ -97,6 +98,17 @@ typedef struct kvt_options {
   /* Prefill model defaults (seconds per token; per attended token pair), 0 = built-in. */
   double prefill_s_per_token;
   double prefill_s_per_token_ctx;
+  /* ---- Appended fields: new ones go below, never reordered. ---- */
+  /* kvtierd address ("unix:///path/kvtierd.sock" or "127.0.0.1:7470"; NULL or "" = no
+   * daemon). When set, the store is kvtierd's remote tier alone (shared by every process
+   * using that daemon); disk_dir must then be NULL or "" (KVT_INVALID_ARGUMENT otherwise).
+   * Needs a build with the daemon (KVT_BUILD_DAEMON): KVT_UNIMPLEMENTED without it. */
+  const char* daemon_address;
+  /* Bearer token sent to kvtierd ("" or NULL = none); copied. */
+  const char* daemon_token;
+  /* Deadline of one kvtierd call including its retries, ms (default 2000, 1..600000). A
+   * stopped or dead daemon costs at most this per call: the chunk is a miss. */
+  uint32_t daemon_deadline_ms;
 } kvt_options;
 
 /* Fills *options with the defaults above (model_id NULL: the caller must set it). */
@@ -170,6 +182,67 @@ int kvt_store(kvt_connector* connector, const int32_t* tokens, size_t n_tokens,
 int kvt_load(kvt_connector* connector, const int32_t* tokens, size_t n_tokens, uint64_t num_tokens,
              const int64_t* slots, size_t n_slots, uint64_t num_computed_tokens,
              uint64_t* loaded_tokens);
+
+/* ---- Block-region level (engines whose paged KV packs a block opaquely) ----------
+ * For KV caches where the bytes of one (layer, block) are contiguous but their order
+ * inside the block is the engine's own (vLLM's CPU backend packs each (block, head) tile
+ * per CPU ISA). Whole regions are copied as opaque bytes: a chunk's payload is
+ * [layer][block j of the chunk] regions of block_bytes each. The packing is not
+ * interpreted, so put what determines it (packing kind, block size) in engine_extra.
+ * REQUIRES of the connector's layout: chunk_payload_bytes == num_layers *
+ * (chunk_tokens / block_size) * block_bytes, i.e. one region holds block_size tokens. */
+typedef struct kvt_block_view {
+  uint32_t num_layers;  /* == options.num_layers */
+  uint32_t block_size;  /* tokens per block; must divide chunk_tokens */
+  uint32_t num_blocks;  /* blocks per layer */
+  uint64_t block_bytes; /* bytes of one (layer, block) region */
+  /* num_layers pointers; region (l, b) starts at layer_base[l] + b * block_bytes */
+  void* const* layer_base;
+  size_t n_layer_base;
+} kvt_block_view;
+
+/* Registers (replaces) the block view; its memory is borrowed and must outlive its use.
+ * KVT_INVALID_ARGUMENT naming the field: layer count or pointers, block_size not
+ * dividing chunk_tokens (both numbers named), block_bytes not matching the layout. */
+int kvt_register_block_view(kvt_connector* connector, const kvt_block_view* view);
+/* Stores the complete chunks of tokens; block_ids[i] is the block holding tokens
+ * [i*block_size, (i+1)*block_size). REQUIRES: n_block_ids >= complete chunks *
+ * chunk_tokens / block_size. KVT_FAILED_PRECONDITION without a block view,
+ * KVT_INVALID_ARGUMENT for a short or out-of-range block id list (index and value
+ * named; nothing stored). Regions are copied before the call returns. */
+int kvt_store_blocks(kvt_connector* connector, const int32_t* tokens, size_t n_tokens,
+                     const int32_t* block_ids, size_t n_block_ids, size_t* chunks_taken);
+/* Loads verified chunks covering tokens [0, num_tokens) (a multiple of chunk_tokens) into
+ * the blocks named by block_ids (as for kvt_store_blocks; n_block_ids >= num_tokens /
+ * block_size). Blocks wholly below skip_tokens are never written. A chunk's regions are
+ * written only after it verified. *loaded_tokens: leading tokens held after the call;
+ * blocks of tokens [max(*loaded_tokens, skip_tokens), num_tokens) were NOT written and
+ * must be recomputed. Errors as kvt_store_blocks (nothing written). */
+int kvt_load_blocks(kvt_connector* connector, const int32_t* tokens, size_t n_tokens,
+                    uint64_t num_tokens, const int32_t* block_ids, size_t n_block_ids,
+                    uint64_t skip_tokens, uint64_t* loaded_tokens);
+
+/* Connector counters (KVConnector::stats(), connectors/kv_connector.h ConnectorStats). */
+typedef struct kvt_stats {
+  uint64_t lookups;
+  uint64_t lookup_hit_tokens;
+  uint64_t lookup_load_tokens;
+  uint64_t store_chunks_taken;
+  uint64_t store_chunks_skipped;
+  uint64_t store_chunks_dropped;
+  uint64_t store_chunks_put;
+  uint64_t store_put_errors;
+  uint64_t load_chunks_ok;
+  uint64_t load_chunks_failed;
+  uint64_t load_misses;
+  uint64_t load_data_loss;
+  uint64_t load_mismatch;
+  uint64_t load_other_errors;
+  uint64_t load_bytes;
+} kvt_stats;
+/* Writes min(out_size, sizeof(kvt_stats)) bytes of the counters (pass sizeof(kvt_stats);
+ * fields are only ever appended). KVT_INVALID_ARGUMENT for NULL arguments. */
+int kvt_get_stats(const kvt_connector* connector, kvt_stats* out, size_t out_size);
 
 /* KVConnector::ObservePrefill (seconds). */
 void kvt_observe_prefill(kvt_connector* connector, uint64_t new_tokens, uint64_t context_tokens,

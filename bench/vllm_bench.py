@@ -1,0 +1,228 @@
+"""vLLM mode of the benchmark: TTFT of a real vLLM CPU engine with and without kvtier.
+
+    bash bench/vllm_bench.sh [--json] [--lengths 512,1024,2048,3968] [--reps 1]
+
+(the wrapper installs/reuses the pinned venv and sets KVTIERD/KVTIER_LIB/PYTHONPATH).
+Model: the ~245 MB random Llama of ENGINES.md (8 layers, hidden 1024, 16/4 heads, bf16;
+``python -m kvtier.make_model --preset bench``). Prompts of every length are interleaved
+in one run (each length gets its own distinct prompt per repetition). Every
+configuration runs in its own engine process (in-process engine, OMP_NUM_THREADS=1,
+enforce_eager, the same for all) and measures TTFT = wall time of a 1-token request:
+
+  cold           no connector, enable_prefix_caching=False: full prefill
+  kvtier_host    KVTierConnector, embedded host tier: 2nd request of the same prompt
+  kvtier_disk    embedded host+disk: a fresh process whose host tier is empty loads
+                 what an earlier process stored on disk
+  kvtier_daemon  kvtierd (unix socket): the 2nd of two processes, loading over gRPC/shm
+  example        vLLM's ExampleConnector (safetensors files): 2nd request
+  prefix_cache   vLLM's own in-memory prefix cache (no connector): 2nd request, the
+                 upper bound
+  no_reuse_ratio TTFT of fresh prompts with KVTierConnector (lookups miss, stores run) /
+                 TTFT of the same prompts without a connector (2 alternating rounds each)
+
+--json prints one JSON object per prompt length (longest last) with the keys
+ttft_cold_ms, ttft_kvtier_host_ms, ttft_kvtier_disk_ms, ttft_kvtier_daemon_ms,
+ttft_example_ms, ttft_prefix_cache_ms, prompt_tokens, no_reuse_ratio (medians over reps).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+       "OMP_NUM_THREADS": "1", "VLLM_LOGGING_LEVEL": "WARNING", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def prompt(seed: int, n: int, vocab: int = 8000) -> list[int]:
+    x = seed * 2654435761 % 2**32 or 1
+    out = []
+    for _ in range(n):
+        x = (1103515245 * x + 12345) % 2**31
+        out.append(3 + x % (vocab - 3))
+    return out
+
+
+# ------------------------------------------------------------------ worker process
+def worker(spec_path: str, out_path: str) -> None:
+    from vllm import LLM, SamplingParams, TokensPrompt
+    spec = json.load(open(spec_path))
+    kv = None
+    if spec.get("kv"):
+        kv = spec["kv"]
+    llm = LLM(model=spec["model"], enable_prefix_caching=spec.get("prefix_cache", False),
+              max_model_len=spec["max_model_len"], dtype="bfloat16", enforce_eager=True,
+              seed=0, kv_transfer_config=kv, max_num_batched_tokens=spec["max_model_len"])
+    sp = SamplingParams(max_tokens=1, temperature=0)
+
+    def ttft(p):
+        t = time.perf_counter()
+        o = llm.generate([TokensPrompt(prompt_token_ids=p)], sp, use_tqdm=False)[0]
+        return (time.perf_counter() - t) * 1000, o.num_cached_tokens or 0
+
+    ttft(prompt(999, 64))  # warm-up: first-call costs are no part of any figure
+    rows = []
+    for phase in spec["phases"]:  # "store" (run, not reported) or "measure"
+        for p in spec["prompts"]:
+            ms, cached = ttft(p)
+            if phase == "measure":
+                rows.append({"tokens": len(p), "ms": ms, "cached": cached})
+        if kv is not None and phase == "store":
+            try:
+                from vllm.distributed.kv_transfer import get_kv_transfer_group
+                c = get_kv_transfer_group()
+                if hasattr(c, "flush"):
+                    c.flush()
+            except Exception:
+                pass
+    try:
+        from vllm.distributed.kv_transfer import get_kv_transfer_group
+        c = get_kv_transfer_group()
+        if hasattr(c, "shutdown"):
+            c.shutdown()
+    except Exception:
+        pass
+    json.dump(rows, open(out_path, "w"))
+    os._exit(0)
+
+
+# ------------------------------------------------------------------ orchestrator
+def run(spec: dict, work: str, name: str) -> list[dict]:
+    sp, out = os.path.join(work, name + ".json"), os.path.join(work, name + ".out.json")
+    json.dump(spec, open(sp, "w"))
+    env = dict(os.environ, **{k: v for k, v in ENV.items() if k not in os.environ})
+    with open(os.path.join(work, name + ".log"), "wb") as log:
+        rc = subprocess.call([sys.executable, os.path.abspath(__file__), "--worker", sp, out],
+                             stdout=log, stderr=subprocess.STDOUT, env=env)
+    if rc != 0:
+        raise SystemExit(f"vllm_bench: {name} exited {rc}; see {work}/{name}.log")
+    return json.load(open(out))
+
+
+def kvtier_kv(extra: dict) -> dict:
+    return {"kv_connector": "KVTierConnector", "kv_connector_module_path": "kvtier.vllm",
+            "kv_role": "kv_both", "kv_connector_extra_config": extra}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--lengths", default="512,1024,2048,3968")
+    ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--model-dir", default=os.path.join(tempfile.gettempdir(), "kvtier-bench-245m"))
+    ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    a = ap.parse_args()
+    if a.worker:
+        worker(*a.worker)
+        return 0
+    lengths = [int(x) for x in a.lengths.split(",")]
+    max_len = max(lengths) + 128
+    from kvtier.make_model import make_model, PRESETS
+    model = make_model(a.model_dir, max_len=max(4096, max_len), **PRESETS["bench"])
+    work = tempfile.mkdtemp(prefix="kvt-vllm-bench-")
+    # Interleaved: rep 0 = [512, 1024, ...], rep 1 = [512, 1024, ...], distinct prompts.
+    prompts = [prompt(1000 * r + i + 1, n) for r in range(a.reps) for i, n in enumerate(lengths)]
+    fresh = [prompt(777000 + 1000 * r + i, n) for r in range(a.reps) for i, n in enumerate(lengths)]
+    base = {"model": model, "max_model_len": max_len, "prompts": prompts}
+    # chunk_tokens = the CPU block size (128): kvtier then leaves the same last block to
+    # compute as vLLM's prefix cache does, so warm TTFTs compare like for like.
+    chunk = {"use_cost_model": True, "chunk_tokens": 128}
+    log = (lambda *x: None) if a.json else (lambda *x: print(*x, file=sys.stderr, flush=True))
+    results = {}
+    daemon = None
+    try:
+        log("cold ..."); results["cold"] = run(dict(base, phases=["measure"]), work, "cold")
+        log("prefix cache ...")
+        results["prefix_cache"] = run(dict(base, prefix_cache=True, phases=["store", "measure"]),
+                                      work, "prefix")
+        log("kvtier host ...")
+        results["kvtier_host"] = run(dict(base, kv=kvtier_kv(dict(chunk, host_capacity="2GiB")),
+                                          phases=["store", "measure"]), work, "host")
+        disk = os.path.join(work, "disk")
+        log("kvtier disk ...")
+        run(dict(base, kv=kvtier_kv(dict(chunk, host_capacity="2GiB", disk_dir=disk,
+                                         disk_capacity="4GiB")), phases=["store"]), work, "disk-store")
+        results["kvtier_disk"] = run(dict(base, kv=kvtier_kv(dict(chunk, host_capacity="2GiB",
+                                                                  disk_dir=disk, disk_capacity="4GiB")),
+                                          phases=["measure"]), work, "disk")
+        log("kvtier daemon ...")
+        sock = os.path.join(work, "kvtierd.sock")
+        ready = os.path.join(work, "ready.json")
+        daemon = subprocess.Popen([os.environ["KVTIERD"], "--listen", "unix://" + sock, "--data-dir",
+                                   os.path.join(work, "kvtierd"), "--ready-file", ready,
+                                   "--metrics-listen", "", "--host-capacity", "2GiB",
+                                   "--disk-capacity", "4GiB", "--log-level", "warn"])
+        for _ in range(600):
+            if os.path.exists(ready):
+                break
+            time.sleep(0.05)
+        dkv = kvtier_kv(dict(chunk, kvtierd="unix://" + sock, daemon_deadline_ms=30000))
+        run(dict(base, kv=dkv, phases=["store"]), work, "daemon-store")
+        results["kvtier_daemon"] = run(dict(base, kv=dkv, phases=["measure"]), work, "daemon")
+        log("example connector ...")
+        ekv = {"kv_connector": "ExampleConnector", "kv_role": "kv_both",
+               "kv_connector_extra_config": {"shared_storage_path": os.path.join(work, "example")}}
+        results["example"] = run(dict(base, kv=ekv, phases=["store", "measure"]), work, "example")
+        log("no reuse ...")
+        # Alternating rounds (none, kvtier, none, kvtier) so that a change in machine load
+        # during the run hits both sides alike; medians over all rounds.
+        results["noreuse_kvtier"], results["noreuse_none"] = [], []
+        for r in range(2):
+            results["noreuse_none"] += run(dict(base, prompts=fresh, phases=["measure"]), work,
+                                           f"noreuse-none-{r}")
+            results["noreuse_kvtier"] += run(dict(base, prompts=fresh,
+                                                  kv=kvtier_kv(dict(chunk, host_capacity="2GiB")),
+                                                  phases=["measure"]), work, f"noreuse-kvtier-{r}")
+    finally:
+        if daemon is not None:
+            daemon.send_signal(signal.SIGTERM)
+            daemon.wait(timeout=60)
+        if not a.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+    out = []
+    for n in lengths:
+        def med(key, field="ms"):
+            return statistics.median(r[field] for r in results[key] if r["tokens"] == n)
+        row = {"prompt_tokens": n, "ttft_cold_ms": round(med("cold"), 1),
+               "ttft_kvtier_host_ms": round(med("kvtier_host"), 1),
+               "ttft_kvtier_disk_ms": round(med("kvtier_disk"), 1),
+               "ttft_kvtier_daemon_ms": round(med("kvtier_daemon"), 1),
+               "ttft_example_ms": round(med("example"), 1),
+               "ttft_prefix_cache_ms": round(med("prefix_cache"), 1),
+               "no_reuse_ratio": round(med("noreuse_kvtier") / med("noreuse_none"), 3),
+               "kvtier_cached_tokens": {k: med(k, "cached") for k in
+                                        ("kvtier_host", "kvtier_disk", "kvtier_daemon")}}
+        out.append(row)
+    if a.json:
+        for row in out:
+            print(json.dumps(row))
+        return 0
+    print(f"{'prompt':>6} {'cold':>9} {'host':>9} {'disk':>9} {'kvtierd':>9} {'example':>9} "
+          f"{'prefix$':>9}  {'host/prefix':>11} {'host/example':>12} {'no-reuse':>8}")
+    for r in out:
+        print(f"{r['prompt_tokens']:>6} {r['ttft_cold_ms']:>9.1f} {r['ttft_kvtier_host_ms']:>9.1f} "
+              f"{r['ttft_kvtier_disk_ms']:>9.1f} {r['ttft_kvtier_daemon_ms']:>9.1f} "
+              f"{r['ttft_example_ms']:>9.1f} {r['ttft_prefix_cache_ms']:>9.1f}  "
+              f"{r['ttft_kvtier_host_ms'] / r['ttft_prefix_cache_ms']:>11.2f} "
+              f"{r['ttft_kvtier_host_ms'] / r['ttft_example_ms']:>12.2f} {r['no_reuse_ratio']:>8.3f}")
+    print("targets: kvtier warm <= 1.3 x prefix cache and <= 0.5 x ExampleConnector at >= 2k "
+          "tokens; no-reuse ratio <= 1.02 (times in ms; TTFT of a 1-token request)")
+    print("cached tokens (kvtier): " + ", ".join(
+        f"{r['prompt_tokens']}: {r['kvtier_cached_tokens']}" for r in out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,279 @@
+"""The connector's configuration: parsing ``kv_connector_extra_config`` and deriving
+kvtier's namespace from vLLM's config. No vLLM engine state here, so it is testable
+without starting an engine.
+
+Extra-config keys (all optional; an unknown key or a bad value is a ValueError that
+names the key, raised from the connector's constructor, so the engine does not start):
+
+  kvtierd              kvtierd address: "unix:///path/kvtierd.sock" or "127.0.0.1:7470".
+                       Set: the cache is that daemon, shared by every process and every
+                       vLLM instance using it. Unset: an embedded host (+ disk) store.
+  token / token_file   bearer token for kvtierd (a file: its first line).
+  tenant               tenant name, part of the namespace ("" = default tenant).
+  chunk_tokens         kvtier chunk size in tokens (default 256); vLLM's block size
+                       must divide it.
+  host_capacity        embedded host tier size: bytes or "512MiB", "4GiB" (default 1GiB).
+  disk_dir             embedded disk tier directory (default: none).
+  disk_capacity        embedded disk tier size (bytes or "8GiB"; default 0 = the disk
+                       tier's own default).
+  model_id             model identity override (e.g. "org/model@rev"); default: the
+                       model path plus a fingerprint of its weights files.
+  use_cost_model       true (default): load only when loading beats recomputing.
+  daemon_deadline_ms   deadline of one kvtierd call incl. retries (default 2000).
+  load_failure_policy  "recompute" (default; vLLM's own default is "fail") or "fail":
+                       what vLLM does with blocks whose load failed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+
+KEYS = {"kvtierd", "token", "token_file", "tenant", "chunk_tokens", "host_capacity",
+        "disk_dir", "disk_capacity", "model_id", "use_cost_model", "daemon_deadline_ms",
+        "load_failure_policy"}
+
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "m": 1000**2, "mb": 1000**2,
+          "mib": 1 << 20, "g": 1000**3, "gb": 1000**3, "gib": 1 << 30, "t": 1000**4,
+          "tb": 1000**4, "tib": 1 << 40}
+
+
+def _err(key: str, value, expected: str) -> ValueError:
+    return ValueError(f"kv_connector_extra_config.{key} = {value!r}: expected {expected}")
+
+
+def parse_bytes(key: str, value) -> int:
+    """Bytes from an int or a string like "512MiB" / "4GiB" / "1.5GB"."""
+    if isinstance(value, bool):
+        raise _err(key, value, "a byte size such as 1073741824 or \"1GiB\"")
+    if isinstance(value, int):
+        if value < 0:
+            raise _err(key, value, "a byte size >= 0")
+        return value
+    if isinstance(value, str):
+        m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", value)
+        if m and m.group(2).lower() in _UNITS:
+            return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    raise _err(key, value, "a byte size such as 1073741824 or \"1GiB\"")
+
+
+def _bool(key: str, value) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):
+        return value.lower() in ("true", "1")
+    raise _err(key, value, "true or false")
+
+
+def _int(key: str, value, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise _err(key, value, f"an integer in {lo}..{hi}")
+    try:
+        v = int(value)
+    except ValueError:
+        raise _err(key, value, f"an integer in {lo}..{hi}") from None
+    if not lo <= v <= hi:
+        raise _err(key, value, f"an integer in {lo}..{hi}")
+    return v
+
+
+def _str(key: str, value) -> str:
+    if not isinstance(value, str):
+        raise _err(key, value, "a string")
+    return value
+
+
+@dataclass
+class KVTierConfig:
+    daemon_address: str | None = None
+    token: str = ""
+    tenant: str = ""
+    chunk_tokens: int = 256
+    host_capacity_bytes: int = 1 << 30
+    disk_dir: str | None = None
+    disk_capacity_bytes: int = 0
+    model_id: str | None = None
+    use_cost_model: bool = True
+    daemon_deadline_ms: int = 2000
+    load_failure_policy: str = "recompute"
+
+    @property
+    def embedded(self) -> bool:
+        return self.daemon_address is None
+
+
+def parse_extra_config(extra: dict | None) -> KVTierConfig:
+    """Validates every key; ValueError naming the first bad or unknown key."""
+    extra = dict(extra or {})
+    for k in extra:
+        if k not in KEYS:
+            raise ValueError(f"kv_connector_extra_config.{k}: unknown key; known keys: "
+                             f"{', '.join(sorted(KEYS))}")
+    c = KVTierConfig()
+    if "kvtierd" in extra:
+        addr = _str("kvtierd", extra["kvtierd"]).strip()
+        if not (addr.startswith("unix://") or re.fullmatch(r"[A-Za-z0-9.\-\[\]:]+:[0-9]+", addr)):
+            raise _err("kvtierd", extra["kvtierd"],
+                       "\"unix:///path/kvtierd.sock\" or \"host:port\"")
+        c.daemon_address = addr
+    if "token" in extra and "token_file" in extra:
+        raise ValueError("kv_connector_extra_config.token and .token_file are both set; set one")
+    if "token" in extra:
+        c.token = _str("token", extra["token"])
+    if "token_file" in extra:
+        path = _str("token_file", extra["token_file"])
+        try:
+            with open(path) as f:
+                c.token = f.readline().strip()
+        except OSError as e:
+            raise _err("token_file", path, f"a readable file ({e.strerror})") from None
+        if not c.token:
+            raise _err("token_file", path, "a file whose first line is the token")
+    if (c.token or "tenant" in extra) and c.embedded and c.token:
+        raise ValueError("kv_connector_extra_config.token is set but kvtierd is not: a token "
+                         "is only sent to kvtierd")
+    if "tenant" in extra:
+        c.tenant = _str("tenant", extra["tenant"])
+    if "chunk_tokens" in extra:
+        c.chunk_tokens = _int("chunk_tokens", extra["chunk_tokens"], 1, 1 << 20)
+    if "host_capacity" in extra:
+        c.host_capacity_bytes = parse_bytes("host_capacity", extra["host_capacity"])
+        if c.host_capacity_bytes == 0:
+            raise _err("host_capacity", extra["host_capacity"], "a byte size > 0")
+    if "disk_dir" in extra:
+        c.disk_dir = _str("disk_dir", extra["disk_dir"])
+        if not c.disk_dir:
+            raise _err("disk_dir", extra["disk_dir"], "a directory path")
+    if "disk_capacity" in extra:
+        c.disk_capacity_bytes = parse_bytes("disk_capacity", extra["disk_capacity"])
+    if not c.embedded:
+        for k in ("host_capacity", "disk_dir", "disk_capacity"):
+            if k in extra:
+                raise ValueError(f"kv_connector_extra_config.{k} is set together with kvtierd; "
+                                 f"{k} configures the embedded store only (set it in kvtierd's "
+                                 "config instead)")
+    if "model_id" in extra:
+        c.model_id = _str("model_id", extra["model_id"])
+        if not c.model_id:
+            raise _err("model_id", extra["model_id"], "a non-empty model identity")
+    if "use_cost_model" in extra:
+        c.use_cost_model = _bool("use_cost_model", extra["use_cost_model"])
+    if "daemon_deadline_ms" in extra:
+        c.daemon_deadline_ms = _int("daemon_deadline_ms", extra["daemon_deadline_ms"], 1, 600000)
+    if "load_failure_policy" in extra:
+        v = extra["load_failure_policy"]
+        if v not in ("recompute", "fail"):
+            raise _err("load_failure_policy", v, "\"recompute\" or \"fail\"")
+        c.load_failure_policy = v
+    return c
+
+
+_FP_CACHE: dict[tuple, str] = {}
+
+
+def weights_fingerprint(model_dir: str) -> str:
+    """A cheap fingerprint of a local model's weights: for every *.safetensors / *.bin /
+    *.pt file, its name, size, safetensors header and 3 x 64 KiB sampled from its start,
+    middle and end (different random or trained weights differ there), plus config.json.
+    "" when model_dir is not a local directory (a hub name: use model_id with a revision)."""
+    if not os.path.isdir(model_dir):
+        return ""
+    files = sorted(f for f in os.listdir(model_dir)
+                   if f.endswith((".safetensors", ".bin", ".pt")) or f == "config.json")
+    key = tuple((f, os.stat(os.path.join(model_dir, f)).st_size,
+                 os.stat(os.path.join(model_dir, f)).st_mtime_ns) for f in files)
+    if key in _FP_CACHE:
+        return _FP_CACHE[key]
+    h = hashlib.blake2b(digest_size=16)
+    for f, size, _ in key:
+        h.update(f.encode() + b"\0" + str(size).encode() + b"\0")
+        with open(os.path.join(model_dir, f), "rb") as fh:
+            for off in (0, max(0, size // 2 - 32768), max(0, size - 65536)):
+                fh.seek(off)
+                h.update(fh.read(65536))
+    fp = h.hexdigest()
+    _FP_CACHE[key] = fp
+    return fp
+
+
+_DTYPE_NAMES = {"torch.bfloat16": "bfloat16", "torch.float16": "float16",
+                "torch.float32": "float32"}
+
+
+@dataclass
+class Namespace:
+    """What kvtier's namespace is made of for one vLLM deployment (both halves compute
+    the same one from the config alone)."""
+    model_id: str
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    dtype: str
+    layout: str          # kvtier layout kind (kvtier._native.LAYOUT key)
+    block_size: int
+    packing: str         # "cpu-<isa>" for vLLM's CPU backend, else the GPU layout name
+    tp_rank: int
+    tp_world_size: int
+    engine_extra: str
+
+
+def kv_dtype_name(vllm_config) -> str:
+    cache_dtype = str(vllm_config.cache_config.cache_dtype)
+    if cache_dtype in ("auto", ""):
+        return _DTYPE_NAMES.get(str(vllm_config.model_config.dtype), "")
+    if cache_dtype.startswith("fp8"):
+        return "fp8_e5m2" if "e5m2" in cache_dtype else "fp8_e4m3"
+    return _DTYPE_NAMES.get(cache_dtype, cache_dtype)
+
+
+def cpu_packing(vllm_config, dtype) -> str:
+    """The ISA vLLM's CPU attention packs (block, head) tiles for: the same function
+    the backend calls (vllm/v1/attention/backends/cpu_attn.py, _get_attn_isa)."""
+    from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
+    mc = vllm_config.model_config
+    return _get_attn_isa(mc.dtype, vllm_config.cache_config.block_size, mc.get_head_size(),
+                         vllm_config.cache_config.cache_dtype)
+
+
+def derive_namespace(vllm_config, cfg: KVTierConfig, tp_rank: int = 0,
+                     platform: str | None = None) -> Namespace:
+    """Namespace fields from vLLM's config. ``platform``: "cpu" or "cuda" (default:
+    vLLM's current platform). ValueError when the block size does not divide the chunk
+    size (both named) or the KV dtype is not one kvtier stores."""
+    mc, pc = vllm_config.model_config, vllm_config.parallel_config
+    block_size = int(vllm_config.cache_config.block_size)
+    if cfg.chunk_tokens % block_size:
+        raise ValueError(f"kv_connector_extra_config.chunk_tokens = {cfg.chunk_tokens}: vLLM's "
+                         f"block size {block_size} does not divide kvtier's chunk size "
+                         f"{cfg.chunk_tokens}; use a chunk_tokens that is a multiple of "
+                         f"{block_size}")
+    dtype = kv_dtype_name(vllm_config)
+    if dtype not in ("bfloat16", "float16", "float32", "fp8_e4m3", "fp8_e5m2"):
+        raise ValueError(f"KV cache dtype {vllm_config.cache_config.cache_dtype!r} "
+                         f"(model dtype {mc.dtype}) is not one kvtier stores")
+    if platform is None:
+        from vllm.platforms import current_platform
+        platform = "cpu" if current_platform.is_cpu() else "cuda"
+    use_mla = bool(getattr(mc, "use_mla", False))
+    if platform == "cpu":
+        packing = "cpu-" + cpu_packing(vllm_config, dtype)
+        # Block-major, K and V inside the block: the nearest existing kind; the packing
+        # in engine_extra keeps it apart from a real FlashInfer cache.
+        layout = "flashinfer"
+    else:
+        layout = "mla" if use_mla else "flash_attn_nhd"
+        packing = layout
+    model = str(mc.model)
+    model_id = cfg.model_id or f"{model}@{getattr(mc, 'revision', None) or weights_fingerprint(model)}"
+    num_kv_heads = 1 if use_mla else mc.get_num_kv_heads(pc)
+    head_dim = mc.get_head_size()
+    extra = json.dumps({"engine": "vllm", "packing": packing, "block_size": block_size,
+                        "kv_cache_dtype": str(vllm_config.cache_config.cache_dtype)},
+                       sort_keys=True)
+    return Namespace(model_id=model_id, num_layers=mc.get_num_layers(pc),
+                     num_kv_heads=num_kv_heads, head_dim=head_dim, dtype=dtype, layout=layout,
+                     block_size=block_size, packing=packing, tp_rank=tp_rank,
+                     tp_world_size=pc.tensor_parallel_size, engine_extra=extra)

@@ -1,0 +1,60 @@
+"""One vLLM process for the vllm tests: runs prompts through LLM(...) and writes what a
+user would compare (token ids, logprobs, num_cached_tokens, kvtier counters) as JSON.
+
+    python engine_run.py SPEC.json OUT.json
+
+SPEC: {"model": dir, "connector": extra_config | null, "prompts": [[ids...], ...],
+       "max_tokens": 8, "block_size": null, "dtype": "bfloat16",
+       "connector_module": "kvtier.vllm", "connector_class": "KVTierConnector"}
+Greedy sampling with logprobs=1; enable_prefix_caching=False so every hit is kvtier's.
+"""
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import generate  # noqa: E402
+
+
+def build_llm(spec):
+    from vllm import LLM
+    kv = None
+    if spec.get("connector") is not None:
+        kv = {"kv_connector": spec.get("connector_class", "KVTierConnector"),
+              "kv_connector_module_path": spec.get("connector_module", "kvtier.vllm"),
+              "kv_role": "kv_both", "kv_connector_extra_config": spec["connector"]}
+    args = dict(model=spec["model"], enable_prefix_caching=False,
+                max_model_len=spec.get("max_model_len", 2048), dtype=spec.get("dtype", "bfloat16"),
+                enforce_eager=True, kv_transfer_config=kv, seed=0)
+    if spec.get("block_size"):
+        args["block_size"] = spec["block_size"]
+    return LLM(**args)
+
+
+def connector_of(llm):
+    """The worker-side KVTierConnector of an in-process engine (None otherwise)."""
+    try:
+        from vllm.distributed.kv_transfer import get_kv_transfer_group
+        return get_kv_transfer_group()
+    except Exception:
+        return None
+
+
+def main():
+    spec = json.load(open(sys.argv[1]))
+    llm = build_llm(spec)
+    rows = generate(llm, spec["prompts"], spec.get("max_tokens", 8))
+    conn = connector_of(llm)
+    stats = {}
+    if conn is not None and hasattr(conn, "kvtier_stats"):
+        conn.flush()
+        stats = conn.kvtier_stats()
+        conn.shutdown()  # drain stores down to the disk tier before the hard exit below
+    with open(sys.argv[2], "w") as f:
+        json.dump({"rows": rows, "kvtier": stats}, f)
+    os._exit(0)  # skip vLLM's slow interpreter teardown
+
+
+if __name__ == "__main__":
+    main()

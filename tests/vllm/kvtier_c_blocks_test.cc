@@ -1,0 +1,177 @@
+// The C ABI's block-region level (kvt_register_block_view / kvt_store_blocks /
+// kvt_load_blocks), kvt_get_stats and the daemon options, as the vLLM connector uses them.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "connectors/kvtier_c.h"
+
+namespace {
+
+constexpr uint32_t kLayers = 2, kHeads = 2, kHeadDim = 32, kBlock = 128, kBlocks = 8;
+constexpr uint64_t kBlockBytes = uint64_t{kHeads} * kBlock * 2 * kHeadDim * 2;  // bf16
+
+kvt_options Options() {
+  kvt_options o;
+  kvt_options_init(&o);
+  o.model_id = "test-model@fp";
+  o.num_layers = kLayers;
+  o.num_kv_heads = kHeads;
+  o.head_dim = kHeadDim;
+  o.dtype = KVT_DTYPE_BF16;
+  o.layout_kind = KVT_LAYOUT_FLASH_INFER;
+  o.chunk_tokens = 256;
+  o.engine_extra = "vllm-cpu;packing=vec;block_size=128";
+  o.host_capacity_bytes = 16u << 20;
+  o.use_cost_model = 0;
+  return o;
+}
+
+struct Cache {
+  std::vector<std::vector<uint8_t>> layers;
+  std::vector<void*> ptrs;
+  explicit Cache(uint8_t seed) {
+    for (uint32_t l = 0; l < kLayers; ++l) {
+      layers.emplace_back(kBlocks * kBlockBytes);
+      for (size_t i = 0; i < layers.back().size(); ++i)
+        layers.back()[i] = uint8_t(seed + i * 7 + l);
+    }
+    for (auto& l : layers) ptrs.push_back(l.data());
+  }
+  kvt_block_view View() const {
+    return kvt_block_view{kLayers, kBlock, kBlocks, kBlockBytes, ptrs.data(), ptrs.size()};
+  }
+  const uint8_t* Block(uint32_t l, int32_t b) const { return layers[l].data() + b * kBlockBytes; }
+};
+
+std::vector<int32_t> Tokens(size_t n) {
+  std::vector<int32_t> t(n);
+  for (size_t i = 0; i < n; ++i) t[i] = int32_t(3 + i * 13 % 997);
+  return t;
+}
+
+class BlocksTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    kvt_options o = Options();
+    ASSERT_EQ(kvt_create(&o, &c_), KVT_OK) << kvt_last_error();
+  }
+  void TearDown() override { kvt_destroy(c_); }
+  kvt_connector* c_ = nullptr;
+};
+
+TEST_F(BlocksTest, StoreThenLoadCopiesWholeRegionsIntoOtherBlocks) {
+  Cache src(1), dst(200);
+  kvt_block_view v = src.View();
+  ASSERT_EQ(kvt_register_block_view(c_, &v), KVT_OK) << kvt_last_error();
+  const auto tokens = Tokens(600);  // 2 complete chunks = 4 blocks
+  const int32_t from[] = {5, 2, 7, 0};
+  size_t taken = 0;
+  ASSERT_EQ(kvt_store_blocks(c_, tokens.data(), tokens.size(), from, 4, &taken), KVT_OK);
+  EXPECT_EQ(taken, 2u);
+  kvt_flush(c_);
+  uint64_t load = 0, cached = 0;
+  ASSERT_EQ(kvt_lookup(c_, tokens.data(), tokens.size(), 0, &load, &cached), KVT_OK);
+  EXPECT_EQ(cached, 512u);
+  EXPECT_EQ(load, 512u);
+
+  v = dst.View();
+  ASSERT_EQ(kvt_register_block_view(c_, &v), KVT_OK);
+  const int32_t to[] = {1, 3, 4, 6};
+  uint64_t loaded = 0;
+  // skip_tokens = 128: block 1 (tokens 0..127) is the engine's own and is not written.
+  std::vector<uint8_t> keep(dst.Block(0, 1), dst.Block(0, 1) + kBlockBytes);
+  ASSERT_EQ(kvt_load_blocks(c_, tokens.data(), tokens.size(), 512, to, 4, 128, &loaded), KVT_OK)
+      << kvt_last_error();
+  EXPECT_EQ(loaded, 512u);
+  for (uint32_t l = 0; l < kLayers; ++l) {
+    for (int j = 1; j < 4; ++j) {
+      EXPECT_EQ(std::memcmp(dst.Block(l, to[j]), src.Block(l, from[j]), kBlockBytes), 0)
+          << "layer " << l << " block " << j;
+    }
+  }
+  EXPECT_EQ(std::memcmp(dst.Block(0, 1), keep.data(), kBlockBytes), 0);
+  kvt_stats s{};
+  ASSERT_EQ(kvt_get_stats(c_, &s, sizeof(s)), KVT_OK);
+  EXPECT_EQ(s.store_chunks_put, 2u);
+  EXPECT_EQ(s.load_chunks_ok, 2u);
+  EXPECT_EQ(s.lookup_hit_tokens, 512u);
+}
+
+TEST_F(BlocksTest, BlockSizeThatDoesNotDivideTheChunkNamesBoth) {
+  Cache src(1);
+  kvt_block_view v = src.View();
+  v.block_size = 96;
+  v.block_bytes = uint64_t{kHeads} * 96 * 2 * kHeadDim * 2;
+  EXPECT_EQ(kvt_register_block_view(c_, &v), KVT_INVALID_ARGUMENT);
+  const std::string e = kvt_last_error();
+  EXPECT_NE(e.find("block size 96"), std::string::npos) << e;
+  EXPECT_NE(e.find("chunk size 256"), std::string::npos) << e;
+}
+
+TEST_F(BlocksTest, WrongRegionBytesOrLayersAreRefused) {
+  Cache src(1);
+  kvt_block_view v = src.View();
+  v.block_bytes -= 2;
+  EXPECT_EQ(kvt_register_block_view(c_, &v), KVT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kvt_last_error()).find("block_bytes"), std::string::npos);
+  v = src.View();
+  v.num_layers = 3;
+  EXPECT_EQ(kvt_register_block_view(c_, &v), KVT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kvt_last_error()).find("num_layers = 3"), std::string::npos);
+}
+
+TEST_F(BlocksTest, WithoutViewOrWithBadBlockIdsNothingHappens) {
+  const auto tokens = Tokens(300);
+  const int32_t ids[] = {0, 1};
+  size_t taken = 7;
+  EXPECT_EQ(kvt_store_blocks(c_, tokens.data(), tokens.size(), ids, 2, &taken),
+            KVT_FAILED_PRECONDITION);
+  Cache src(1);
+  kvt_block_view v = src.View();
+  ASSERT_EQ(kvt_register_block_view(c_, &v), KVT_OK);
+  const int32_t bad[] = {0, 8};
+  EXPECT_EQ(kvt_store_blocks(c_, tokens.data(), tokens.size(), bad, 2, &taken),
+            KVT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kvt_last_error()).find("block_ids[1] = 8"), std::string::npos)
+      << kvt_last_error();
+  EXPECT_EQ(kvt_store_blocks(c_, tokens.data(), tokens.size(), ids, 1, &taken),
+            KVT_INVALID_ARGUMENT);  // 2 blocks needed for 1 chunk
+  EXPECT_EQ(taken, 7u);
+  kvt_flush(c_);
+  uint64_t load = 0, cached = 0;
+  ASSERT_EQ(kvt_lookup(c_, tokens.data(), tokens.size(), 0, &load, &cached), KVT_OK);
+  EXPECT_EQ(cached, 0u);
+}
+
+TEST(DaemonOptionsTest, DaemonAndDiskTogetherAreRefused) {
+  kvt_options o = Options();
+  o.daemon_address = "unix:///tmp/nowhere.sock";
+  o.disk_dir = "/tmp/x";
+  kvt_connector* c = nullptr;
+  EXPECT_EQ(kvt_create(&o, &c), KVT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kvt_last_error()).find("disk_dir"), std::string::npos);
+  o.disk_dir = nullptr;
+  o.daemon_deadline_ms = 0;
+  EXPECT_EQ(kvt_create(&o, &c), KVT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kvt_last_error()).find("daemon_deadline_ms = 0"), std::string::npos);
+}
+
+TEST(DaemonOptionsTest, AbsentDaemonIsAMissNotAHang) {
+  kvt_options o = Options();
+  o.daemon_address = "unix:///tmp/kvtier-no-such-daemon.sock";
+  o.daemon_deadline_ms = 200;
+  kvt_connector* c = nullptr;
+  ASSERT_EQ(kvt_create(&o, &c), KVT_OK) << kvt_last_error();
+  const auto tokens = Tokens(600);
+  uint64_t load = 9, cached = 9;
+  ASSERT_EQ(kvt_lookup(c, tokens.data(), tokens.size(), 0, &load, &cached), KVT_OK);
+  EXPECT_EQ(load, 0u);
+  EXPECT_EQ(cached, 0u);
+  kvt_destroy(c);
+}
+
+}  // namespace

@@ -1,0 +1,150 @@
+"""The connector's configuration and the embedded (host + disk) store, on the real engine.
+
+Bad kv_connector_extra_config values are errors naming the key; a vLLM block size that
+does not divide kvtier's chunk size stops the engine with both numbers named; the
+embedded store hits in-process (host tier) and from a fresh process (disk tier) with
+output identical to computing the prompt.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import harness
+from kvtier.vllm_config import derive_namespace, parse_extra_config
+
+
+class ExtraConfigTest(unittest.TestCase):
+    def assertRefused(self, extra, *needles):
+        with self.assertRaises(ValueError) as cm:
+            parse_extra_config(extra)
+        for n in needles:
+            self.assertIn(n, str(cm.exception))
+
+    def test_bad_values_name_their_key(self):
+        self.assertRefused({"host_capcity": "1GiB"}, "host_capcity", "unknown key")
+        self.assertRefused({"host_capacity": "lots"}, "host_capacity", "'lots'")
+        self.assertRefused({"host_capacity": 0}, "host_capacity")
+        self.assertRefused({"chunk_tokens": 0}, "chunk_tokens", "0")
+        self.assertRefused({"chunk_tokens": "abc"}, "chunk_tokens", "'abc'")
+        self.assertRefused({"kvtierd": "localhost"}, "kvtierd", "'localhost'")
+        self.assertRefused({"use_cost_model": "maybe"}, "use_cost_model", "'maybe'")
+        self.assertRefused({"token": "secret-token"}, "token", "kvtierd")
+        self.assertRefused({"kvtierd": "unix:///x.sock", "disk_dir": "/tmp/d"}, "disk_dir")
+        self.assertRefused({"kvtierd": "unix:///x.sock", "token_file": "/nonexistent/t"},
+                           "token_file", "/nonexistent/t")
+        self.assertRefused({"load_failure_policy": "retry"}, "load_failure_policy", "'retry'")
+        self.assertRefused({"daemon_deadline_ms": 0}, "daemon_deadline_ms")
+
+    def test_good_values(self):
+        c = parse_extra_config({"kvtierd": "unix:///run/k.sock", "token": "t0k3n-123",
+                                "tenant": "team-a", "chunk_tokens": 512})
+        self.assertEqual((c.daemon_address, c.token, c.tenant, c.chunk_tokens, c.embedded),
+                         ("unix:///run/k.sock", "t0k3n-123", "team-a", 512, False))
+        c = parse_extra_config({"host_capacity": "512MiB", "disk_dir": "/tmp/d",
+                                "disk_capacity": "2GiB"})
+        self.assertEqual((c.host_capacity_bytes, c.disk_capacity_bytes, c.embedded),
+                         (512 << 20, 2 << 30, True))
+
+    def test_block_size_not_dividing_chunk_names_both(self):
+        from vllm.engine.arg_utils import EngineArgs
+        vc = EngineArgs(model=harness.tiny_model(), enforce_eager=True,
+                        enable_prefix_caching=False).create_engine_config()
+        self.assertEqual(vc.cache_config.block_size, 128)
+        with self.assertRaises(ValueError) as cm:
+            derive_namespace(vc, parse_extra_config({"chunk_tokens": 200}))
+        self.assertIn("block size 128", str(cm.exception))
+        self.assertIn("chunk size 200", str(cm.exception))
+
+    def test_engine_does_not_start_with_a_bad_chunk_size(self):
+        code = ("import sys\nsys.path.insert(0, %r)\nimport engine_run\n"
+                "engine_run.build_llm({'model': %r, 'connector': {'chunk_tokens': 200}})\n"
+                "print('ENGINE STARTED')\n" % (harness.HERE, harness.tiny_model()))
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=300)
+        out = r.stdout + r.stderr
+        self.assertNotEqual(r.returncode, 0)
+        self.assertNotIn("ENGINE STARTED", out)
+        self.assertIn("block size 128 does not divide kvtier's chunk size 200", out)
+
+
+class DetectLayoutTest(unittest.TestCase):
+    """register_kv_caches accepts the CPU backend's packed blocks and the GPU layouts
+    (shapes from vLLM's backends' get_kv_cache_shape); anything else is refused."""
+
+    def test_layouts(self):
+        import torch
+        from kvtier.vllm import detect_layout
+        N, H, B, D = 10, 4, 16, 64
+        t = torch.empty
+        self.assertEqual(detect_layout(t(N, H, B, 2 * D), H, D, B), ("cpu-blocks", N))
+        self.assertEqual(detect_layout(t(2, N, B, H, D), H, D, B), ("flash_attn_nhd", N))
+        hnd = t(2, N, H, B, D).permute(0, 1, 3, 2, 4)  # logical NHD shape, HND memory
+        self.assertEqual(detect_layout(hnd, H, D, B), ("flash_attn_hnd", N))
+        self.assertEqual(detect_layout(t(N, 2, B, H, D), H, D, B), ("flashinfer", N))
+        self.assertEqual(detect_layout(t(N, B, 576), 1, 576, B), ("mla", N))
+        with self.assertRaises(ValueError) as cm:
+            detect_layout(t(N, B, H, D), H, D, B)
+        self.assertIn(str([N, B, H, D]), str(cm.exception))
+
+
+class PipInstallTest(unittest.TestCase):
+    def test_pip_install_bundles_the_library(self):
+        src = os.path.join(harness.HERE, "..", "..", "connectors", "vllm")
+        with tempfile.TemporaryDirectory() as target, tempfile.TemporaryDirectory() as cwd:
+            work = os.path.join(cwd, "pkg")
+            shutil.copytree(src, work, ignore=shutil.ignore_patterns("lib", "build", "*.egg-info"))
+            env = dict(os.environ, KVTIER_LIB=os.environ["KVTIER_LIB"])
+            r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                                "--no-build-isolation", "--target", target, work],
+                               capture_output=True, text=True, env=env, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            env = {k: v for k, v in os.environ.items() if k not in ("KVTIER_LIB", "PYTHONPATH")}
+            env["PYTHONPATH"] = target
+            r = subprocess.run([sys.executable, "-c", "import kvtier; print(kvtier.library_path())"],
+                               capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stdout.strip(), os.path.join(target, "kvtier", "lib", "libkvtier.so"))
+
+
+class EmbeddedStoreTest(unittest.TestCase):
+    def test_host_hit_in_process_then_disk_hit_in_a_fresh_process(self):
+        from vllm import LLM
+        d = tempfile.mkdtemp(prefix="kvt-vllm-embedded-")
+        try:
+            model = harness.tiny_model()
+            cfg = {"host_capacity": "64MiB", "disk_dir": os.path.join(d, "disk"),
+                   "disk_capacity": "256MiB", "use_cost_model": False}
+            llm = LLM(model=model, enable_prefix_caching=False, max_model_len=2048,
+                      dtype="bfloat16", enforce_eager=True, seed=0,
+                      kv_transfer_config={"kv_connector": "KVTierConnector",
+                                          "kv_connector_module_path": "kvtier.vllm",
+                                          "kv_role": "kv_both",
+                                          "kv_connector_extra_config": cfg})
+            p = harness.prompt(42, 700)
+            cold, warm = harness.generate(llm, [p, p])
+            self.assertEqual(cold["num_cached_tokens"], 0)
+            self.assertEqual(warm["num_cached_tokens"], 512)
+            self.assertEqual(warm["token_ids"], cold["token_ids"])
+            self.assertEqual(warm["logprobs"], cold["logprobs"])
+            from vllm.distributed.kv_transfer import get_kv_transfer_group
+            conn = get_kv_transfer_group()
+            stats = conn.kvtier_stats()
+            self.assertEqual(stats["load_chunks_ok"], 2)
+            self.assertEqual(stats["store_chunks_put"], 2)
+            conn.shutdown()  # drains the write-back to disk and releases the disk tier
+            fresh = harness.engine_result(harness.run_engine(
+                {"model": model, "connector": cfg, "prompts": [p]}, d, "fresh"))
+            row = fresh["rows"][0]
+            self.assertEqual(row["num_cached_tokens"], 512)
+            self.assertEqual(row["token_ids"], cold["token_ids"])
+            self.assertEqual(row["logprobs"], cold["logprobs"])
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
