@@ -26,6 +26,11 @@ std::optional<T> Median(std::vector<T> v) {
 }
 
 std::string Ms(std::optional<double> v) { return v ? absl::StrFormat("%.1f", *v) : "not run"; }
+// "-" for a configuration that does not apply to a row (no sample at all).
+std::string Cell(const Row& r, Config c) {
+  if (r.samples[static_cast<int>(c)].empty()) return "-";
+  return Ms(r.MedianTtft(c));
+}
 std::string Ratio(std::optional<double> num, std::optional<double> den) {
   return num && den && *den > 0 ? absl::StrFormat("%.2fx", *num / *den) : "-";
 }
@@ -62,21 +67,16 @@ std::optional<int> Row::MedianCached(Config c) const {
 }
 
 std::optional<bool> Row::Identical() const {
-  const Sample* ref = nullptr;
-  for (const Sample& s : samples[0]) {
-    if (s.ok) {
-      ref = &s;
-      break;
-    }
-  }
-  if (ref == nullptr) return std::nullopt;
   bool any = false;
   for (Config c : kAll) {
     if (!IsKvtier(c)) continue;
     for (const Sample& s : samples[static_cast<int>(c)]) {
       if (!s.ok) continue;
-      any = true;
-      if (s.first_token != ref->first_token || s.first_probs != ref->first_probs) return false;
+      for (const Sample& ref : samples[0]) {
+        if (!ref.ok || ref.repeat != s.repeat) continue;
+        any = true;
+        if (s.first_token != ref.first_token || s.first_probs != ref.first_probs) return false;
+      }
     }
   }
   if (!any) return std::nullopt;
@@ -107,10 +107,11 @@ int Report::Print(const std::string& run_dir, bool json, bool check) const {
   for (const Row& r : rows) {
     const auto cold = r.MedianTtft(Config::kCold);
     const int loaded = r.MedianCached(Config::kHost).value_or(0);
+    auto chunks = [&](int n) { return n / chunk_tokens; };
     std::string cells[kNumConfigs];
     for (Config c : kAll) {
-      cells[static_cast<int>(c)] = Ms(r.MedianTtft(c));
-      if (IsKvtier(c) && r.MedianCached(c) && *r.MedianCached(c) < loaded) {
+      cells[static_cast<int>(c)] = Cell(r, c);
+      if (IsKvtier(c) && r.MedianCached(c) && chunks(*r.MedianCached(c)) < chunks(loaded)) {
         cells[static_cast<int>(c)] += "*";
         partial_miss = true;
       }
@@ -118,7 +119,7 @@ int Report::Print(const std::string& run_dir, bool json, bool check) const {
     const auto same = r.Identical();
     any_different = any_different || (same && !*same);
     std::string flag = same ? (*same ? "yes" : "NO") : "-";
-    if (loaded == 0 && cold && r.MedianTtft(Config::kHost)) {
+    if (chunks(loaded) == 0 && cold && r.MedianTtft(Config::kHost)) {
       const double x = *cold / *r.MedianTtft(Config::kHost);
       if (x < 0.9 || x > 1.1) {
         flag += " noise";
@@ -200,7 +201,12 @@ int Report::Print(const std::string& run_dir, bool json, bool check) const {
     }
   }
 #ifdef KVT_SERVER_DEMO_PLOT
-  const std::string cmd = absl::StrFormat("python3 '%s' '%s' '%s/ttft.png' 2>&1", KVT_SERVER_DEMO_PLOT, csv, run_dir);
+  // The first python3 on PATH that has matplotlib (Debian's python3-matplotlib is in
+  // /usr/bin/python3 even when another python3 comes first on PATH).
+  const std::string cmd = absl::StrFormat(
+      "for py in python3 /usr/bin/python3; do if $py -c 'import matplotlib' 2>/dev/null; then "
+      "exec $py '%s' '%s' '%s/ttft.png'; fi; done; exit 1",
+      KVT_SERVER_DEMO_PLOT, csv, run_dir);
   const int rc = std::system(cmd.c_str());
   std::fprintf(out, "%s: %s\n", rc == 0 ? "plot" : "plot skipped (python3 with matplotlib needed)",
                rc == 0 ? (run_dir + "/ttft.png").c_str() : cmd.c_str());

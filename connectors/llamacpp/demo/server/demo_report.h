@@ -15,6 +15,7 @@ inline constexpr int kNumConfigs = 5;
 const char* ConfigName(Config c);
 
 struct Sample {
+  int repeat = 0;
   bool ok = false;
   std::string error;  // why it did not run
   double ttft_ms = 0;
@@ -33,8 +34,8 @@ struct Row {
   std::optional<double> MedianTtft(Config c) const;
   // Median timings.cache_n of the configuration's samples that ran.
   std::optional<int> MedianCached(Config c) const;
-  // Every kvtier answer (host, disk, kvtierd) has the cold answer's first token and
-  // top-n probabilities. nullopt when there is no cold answer or no kvtier answer.
+  // Every kvtier answer (host, disk, kvtierd) has the first token and top-n
+  // probabilities of the cold answer of the same repeat. nullopt when nothing compares.
   std::optional<bool> Identical() const;
 };
 
@@ -44,6 +45,7 @@ std::string EvidenceLine(const Row& row, Config c, int repeat, const Sample& s);
 struct Report {
   std::vector<Row> rows;
   std::string kvtierd_note;  // why the kvtierd column did not run ("" = it ran)
+  int chunk_tokens = 256;    // what counts as loaded from kvtier: whole chunks
   double seconds = 0;
 
   // Prints the table and targets (stdout; stderr when `json`), writes <run_dir>/ttft.csv

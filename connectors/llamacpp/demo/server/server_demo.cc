@@ -178,6 +178,7 @@ class Demo {
 
 void Demo::Record(size_t row, Config c, int rep, const absl::StatusOr<Completion>& r) {
   Sample s;
+  s.repeat = rep;
   if (r.ok()) {
     s.ok = true;
     s.ttft_ms = r->ttft_ms;
@@ -236,6 +237,7 @@ void Demo::Measure(size_t row, Config c, int rep, const std::vector<int>& tokens
 
 int Demo::Run() {
   const auto t_start = Clock::now();
+  report_.chunk_tokens = f_.chunk;
   run_dir_ = f_.dir + "/run";
   disk_dir_ = f_.dir + "/cache/disk";
   std::error_code ec;
@@ -365,7 +367,11 @@ int Demo::Run() {
   }
   kvt_.reset();
   plain_.reset();
-  if (kvtierd_) (void)kvtierd_->Stop();
+  if (kvtierd_) {
+    (void)kvtierd_->Stop();
+    std::error_code rm;  // a daemon that died leaves its socket: remove it
+    std::filesystem::remove(kvtierd_->target().substr(std::string("unix://").size()), rm);
+  }
   report_.seconds = Seconds(t_start);
   return report_.Print(run_dir_, f_.json, f_.check);
 }

@@ -183,6 +183,7 @@ bool ServerKvtier::OnContextReady(llama_context* ctx, const char* model_path) {
   }
   connector_ = std::shared_ptr<KVConnector>(std::move(*c));
   ns_hex_ = connector_->ns().ToHex();
+  ready_.store(true, std::memory_order_release);
   spdlog::info("kvtier: tiers {}, chunk {} tokens, namespace {} ({}), {} B/token",
                tiers_, chunk, ns_hex_, co.ns.engine_extra, spec_.payload_bytes_per_token());
   return true;
@@ -332,7 +333,8 @@ void ServerKvtier::OnPromptSave(llama_context* ctx, int32_t seq_id, const llama_
 }
 
 std::string ServerKvtier::MetricsText() const {
-  const ConnectorStats cs = connector_ ? connector_->stats() : ConnectorStats{};
+  const bool ready = ready_.load(std::memory_order_acquire);
+  const ConnectorStats cs = ready ? connector_->stats() : ConnectorStats{};
   std::string out;
   auto line = [&](const char* name, const char* help, const char* type, double v) {
     absl::StrAppend(&out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n", name, " ",
@@ -354,9 +356,13 @@ std::string ServerKvtier::MetricsText() const {
 }
 
 std::string ServerKvtier::StatusJson() const {
-  const ConnectorStats cs = connector_ ? connector_->stats() : ConnectorStats{};
+  if (!ready_.load(std::memory_order_acquire)) {
+    return nlohmann::json({{"enabled", false}, {"state", "loading"}, {"tiers", tiers_}}).dump();
+  }
+  const ConnectorStats cs = connector_->stats();
   nlohmann::json j = {
-      {"enabled", connector_ != nullptr},
+      {"enabled", true},
+      {"state", "ready"},
       {"tiers", tiers_},
       {"namespace", ns_hex_},
       {"chunk_tokens", options_.chunk_tokens},

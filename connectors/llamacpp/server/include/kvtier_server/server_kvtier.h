@@ -68,7 +68,10 @@ class ServerKvtier final : public KvtierServerHooks {
 
   const ServerKvtierOptions options_;
   std::shared_ptr<TieredStore> store_;
-  std::shared_ptr<KVConnector> connector_;  // set by OnContextReady
+  std::shared_ptr<KVConnector> connector_;  // set by OnContextReady, then read-only
+  // Set (release) once OnContextReady has finished: HTTP threads answer /kvtier while the
+  // model is still loading, and read connector_, spec_, ns_hex_ only after this (acquire).
+  std::atomic<bool> ready_{false};
   std::string tiers_;                       // "host+disk+kvtierd"
   SeqStateSpec spec_;
   uint32_t n_stream_ = 1;  // KV streams of the server's context (non-unified: one per slot)
