@@ -12,6 +12,8 @@ PKGS=(
   # Well-kept helpers: logging, flags, config, JSON, HTTP (metrics), Redis peer.
   libspdlog-dev libcli11-dev nlohmann-json3-dev libyaml-cpp-dev libcpp-httplib-dev
   libhiredis-dev redis-server
+  # The llama-server tests talk HTTP with curl (tests/llamacpp/server_test.cc); patch applies llama-server.patch.
+  curl patch
 )
 
 missing=()
