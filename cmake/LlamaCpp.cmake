@@ -55,6 +55,47 @@ else()
   endif()
 endif()
 
+# The one patch to llama.cpp's own files (tools/server: the kvtier hooks at prompt_save,
+# after a prompt is processed and before n_past is computed; the logic lives in
+# connectors/llamacpp/server/). Applied at configure time with GNU patch; the applied copy
+# is kept beside the source so a changed patch is reversed and re-applied. If the patch no
+# longer applies (a different llama.cpp), configuring fails and says so.
+set(KVT_LLAMACPP_SERVER_PATCH "${PROJECT_SOURCE_DIR}/connectors/llamacpp/server/llama-server.patch")
+function(kvt_llamacpp_apply_patch src)
+  set(applied "${src}/.kvtier-applied.patch")
+  file(READ "${KVT_LLAMACPP_SERVER_PATCH}" want)
+  if(want STREQUAL "")
+    return()
+  endif()
+  if(EXISTS "${applied}")
+    file(READ "${applied}" have)
+    if(have STREQUAL want)
+      return()
+    endif()
+    execute_process(COMMAND patch -p1 -R --batch --silent -i "${applied}"
+                    WORKING_DIRECTORY "${src}" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+    if(NOT rc EQUAL 0)
+      message(FATAL_ERROR "kvtier: could not reverse the previously applied ${applied} in ${src}:\n${out}"
+                          "Delete the build directory's _deps/llamacpp_py-* and configure again.")
+    endif()
+    file(REMOVE "${applied}")
+  endif()
+  execute_process(COMMAND patch -p1 --forward --batch --dry-run -i "${KVT_LLAMACPP_SERVER_PATCH}"
+                  WORKING_DIRECTORY "${src}" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "kvtier: ${KVT_LLAMACPP_SERVER_PATCH} no longer applies to llama.cpp "
+                        "${KVT_LLAMACPP_COMMIT} in ${src} (patch rc ${rc}):\n${out}"
+                        "Update the patch for this llama.cpp, or configure with -DKVT_BUILD_LLAMA_SERVER=OFF.")
+  endif()
+  execute_process(COMMAND patch -p1 --forward --batch --silent -i "${KVT_LLAMACPP_SERVER_PATCH}"
+                  WORKING_DIRECTORY "${src}" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "kvtier: applying ${KVT_LLAMACPP_SERVER_PATCH} failed:\n${out}")
+  endif()
+  file(WRITE "${applied}" "${want}")
+  message(STATUS "kvtier: applied ${KVT_LLAMACPP_SERVER_PATCH}")
+endfunction()
+
 FetchContent_Declare(llamacpp_py
   URL "${_kvt_llama_url}"
   URL_HASH SHA256=${KVT_LLAMACPP_SHA256}
@@ -63,13 +104,24 @@ FetchContent_Declare(llamacpp_py
 
 # llama.cpp / ggml options (CMP0077: plain variables override their option()s).
 set(BUILD_SHARED_LIBS OFF)
-set(LLAMA_BUILD_COMMON OFF)
 set(LLAMA_BUILD_TESTS OFF)
-set(LLAMA_BUILD_TOOLS OFF)
 set(LLAMA_BUILD_EXAMPLES OFF)
-set(LLAMA_BUILD_SERVER OFF)
 set(LLAMA_BUILD_APP OFF)
+# llama-server (kvtier-llama-server, docs/llama-server.md): common + tools/server, no web UI
+# (its assets are fetched or built with npm; neither is reachable offline). The other tools
+# are defined but left out of `all` (see below); only what the server links is built.
+option(KVT_BUILD_LLAMA_SERVER "Build kvtier-llama-server (llama.cpp's llama-server with kvtier)" ON)
+if(KVT_BUILD_LLAMA_SERVER)
+  set(LLAMA_BUILD_COMMON ON)
+  set(LLAMA_BUILD_TOOLS ON)
+  set(LLAMA_BUILD_SERVER ON)
+else()
+  set(LLAMA_BUILD_COMMON OFF)
+  set(LLAMA_BUILD_TOOLS OFF)
+  set(LLAMA_BUILD_SERVER OFF)
+endif()
 set(LLAMA_BUILD_UI OFF)
+set(LLAMA_USE_PREBUILT_UI OFF)
 set(LLAMA_CURL OFF)
 set(LLAMA_OPENSSL OFF)
 set(LLAMA_ALL_WARNINGS OFF)
@@ -103,20 +155,38 @@ endif()
 # llama.cpp is C++17 code; kvtier's global C++20 setting must not leak into it.
 set(_kvt_saved_cxx_std ${CMAKE_CXX_STANDARD})
 set(CMAKE_CXX_STANDARD 17)
-FetchContent_MakeAvailable(llamacpp_py)
-set(CMAKE_CXX_STANDARD ${_kvt_saved_cxx_std})
-
+FetchContent_GetProperties(llamacpp_py)
+if(NOT llamacpp_py_POPULATED)
+  FetchContent_Populate(llamacpp_py)
+endif()
 set(KVT_LLAMACPP_SOURCE_DIR "${llamacpp_py_SOURCE_DIR}/vendor/llama.cpp")
+if(KVT_BUILD_LLAMA_SERVER)
+  kvt_llamacpp_apply_patch("${KVT_LLAMACPP_SOURCE_DIR}")
+endif()
+add_subdirectory("${KVT_LLAMACPP_SOURCE_DIR}" "${llamacpp_py_BINARY_DIR}")
+set(CMAKE_CXX_STANDARD ${_kvt_saved_cxx_std})
+if(KVT_BUILD_LLAMA_SERVER)
+  # Only what kvtier-llama-server links is built: the other tools stay out of `all`.
+  set_property(DIRECTORY "${KVT_LLAMACPP_SOURCE_DIR}/tools" PROPERTY EXCLUDE_FROM_ALL TRUE)
+  if(NOT TARGET llama-server-impl OR NOT TARGET server-context)
+    message(FATAL_ERROR "kvtier: llama.cpp's tools/server did not define llama-server-impl/server-context")
+  endif()
+endif()
 if(NOT TARGET llama OR NOT TARGET ggml)
   message(FATAL_ERROR "kvtier: llama.cpp from ${_kvt_llama_url} did not define targets llama/ggml")
 endif()
-# Engine tests and the demo would be unusably slow with an unoptimised ggml.
+# The engine is built the way upstream ships it: -O3 (CMake's Release flags), whatever
+# kvtier's own build type. Measured here (docs/llamacpp.md): -O2 (RelWithDebInfo) prefills
+# ~2x slower than -O3 on the same CPU flags. Debug builds keep -O2 so engine tests stay usable.
 if(CMAKE_BUILD_TYPE STREQUAL "Debug")
-  foreach(t ggml-base ggml-cpu llama)
-    if(TARGET ${t})
-      target_compile_options(${t} PRIVATE -O2)
-    endif()
-  endforeach()
+  set(_kvt_engine_opt -O2)
+else()
+  set(_kvt_engine_opt -O3)
 endif()
+foreach(t ggml-base ggml-cpu ggml llama llama-common mtmd server-context llama-server-impl)
+  if(TARGET ${t})
+    target_compile_options(${t} PRIVATE ${_kvt_engine_opt})
+  endif()
+endforeach()
 message(STATUS "kvtier: llama.cpp ${KVT_LLAMACPP_COMMIT} from llama-cpp-python ${KVT_LLAMACPP_VERSION} "
                "(${KVT_LLAMACPP_SOURCE_DIR}); native=${KVT_LLAMACPP_NATIVE}")

@@ -14,6 +14,8 @@ PKGS=(
   libhiredis-dev redis-server
   # clang: the thread-safety check (scripts/check-thread-safety.sh).
   clang
+  # The llama-server tests talk HTTP with curl (tests/llamacpp/server_test.cc); patch applies llama-server.patch.
+  curl patch
 )
 
 missing=()

@@ -1,0 +1,240 @@
+#include "demo_report.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+
+namespace kvt::llamacpp::demo {
+namespace {
+
+constexpr Config kAll[] = {Config::kCold, Config::kServerCache, Config::kHost, Config::kDisk, Config::kKvtierd};
+
+template <typename T>
+std::optional<T> Median(std::vector<T> v) {
+  if (v.empty()) return std::nullopt;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : static_cast<T>((v[n / 2 - 1] + v[n / 2]) / 2);
+}
+
+std::string Ms(std::optional<double> v) { return v ? absl::StrFormat("%.1f", *v) : "not run"; }
+// "-" for a configuration that does not apply to a row (no sample at all).
+std::string Cell(const Row& r, Config c) {
+  if (r.samples[static_cast<int>(c)].empty()) return "-";
+  return Ms(r.MedianTtft(c));
+}
+std::string Ratio(std::optional<double> num, std::optional<double> den) {
+  return num && den && *den > 0 ? absl::StrFormat("%.2fx", *num / *den) : "-";
+}
+
+bool IsKvtier(Config c) { return c == Config::kHost || c == Config::kDisk || c == Config::kKvtierd; }
+
+}  // namespace
+
+const char* ConfigName(Config c) {
+  switch (c) {
+    case Config::kCold: return "cold";
+    case Config::kServerCache: return "server-cache";
+    case Config::kHost: return "host";
+    case Config::kDisk: return "disk";
+    case Config::kKvtierd: return "kvtierd";
+  }
+  return "?";
+}
+
+std::optional<double> Row::MedianTtft(Config c) const {
+  std::vector<double> v;
+  for (const Sample& s : samples[static_cast<int>(c)]) {
+    if (s.ok) v.push_back(s.ttft_ms);
+  }
+  return Median(v);
+}
+
+std::optional<int> Row::MedianCached(Config c) const {
+  std::vector<int> v;
+  for (const Sample& s : samples[static_cast<int>(c)]) {
+    if (s.ok) v.push_back(s.cache_n);
+  }
+  return Median(v);
+}
+
+std::optional<bool> Row::Identical() const {
+  bool any = false;
+  for (Config c : kAll) {
+    if (!IsKvtier(c)) continue;
+    for (const Sample& s : samples[static_cast<int>(c)]) {
+      if (!s.ok) continue;
+      for (const Sample& ref : samples[0]) {
+        if (!ref.ok || ref.repeat != s.repeat) continue;
+        any = true;
+        if (s.first_token != ref.first_token || s.first_probs != ref.first_probs) return false;
+      }
+    }
+  }
+  if (!any) return std::nullopt;
+  return true;
+}
+
+std::string EvidenceLine(const Row& row, Config c, int repeat, const Sample& s) {
+  nlohmann::json j = {{"workload", row.workload}, {"index", row.index},       {"config", ConfigName(c)},
+                      {"repeat", repeat + 1},     {"prompt_tokens", row.tokens.size()}, {"ok", s.ok}};
+  if (s.ok) {
+    j["ttft_ms"] = s.ttft_ms;
+    j["cached_tokens"] = s.cache_n;
+    j["first_token"] = s.first_token;
+    j["first_probs_xxh64"] = absl::StrFormat("%016x", XXH64(s.first_probs.data(), s.first_probs.size(), 0));
+    j["first_probs"] = nlohmann::json::parse(s.first_probs.empty() ? "null" : s.first_probs, nullptr, false);
+  } else {
+    j["error"] = s.error;
+  }
+  return j.dump();
+}
+
+int Report::Print(const std::string& run_dir, bool json, bool check) const {
+  FILE* out = json ? stderr : stdout;
+  std::fprintf(out, "\n%-9s %2s %6s %6s %10s %10s %10s %10s %10s %7s %7s %7s %8s %5s\n", "workload", "#", "prompt",
+               "loaded", "cold ms", "srv-cache", "host ms", "disk ms", "kvtierd ms", "x srv", "x host", "x disk",
+               "x kvtierd", "same");
+  bool any_different = false, noise = false, partial_miss = false;
+  for (const Row& r : rows) {
+    const auto cold = r.MedianTtft(Config::kCold);
+    const int loaded = r.MedianCached(Config::kHost).value_or(0);
+    auto chunks = [&](int n) { return n / chunk_tokens; };
+    std::string cells[kNumConfigs];
+    for (Config c : kAll) {
+      cells[static_cast<int>(c)] = Cell(r, c);
+      if (IsKvtier(c) && r.MedianCached(c) && chunks(*r.MedianCached(c)) < chunks(loaded)) {
+        cells[static_cast<int>(c)] += "*";
+        partial_miss = true;
+      }
+    }
+    const auto same = r.Identical();
+    any_different = any_different || (same && !*same);
+    std::string flag = same ? (*same ? "yes" : "NO") : "-";
+    if (chunks(loaded) == 0 && cold && r.MedianTtft(Config::kHost)) {
+      const double x = *cold / *r.MedianTtft(Config::kHost);
+      if (x < 0.9 || x > 1.1) {
+        flag += " noise";
+        noise = true;
+      }
+    }
+    std::fprintf(out, "%-9s %2d %6zu %6d %10s %10s %10s %10s %10s %7s %7s %7s %8s %5s\n", r.workload.c_str(),
+                 r.index, r.tokens.size(), loaded, cells[0].c_str(), cells[1].c_str(), cells[2].c_str(),
+                 cells[3].c_str(), cells[4].c_str(), Ratio(cold, r.MedianTtft(Config::kServerCache)).c_str(),
+                 Ratio(cold, r.MedianTtft(Config::kHost)).c_str(), Ratio(cold, r.MedianTtft(Config::kDisk)).c_str(),
+                 Ratio(cold, r.MedianTtft(Config::kKvtierd)).c_str(), flag.c_str());
+  }
+  std::fprintf(out, "TTFT = client-side time to the first streamed token, median of each row's repeats; "
+                    "x = cold / config. no-reuse rows: cold = plain llama-server, host = kvtier-llama-server (a miss).\n");
+  if (partial_miss) std::fprintf(out, "* this configuration loaded fewer tokens than the host tier (a miss; see evidence.jsonl)\n");
+  if (noise) {
+    std::fprintf(out, "noise: a row that loaded 0 tokens should be ~1.00x; it is not, so this machine's timing noise "
+                      "is larger than the differences in that row\n");
+  }
+  if (!kvtierd_note.empty()) std::fprintf(out, "kvtierd column not run: %s\n", kvtierd_note.c_str());
+
+  // Targets (issue 10), each from medians of this run.
+  struct Target { std::string name; std::optional<double> value; double limit; bool at_most; };
+  std::vector<Target> targets;
+  {
+    double host = 0, srv = 0;
+    double nr_kvt = 0, nr_plain = 0;
+    std::optional<double> fresh_disk, fresh_kvtierd;
+    for (const Row& r : rows) {
+      const int loaded = r.MedianCached(Config::kHost).value_or(0);
+      if (r.workload == "doc-qa" && r.MedianTtft(Config::kHost) && r.MedianTtft(Config::kServerCache)) {
+        host += *r.MedianTtft(Config::kHost);
+        srv += *r.MedianTtft(Config::kServerCache);
+      }
+      if (r.workload == "no-reuse" && r.MedianTtft(Config::kHost) && r.MedianTtft(Config::kCold)) {
+        nr_kvt += *r.MedianTtft(Config::kHost);
+        nr_plain += *r.MedianTtft(Config::kCold);
+      }
+      const auto cold = r.MedianTtft(Config::kCold);
+      if (loaded >= 4096 && cold) {
+        if (auto d = r.MedianTtft(Config::kDisk)) fresh_disk = std::min(fresh_disk.value_or(1e300), *cold / *d);
+        if (auto k = r.MedianTtft(Config::kKvtierd)) {
+          fresh_kvtierd = std::min(fresh_kvtierd.value_or(1e300), *cold / *k);
+        }
+      }
+    }
+    targets.push_back({"host-tier hit / llama-server RAM-cache hit (doc-qa)",
+                       srv > 0 ? std::optional<double>(host / srv) : std::nullopt, 1.3, true});
+    targets.push_back({"cold / fresh server on disk, cached >= 4k prefix", fresh_disk, 10.0, false});
+    targets.push_back({"cold / fresh server on kvtierd, cached >= 4k prefix", fresh_kvtierd, 10.0, false});
+    targets.push_back({"no-reuse: kvtier-llama-server / plain llama-server",
+                       nr_plain > 0 ? std::optional<double>(nr_kvt / nr_plain) : std::nullopt, 1.02, true});
+  }
+  bool missed = false;
+  for (const Target& t : targets) {
+    const bool pass = t.value && (t.at_most ? *t.value <= t.limit : *t.value >= t.limit);
+    missed = missed || !pass;
+    std::fprintf(out, "target %-55s %s %.2f: %s -> %s\n", t.name.c_str(), t.at_most ? "<=" : ">=", t.limit,
+                 t.value ? absl::StrFormat("%.3f", *t.value).c_str() : "not measured", pass ? "PASS" : "FAIL");
+  }
+  std::fprintf(out, "identical first-token probabilities through kvtier (every repeat): %s\n",
+               any_different ? "NO (see evidence.jsonl)" : "yes");
+  std::fprintf(out, "run took %.0f s; evidence: %s/evidence.jsonl\n", seconds, run_dir.c_str());
+
+  // CSV and plot.
+  const std::string csv = run_dir + "/ttft.csv";
+  {
+    std::ofstream f(csv, std::ios::trunc);
+    f << "workload,index,prompt_tokens,config,loaded_tokens,ttft_ms_median,runs\n";
+    for (const Row& r : rows) {
+      for (Config c : kAll) {
+        const auto m = r.MedianTtft(c);
+        if (!m) continue;
+        size_t n = 0;
+        for (const Sample& s : r.samples[static_cast<int>(c)]) n += s.ok;
+        f << r.workload << "," << r.index << "," << r.tokens.size() << "," << ConfigName(c) << ","
+          << r.MedianCached(c).value_or(0) << "," << absl::StrFormat("%.3f", *m) << "," << n << "\n";
+      }
+    }
+  }
+#ifdef KVT_SERVER_DEMO_PLOT
+  // The first python3 on PATH that has matplotlib (Debian's python3-matplotlib is in
+  // /usr/bin/python3 even when another python3 comes first on PATH).
+  const std::string cmd = absl::StrFormat(
+      "for py in python3 /usr/bin/python3; do if $py -c 'import matplotlib' 2>/dev/null; then "
+      "exec $py '%s' '%s' '%s/ttft.png'; fi; done; exit 1",
+      KVT_SERVER_DEMO_PLOT, csv, run_dir);
+  const int rc = std::system(cmd.c_str());
+  std::fprintf(out, "%s: %s\n", rc == 0 ? "plot" : "plot skipped (python3 with matplotlib needed)",
+               rc == 0 ? (run_dir + "/ttft.png").c_str() : cmd.c_str());
+#endif
+  std::fprintf(out, "csv: %s\n", csv.c_str());
+
+  if (json) {
+    for (const Row& r : rows) {
+      auto ms = [&](Config c) -> nlohmann::json {
+        auto m = r.MedianTtft(c);
+        return m ? nlohmann::json(*m) : nlohmann::json(nullptr);
+      };
+      const auto same = r.Identical();
+      nlohmann::json j = {{"workload", r.workload},
+                          {"prompt_tokens", r.tokens.size()},
+                          {"loaded_tokens", r.MedianCached(Config::kHost).value_or(0)},
+                          {"ttft_cold_ms", ms(Config::kCold)},
+                          {"ttft_server_cache_ms", ms(Config::kServerCache)},
+                          {"ttft_host_ms", ms(Config::kHost)},
+                          {"ttft_disk_ms", ms(Config::kDisk)},
+                          {"ttft_kvtierd_ms", ms(Config::kKvtierd)},
+                          {"identical", same ? nlohmann::json(*same) : nlohmann::json(nullptr)}};
+      std::printf("%s\n", j.dump().c_str());
+    }
+  }
+  if (any_different) return 3;
+  if (check && missed) return 1;
+  return 0;
+}
+
+}  // namespace kvt::llamacpp::demo

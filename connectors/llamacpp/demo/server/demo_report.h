@@ -1,0 +1,60 @@
+// The server demo's measurements and what it prints from them: the table (medians), the
+// targets with PASS/FAIL, ttft.csv, the plot, and --json lines.
+#ifndef LLAMACPP_DEMO_SERVER_DEMO_REPORT_H_
+#define LLAMACPP_DEMO_SERVER_DEMO_REPORT_H_
+
+#include <array>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kvt::llamacpp::demo {
+
+enum class Config { kCold = 0, kServerCache = 1, kHost = 2, kDisk = 3, kKvtierd = 4 };
+inline constexpr int kNumConfigs = 5;
+const char* ConfigName(Config c);
+
+struct Sample {
+  int repeat = 0;
+  bool ok = false;
+  std::string error;  // why it did not run
+  double ttft_ms = 0;
+  int cache_n = 0;
+  int prompt_n = 0;
+  int first_token = -1;
+  std::string first_probs;
+};
+
+struct Row {
+  std::string workload;
+  int index = 0;
+  std::vector<int> tokens;
+  std::array<std::vector<Sample>, kNumConfigs> samples;
+
+  std::optional<double> MedianTtft(Config c) const;
+  // Median timings.cache_n of the configuration's samples that ran.
+  std::optional<int> MedianCached(Config c) const;
+  // Every kvtier answer (host, disk, kvtierd) has the first token and top-n
+  // probabilities of the cold answer of the same repeat. nullopt when nothing compares.
+  std::optional<bool> Identical() const;
+};
+
+// One evidence line (JSON) for a sample: its first token, probabilities and their hash.
+std::string EvidenceLine(const Row& row, Config c, int repeat, const Sample& s);
+
+struct Report {
+  std::vector<Row> rows;
+  std::string kvtierd_note;  // why the kvtierd column did not run ("" = it ran)
+  int chunk_tokens = 256;    // what counts as loaded from kvtier: whole chunks
+  double seconds = 0;
+
+  // Prints the table and targets (stdout; stderr when `json`), writes <run_dir>/ttft.csv
+  // and <run_dir>/ttft.png. Returns the exit code: 3 when an answer through kvtier
+  // differed from the cold one, 1 when `check` and a target was missed (or not measured),
+  // else 0.
+  int Print(const std::string& run_dir, bool json, bool check) const;
+};
+
+}  // namespace kvt::llamacpp::demo
+
+#endif  // LLAMACPP_DEMO_SERVER_DEMO_REPORT_H_

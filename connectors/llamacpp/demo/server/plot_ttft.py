@@ -1,0 +1,36 @@
+#!/usr/bin/env python3
+"""Plot the server demo's ttft.csv: TTFT against prompt tokens, one line per configuration."""
+import csv
+import sys
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def main(csv_path: str, png_path: str) -> None:
+    series = defaultdict(list)
+    with open(csv_path, newline="") as f:
+        for row in csv.DictReader(f):
+            series[row["config"]].append((int(row["prompt_tokens"]), float(row["ttft_ms_median"]),
+                                          row["workload"]))
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
+    styles = {"cold": "o-", "server-cache": "s-", "host": "^-", "disk": "v-", "kvtierd": "D-"}
+    for config in ["cold", "server-cache", "host", "disk", "kvtierd"]:
+        pts = sorted(p for p in series.get(config, []) if p[2] != "no-reuse")
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] / 1000.0 for p in pts], styles[config], label=config)
+    ax.set_xlabel("prompt tokens")
+    ax.set_ylabel("TTFT (s, client-side, median)")
+    ax.set_yscale("log")
+    ax.set_title("llama-server TTFT: cold vs its RAM cache vs kvtier tiers")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(png_path)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

@@ -1,0 +1,96 @@
+// ServerKvtier: kvtier behind llama-server's prompt cache (issue 10, docs/llama-server.md).
+//
+// Installed as g_kvtier_server_hooks by kvtier-llama-server's main:
+//  * OnContextReady: probes the server context's sequence-state format with a one-token
+//    decode (then clears it), builds the same namespace as the llama.cpp adapter
+//    (LlamaEngine::MakeNamespaceParams on a small second context of the same model,
+//    types and flash-attention setting, whose state format must match the server's), and
+//    opens the connector over the tiers chosen by the flags.
+//  * OnPromptStart (a new prompt in a slot): when the slot holds fewer tokens than kvtier
+//    has complete chunks for, Lookup (cost model applied) and load the longest cached
+//    chunk prefix straight into that slot's sequence (one llama_state_seq_set_data_ext on
+//    that seq id: other slots' KV is untouched). A failed or partial load only shortens
+//    what is restored; llama-server prefills the rest.
+//  * OnPromptDone / OnPromptSave: the complete chunks of the evaluated prompt that kvtier
+//    does not hold yet are sliced from llama_state_seq_get_data_ext and stored (copied
+//    synchronously, encoded and put on the connector's background thread).
+//  * Counters for /metrics (kvtier_* lines) and GET /kvtier.
+// A tier that fails (kvtierd missing, dead or paused) is a miss: the prompt is computed.
+#ifndef KVTIER_SERVER_SERVER_KVTIER_H_
+#define KVTIER_SERVER_SERVER_KVTIER_H_
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "connectors/kv_connector.h"
+#include "kvstore/tiered_store.h"
+#include "server-kvtier-hooks.h"  // from llama-server.patch (tools/server/)
+#include "kvtier_server/server_options.h"
+#include "llamacpp/seq_state.h"
+
+namespace kvt::llamacpp {
+
+// Thread-safe for the hooks' threading contract (server_hooks.h).
+class ServerKvtier final : public KvtierServerHooks {
+ public:
+  // Opens the tiers named by `options` (REQUIRES: options.enabled()). The disk tier's
+  // directory is created; kvtierd is not contacted (it may start later). InvalidArgument
+  // naming the flag when a tier cannot be opened (e.g. --kvtier-dir not writable).
+  static absl::StatusOr<std::unique_ptr<ServerKvtier>> Create(const ServerKvtierOptions& options);
+  ~ServerKvtier() override;
+
+  bool OnContextReady(llama_context* ctx, const char* model_path) override;
+  int64_t OnPromptStart(llama_context* ctx, int32_t seq_id, const llama_token* tokens,
+                        size_t n_tokens, size_t n_have) override;
+  void OnPromptDone(llama_context* ctx, int32_t seq_id, const llama_token* tokens,
+                    size_t n_tokens) override;
+  void OnPromptSave(llama_context* ctx, int32_t seq_id, const llama_token* tokens,
+                    size_t n_tokens) override;
+  std::string MetricsText() const override;
+  std::string StatusJson() const override;
+
+  // Waits until every queued store reached the tiers (called at shutdown).
+  void Flush();
+
+ private:
+  explicit ServerKvtier(const ServerKvtierOptions& options) : options_(options) {}
+  size_t StoreSeq(llama_context* ctx, int32_t seq_id, std::span<const TokenId> tokens);
+
+  using Clock = std::chrono::steady_clock;
+  struct PromptStart {
+    Clock::time_point t0;
+    uint64_t context_tokens = 0;  // tokens held when the prefill started
+  };
+
+  const ServerKvtierOptions options_;
+  std::shared_ptr<TieredStore> store_;
+  std::shared_ptr<KVConnector> connector_;  // set by OnContextReady, then read-only
+  // Set (release) once OnContextReady has finished: HTTP threads answer /kvtier while the
+  // model is still loading, and read connector_, spec_, ns_hex_ only after this (acquire).
+  std::atomic<bool> ready_{false};
+  std::string tiers_;                       // "host+disk+kvtierd"
+  SeqStateSpec spec_;
+  uint32_t n_stream_ = 1;  // KV streams of the server's context (non-unified: one per slot)
+  std::string ns_hex_;
+  std::map<int32_t, PromptStart> prompt_start_;       // task-loop thread only
+  std::map<int32_t, size_t> last_prompt_tokens_;      // task-loop thread only
+
+  std::atomic<uint64_t> requests_{0};       // OnPromptStart calls with a chunk to gain
+  std::atomic<uint64_t> hits_{0};           // requests that restored >= 1 chunk
+  std::atomic<uint64_t> misses_{0};         // requests that restored nothing
+  std::atomic<uint64_t> cost_skips_{0};     // cached chunks the cost model chose not to load
+  std::atomic<uint64_t> loaded_tokens_{0};
+  std::atomic<uint64_t> load_bytes_{0};
+  std::atomic<uint64_t> load_failures_{0};  // restores that failed (chunk or set_data)
+  std::atomic<uint64_t> stored_chunks_{0};
+  std::atomic<uint64_t> store_errors_{0};
+  std::atomic<double> load_seconds_{0};
+};
+
+}  // namespace kvt::llamacpp
+
+#endif  // KVTIER_SERVER_SERVER_KVTIER_H_

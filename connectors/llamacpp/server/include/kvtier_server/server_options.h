@@ -1,0 +1,57 @@
+// kvtier-llama-server's own flags (docs/llama-server.md). Everything else on the command
+// line is llama-server's and passes through unchanged.
+#ifndef KVTIER_SERVER_SERVER_OPTIONS_H_
+#define KVTIER_SERVER_SERVER_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace kvt::llamacpp {
+
+struct ServerKvtierOptions {
+  // --kvtier-daemon ADDR: a kvtierd shared by many servers ("unix:///abs/path.sock",
+  // "unix:rel.sock" or "host:port"). "" = none.
+  std::string daemon;
+  // --kvtier-dir DIR: an embedded disk tier (created if missing). "" = none.
+  std::string dir;
+  // --kvtier-host-mib N: embedded host-memory tier in MiB (0 = none). -1 = default:
+  // 1024 with --kvtier-dir, else 0.
+  int64_t host_mib = -1;
+  // --kvtier-disk-mib N: capacity of the disk tier in MiB (multiple of 4 KiB records).
+  int64_t disk_mib = 8192;
+  // --kvtier-token T: the tenant token sent to kvtierd ("authorization: Bearer T").
+  std::string token;
+  // --kvtier-tenant NAME: the tenant that is part of the namespace ("" = default tenant).
+  std::string tenant;
+  // --kvtier-chunk-tokens N: tokens per chunk (part of the namespace).
+  int64_t chunk_tokens = 256;
+  // --kvtier-no-cost-model: load every cached leading chunk regardless of cost.
+  bool cost_model = true;
+  // --kvtier-timeout-ms N: deadline of one kvtierd call (a dead or paused daemon costs at
+  // most this, then the request is answered cold).
+  int64_t daemon_timeout_ms = 2000;
+
+  // True when any tier is configured (daemon, dir or host_mib > 0).
+  bool enabled() const;
+  // host_mib with the default applied.
+  int64_t effective_host_mib() const;
+  // InvalidArgument whose message starts with the offending flag and value.
+  absl::Status Validate() const;
+};
+
+// Removes every --kvtier-* flag (forms "--flag value" and "--flag=value") from `args`
+// (args[0], the program name, is kept) and returns the parsed, validated options.
+// InvalidArgument naming the flag: unknown --kvtier-* flag, missing value, a value that
+// is not a number where one is expected, or what Validate() refuses.
+absl::StatusOr<ServerKvtierOptions> ExtractKvtierFlags(std::vector<std::string>& args);
+
+// The --kvtier-* section printed with --help.
+std::string KvtierFlagsHelp();
+
+}  // namespace kvt::llamacpp
+
+#endif  // KVTIER_SERVER_SERVER_OPTIONS_H_

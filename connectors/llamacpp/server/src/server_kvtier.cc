@@ -1,0 +1,389 @@
+#include "kvtier_server/server_kvtier.h"
+
+#include <filesystem>
+#include <optional>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "kvstore/disk_tier.h"
+#include "kvstore/host_tier.h"
+#include "kvstore/store_factory.h"
+#include "kvtier_server/seq_streams.h"
+#include "llamacpp/llama_engine.h"
+#include "nlohmann/json.hpp"
+#include "spdlog/spdlog.h"
+#ifdef KVT_SERVER_HAVE_REMOTE
+#include "kvstore/remote_tier.h"
+#endif
+
+namespace kvt::llamacpp {
+namespace {
+
+std::span<const TokenId> Span(const llama_token* tokens, size_t n) {
+  static_assert(sizeof(llama_token) == sizeof(TokenId));
+  return {reinterpret_cast<const TokenId*>(tokens), n};
+}
+
+void AddAtomic(std::atomic<double>& a, double v) {
+  double cur = a.load(std::memory_order_relaxed);
+  while (!a.compare_exchange_weak(cur, cur + v, std::memory_order_relaxed)) {
+  }
+}
+
+// The sequence-state format of `ctx`: decode one token into seq 0 of the (empty) context,
+// read its state, clear it again.
+absl::StatusOr<SeqStateSpec> ProbeServerContext(llama_context* ctx, uint32_t* n_stream) {
+  llama_memory_t mem = llama_get_memory(ctx);
+  if (llama_memory_seq_pos_max(mem, 0) >= 0) {
+    return absl::FailedPreconditionError("seq 0 is not empty at start-up");
+  }
+  const llama_vocab* vocab = llama_model_get_vocab(llama_get_model(ctx));
+  llama_token tok = llama_vocab_bos(vocab);
+  if (tok < 0) tok = 0;
+  llama_batch batch = llama_batch_get_one(&tok, 1);
+  if (int rc = llama_decode(ctx, batch); rc != 0) {
+    llama_memory_seq_rm(mem, 0, -1, -1);
+    return absl::InternalError(absl::StrCat("probe decode failed (llama_decode ", rc, ")"));
+  }
+  std::vector<std::byte> blob(llama_state_seq_get_size_ext(ctx, 0, 0));
+  const size_t got = llama_state_seq_get_data_ext(ctx, reinterpret_cast<uint8_t*>(blob.data()),
+                                                  blob.size(), 0, 0);
+  llama_memory_seq_rm(mem, 0, -1, -1);
+  if (got != blob.size()) return absl::InternalError("probe: llama_state_seq_get_data_ext short read");
+  absl::StatusOr<uint32_t> n = SeqStateStreamCount(blob);
+  if (!n.ok()) return n.status();
+  *n_stream = *n;
+  absl::StatusOr<std::vector<std::byte>> single = ToSingleStream(blob);
+  if (!single.ok()) return single.status();
+  return InferSeqStateSpec(*single);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ServerKvtier>> ServerKvtier::Create(const ServerKvtierOptions& options) {
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
+  if (!options.enabled()) return absl::InvalidArgumentError("no kvtier tier configured");
+  std::unique_ptr<ServerKvtier> k(new ServerKvtier(options));
+  StoreOptions so;
+  std::vector<std::string> names;
+  so.host.capacity_bytes = static_cast<uint64_t>(options.effective_host_mib()) << 20;
+  if (so.host.capacity_bytes > 0) {
+    if (absl::Status s = so.host.Validate(); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--kvtier-host-mib '", options.effective_host_mib(),
+                                                     "': ", s.message()));
+    }
+    names.push_back("host");
+  }
+  if (!options.dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(options.dir, ec);
+    if (ec) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--kvtier-dir '", options.dir, "': cannot create it: ", ec.message()));
+    }
+    DiskTierOptions& d = so.disk.emplace();
+    d.dir = options.dir;
+    d.capacity_bytes = static_cast<uint64_t>(options.disk_mib) << 20;
+    d.file_bytes = std::min<uint64_t>(d.capacity_bytes, 256ull << 20);
+    if (absl::Status s = d.Validate(); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--kvtier-dir '", options.dir, "': ", s.message()));
+    }
+    names.push_back("disk");
+  }
+  if (!options.daemon.empty()) {
+#ifdef KVT_SERVER_HAVE_REMOTE
+    RemoteTierOptions r;
+    r.client.target = options.daemon;
+    r.client.token = options.token;
+    r.client.deadline = std::chrono::milliseconds(options.daemon_timeout_ms);
+    r.client.max_attempts = 1;  // a dead daemon is a quick miss; the next request tries again
+    if (absl::Status s = r.Validate(); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--kvtier-daemon '", options.daemon, "': ", s.message()));
+    }
+    so.lower.push_back(RemoteTier::Factory(r));
+    names.push_back("kvtierd");
+#else
+    return absl::InvalidArgumentError("--kvtier-daemon: this build has no remote tier (KVT_BUILD_DAEMON=OFF)");
+#endif
+  }
+  k->tiers_ = absl::StrJoin(names, "+");
+  auto store = OpenTieredStore(so);
+  if (!store.ok()) {
+    // The disk tier is opened here (its directory, its RocksDB lock): name the flag.
+    if (!options.dir.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--kvtier-dir '", options.dir, "': ", store.status().message()));
+    }
+    return store.status();
+  }
+  k->store_ = std::shared_ptr<TieredStore>(std::move(*store));
+  return k;
+}
+
+ServerKvtier::~ServerKvtier() { Flush(); }
+
+void ServerKvtier::Flush() {
+  if (connector_) connector_->Flush();
+  if (store_) store_->Flush();
+}
+
+bool ServerKvtier::OnContextReady(llama_context* ctx, const char* model_path) {
+  absl::StatusOr<SeqStateSpec> probed = ProbeServerContext(ctx, &n_stream_);
+  if (!probed.ok()) {
+    spdlog::error("kvtier: cannot read this context's sequence state: {}", probed.status().ToString());
+    return false;
+  }
+  const uint32_t chunk = static_cast<uint32_t>(options_.chunk_tokens);
+  const bool flash_attn = !probed->v_trans;
+  if (flash_attn && (llama_n_ubatch(ctx) != chunk || llama_n_batch(ctx) % chunk != 0)) {
+    spdlog::error(
+        "kvtier: with flash attention on, the KV of a token depends on the batch it is computed "
+        "in; -ub ({}) must equal --kvtier-chunk-tokens ({}) and -b ({}) be a multiple of it, "
+        "so loaded KV equals recomputed KV (or pass -fa off)",
+        llama_n_ubatch(ctx), chunk, llama_n_batch(ctx));
+    return false;
+  }
+  // The adapter's namespace: a small engine over the same model, types and flash attention.
+  EngineOptions eo;
+  eo.model_path = model_path;
+  eo.n_ctx = std::max<uint32_t>(2 * chunk, 64);
+  eo.n_batch = chunk;
+  eo.n_threads = 1;
+  eo.flash_attn = flash_attn;
+  eo.type_k = ggml_type_name(static_cast<ggml_type>(probed->type_k));
+  eo.type_v = ggml_type_name(static_cast<ggml_type>(probed->type_v));
+  ggml_log_callback saved_cb = nullptr;
+  void* saved_ud = nullptr;
+  llama_log_get(&saved_cb, &saved_ud);
+  absl::StatusOr<std::unique_ptr<LlamaEngine>> engine = LlamaEngine::Create(eo);
+  llama_log_set(saved_cb, saved_ud);
+  if (!engine.ok()) {
+    spdlog::error("kvtier: cannot open the model for its namespace: {}", engine.status().ToString());
+    return false;
+  }
+  const SeqStateSpec& es = (*engine)->state_spec();
+  if (es.n_layer != probed->n_layer || es.type_k != probed->type_k || es.type_v != probed->type_v ||
+      es.k_row_bytes != probed->k_row_bytes || es.v_row_bytes != probed->v_row_bytes ||
+      es.v_trans != probed->v_trans) {
+    spdlog::error("kvtier: the server's state format {} differs from the adapter's {}",
+                  probed->DebugString(), es.DebugString());
+    return false;
+  }
+  spec_ = es;
+  ConnectorOptions co;
+  co.ns = (*engine)->MakeNamespaceParams(chunk);
+  co.ns.tenant = options_.tenant;
+  co.use_cost_model = options_.cost_model;
+  auto c = KVConnector::Create(co, store_);
+  if (!c.ok()) {
+    spdlog::error("kvtier: connector: {}", c.status().ToString());
+    return false;
+  }
+  connector_ = std::shared_ptr<KVConnector>(std::move(*c));
+  ns_hex_ = connector_->ns().ToHex();
+  ready_.store(true, std::memory_order_release);
+  spdlog::info("kvtier: tiers {}, chunk {} tokens, namespace {} ({}), {} B/token",
+               tiers_, chunk, ns_hex_, co.ns.engine_extra, spec_.payload_bytes_per_token());
+  return true;
+}
+
+int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const llama_token* tokens,
+                                    size_t n_tokens, size_t n_have) {
+  prompt_start_[seq_id] = PromptStart{Clock::now(), n_have};
+  if (!connector_ || n_tokens < 2) return 0;
+  const uint32_t chunk = connector_->chunk_tokens();
+  const uint64_t max_load = (n_tokens - 1) / chunk * chunk;  // the last token is computed
+  if (max_load <= n_have) return 0;
+  requests_.fetch_add(1, std::memory_order_relaxed);
+  const std::span<const TokenId> prompt = Span(tokens, n_tokens);
+  absl::StatusOr<ConnectorLookup> lookup = connector_->Lookup(prompt, n_have);
+  if (!lookup.ok()) {
+    spdlog::warn("kvtier: lookup failed, computing the prompt: {}", lookup.status().ToString());
+    misses_.fetch_add(1, std::memory_order_relaxed);
+    return 0;
+  }
+  uint64_t want = std::min<uint64_t>(lookup->load_tokens, max_load);
+  want -= want % chunk;
+  if (want <= n_have) {
+    if (lookup->cached_tokens > n_have) cost_skips_.fetch_add(1, std::memory_order_relaxed);
+    misses_.fetch_add(1, std::memory_order_relaxed);
+    return 0;
+  }
+  const auto t0 = Clock::now();
+  absl::StatusOr<SeqStateBuilder> builder =
+      SeqStateBuilder::Create(spec_, static_cast<uint32_t>(want), seq_id);
+  if (!builder.ok()) {
+    spdlog::warn("kvtier: cannot build a {}-token state: {}", want, builder.status().ToString());
+    misses_.fetch_add(1, std::memory_order_relaxed);
+    return 0;
+  }
+  const uint64_t chunk_bytes = uint64_t{chunk} * spec_.payload_bytes_per_token();
+  absl::StatusOr<ConnectorLoadResult> load = connector_->LoadPayloads(
+      prompt, want, [&](size_t chunk_index, std::span<const std::byte> payload) -> absl::Status {
+        if (payload.size() != chunk_bytes) {
+          return absl::DataLossError(absl::StrFormat("chunk %d payload is %d bytes, expected %d",
+                                                     chunk_index, payload.size(), chunk_bytes));
+        }
+        return builder->PutChunk(static_cast<uint32_t>(chunk_index * chunk), chunk, payload);
+      });
+  uint64_t loaded = load.ok() ? std::min<uint64_t>(load->loaded_tokens, want) : 0;
+  loaded -= loaded % chunk;
+  if (!load.ok() || !load->failed_chunks.empty()) {
+    load_failures_.fetch_add(1, std::memory_order_relaxed);
+    spdlog::warn("kvtier: {} of {} tokens delivered ({}); recomputing the rest", loaded, want,
+                 load.ok() ? load->first_error.ToString() : load.status().ToString());
+  }
+  if (loaded <= n_have) {
+    misses_.fetch_add(1, std::memory_order_relaxed);
+    return 0;
+  }
+  std::optional<std::vector<std::byte>> truncated;
+  std::span<const std::byte> blob = builder->blob();
+  if (loaded < want) {
+    absl::StatusOr<std::vector<std::byte>> t = builder->Truncated(static_cast<uint32_t>(loaded));
+    if (!t.ok()) {
+      misses_.fetch_add(1, std::memory_order_relaxed);
+      return 0;
+    }
+    truncated = std::move(*t);
+    blob = *truncated;
+  }
+  std::optional<std::vector<std::byte>> framed;
+  if (n_stream_ != 1) {
+    absl::StatusOr<std::vector<std::byte>> f = ToStreams(blob, n_stream_);
+    if (!f.ok()) {
+      misses_.fetch_add(1, std::memory_order_relaxed);
+      return 0;
+    }
+    framed = std::move(*f);
+    blob = *framed;
+  }
+  const size_t set = llama_state_seq_set_data_ext(
+      ctx, reinterpret_cast<const uint8_t*>(blob.data()), blob.size(), seq_id, 0);
+  if (set != blob.size()) {
+    spdlog::warn("kvtier: llama.cpp refused a {}-token state for seq {}; recomputing", loaded, seq_id);
+    llama_memory_seq_rm(llama_get_memory(ctx), seq_id, -1, -1);
+    load_failures_.fetch_add(1, std::memory_order_relaxed);
+    misses_.fetch_add(1, std::memory_order_relaxed);
+    prompt_start_[seq_id].context_tokens = 0;
+    return -1;
+  }
+  hits_.fetch_add(1, std::memory_order_relaxed);
+  loaded_tokens_.fetch_add(loaded, std::memory_order_relaxed);
+  load_bytes_.fetch_add(loaded * spec_.payload_bytes_per_token(), std::memory_order_relaxed);
+  AddAtomic(load_seconds_, std::chrono::duration<double>(Clock::now() - t0).count());
+  prompt_start_[seq_id].context_tokens = loaded;
+  return static_cast<int64_t>(loaded);
+}
+
+size_t ServerKvtier::StoreSeq(llama_context* ctx, int32_t seq_id, std::span<const TokenId> tokens) {
+  std::optional<std::vector<std::byte>> blob;
+  std::optional<SeqStateView> view;
+  const uint32_t chunk = connector_->chunk_tokens();
+  absl::StatusOr<size_t> stored = connector_->StorePayloads(
+      tokens, [&](size_t chunk_index, std::span<std::byte> payload) -> absl::Status {
+        if (!view.has_value()) {  // the state is read only when a chunk is wanted
+          std::vector<std::byte> b(llama_state_seq_get_size_ext(ctx, seq_id, 0));
+          const size_t got = llama_state_seq_get_data_ext(ctx, reinterpret_cast<uint8_t*>(b.data()),
+                                                          b.size(), seq_id, 0);
+          if (got != b.size()) return absl::InternalError("llama_state_seq_get_data_ext short read");
+          absl::StatusOr<std::vector<std::byte>> single = ToSingleStream(b);
+          if (!single.ok()) return single.status();
+          blob = std::move(*single);
+          absl::StatusOr<SeqStateView> v = ParseSeqState(*blob, spec_);
+          if (!v.ok()) return v.status();
+          view = std::move(*v);
+        }
+        return ExtractChunkPayload(*view, static_cast<uint32_t>(chunk_index * chunk), chunk, payload);
+      });
+  if (!stored.ok()) {
+    store_errors_.fetch_add(1, std::memory_order_relaxed);
+    spdlog::warn("kvtier: storing seq {} failed: {}", seq_id, stored.status().ToString());
+    return 0;
+  }
+  stored_chunks_.fetch_add(*stored, std::memory_order_relaxed);
+  return *stored;
+}
+
+void ServerKvtier::OnPromptDone(llama_context* ctx, int32_t seq_id, const llama_token* tokens,
+                                size_t n_tokens) {
+  if (!connector_) return;
+  if (auto it = prompt_start_.find(seq_id); it != prompt_start_.end()) {
+    const uint64_t context = std::min<uint64_t>(it->second.context_tokens, n_tokens);
+    if (n_tokens > context) {
+      connector_->ObservePrefill(n_tokens - context, context,
+                                 std::chrono::duration<double>(Clock::now() - it->second.t0));
+    }
+    prompt_start_.erase(it);
+  }
+  last_prompt_tokens_[seq_id] = n_tokens;
+  StoreSeq(ctx, seq_id, Span(tokens, n_tokens));
+}
+
+void ServerKvtier::OnPromptSave(llama_context* ctx, int32_t seq_id, const llama_token* tokens,
+                                size_t n_tokens) {
+  if (!connector_) return;
+  // Only the prompt's chunks: generated tokens were decoded one by one, and their KV can
+  // differ in the last bits from a prefill of the same tokens.
+  auto it = last_prompt_tokens_.find(seq_id);
+  if (it == last_prompt_tokens_.end()) return;
+  StoreSeq(ctx, seq_id, Span(tokens, std::min<size_t>(n_tokens, it->second)));
+}
+
+std::string ServerKvtier::MetricsText() const {
+  const bool ready = ready_.load(std::memory_order_acquire);
+  const ConnectorStats cs = ready ? connector_->stats() : ConnectorStats{};
+  std::string out;
+  auto line = [&](const char* name, const char* help, const char* type, double v) {
+    absl::StrAppend(&out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n", name, " ",
+                    absl::StrFormat("%.17g", v), "\n");
+  };
+  line("kvtier_requests_total", "prompts that had complete chunks to gain from kvtier", "counter", requests_);
+  line("kvtier_hits_total", "prompts that restored at least one chunk from kvtier", "counter", hits_);
+  line("kvtier_misses_total", "prompts that restored nothing from kvtier", "counter", misses_);
+  line("kvtier_cost_skips_total", "prompts whose cached chunks the cost model chose to recompute", "counter", cost_skips_);
+  line("kvtier_loaded_tokens_total", "tokens restored from kvtier", "counter", loaded_tokens_);
+  line("kvtier_load_bytes_total", "KV payload bytes restored from kvtier", "counter", load_bytes_);
+  line("kvtier_load_failures_total", "restores cut short (chunk missing, corrupt, or refused)", "counter", load_failures_);
+  line("kvtier_load_seconds_total", "time spent restoring from kvtier", "counter", load_seconds_.load());
+  line("kvtier_stored_chunks_total", "chunks taken for storing", "counter", stored_chunks_);
+  line("kvtier_store_errors_total", "stores that failed", "counter", store_errors_);
+  line("kvtier_chunks_put_total", "chunks that reached the tiers", "counter", static_cast<double>(cs.store_chunks_put));
+  line("kvtier_chunk_integrity_errors_total", "chunks that failed verification on load", "counter", static_cast<double>(cs.load_data_loss));
+  return out;
+}
+
+std::string ServerKvtier::StatusJson() const {
+  if (!ready_.load(std::memory_order_acquire)) {
+    return nlohmann::json({{"enabled", false}, {"state", "loading"}, {"tiers", tiers_}}).dump();
+  }
+  const ConnectorStats cs = connector_->stats();
+  nlohmann::json j = {
+      {"enabled", true},
+      {"state", "ready"},
+      {"tiers", tiers_},
+      {"namespace", ns_hex_},
+      {"chunk_tokens", options_.chunk_tokens},
+      {"bytes_per_token", spec_.payload_bytes_per_token()},
+      {"requests", requests_.load()},
+      {"hits", hits_.load()},
+      {"misses", misses_.load()},
+      {"cost_skips", cost_skips_.load()},
+      {"loaded_tokens", loaded_tokens_.load()},
+      {"load_bytes", load_bytes_.load()},
+      {"load_failures", load_failures_.load()},
+      {"load_seconds", load_seconds_.load()},
+      {"stored_chunks", stored_chunks_.load()},
+      {"store_errors", store_errors_.load()},
+      {"chunks_put", cs.store_chunks_put},
+      {"put_errors", cs.store_put_errors},
+      {"integrity_errors", cs.load_data_loss},
+      {"store_pending_bytes", cs.store_pending_bytes},
+      {"writeback_pending_bytes", store_ ? store_->stats().pending_write_bytes : 0},
+  };
+  return j.dump();
+}
+
+}  // namespace kvt::llamacpp

@@ -1,0 +1,156 @@
+#include "kvtier_server/server_options.h"
+
+#include <charconv>
+#include <string_view>
+
+#include "absl/strings/str_cat.h"
+#ifdef KVT_SERVER_HAVE_DAEMON_CLI
+#include "daemon_backend.h"  // daemon/cli: the one parser of kvtierd addresses
+#endif
+
+namespace kvt::llamacpp {
+namespace {
+
+absl::StatusOr<int64_t> ParseInt(const std::string& flag, const std::string& value) {
+  int64_t v = 0;
+  const char* end = value.data() + value.size();
+  auto [ptr, ec] = std::from_chars(value.data(), end, v);
+  if (value.empty() || ec != std::errc() || ptr != end) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " '", value, "': expected a whole number"));
+  }
+  return v;
+}
+
+}  // namespace
+
+bool ServerKvtierOptions::enabled() const {
+  return !daemon.empty() || !dir.empty() || effective_host_mib() > 0;
+}
+
+int64_t ServerKvtierOptions::effective_host_mib() const {
+  if (host_mib >= 0) return host_mib;
+  return dir.empty() ? 0 : 1024;
+}
+
+absl::Status ServerKvtierOptions::Validate() const {
+  if (!daemon.empty()) {
+#ifdef KVT_SERVER_HAVE_DAEMON_CLI
+    if (absl::Status s = cli::ValidateDaemonAddress(daemon); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--kvtier-daemon '", daemon, "': ", s.message()));
+    }
+#else
+    return absl::InvalidArgumentError("--kvtier-daemon: this build has no daemon support (KVT_BUILD_DAEMON=OFF)");
+#endif
+  }
+  if (host_mib < -1 || host_mib > (int64_t{1} << 22)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kvtier-host-mib '", host_mib, "': expected 0..4194304 (MiB)"));
+  }
+  if (disk_mib < 1 || disk_mib > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kvtier-disk-mib '", disk_mib, "': expected 1..1073741824 (MiB)"));
+  }
+  if (chunk_tokens < 16 || chunk_tokens > 8192) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kvtier-chunk-tokens '", chunk_tokens, "': expected 16..8192"));
+  }
+  if (daemon_timeout_ms < 1 || daemon_timeout_ms > 600000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kvtier-timeout-ms '", daemon_timeout_ms, "': expected 1..600000"));
+  }
+  if (!token.empty() && daemon.empty()) {
+    return absl::InvalidArgumentError("--kvtier-token: needs --kvtier-daemon (the token is kvtierd's)");
+  }
+  if (!tenant.empty() && !enabled()) {
+    return absl::InvalidArgumentError(
+        "--kvtier-tenant: needs a tier (--kvtier-daemon, --kvtier-dir or --kvtier-host-mib)");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ServerKvtierOptions> ExtractKvtierFlags(std::vector<std::string>& args) {
+  ServerKvtierOptions o;
+  std::vector<std::string> rest;
+  if (!args.empty()) rest.push_back(args[0]);
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.rfind("--kvtier-", 0) != 0) {
+      rest.push_back(a);
+      continue;
+    }
+    std::string flag = a;
+    std::string value;
+    bool has_value = false;
+    if (size_t eq = a.find('='); eq != std::string::npos) {
+      flag = a.substr(0, eq);
+      value = a.substr(eq + 1);
+      has_value = true;
+    }
+    if (flag == "--kvtier-no-cost-model") {
+      if (has_value) return absl::InvalidArgumentError("--kvtier-no-cost-model: takes no value");
+      o.cost_model = false;
+      continue;
+    }
+    static const char* kValued[] = {"--kvtier-daemon",     "--kvtier-dir",   "--kvtier-host-mib",
+                                    "--kvtier-disk-mib",   "--kvtier-token", "--kvtier-tenant",
+                                    "--kvtier-chunk-tokens", "--kvtier-timeout-ms"};
+    bool known = false;
+    for (const char* k : kValued) known = known || flag == k;
+    if (!known) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, ": unknown kvtier flag (see --help for the --kvtier-* flags)"));
+    }
+    if (!has_value) {
+      if (i + 1 >= args.size()) return absl::InvalidArgumentError(absl::StrCat(flag, ": missing value"));
+      value = args[++i];
+    }
+    if (flag == "--kvtier-daemon") {
+      o.daemon = value;
+    } else if (flag == "--kvtier-dir") {
+      if (value.empty()) return absl::InvalidArgumentError("--kvtier-dir '': expected a directory");
+      o.dir = value;
+    } else if (flag == "--kvtier-token") {
+      o.token = value;
+    } else if (flag == "--kvtier-tenant") {
+      o.tenant = value;
+    } else {
+      absl::StatusOr<int64_t> v = ParseInt(flag, value);
+      if (!v.ok()) return v.status();
+      if (flag == "--kvtier-host-mib") {
+        if (*v < 0) return absl::InvalidArgumentError(absl::StrCat("--kvtier-host-mib '", value, "': expected >= 0"));
+        o.host_mib = *v;
+      } else if (flag == "--kvtier-disk-mib") {
+        o.disk_mib = *v;
+      } else if (flag == "--kvtier-chunk-tokens") {
+        o.chunk_tokens = *v;
+      } else {
+        o.daemon_timeout_ms = *v;
+      }
+    }
+  }
+  if (absl::Status s = o.Validate(); !s.ok()) return s;
+  args = std::move(rest);
+  return o;
+}
+
+std::string KvtierFlagsHelp() {
+  return R"(----- kvtier (kvtier-llama-server; docs/llama-server.md) -----
+
+--kvtier-daemon ADDR        share one cache through kvtierd: unix:///abs/path.sock or host:port
+--kvtier-dir DIR            embedded disk tier in DIR (created if missing; survives restarts)
+--kvtier-host-mib N         embedded host-memory tier, MiB (default 1024 with --kvtier-dir, else 0)
+--kvtier-disk-mib N         disk tier capacity, MiB (default 8192)
+--kvtier-token TOKEN        tenant token sent to kvtierd
+--kvtier-tenant NAME        tenant name (part of the namespace)
+--kvtier-chunk-tokens N     tokens per chunk (default 256; part of the namespace)
+--kvtier-timeout-ms N       deadline of one kvtierd call (default 2000)
+--kvtier-no-cost-model      load every cached leading chunk, even when recomputing is faster
+Without any of these flags the server behaves exactly like llama-server.
+Bad kvtier values exit with code 2 naming the flag. A missing or dead kvtierd means misses
+(cold prefill), never an error.
+
+)";
+}
+
+}  // namespace kvt::llamacpp

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# After docs/llama-server.md's "Two servers sharing kvtierd" block: the same prompt sent to
+# the second server loads what the first stored (timings.cache_n, GET /kvtier hits).
+set -euo pipefail
+for port in 8081 8082; do
+  for _ in $(seq 1 600); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' localhost:$port/health)" = 200 ] && break
+    sleep 0.1
+  done
+done
+prompt=$(python3 -c 'print(list(range(100, 700)))')
+body="{\"prompt\": $prompt, \"n_predict\": 2, \"temperature\": 0}"
+first=$(curl -s localhost:8081/completion -d "$body")
+for _ in $(seq 1 100); do
+  python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["chunks_put"] >= 2 else 1)' \
+    < <(curl -s localhost:8081/kvtier) && break
+  sleep 0.1
+done
+second=$(curl -s localhost:8082/completion -d "$body")
+cached=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["timings"]["cache_n"])' "$second")
+hits=$(curl -s localhost:8082/kvtier | python3 -c 'import json,sys; print(json.load(sys.stdin)["hits"])')
+echo "second server: cache_n=$cached hits=$hits"
+[ "$cached" = 512 ] && [ "$hits" = 1 ]

@@ -1,0 +1,335 @@
+// kvtier-llama-server through its real HTTP API (issue 10). Every test starts real server
+// processes on loopback ports with the generated tiny model and talks to them with curl.
+// Chunks of 32 tokens; prompts of 130 tokens = 4 complete chunks + 2 tokens, so a warm
+// request loads 128 tokens (the last prompt token is always computed).
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "kvtierd_process.h"
+#include "llama_test_util.h"
+#include "server_test_util.h"
+
+namespace kvt::llamacpp::testing {
+namespace {
+
+using nlohmann::json;
+constexpr int kChunk = 32;
+constexpr size_t kPromptTokens = 130;
+constexpr int kWarmTokens = 128;
+
+std::vector<std::string> BaseArgs() {
+  return {"-m", TinyModelPath(), "-c", "1024", "-np", "1", "-t", "2", "-tb", "2", "-b", "256",
+          "-ub", std::to_string(kChunk), "--metrics"};
+}
+std::vector<std::string> With(std::vector<std::string> a, const std::vector<std::string>& more) {
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+std::vector<std::string> Kvtier(const std::vector<std::string>& more) {
+  return With(With(BaseArgs(), {"--kvtier-chunk-tokens", std::to_string(kChunk), "--kvtier-no-cost-model"}), more);
+}
+
+std::vector<int> Prompt(uint64_t seed) {
+  std::vector<TokenId> t = RandomTokens(seed, kPromptTokens, 32000);
+  return std::vector<int>(t.begin(), t.end());
+}
+
+json Completion(const std::vector<int>& prompt, int slot = -1) {
+  json b = {{"prompt", prompt}, {"n_predict", 8}, {"temperature", 0.0}, {"n_probs", 5},
+            {"cache_prompt", true}, {"return_tokens", true}};
+  if (slot >= 0) b["id_slot"] = slot;
+  return b;
+}
+
+std::string Log(const std::string& tag) {
+  static const std::string dir = MakeTempDir("server-logs");
+  return dir + "/" + tag + ".log";
+}
+
+std::unique_ptr<ServerProcess> MustStart(const std::vector<std::string>& args, const std::string& tag) {
+  auto s = ServerProcess::Start(KVT_LLAMA_SERVER_BIN, args, Log(tag));
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? std::move(*s) : nullptr;
+}
+
+json Post(const ServerProcess& s, const std::string& path, const json& body) {
+  auto r = CurlJson(s.url() + path, body);
+  EXPECT_TRUE(r.ok()) << r.status() << "\n" << Tail(s.log());
+  return r.ok() ? *r : json::object();
+}
+json Status(const ServerProcess& s) { return Post(s, "/kvtier", json()); }
+
+// Waits until the server's queued stores reached the tiers (chunks_put >= n).
+void WaitPut(const ServerProcess& s, uint64_t n) {
+  for (int i = 0; i < 200; ++i) {
+    if (Status(s).value("chunks_put", uint64_t{0}) >= n) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ADD_FAILURE() << "stores did not reach the tiers: " << Status(s).dump();
+}
+
+// Reference answers from the same binary without any kvtier flag (plain llama-server):
+// the prompt computed cold, and then sent again to the same slot (llama-server reuses the
+// slot's KV and evaluates only the last token).
+struct Ref {
+  json cold;
+  json slot_reuse;
+};
+const Ref& References(uint64_t seed) {
+  static std::map<uint64_t, Ref> refs;
+  if (!refs.count(seed)) {
+    auto s = MustStart(BaseArgs(), "reference-" + std::to_string(seed));
+    if (s) {
+      refs[seed].cold = Post(*s, "/completion", Completion(Prompt(seed)));
+      refs[seed].slot_reuse = Post(*s, "/completion", Completion(Prompt(seed)));
+      EXPECT_EQ(refs[seed].slot_reuse["timings"]["cache_n"], static_cast<int>(kPromptTokens) - 1);
+    }
+  }
+  return refs[seed];
+}
+const json& Reference(uint64_t seed) { return References(seed).cold; }
+
+void ExpectSameAnswer(const json& got, const json& want) {
+  ASSERT_TRUE(want.contains("tokens")) << want.dump();
+  EXPECT_EQ(got["tokens"], want["tokens"]);
+  EXPECT_EQ(got["content"], want["content"]);
+  ASSERT_TRUE(got.contains("completion_probabilities")) << got.dump();
+  EXPECT_EQ(got["completion_probabilities"][0], want["completion_probabilities"][0]);
+}
+
+TEST(LlamaServerKvtierTest, BadFlagValuesExit2NamingTheFlag) {
+  struct Case { std::vector<std::string> args; std::string flag; };
+  const std::vector<Case> cases = {
+      {{"--kvtier-host-mib", "lots"}, "--kvtier-host-mib"},
+      {{"--kvtier-host-mib=-5"}, "--kvtier-host-mib"},
+      {{"--kvtier-daemon", "/tmp/no-scheme.sock"}, "--kvtier-daemon"},
+      {{"--kvtier-chunk-tokens", "3"}, "--kvtier-chunk-tokens"},
+      {{"--kvtier-dir"}, "--kvtier-dir"},
+      {{"--kvtier-dir", "/proc/kvtier-cannot-create"}, "--kvtier-dir"},
+      {{"--kvtier-token", "abcdefgh"}, "--kvtier-token"},
+      {{"--kvtier-bogus", "1"}, "--kvtier-bogus"},
+  };
+  for (const Case& c : cases) {
+    auto [rc, out] = RunToExit(KVT_LLAMA_SERVER_BIN, With(BaseArgs(), c.args));
+    EXPECT_EQ(rc, 2) << c.flag << ": " << out;
+    EXPECT_NE(out.find(c.flag), std::string::npos) << out;
+  }
+  // Without kvtier flags the server has no /kvtier endpoint: it is plain llama-server.
+  auto plain = MustStart(BaseArgs(), "plain");
+  ASSERT_TRUE(plain);
+  auto r = CurlText(plain->url() + "/kvtier");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->find("\"enabled\""), std::string::npos) << *r;
+}
+
+TEST(LlamaServerKvtierTest, RestartedServerIsWarmFromDiskWithIdenticalAnswer) {
+  const json& ref = Reference(1);
+  const std::string dir = MakeTempDir("server-disk");
+  const auto args = Kvtier({"--kvtier-dir", dir, "--kvtier-disk-mib", "16", "--kvtier-host-mib", "0"});
+  {
+    auto s = MustStart(args, "disk-1");
+    ASSERT_TRUE(s);
+    json r = Post(*s, "/completion", Completion(Prompt(1)));
+    EXPECT_EQ(r["timings"]["cache_n"], 0);
+    ExpectSameAnswer(r, ref);
+    EXPECT_EQ(s->Stop(), 0);  // SIGTERM: queued stores are flushed before exit
+  }
+  auto s = MustStart(args, "disk-2");
+  ASSERT_TRUE(s);
+  json r = Post(*s, "/completion", Completion(Prompt(1)));
+  EXPECT_EQ(r["timings"]["cache_n"], kWarmTokens) << r["timings"].dump();
+  EXPECT_EQ(r["timings"]["prompt_n"], static_cast<int>(kPromptTokens) - kWarmTokens);
+  ExpectSameAnswer(r, ref);
+  json st = Status(*s);
+  EXPECT_EQ(st["hits"], 1);
+  EXPECT_EQ(st["loaded_tokens"], kWarmTokens);
+  EXPECT_EQ(st["load_bytes"], kWarmTokens * st["bytes_per_token"].get<uint64_t>());
+  auto m = CurlText(s->url() + "/metrics");
+  ASSERT_TRUE(m.ok());
+  EXPECT_NE(m->find("kvtier_hits_total 1\n"), std::string::npos) << *m;
+  EXPECT_NE(m->find("kvtier_loaded_tokens_total 128\n"), std::string::npos) << *m;
+}
+
+TEST(LlamaServerKvtierTest, CorruptedChunkIsRecomputedWithIdenticalAnswer) {
+  const json& ref = Reference(1);
+  const std::string dir = MakeTempDir("server-corrupt");
+  const auto args = Kvtier({"--kvtier-dir", dir, "--kvtier-disk-mib", "16", "--kvtier-host-mib", "0"});
+  {
+    auto s = MustStart(args, "corrupt-1");
+    ASSERT_TRUE(s);
+    Post(*s, "/completion", Completion(Prompt(1)));
+    EXPECT_EQ(s->Stop(), 0);
+  }
+  // Flip bytes inside the payload of every record (records start 4 KiB aligned).
+  int flipped = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    if (!e.is_regular_file() || e.path().string().find("records") == std::string::npos) continue;
+    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    for (uint64_t off = 1024; off + 1 < e.file_size() && off < (1u << 20); off += 4096) {
+      f.seekg(off);
+      char c = 0;
+      f.read(&c, 1);
+      f.seekp(off);
+      c = static_cast<char>(c ^ 0x5a);
+      f.write(&c, 1);
+      ++flipped;
+    }
+  }
+  ASSERT_GT(flipped, 0);
+  auto s = MustStart(args, "corrupt-2");
+  ASSERT_TRUE(s);
+  json r = Post(*s, "/completion", Completion(Prompt(1)));
+  EXPECT_LT(r["timings"]["cache_n"].get<int>(), kWarmTokens);
+  ExpectSameAnswer(r, ref);
+  json st = Status(*s);
+  EXPECT_GE(st["integrity_errors"].get<int>() + st["load_failures"].get<int>(), 1) << st.dump();
+}
+
+#ifdef KVT_KVTIERD_BIN
+demo::KvtierdProcessOptions DaemonOptions(const std::string& dir) {
+  demo::KvtierdProcessOptions o;
+  o.binary = KVT_KVTIERD_BIN;
+  o.run_dir = dir + "/run";
+  o.data_dir = dir + "/data";
+  o.host_capacity_bytes = 64ull << 20;
+  o.disk_file_bytes = 16ull << 20;
+  o.disk_capacity_bytes = 64ull << 20;
+  return o;
+}
+
+TEST(LlamaServerKvtierTest, TwoServersShareOneKvtierd) {
+  const json& ref = Reference(2);
+  const std::string dir = MakeTempDir("server-share");
+  auto d = demo::KvtierdProcess::Start(DaemonOptions(dir));
+  ASSERT_TRUE(d.ok()) << d.status();
+  const auto args = Kvtier({"--kvtier-daemon", (*d)->target()});
+  auto a = MustStart(args, "share-a");
+  auto b = MustStart(args, "share-b");
+  ASSERT_TRUE(a && b);
+  json ra = Post(*a, "/completion", Completion(Prompt(2)));
+  EXPECT_EQ(ra["timings"]["cache_n"], 0);
+  WaitPut(*a, kWarmTokens / kChunk);
+  json rb = Post(*b, "/completion", Completion(Prompt(2)));
+  EXPECT_EQ(rb["timings"]["cache_n"], kWarmTokens);
+  ExpectSameAnswer(ra, ref);
+  ExpectSameAnswer(rb, ref);
+  EXPECT_EQ(Status(*b)["hits"], 1);
+}
+
+TEST(LlamaServerKvtierTest, KvtierdKilledOrPausedMeansColdAnswersThenHitsResume) {
+  const json& ref1 = Reference(1);
+  const json& ref2 = Reference(2);
+  const std::string dir = MakeTempDir("server-kill");
+  auto d = demo::KvtierdProcess::Start(DaemonOptions(dir));
+  ASSERT_TRUE(d.ok()) << d.status();
+  // --cache-ram 0 and one slot: alternating prompts must come from kvtier.
+  auto s = MustStart(Kvtier({"--kvtier-daemon", (*d)->target(), "--kvtier-timeout-ms", "1000",
+                             "--cache-ram", "0"}),
+                     "kill");
+  ASSERT_TRUE(s);
+  ExpectSameAnswer(Post(*s, "/completion", Completion(Prompt(1))), ref1);
+  WaitPut(*s, 4);
+  ExpectSameAnswer(Post(*s, "/completion", Completion(Prompt(2))), ref2);
+  WaitPut(*s, 8);
+  json warm = Post(*s, "/completion", Completion(Prompt(1)));
+  EXPECT_EQ(warm["timings"]["cache_n"], kWarmTokens);
+  ExpectSameAnswer(warm, ref1);
+
+  // SIGKILL: the next requests answer cold, with the same tokens.
+  kill((*d)->pid(), SIGKILL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  for (uint64_t seed : {2, 1}) {
+    json r = Post(*s, "/completion", Completion(Prompt(seed)));
+    EXPECT_EQ(r["timings"]["cache_n"], 0);
+    ExpectSameAnswer(r, seed == 1 ? ref1 : ref2);
+  }
+  (void)(*d)->Stop();
+  d->reset();
+
+  // Restarted on the same socket: hits resume (chunks lost with the killed daemon's
+  // queue are stored again by the next requests).
+  auto d2 = demo::KvtierdProcess::Start(DaemonOptions(dir));
+  ASSERT_TRUE(d2.ok()) << d2.status();
+  int hits = 0;
+  uint64_t last_seed = 1;
+  for (int i = 0; i < 6 && hits == 0; ++i) {
+    const uint64_t seed = i % 2 == 0 ? 2 : 1;
+    last_seed = seed;
+    json r = Post(*s, "/completion", Completion(Prompt(seed)));
+    ExpectSameAnswer(r, seed == 1 ? ref1 : ref2);
+    if (r["timings"]["cache_n"] == kWarmTokens) ++hits;
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  EXPECT_EQ(hits, 1);
+
+  // SIGSTOP: a paused daemon costs at most the call deadline; answers stay correct.
+  kill((*d2)->pid(), SIGSTOP);
+  // (starting with the prompt the slot does not hold, so nothing is reused in the slot)
+  for (uint64_t seed : {3 - last_seed, last_seed}) {
+    json r = Post(*s, "/completion", Completion(Prompt(seed)));
+    EXPECT_EQ(r["timings"]["cache_n"], 0);
+    ExpectSameAnswer(r, seed == 1 ? ref1 : ref2);
+  }
+  kill((*d2)->pid(), SIGCONT);
+}
+#endif  // KVT_KVTIERD_BIN
+
+TEST(LlamaServerKvtierTest, LoadIntoOneSlotNeverChangesAnother) {
+  const json& ref1 = Reference(1);
+  const json& ref2 = Reference(2);
+  auto s = MustStart(Kvtier({"--kvtier-host-mib", "64", "--cache-ram", "0", "-np", "2", "-c", "2048"}),
+                     "slots");
+  ASSERT_TRUE(s);
+  ExpectSameAnswer(Post(*s, "/completion", Completion(Prompt(1), 0)), ref1);
+  ExpectSameAnswer(Post(*s, "/completion", Completion(Prompt(2), 1)), ref2);
+  WaitPut(*s, 8);
+  // Slot 0 loads prompt 2 from kvtier while slot 1 holds prompt 2 itself.
+  json r0 = Post(*s, "/completion", Completion(Prompt(2), 0));
+  EXPECT_EQ(r0["timings"]["cache_n"], kWarmTokens);
+  ExpectSameAnswer(r0, ref2);
+  // Slot 1 reuses its own KV (llama-server's slot reuse): bit for bit what a plain
+  // server's slot reuse gives, so slot 0's load did not touch it.
+  json r1 = Post(*s, "/completion", Completion(Prompt(2), 1));
+  EXPECT_EQ(r1["timings"]["cache_n"], static_cast<int>(kPromptTokens) - 1);
+  ExpectSameAnswer(r1, References(2).slot_reuse);
+  json r2 = Post(*s, "/completion", Completion(Prompt(1), 0));
+  EXPECT_EQ(r2["timings"]["cache_n"], kWarmTokens);
+  ExpectSameAnswer(r2, ref1);
+}
+
+TEST(LlamaServerKvtierTest, MultiTurnChatLoadsThePreviousTurnsChunks) {
+  const std::string dir = MakeTempDir("server-chat");
+  const auto args = Kvtier({"--kvtier-dir", dir, "--kvtier-disk-mib", "16", "--chat-template", "chatml"});
+  std::string system = "You are a careful assistant.";
+  for (int i = 0; i < 12; ++i) system += " Answer with facts about rivers, mountains and the sea, in order.";
+  json messages = json::array({{{"role", "system"}, {"content", system}},
+                               {{"role", "user"}, {"content", "Tell me about the Danube."}}});
+  int prev_prompt = 0;
+  for (int turn = 0; turn < 3; ++turn) {
+    auto s = MustStart(args, "chat-" + std::to_string(turn));  // a fresh server per turn
+    ASSERT_TRUE(s);
+    json r = Post(*s, "/v1/chat/completions",
+                  {{"messages", messages}, {"max_tokens", 6}, {"temperature", 0.0}});
+    ASSERT_TRUE(r.contains("timings")) << r.dump();
+    const int cache_n = r["timings"]["cache_n"];
+    const int prompt_n = r["timings"]["prompt_n"];
+    if (turn == 0) {
+      EXPECT_EQ(cache_n, 0);
+    } else {
+      // The previous turn's prompt is a prefix of this one: its complete chunks load.
+      EXPECT_EQ(cache_n, prev_prompt / kChunk * kChunk) << r["timings"].dump();
+      EXPECT_GT(cache_n, 0);
+    }
+    prev_prompt = cache_n + prompt_n;
+    EXPECT_EQ(s->Stop(), 0);
+    messages.push_back({{"role", "assistant"}, {"content", r["choices"][0]["message"]["content"]}});
+    messages.push_back({{"role", "user"}, {"content", "And turn " + std::to_string(turn + 2) + "?"}});
+  }
+}
+
+}  // namespace
+}  // namespace kvt::llamacpp::testing
