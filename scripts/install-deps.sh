@@ -12,6 +12,8 @@ PKGS=(
   # Well-kept helpers: logging, flags, config, JSON, HTTP (metrics), Redis peer.
   libspdlog-dev libcli11-dev nlohmann-json3-dev libyaml-cpp-dev libcpp-httplib-dev
   libhiredis-dev redis-server
+  # Fuzzing and sanitizers (scripts/test-sanitizers.sh): clang with libFuzzer/ASan runtimes.
+  clang-14 libclang-rt-14-dev
 )
 
 missing=()

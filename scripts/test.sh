@@ -6,3 +6,4 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh
 ctest --preset release -j "${KVT_TEST_JOBS:-2}" --timeout 900 "$@"
+[ "${KVT_SKIP_SANITIZERS:-0}" = 1 ] || bash scripts/test-sanitizers.sh  # ASan+UBSan, TSan, fuzzers
