@@ -12,7 +12,18 @@ function(kvt_target_defaults target)
   if(KVT_SANITIZE)
     target_compile_options(${target} PRIVATE -fsanitize=${KVT_SANITIZE} -fno-omit-frame-pointer)
     target_link_options(${target} PRIVATE -fsanitize=${KVT_SANITIZE})
+    get_target_property(type ${target} TYPE)
+    if(KVT_SANITIZE MATCHES "thread" AND type STREQUAL "EXECUTABLE")
+      kvt_tsan_absl_shim(${target})
+    endif()
   endif()
+endfunction()
+
+# TSan only: interposes Debian's (uninstrumented) absl::Mutex so TSan sees its locking;
+# see tests/sanitizers/tsan_absl_mutex.cc.
+function(kvt_tsan_absl_shim target)
+  target_sources(${target} PRIVATE ${PROJECT_SOURCE_DIR}/tests/sanitizers/tsan_absl_mutex.cc)
+  target_link_libraries(${target} PRIVATE absl::synchronization ${CMAKE_DL_LIBS})
 endfunction()
 
 # kvt_add_test(NAME name SOURCES a.cc ... [LIBS ...] [LABELS ...] [TIMEOUT s])

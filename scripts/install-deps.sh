@@ -16,6 +16,8 @@ PKGS=(
   clang
   # The llama-server tests talk HTTP with curl (tests/llamacpp/server_test.cc); patch applies llama-server.patch.
   curl patch
+  # Fuzzing and sanitizers (scripts/test-sanitizers.sh): clang with libFuzzer/ASan runtimes.
+  clang-14 libclang-rt-14-dev
 )
 
 missing=()

@@ -8,3 +8,4 @@ bash scripts/build.sh
 bash scripts/check-thread-safety.sh
 bash scripts/install-vllm.sh >/dev/null  # pinned vLLM CPU venv for the `vllm` tests (reused)
 ctest --preset release -j "${KVT_TEST_JOBS:-2}" --timeout 900 "$@"
+[ "${KVT_SKIP_SANITIZERS:-0}" = 1 ] || bash scripts/test-sanitizers.sh  # ASan+UBSan, TSan, fuzzers

@@ -208,6 +208,55 @@ TEST_P(SeqStateTest, OutOfRangeSliceAndWrongPayloadSize) {
   EXPECT_EQ(SeqStateBuilder::Create(spec, 0).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Found by tests/fuzz/fuzz_seq_state: 3 cells of V rows of (2^64 + 2) / 3 bytes multiply
+// to 2 (mod 2^64), so a 2-byte V section used to pass the length check and a blob of 89
+// bytes was accepted with rows of 6e18 bytes (slicing one token then read far out of
+// bounds). It must be refused as DataLoss naming the field.
+TEST(SeqStateOverflowTest, RowSizesWhoseProductOverflowsAreRefused) {
+  std::vector<std::byte> blob;
+  auto put = [&blob](auto v) {
+    const auto* p = reinterpret_cast<const std::byte*>(&v);
+    blob.insert(blob.end(), p, p + sizeof(v));
+  };
+  put(kSeqStateMagic);
+  put(int32_t{0});
+  put(uint32_t{1});  // n_stream
+  put(uint32_t{3});  // cell_count
+  for (int32_t i = 0; i < 3; ++i) {
+    put(i);
+    put(uint32_t{1});
+    put(int32_t{0});
+  }
+  put(uint32_t{0});  // v_trans
+  put(uint32_t{1});  // n_layer
+  put(int32_t{1});
+  put(uint64_t{1});  // k_row_bytes
+  for (int i = 0; i < 3; ++i) blob.push_back(std::byte{1});
+  put(int32_t{1});
+  const uint64_t v_row = 6148914691236517206ull;  // (2^64 + 2) / 3
+  put(v_row);
+  blob.push_back(std::byte{2});
+  blob.push_back(std::byte{3});
+  ASSERT_EQ(blob.size(), 89u);
+
+  auto inferred = InferSeqStateSpec(blob);
+  ASSERT_FALSE(inferred.ok());
+  EXPECT_EQ(inferred.status().code(), absl::StatusCode::kDataLoss) << inferred.status();
+  EXPECT_NE(inferred.status().message().find("v_data"), std::string_view::npos) << inferred.status();
+
+  SeqStateSpec spec;
+  spec.n_layer = 1;
+  spec.type_k = 1;
+  spec.type_v = 1;
+  spec.k_row_bytes = 1;
+  spec.v_row_bytes = v_row;
+  spec.n_embd_v_gqa = static_cast<uint32_t>(v_row);
+  spec.v_elem_bytes = 1;
+  auto view = ParseSeqState(blob, spec);
+  ASSERT_FALSE(view.ok());
+  EXPECT_EQ(view.status().code(), absl::StatusCode::kDataLoss) << view.status();
+}
+
 INSTANTIATE_TEST_SUITE_P(VTrans, SeqStateTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "VTransposed" : "VRows"; });
 

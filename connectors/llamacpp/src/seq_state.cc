@@ -32,6 +32,17 @@ class Reader {
     pos_ += n;
     return absl::OkStatus();
   }
+  // Skips `count` rows of `row_bytes` each; a product that overflows 64 bits is
+  // refused like a truncation (found by tests/fuzz/fuzz_seq_state).
+  absl::Status SkipRows(uint64_t count, uint64_t row_bytes, std::string_view field) {
+    uint64_t n = 0;
+    if (__builtin_mul_overflow(count, row_bytes, &n)) {
+      return absl::DataLossError(absl::StrFormat(
+          "llama.cpp seq state field %s at offset %d: %d rows of %d bytes overflow 64 bits", field,
+          pos_, count, row_bytes));
+    }
+    return Skip(n, field);
+  }
   uint64_t pos() const { return pos_; }
   uint64_t remaining() const { return data_.size() - pos_; }
 
@@ -184,7 +195,7 @@ absl::StatusOr<SeqStateView> ParseSeqState(std::span<const std::byte> blob,
                       static_cast<int64_t>(expect.k_row_bytes));
     }
     view.k_offset[l] = r.pos();
-    if (absl::Status s = r.Skip(cells * k_row, absl::StrCat("layer[", l, "].k_rows")); !s.ok()) return s;
+    if (absl::Status s = r.SkipRows(cells, k_row, absl::StrCat("layer[", l, "].k_rows")); !s.ok()) return s;
   }
   for (uint32_t l = 0; l < n_layer; ++l) {
     at = r.pos();
@@ -210,7 +221,7 @@ absl::StatusOr<SeqStateView> ParseSeqState(std::span<const std::byte> blob,
       }
     }
     view.v_offset[l] = r.pos();
-    if (absl::Status s = r.Skip(cells * expect.v_row_bytes, absl::StrCat("layer[", l, "].v_data"));
+    if (absl::Status s = r.SkipRows(cells, expect.v_row_bytes, absl::StrCat("layer[", l, "].v_data"));
         !s.ok()) {
       return s;
     }
@@ -249,8 +260,15 @@ absl::StatusOr<SeqStateSpec> InferSeqStateSpec(std::span<const std::byte> blob) 
   KVT_ASSIGN_OR_RETURN(spec.k_row_bytes, r.Read<uint64_t>("layer.k_row_bytes"));
   if (spec.k_row_bytes == 0) return absl::DataLossError("llama.cpp seq state field k_row_bytes is 0");
   // Skip all K layers (assumed alike; ParseSeqState below checks it).
-  const uint64_t k_layer = kKLayerHeader + uint64_t{cells} * spec.k_row_bytes;
-  if (absl::Status s = r.Skip(k_layer * spec.n_layer - kKLayerHeader, "k_layers"); !s.ok()) return s;
+  uint64_t k_rows = 0, k_all = 0;
+  if (__builtin_mul_overflow(uint64_t{cells}, spec.k_row_bytes, &k_rows) ||
+      __builtin_add_overflow(k_rows, kKLayerHeader, &k_rows) ||
+      __builtin_mul_overflow(k_rows, uint64_t{spec.n_layer}, &k_all)) {
+    return absl::DataLossError(absl::StrFormat(
+        "llama.cpp seq state: %d layers of %d cells x %d-byte K rows overflow 64 bits", spec.n_layer,
+        cells, spec.k_row_bytes));
+  }
+  if (absl::Status s = r.Skip(k_all - kKLayerHeader, "k_layers"); !s.ok()) return s;
   KVT_ASSIGN_OR_RETURN(spec.type_v, r.Read<int32_t>("layer.v_type"));
   if (!spec.v_trans) {
     KVT_ASSIGN_OR_RETURN(spec.v_row_bytes, r.Read<uint64_t>("layer.v_row_bytes"));
