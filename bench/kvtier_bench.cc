@@ -8,8 +8,11 @@
 int main(int argc, char** argv) {
   auto& modes = kvt::bench::Modes();
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
-    std::fprintf(stderr, "usage: kvtier-bench <mode> [--json] [flags]   (<mode> --help for flags)\nmodes:\n");
-    for (const auto& [name, mode] : modes) std::fprintf(stderr, "  %-10s %s\n", name.c_str(), mode.help.c_str());
+    std::fprintf(
+        stderr,
+        "usage: kvtier-bench <mode> [--json] [flags]   (<mode> --help for flags)\nmodes:\n");
+    for (const auto& [name, mode] : modes)
+      std::fprintf(stderr, "  %-10s %s\n", name.c_str(), mode.help.c_str());
     return argc < 2 ? 2 : 0;
   }
   auto it = modes.find(argv[1]);

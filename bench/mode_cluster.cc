@@ -40,7 +40,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double Gbps(uint64_t bytes, double s) { return s > 0 ? static_cast<double>(bytes) / s / 1e9 : 0; }
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -82,7 +84,8 @@ redisReply* Cmd(int port, const std::vector<std::string>& args) {
     argv.push_back(a.data());
     lens.push_back(a.size());
   }
-  auto* r = static_cast<redisReply*>(redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()));
+  auto* r = static_cast<redisReply*>(
+      redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()));
   redisFree(c);
   return r;
 }
@@ -104,10 +107,27 @@ std::string StartCluster(const std::string& dir, int n, std::vector<std::unique_
       if (PortFree(p) && PortFree(p + 10000)) s->port = p;
     }
     const std::string ps = std::to_string(s->port);
-    std::vector<std::string> args = {"redis-server", "--port", ps, "--bind", "127.0.0.1", "--dir", dir, "--save", "",
-                                     "--appendonly", "no", "--cluster-enabled", "yes", "--cluster-config-file",
-                                     "nodes-" + ps + ".conf", "--maxmemory", "3gb", "--maxmemory-policy",
-                                     "allkeys-lru", "--logfile", dir + "/redis-" + ps + ".log"};
+    std::vector<std::string> args = {"redis-server",
+                                     "--port",
+                                     ps,
+                                     "--bind",
+                                     "127.0.0.1",
+                                     "--dir",
+                                     dir,
+                                     "--save",
+                                     "",
+                                     "--appendonly",
+                                     "no",
+                                     "--cluster-enabled",
+                                     "yes",
+                                     "--cluster-config-file",
+                                     "nodes-" + ps + ".conf",
+                                     "--maxmemory",
+                                     "3gb",
+                                     "--maxmemory-policy",
+                                     "allkeys-lru",
+                                     "--logfile",
+                                     dir + "/redis-" + ps + ".log"};
     s->pid = fork();
     if (s->pid == 0) {
       std::vector<char*> argv;
@@ -127,14 +147,17 @@ std::string StartCluster(const std::string& dir, int n, std::vector<std::unique_
   for (int i = 0; i < n; ++i) {
     const int lo = 16384 * i / n, hi = 16384 * (i + 1) / n - 1;
     CmdText((*out)[i]->port, {"CLUSTER", "ADDSLOTSRANGE", std::to_string(lo), std::to_string(hi)});
-    if (i > 0) CmdText((*out)[i]->port, {"CLUSTER", "MEET", "127.0.0.1", std::to_string((*out)[0]->port)});
+    if (i > 0)
+      CmdText((*out)[i]->port, {"CLUSTER", "MEET", "127.0.0.1", std::to_string((*out)[0]->port)});
   }
   for (int t = 0; t < 1000; ++t) {
     bool ok = true;
     for (auto& s : *out) {
-      ok = ok && CmdText(s->port, {"CLUSTER", "INFO"}).find("cluster_state:ok") != std::string::npos;
+      ok =
+          ok && CmdText(s->port, {"CLUSTER", "INFO"}).find("cluster_state:ok") != std::string::npos;
       redisReply* r = Cmd(s->port, {"CLUSTER", "SLOTS"});
-      ok = ok && r != nullptr && r->type == REDIS_REPLY_ARRAY && r->elements == static_cast<size_t>(n);
+      ok = ok && r != nullptr && r->type == REDIS_REPLY_ARRAY &&
+           r->elements == static_cast<size_t>(n);
       if (r) freeReplyObject(r);
     }
     if (ok) return "";
@@ -149,7 +172,8 @@ std::vector<std::vector<std::byte>> MakeRecords(int n, uint64_t payload_bytes, u
   layout.num_kv_heads = 8;
   layout.head_dim = 128;
   layout.dtype = DType::kBF16;
-  const uint32_t tokens = static_cast<uint32_t>(std::max<uint64_t>(1, payload_bytes / layout.payload_bytes(1)));
+  const uint32_t tokens =
+      static_cast<uint32_t>(std::max<uint64_t>(1, payload_bytes / layout.payload_bytes(1)));
   NamespaceParams np;
   np.model_id = absl::StrFormat("bench-cluster-%d", seed);
   np.layout = layout;
@@ -232,7 +256,8 @@ void MeasureRawRedis(int port, uint64_t total, size_t piece, double* set_gbps, d
   t = Clock::now();
   for (int i = 0; i < n; ++i) {
     auto* r = static_cast<redisReply*>(redisCommand(c, "GET rawbench{x}:%d", i));
-    if (r != nullptr && r->type == REDIS_REPLY_STRING) std::memcpy(out.data(), r->str, std::min(piece, r->len));
+    if (r != nullptr && r->type == REDIS_REPLY_STRING)
+      std::memcpy(out.data(), r->str, std::min(piece, r->len));
     freeReplyObject(r);
   }
   *get_gbps = Gbps(uint64_t(n) * piece, Since(t));
@@ -241,8 +266,9 @@ void MeasureRawRedis(int port, uint64_t total, size_t piece, double* set_gbps, d
 
 // `clients` threads, each its own ClusterTier, each getting (or putting) every record.
 // Returns aggregate GB/s; "" in *error or why not.
-double MeasureTier(const std::vector<std::string>& seeds, uint64_t piece, const std::vector<std::vector<std::byte>>& recs,
-                   int clients, bool put, std::string* error) {
+double MeasureTier(const std::vector<std::string>& seeds, uint64_t piece,
+                   const std::vector<std::vector<std::byte>>& recs, int clients, bool put,
+                   std::string* error) {
   std::vector<std::unique_ptr<ClusterTier>> tiers;
   for (int i = 0; i < clients; ++i) {
     ClusterTierOptions o;
@@ -278,7 +304,8 @@ double MeasureTier(const std::vector<std::string>& seeds, uint64_t piece, const 
   }
   for (auto& th : threads) th.join();
   const double s = Since(t);
-  if (failures.load() > 0) *error = absl::StrFormat("%d tier %s calls failed", failures.load(), put ? "put" : "get");
+  if (failures.load() > 0)
+    *error = absl::StrFormat("%d tier %s calls failed", failures.load(), put ? "put" : "get");
   uint64_t bytes = 0;
   for (auto& r : recs) bytes += r.size();
   return Gbps(bytes * static_cast<uint64_t>(clients), s);
@@ -290,9 +317,11 @@ int RunCluster(int argc, char** argv) {
   double chunk_mib = 32, piece_mib = 4;
   bool json = false;
   app.add_option("--chunks", chunks, "records per measurement")->check(CLI::Range(1, 64));
-  app.add_option("--chunk-mib", chunk_mib, "payload MiB per record (32 = 256 Llama-3-8B tokens)")->check(CLI::Range(0.125, 256.0));
+  app.add_option("--chunk-mib", chunk_mib, "payload MiB per record (32 = 256 Llama-3-8B tokens)")
+      ->check(CLI::Range(0.125, 256.0));
   app.add_option("--piece-mib", piece_mib, "piece size, MiB")->check(CLI::Range(0.0625, 512.0));
-  app.add_option("--rounds", rounds, "interleaved rounds (medians reported)")->check(CLI::Range(1, 20));
+  app.add_option("--rounds", rounds, "interleaved rounds (medians reported)")
+      ->check(CLI::Range(1, 20));
   app.add_flag("--json", json, "one JSON object");
   try {
     app.parse(argc, argv);
@@ -324,7 +353,8 @@ int RunCluster(int argc, char** argv) {
     f["redis_get_gbps"].push_back(get);
     f["tier_put_gbps_1shard"].push_back(MeasureTier(seeds(one), piece, recs, 1, true, &error));
     f["tier_get_gbps_1shard"].push_back(MeasureTier(seeds(one), piece, recs, 1, false, &error));
-    f["tier_get_gbps_1shard_3clients"].push_back(MeasureTier(seeds(one), piece, recs, 3, false, &error));
+    f["tier_get_gbps_1shard_3clients"].push_back(
+        MeasureTier(seeds(one), piece, recs, 3, false, &error));
     f["tier_put_gbps_3shards"].push_back(MeasureTier(seeds(three), piece, recs, 3, true, &error));
     f["tier_get_gbps_3shards"].push_back(MeasureTier(seeds(three), piece, recs, 3, false, &error));
   }
@@ -338,7 +368,9 @@ int RunCluster(int argc, char** argv) {
   out["rounds"] = rounds;
   out["cores"] = std::thread::hardware_concurrency();
   for (auto& [k, v] : f) out[k] = Median(v);
-  auto num = [&](const char* k) { return out.contains(k) && out[k].is_number() ? out[k].get<double>() : 0.0; };
+  auto num = [&](const char* k) {
+    return out.contains(k) && out[k].is_number() ? out[k].get<double>() : 0.0;
+  };
   auto ratio = [&](const char* a, const char* b) { return num(b) > 0 ? num(a) / num(b) : 0.0; };
   out["tier_get_over_redis_get"] = ratio("tier_get_gbps_1shard", "redis_get_gbps");
   out["tier_get_3shards_over_1shard"] = ratio("tier_get_gbps_3shards", "tier_get_gbps_1shard");
@@ -347,28 +379,36 @@ int RunCluster(int argc, char** argv) {
   if (json) {
     std::printf("%s\n", out.dump().c_str());
   } else {
-    std::printf("kvtier-bench cluster: %d records of %.1f MiB in %.2f MiB pieces, %d interleaved rounds, medians, %u cores\n",
-                chunks, recs[0].size() / 1048576.0, piece / 1048576.0, rounds, std::thread::hardware_concurrency());
+    std::printf(
+        "kvtier-bench cluster: %d records of %.1f MiB in %.2f MiB pieces, %d interleaved rounds, "
+        "medians, %u cores\n",
+        chunks, recs[0].size() / 1048576.0, piece / 1048576.0, rounds,
+        std::thread::hardware_concurrency());
     std::printf("  %-34s %8s  %s\n", "path", "GB/s", "ratio");
     std::printf("  %-34s %8.2f\n", "loopback TCP (1 stream)", num("tcp_gbps"));
     std::printf("  %-34s %8.2f\n", "raw redis SET (piece values, -P 1)", num("redis_set_gbps"));
-    std::printf("  %-34s %8.2f  %.2f x TCP\n", "raw redis GET (piece values, -P 1)", num("redis_get_gbps"),
-                ratio("redis_get_gbps", "tcp_gbps"));
+    std::printf("  %-34s %8.2f  %.2f x TCP\n", "raw redis GET (piece values, -P 1)",
+                num("redis_get_gbps"), ratio("redis_get_gbps", "tcp_gbps"));
     std::printf("  %-34s %8.2f\n", "tier put, 1 shard, 1 client", num("tier_put_gbps_1shard"));
-    std::printf("  %-34s %8.2f  %.2f x raw redis GET (target 0.8), %.2f x TCP\n", "tier get, 1 shard, 1 client",
-                num("tier_get_gbps_1shard"), ratio("tier_get_gbps_1shard", "redis_get_gbps"),
+    std::printf("  %-34s %8.2f  %.2f x raw redis GET (target 0.8), %.2f x TCP\n",
+                "tier get, 1 shard, 1 client", num("tier_get_gbps_1shard"),
+                ratio("tier_get_gbps_1shard", "redis_get_gbps"),
                 ratio("tier_get_gbps_1shard", "tcp_gbps"));
     std::printf("  %-34s %8.2f  %.2f x 1 shard 1 client\n", "tier get, 1 shard, 3 clients",
-                num("tier_get_gbps_1shard_3clients"), ratio("tier_get_gbps_1shard_3clients", "tier_get_gbps_1shard"));
+                num("tier_get_gbps_1shard_3clients"),
+                ratio("tier_get_gbps_1shard_3clients", "tier_get_gbps_1shard"));
     std::printf("  %-34s %8.2f\n", "tier put, 3 shards, 3 clients", num("tier_put_gbps_3shards"));
     std::printf("  %-34s %8.2f  %.2f x 1 shard (target 1.5)\n", "tier get, 3 shards, 3 clients",
-                num("tier_get_gbps_3shards"), ratio("tier_get_gbps_3shards", "tier_get_gbps_1shard"));
+                num("tier_get_gbps_3shards"),
+                ratio("tier_get_gbps_3shards", "tier_get_gbps_1shard"));
     if (!error.empty()) std::printf("  error: %s\n", error.c_str());
   }
   return error.empty() ? 0 : 1;
 }
 
-KVT_BENCH_MODE(cluster, "Redis Cluster tier put/get (1 and 3 shards) vs raw redis GET/SET and loopback TCP", RunCluster);
+KVT_BENCH_MODE(cluster,
+               "Redis Cluster tier put/get (1 and 3 shards) vs raw redis GET/SET and loopback TCP",
+               RunCluster);
 
 }  // namespace
 }  // namespace kvt::bench

@@ -59,7 +59,9 @@ double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 std::string FindKvtierd(const std::string& flag) {
   if (!flag.empty()) return flag;
@@ -67,7 +69,8 @@ std::string FindKvtierd(const std::string& flag) {
   std::error_code ec;
   auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec) {
-    for (auto cand : {self.parent_path() / "kvtierd", self.parent_path().parent_path() / "daemon" / "kvtierd"})
+    for (auto cand :
+         {self.parent_path() / "kvtierd", self.parent_path().parent_path() / "daemon" / "kvtierd"})
       if (std::filesystem::exists(cand)) return cand.string();
   }
   return "kvtierd";  // PATH
@@ -198,9 +201,10 @@ class RedisPeer {
       if (std::filesystem::exists(p)) server = p;
     if (server.empty()) return "redis-server not installed (apt-get install redis-server)";
     const int port = FreePort();
-    pid_ = Spawn({server, "--port", std::to_string(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                  "--dir", dir, "--protected-mode", "yes", "--daemonize", "no"},
-                 dir + "/redis.log");
+    pid_ =
+        Spawn({server, "--port", std::to_string(port), "--bind", "127.0.0.1", "--save", "",
+               "--appendonly", "no", "--dir", dir, "--protected-mode", "yes", "--daemonize", "no"},
+              dir + "/redis.log");
     const auto until = Clock::now() + std::chrono::seconds(5);
     while (Clock::now() < until) {
       timeval tv{1, 0};
@@ -220,7 +224,8 @@ class RedisPeer {
     Stop(pid_);
   }
   // SET then GET every record once; "" on success.
-  std::string Measure(const std::vector<std::vector<std::byte>>& recs, double* set_gbps, double* get_gbps) {
+  std::string Measure(const std::vector<std::vector<std::byte>>& recs, double* set_gbps,
+                      double* get_gbps) {
 #if !KVT_HAVE_HIREDIS
     (void)recs, (void)set_gbps, (void)get_gbps;
     return "kvtier-bench built without hiredis";
@@ -228,7 +233,8 @@ class RedisPeer {
     uint64_t bytes = 0;
     auto t = Clock::now();
     for (size_t i = 0; i < recs.size(); ++i) {
-      auto* reply = static_cast<redisReply*>(redisCommand(c_, "SET k%d %b", static_cast<int>(i), recs[i].data(), recs[i].size()));
+      auto* reply = static_cast<redisReply*>(
+          redisCommand(c_, "SET k%d %b", static_cast<int>(i), recs[i].data(), recs[i].size()));
       const bool ok = reply != nullptr && reply->type != REDIS_REPLY_ERROR;
       if (reply) freeReplyObject(reply);
       if (!ok) return "SET failed";
@@ -239,8 +245,11 @@ class RedisPeer {
     t = Clock::now();
     for (size_t i = 0; i < recs.size(); ++i) {
       auto* reply = static_cast<redisReply*>(redisCommand(c_, "GET k%d", static_cast<int>(i)));
-      const bool ok = reply != nullptr && reply->type == REDIS_REPLY_STRING && reply->len == recs[i].size();
-      if (ok) std::memcpy(dst.data(), reply->str, reply->len);  // into the caller's buffer, like RemoteClient::Get
+      const bool ok =
+          reply != nullptr && reply->type == REDIS_REPLY_STRING && reply->len == recs[i].size();
+      if (ok)
+        std::memcpy(dst.data(), reply->str,
+                    reply->len);  // into the caller's buffer, like RemoteClient::Get
       if (reply) freeReplyObject(reply);
       if (!ok) return "GET failed";
     }
@@ -264,10 +273,13 @@ int RunRemote(int argc, char** argv) {
   std::string kvtierd_flag;
   uint32_t part_mib = 8;
   app.add_flag("--json", json, "print one JSON object");
-  app.add_option("--chunks", chunks, "distinct chunks moved per round and path")->check(CLI::Range(1, 64));
-  app.add_option("--rounds", rounds, "rounds; every path runs once per round (interleaved), median reported")
+  app.add_option("--chunks", chunks, "distinct chunks moved per round and path")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--rounds", rounds,
+                 "rounds; every path runs once per round (interleaved), median reported")
       ->check(CLI::Range(1, 100));
-  app.add_option("--tokens", tokens, "tokens per chunk (128 KiB each; 256 = 32 MiB)")->check(CLI::Range(1, 2048));
+  app.add_option("--tokens", tokens, "tokens per chunk (128 KiB each; 256 = 32 MiB)")
+      ->check(CLI::Range(1, 2048));
   app.add_option("--part-mib", part_mib, "gRPC message data size, MiB")->check(CLI::Range(1, 8));
   app.add_option("--kvtierd", kvtierd_flag, "path of the kvtierd binary");
   CLI11_PARSE(app, argc, argv);
@@ -285,8 +297,10 @@ int RunRemote(int argc, char** argv) {
   {
     std::ofstream cfg(dir + "/kvtierd.yaml");
     cfg << "listen: " << sock << "\ndata_dir: " << dir << "/data\nhost_capacity: " << host_cap
-        << "\ndisk_capacity: " << host_cap * 2 << "\ndisk_file_bytes: 256MiB\nmax_record_bytes: 256MiB\n"
-        << "max_inflight_bytes: 1GiB\ndurability: async\nworkers: 2\nlog_level: warn\nmetrics:\n  listen: \"\"\n"
+        << "\ndisk_capacity: " << host_cap * 2
+        << "\ndisk_file_bytes: 256MiB\nmax_record_bytes: 256MiB\n"
+        << "max_inflight_bytes: 1GiB\ndurability: async\nworkers: 2\nlog_level: warn\nmetrics:\n  "
+           "listen: \"\"\n"
         << "get_part_bytes: " << (part_mib << 20) << "\nready_file: " << dir << "/ready.json\n";
   }
   const std::string bin = FindKvtierd(kvtierd_flag);
@@ -352,7 +366,8 @@ int RunRemote(int argc, char** argv) {
         auto t0 = Clock::now();
         std::memcpy(region + off, recs[i].data(), rec_bytes);  // the producer's write
         auto t1 = Clock::now();
-        if (auto s = client->PutShm(*session, off, rec_bytes); !s.ok()) daemon_error = "shm put: " + s.ToString();
+        if (auto s = client->PutShm(*session, off, rec_bytes); !s.ok())
+          daemon_error = "shm put: " + s.ToString();
         auto t2 = Clock::now();
         put_s += std::chrono::duration<double>(t2 - t1).count();
         put_copy_s += std::chrono::duration<double>(t2 - t0).count();
@@ -392,8 +407,9 @@ int RunRemote(int argc, char** argv) {
   out["chunks"] = chunks;
   out["rounds"] = rounds;
   out["durability"] = "async";
-  for (const char* k : {"grpc_put_gbps", "grpc_get_gbps", "shm_put_gbps", "shm_get_gbps", "tcp_gbps", "memcpy_gbps",
-                        "redis_set_gbps", "redis_get_gbps", "shm_put_with_copy_gbps", "shm_get_with_copy_gbps"}) {
+  for (const char* k :
+       {"grpc_put_gbps", "grpc_get_gbps", "shm_put_gbps", "shm_get_gbps", "tcp_gbps", "memcpy_gbps",
+        "redis_set_gbps", "redis_get_gbps", "shm_put_with_copy_gbps", "shm_get_with_copy_gbps"}) {
     if (f.count(k) && (std::string(k).rfind("redis", 0) != 0 || redis_why.empty()))
       out[k] = Median(f[k]);
     else
@@ -404,7 +420,9 @@ int RunRemote(int argc, char** argv) {
   if (!daemon_error.empty()) out["daemon_error"] = daemon_error;
   std::filesystem::remove_all(dir);
 
-  auto num = [&](const char* k) { return out.contains(k) && out[k].is_number() ? out[k].get<double>() : 0.0; };
+  auto num = [&](const char* k) {
+    return out.contains(k) && out[k].is_number() ? out[k].get<double>() : 0.0;
+  };
   auto ratio = [&](const char* a, const char* b) { return num(b) > 0 ? num(a) / num(b) : 0.0; };
   out["grpc_get_over_tcp"] = ratio("grpc_get_gbps", "tcp_gbps");
   out["grpc_get_over_redis_get"] = ratio("grpc_get_gbps", "redis_get_gbps");
@@ -413,22 +431,26 @@ int RunRemote(int argc, char** argv) {
   if (json) {
     std::printf("%s\n", out.dump().c_str());
   } else {
-    std::printf("kvtier-bench remote: %d chunks of %.1f MiB per path and round, %d interleaved rounds, medians\n",
-                chunks, rec_bytes / 1048576.0, rounds);
+    std::printf(
+        "kvtier-bench remote: %d chunks of %.1f MiB per path and round, %d interleaved rounds, "
+        "medians\n",
+        chunks, rec_bytes / 1048576.0, rounds);
     std::printf("  %-24s %8s  %s\n", "path", "GB/s", "ratio");
     std::printf("  %-24s %8.2f\n", "memcpy (1 thread)", num("memcpy_gbps"));
     std::printf("  %-24s %8.2f\n", "loopback TCP (1 stream)", num("tcp_gbps"));
-    std::printf("  %-24s %8.2f  %.2f x TCP\n", "gRPC put", num("grpc_put_gbps"), ratio("grpc_put_gbps", "tcp_gbps"));
+    std::printf("  %-24s %8.2f  %.2f x TCP\n", "gRPC put", num("grpc_put_gbps"),
+                ratio("grpc_put_gbps", "tcp_gbps"));
     std::printf("  %-24s %8.2f  %.2f x TCP (target 0.6), %.2f x redis GET (target 2)\n", "gRPC get",
-                num("grpc_get_gbps"), ratio("grpc_get_gbps", "tcp_gbps"), ratio("grpc_get_gbps", "redis_get_gbps"));
+                num("grpc_get_gbps"), ratio("grpc_get_gbps", "tcp_gbps"),
+                ratio("grpc_get_gbps", "redis_get_gbps"));
     std::printf("  %-24s %8.2f  %.2f x memcpy (target 0.7)\n", "shm put", num("shm_put_gbps"),
                 ratio("shm_put_gbps", "memcpy_gbps"));
     std::printf("  %-24s %8.2f  %.2f x memcpy (target 0.7)\n", "shm get", num("shm_get_gbps"),
                 ratio("shm_get_gbps", "memcpy_gbps"));
-    std::printf("  %-24s %8.2f  %.2f x memcpy\n", "shm put incl. copy in", num("shm_put_with_copy_gbps"),
-                ratio("shm_put_with_copy_gbps", "memcpy_gbps"));
-    std::printf("  %-24s %8.2f  %.2f x memcpy\n", "shm get incl. copy out", num("shm_get_with_copy_gbps"),
-                ratio("shm_get_with_copy_gbps", "memcpy_gbps"));
+    std::printf("  %-24s %8.2f  %.2f x memcpy\n", "shm put incl. copy in",
+                num("shm_put_with_copy_gbps"), ratio("shm_put_with_copy_gbps", "memcpy_gbps"));
+    std::printf("  %-24s %8.2f  %.2f x memcpy\n", "shm get incl. copy out",
+                num("shm_get_with_copy_gbps"), ratio("shm_get_with_copy_gbps", "memcpy_gbps"));
     if (redis_why.empty()) {
       std::printf("  %-24s %8.2f\n  %-24s %8.2f\n", "redis SET", num("redis_set_gbps"), "redis GET",
                   num("redis_get_gbps"));

@@ -70,7 +70,8 @@ std::string FindKvtierdBinary(const std::string& flag) {
   std::error_code ec;
   auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec) {
-    for (auto cand : {self.parent_path() / "kvtierd", self.parent_path().parent_path() / "daemon" / "kvtierd"})
+    for (auto cand :
+         {self.parent_path() / "kvtierd", self.parent_path().parent_path() / "daemon" / "kvtierd"})
       if (std::filesystem::exists(cand)) return cand.string();
   }
   return "kvtierd";
@@ -195,10 +196,16 @@ ClientResult RunClient(int c, const std::string& target, NamespaceId ns, const S
 }
 
 nlohmann::json ToJson(const ClientResult& r) {
-  return {{"puts", r.puts},     {"gets", r.gets},       {"hits", r.hits},
-          {"misses", r.misses}, {"lookups", r.lookups}, {"errors", r.errors},
-          {"wrong_bytes", r.wrong_bytes}, {"bytes_put", r.bytes_put},
-          {"bytes_got", r.bytes_got}, {"first_error", r.first_error}};
+  return {{"puts", r.puts},
+          {"gets", r.gets},
+          {"hits", r.hits},
+          {"misses", r.misses},
+          {"lookups", r.lookups},
+          {"errors", r.errors},
+          {"wrong_bytes", r.wrong_bytes},
+          {"bytes_put", r.bytes_put},
+          {"bytes_got", r.bytes_got},
+          {"first_error", r.first_error}};
 }
 
 pid_t SpawnDaemon(const std::string& bin, const std::string& dir) {
@@ -221,25 +228,33 @@ int RunSoak(int argc, char** argv) {
   SoakOptions o;
   bool json = false;
   app.add_flag("--json", json, "print one JSON object");
-  app.add_option("--minutes", o.minutes, "how long the clients run")->check(CLI::Range(0.01, 1440.0));
+  app.add_option("--minutes", o.minutes, "how long the clients run")
+      ->check(CLI::Range(0.01, 1440.0));
   app.add_option("--clients", o.clients, "client processes")->check(CLI::Range(1, 64));
   app.add_option("--tokens", o.tokens, "tokens per chunk")->check(CLI::Range(1, 2048));
-  app.add_option("--chunks-per-prompt", o.chunks_per_prompt, "chunks per stored prompt")->check(CLI::Range(1, 64));
-  app.add_option("--layers", o.layout.num_layers, "model layers (default Llama-3.2-1B: 16)")->check(CLI::Range(1, 256));
+  app.add_option("--chunks-per-prompt", o.chunks_per_prompt, "chunks per stored prompt")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--layers", o.layout.num_layers, "model layers (default Llama-3.2-1B: 16)")
+      ->check(CLI::Range(1, 256));
   app.add_option("--kv-heads", o.layout.num_kv_heads, "KV heads (8)")->check(CLI::Range(1, 256));
   app.add_option("--head-dim", o.layout.head_dim, "head dim (64)")->check(CLI::Range(1, 1024));
   uint64_t host_mib = o.host_bytes >> 20, disk_mib = o.disk_bytes >> 20;
-  app.add_option("--host-capacity-mib", host_mib, "kvtierd host tier, MiB (512)")->check(CLI::Range(16, 1 << 20));
-  app.add_option("--disk-capacity-mib", disk_mib, "kvtierd disk tier, MiB (2048)")->check(CLI::Range(64, 1 << 24));
-  app.add_option("--durability", o.durability, "kvtierd durability")->check(CLI::IsMember({"sync", "async"}));
+  app.add_option("--host-capacity-mib", host_mib, "kvtierd host tier, MiB (512)")
+      ->check(CLI::Range(16, 1 << 20));
+  app.add_option("--disk-capacity-mib", disk_mib, "kvtierd disk tier, MiB (2048)")
+      ->check(CLI::Range(64, 1 << 24));
+  app.add_option("--durability", o.durability, "kvtierd durability")
+      ->check(CLI::IsMember({"sync", "async"}));
   app.add_option("--kvtierd", o.kvtierd, "path of the kvtierd binary");
   CLI11_PARSE(app, argc, argv);
   o.host_bytes = host_mib << 20;
   o.disk_bytes = disk_mib << 20;
   const uint64_t record_bytes = kChunkHeaderBytes + o.layout.payload_bytes(o.tokens);
   if (record_bytes > o.inflight_bytes / 2 || record_bytes * 4 > o.host_bytes) {
-    std::fprintf(stderr, "kvtier-bench soak: %llu-byte records do not fit the host tier / in-flight budget\n",
-                 static_cast<unsigned long long>(record_bytes));
+    std::fprintf(
+        stderr,
+        "kvtier-bench soak: %llu-byte records do not fit the host tier / in-flight budget\n",
+        static_cast<unsigned long long>(record_bytes));
     return 2;
   }
 
@@ -247,14 +262,16 @@ int RunSoak(int argc, char** argv) {
   if (mkdtemp(tmpl.data()) == nullptr) return 1;
   const std::string dir = tmpl;
   const std::string target = "unix://" + dir + "/kvtierd.sock";
-  const uint64_t file_bytes = std::max<uint64_t>(64ull << 20, (record_bytes + 4095) / 4096 * 4096 * 4);
+  const uint64_t file_bytes =
+      std::max<uint64_t>(64ull << 20, (record_bytes + 4095) / 4096 * 4096 * 4);
   {
     std::ofstream cfg(dir + "/kvtierd.yaml");
     cfg << "listen: " << target << "\ndata_dir: " << dir << "/data\nhost_capacity: " << o.host_bytes
         << "\ndisk_capacity: " << o.disk_bytes << "\ndisk_file_bytes: " << file_bytes
         << "\nmax_record_bytes: " << std::min<uint64_t>(file_bytes, 256ull << 20)
         << "\nmax_inflight_bytes: " << o.inflight_bytes << "\ndurability: " << o.durability
-        << "\nworkers: 2\nlog_level: warn\nmetrics:\n  listen: \"\"\nready_file: " << dir << "/ready.json\n";
+        << "\nworkers: 2\nlog_level: warn\nmetrics:\n  listen: \"\"\nready_file: " << dir
+        << "/ready.json\n";
   }
   const uint64_t budget = o.host_bytes + o.inflight_bytes + (128ull << 20);
   const std::string bin = FindKvtierdBinary(o.kvtierd);
@@ -265,14 +282,14 @@ int RunSoak(int argc, char** argv) {
     if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   if (!ready) {
-    std::fprintf(stderr, "kvtier-bench soak: kvtierd (%s) did not start in 30 s (log %s/kvtierd.log)\n",
+    std::fprintf(stderr,
+                 "kvtier-bench soak: kvtierd (%s) did not start in 30 s (log %s/kvtierd.log)\n",
                  bin.c_str(), dir.c_str());
     kill(daemon, SIGKILL);
     return 1;
   }
-  const NamespaceId ns = ComputeNamespace(NamespaceParams{.model_id = "kvtier-bench-soak",
-                                                          .layout = o.layout,
-                                                          .chunk_tokens = o.tokens});
+  const NamespaceId ns = ComputeNamespace(NamespaceParams{
+      .model_id = "kvtier-bench-soak", .layout = o.layout, .chunk_tokens = o.tokens});
   const auto start = Clock::now();
   const auto until = start + std::chrono::milliseconds(static_cast<int64_t>(o.minutes * 60000));
   std::vector<pid_t> kids;
@@ -332,41 +349,44 @@ int RunSoak(int argc, char** argv) {
   const uint64_t errors = total.errors + died + (daemon_alive ? 0 : 1) + (clean_exit ? 0 : 1);
   const double peak_mib = peak_rss_kib / 1024.0, budget_mib = budget / double(1 << 20);
   const bool ok = errors == 0 && total.wrong_bytes == 0 && peak_mib <= budget_mib;
-  nlohmann::json out = {
-      {"minutes", o.minutes},
-      {"clients", o.clients},
-      {"peak_rss_mib", peak_mib},
-      {"budget_mib", budget_mib},
-      {"wrong_bytes", total.wrong_bytes},
-      {"errors", errors},
-      {"seconds", seconds},
-      {"record_bytes", record_bytes},
-      {"puts", total.puts},
-      {"gets", total.gets},
-      {"hits", total.hits},
-      {"misses_after_lookup", total.misses},
-      {"put_mib_per_s", total.bytes_put / seconds / (1 << 20)},
-      {"get_mib_per_s", total.bytes_got / seconds / (1 << 20)},
-      {"clients_died", died},
-      {"daemon_alive_at_end", daemon_alive},
-      {"daemon_clean_exit", clean_exit},
-      {"host_capacity_mib", o.host_bytes >> 20},
-      {"disk_capacity_mib", o.disk_bytes >> 20},
-      {"max_inflight_mib", o.inflight_bytes >> 20},
-      {"durability", o.durability},
-      {"first_error", total.first_error},
-      {"ok", ok}};
+  nlohmann::json out = {{"minutes", o.minutes},
+                        {"clients", o.clients},
+                        {"peak_rss_mib", peak_mib},
+                        {"budget_mib", budget_mib},
+                        {"wrong_bytes", total.wrong_bytes},
+                        {"errors", errors},
+                        {"seconds", seconds},
+                        {"record_bytes", record_bytes},
+                        {"puts", total.puts},
+                        {"gets", total.gets},
+                        {"hits", total.hits},
+                        {"misses_after_lookup", total.misses},
+                        {"put_mib_per_s", total.bytes_put / seconds / (1 << 20)},
+                        {"get_mib_per_s", total.bytes_got / seconds / (1 << 20)},
+                        {"clients_died", died},
+                        {"daemon_alive_at_end", daemon_alive},
+                        {"daemon_clean_exit", clean_exit},
+                        {"host_capacity_mib", o.host_bytes >> 20},
+                        {"disk_capacity_mib", o.disk_bytes >> 20},
+                        {"max_inflight_mib", o.inflight_bytes >> 20},
+                        {"durability", o.durability},
+                        {"first_error", total.first_error},
+                        {"ok", ok}};
   if (json) {
     std::printf("%s\n", out.dump(2).c_str());
   } else {
     std::printf("soak: %d clients x %.1f min against kvtierd (durability %s), %llu-byte records\n",
-                o.clients, o.minutes, o.durability.c_str(), static_cast<unsigned long long>(record_bytes));
-    std::printf("  peak RSS      %8.1f MiB   budget %.1f MiB (host %llu + in-flight %llu + 128) -> %.2f of budget\n",
-                peak_mib, budget_mib, static_cast<unsigned long long>(o.host_bytes >> 20),
-                static_cast<unsigned long long>(o.inflight_bytes >> 20), peak_mib / budget_mib);
+                o.clients, o.minutes, o.durability.c_str(),
+                static_cast<unsigned long long>(record_bytes));
+    std::printf(
+        "  peak RSS      %8.1f MiB   budget %.1f MiB (host %llu + in-flight %llu + 128) -> %.2f of "
+        "budget\n",
+        peak_mib, budget_mib, static_cast<unsigned long long>(o.host_bytes >> 20),
+        static_cast<unsigned long long>(o.inflight_bytes >> 20), peak_mib / budget_mib);
     std::printf("  puts %llu (%.0f MiB/s), gets %llu: %llu hits, %llu misses after lookup\n",
                 static_cast<unsigned long long>(total.puts), total.bytes_put / seconds / (1 << 20),
-                static_cast<unsigned long long>(total.gets), static_cast<unsigned long long>(total.hits),
+                static_cast<unsigned long long>(total.gets),
+                static_cast<unsigned long long>(total.hits),
                 static_cast<unsigned long long>(total.misses));
     std::printf("  errors %llu, wrong bytes %llu%s%s\n", static_cast<unsigned long long>(errors),
                 static_cast<unsigned long long>(total.wrong_bytes),
@@ -374,13 +394,17 @@ int RunSoak(int argc, char** argv) {
     std::printf("  %s\n", ok ? "OK" : "FAILED (errors, wrong bytes or over budget)");
   }
   std::error_code ec;
-  if (ok) std::filesystem::remove_all(dir, ec);
-  else std::fprintf(stderr, "kvtier-bench soak: kept %s (kvtierd.log, client-*.json)\n", dir.c_str());
+  if (ok)
+    std::filesystem::remove_all(dir, ec);
+  else
+    std::fprintf(stderr, "kvtier-bench soak: kept %s (kvtierd.log, client-*.json)\n", dir.c_str());
   return ok ? 0 : 1;
 }
 
 }  // namespace
 
-KVT_BENCH_MODE(soak, "N client processes against one kvtierd: peak RSS vs budget, errors, wrong bytes", RunSoak);
+KVT_BENCH_MODE(soak,
+               "N client processes against one kvtierd: peak RSS vs budget, errors, wrong bytes",
+               RunSoak);
 
 }  // namespace kvt::bench

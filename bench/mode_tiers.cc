@@ -38,6 +38,7 @@
 #include "kvstore/chunk_codec.h"
 #include "kvstore/disk_tier.h"
 #include "kvstore/host_tier.h"
+#include "kvstore/store_factory.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
@@ -72,7 +73,8 @@ Buffer Aligned(uint64_t bytes) {
 double RawTransfer(int fd, bool write, const std::vector<Buffer>& bufs, uint64_t rec, uint32_t qd,
                    uint64_t io, bool sync_each_record = false) {
   io_uring ring;
-  if (int rc = io_uring_queue_init(qd, &ring, 0); rc < 0) Die(std::string("io_uring: ") + std::strerror(-rc));
+  if (int rc = io_uring_queue_init(qd, &ring, 0); rc < 0)
+    Die(std::string("io_uring: ") + std::strerror(-rc));
   const uint64_t padded = RoundUp(rec);
   struct Piece {
     std::byte* buf;
@@ -126,7 +128,8 @@ int RunTiers(int argc, char** argv) {
   std::vector<uint32_t> threads = {2, 4};
   app.add_flag("--json", json, "print one JSON object");
   app.add_option("--dir", dir, "directory for the disk phases (default: a fresh temp dir)");
-  app.add_option("--chunks", chunks, "chunks per phase (32 MiB each)")->check(CLI::Range(1u, 4096u));
+  app.add_option("--chunks", chunks, "chunks per phase (32 MiB each)")
+      ->check(CLI::Range(1u, 4096u));
   app.add_option("--tokens", tokens, "tokens per chunk")->check(CLI::Range(1u, 4096u));
   app.add_option("--queue-depth", qd, "I/Os in flight (raw and disk)")->check(CLI::Range(1u, 256u));
   app.add_option("--io-mib", io_mib, "I/O size in MiB")->check(CLI::Range(1u, 64u));
@@ -140,8 +143,9 @@ int RunTiers(int argc, char** argv) {
   if (json) spdlog::set_level(spdlog::level::warn);
   const uint64_t io = io_mib << 20;
 
-  fs::path base = dir.empty() ? fs::temp_directory_path() / ("kvtier-bench-" + std::to_string(::getpid()))
-                              : fs::path(dir);
+  fs::path base = dir.empty()
+                      ? fs::temp_directory_path() / ("kvtier-bench-" + std::to_string(::getpid()))
+                      : fs::path(dir);
   std::error_code ec;
   fs::create_directories(base, ec);
   if (ec) Die("cannot create " + base.string() + ": " + ec.message());
@@ -169,7 +173,8 @@ int RunTiers(int argc, char** argv) {
     std::memcpy(payload.data(), &i, sizeof i);  // distinct payloads
     recs.push_back(Aligned(padded));
     std::memset(recs.back().get() + rec, 0, padded - rec);
-    if (absl::Status s = chain.EncodeNext(key, tokens, payload, std::span<std::byte>(recs.back().get(), rec));
+    if (absl::Status s =
+            chain.EncodeNext(key, tokens, payload, std::span<std::byte>(recs.back().get(), rec));
         !s.ok()) {
       Die(s.ToString());
     }
@@ -189,7 +194,8 @@ int RunTiers(int argc, char** argv) {
   auto put_all = [&](Tier& t) {
     const auto a = Clock::now();
     for (uint32_t i = 0; i < chunks; ++i) {
-      if (absl::Status s = t.Put(std::span<const std::byte>(recs[i].get(), rec)); !s.ok()) Die(s.ToString());
+      if (absl::Status s = t.Put(std::span<const std::byte>(recs[i].get(), rec)); !s.ok())
+        Die(s.ToString());
     }
     return Seconds(a, Clock::now());
   };
@@ -220,7 +226,8 @@ int RunTiers(int argc, char** argv) {
   for (uint32_t c = 0; c < max_threads; ++c) tdst.push_back(Aligned(padded));
   auto put_par = [&](Tier& t, uint32_t n) {
     return parallel(n, [&](uint32_t, uint32_t i) {
-      if (absl::Status s = t.Put(std::span<const std::byte>(recs[i].get(), rec)); !s.ok()) Die(s.ToString());
+      if (absl::Status s = t.Put(std::span<const std::byte>(recs[i].get(), rec)); !s.ok())
+        Die(s.ToString());
     });
   };
   auto get_par = [&](Tier& t, uint32_t n) {
@@ -250,7 +257,8 @@ int RunTiers(int argc, char** argv) {
     // Round 0 faults the arena's pages in (reported as the cold figure).
     (r == 0 ? host_put_cold_gbps : host_put_gbps).Add(Gbps(total, put_all(**host)));
     host_get_gbps.Add(Gbps(total, get_all(**host)));
-    if (std::memcmp(dst.get(), recs[chunks - 1].get(), rec) != 0) Die("host get returned wrong bytes");
+    if (std::memcmp(dst.get(), recs[chunks - 1].get(), rec) != 0)
+      Die("host get returned wrong bytes");
     erase_all(**host);
   }
   if (rounds == 1) host_put_gbps = host_put_cold_gbps;
@@ -267,7 +275,8 @@ int RunTiers(int argc, char** argv) {
   DiskTierOptions dopt;
   dopt.dir = tier_dir.string();
   dopt.capacity_bytes = padded * chunks + (64ull << 20);
-  dopt.file_bytes = std::max(padded, std::min<uint64_t>(1ull << 30, dopt.capacity_bytes) / kAlign * kAlign);
+  dopt.file_bytes =
+      std::max(padded, std::min<uint64_t>(1ull << 30, dopt.capacity_bytes) / kAlign * kAlign);
   dopt.queue_depth = qd;
   dopt.io_bytes = io;
   auto disk = DiskTier::Open(dopt);
@@ -286,9 +295,11 @@ int RunTiers(int argc, char** argv) {
     raw_write_gbps.Add(Gbps(total, RawTransfer(fd, true, recs, rec, qd, io)));
     disk_put_gbps.Add(Gbps(total, put_all(**disk)));
     raw_read_gbps.Add(Gbps(total, RawTransfer(fd, false, rbufs, rec, qd, io)));
-    if (std::memcmp(rbufs[chunks - 1].get(), recs[chunks - 1].get(), rec) != 0) Die("raw read mismatch");
+    if (std::memcmp(rbufs[chunks - 1].get(), recs[chunks - 1].get(), rec) != 0)
+      Die("raw read mismatch");
     disk_get_gbps.Add(Gbps(total, get_all(**disk)));
-    if (std::memcmp(dst.get(), recs[chunks - 1].get(), rec) != 0) Die("disk get returned wrong bytes");
+    if (std::memcmp(dst.get(), recs[chunks - 1].get(), rec) != 0)
+      Die("disk get returned wrong bytes");
     raw_write_sync_gbps.Add(Gbps(total, RawTransfer(fd, true, recs, rec, qd, io, true)));
     erase_all(**disk);
     for (Multi& m : multi) {
@@ -307,6 +318,45 @@ int RunTiers(int argc, char** argv) {
   const std::string backend(DiskIoBackendName((*disk)->backend()));
   const bool direct = (*disk)->direct_io();
   disk->reset();
+
+  // ---- a disk hit through the store, as an engine loads it (verify once): the disk tier
+  // hashes the payload while reading, the store trusts it, the connector checks the
+  // header (CheckChunkHeader). Beside it, in the same rounds, the path before issue 12:
+  // the same Get plus the store's and the connector's own VerifyChunk passes.
+  Best store_load_gbps, store_load_rehash_gbps;
+  {
+    fs::remove_all(tier_dir, ec);
+    StoreOptions so;
+    so.host.capacity_bytes = 0;  // the disk tier alone: every Get is a disk hit
+    so.disk = dopt;
+    auto store = OpenTieredStore(so);
+    if (!store.ok()) Die(store.status().ToString());
+    for (uint32_t i = 0; i < chunks; ++i) {
+      if (absl::Status s = (*store)->Put(std::span<const std::byte>(recs[i].get(), rec)); !s.ok())
+        Die(s.ToString());
+    }
+    const NamespaceId ns = DecodeChunkHeader(std::span<const std::byte>(recs[0].get(), rec))->ns;
+    auto load_all = [&](int extra_verifies) {
+      const auto a = Clock::now();
+      for (uint32_t i = 0; i < chunks; ++i) {
+        auto n = (*store)->Get(keys[i], std::span<std::byte>(dst.get(), padded));
+        if (!n.ok()) Die(n.status().ToString());
+        const std::span<const std::byte> got(dst.get(), *n);
+        const DecodeExpectations expect{ns, keys[i], &layout};
+        if (!CheckChunkHeader(got, expect).ok()) Die("store load: bad header");
+        for (int v = 0; v < extra_verifies; ++v) {
+          if (!VerifyChunk(got, expect).ok()) Die("store load: verify failed");
+        }
+      }
+      return Seconds(a, Clock::now());
+    };
+    for (uint32_t r = 0; r < rounds; ++r) {
+      store_load_gbps.Add(Gbps(total, load_all(0)));
+      store_load_rehash_gbps.Add(Gbps(total, load_all(2)));
+    }
+    if (std::memcmp(dst.get(), recs[chunks - 1].get(), rec) != 0)
+      Die("store load returned wrong bytes");
+  }
   if (!keep) fs::remove_all(dir.empty() ? base : tier_dir, ec);
 
   auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
@@ -333,6 +383,10 @@ int RunTiers(int argc, char** argv) {
         {"disk_put_ratio", ratio(disk_put_gbps.v, raw_write_gbps.v)},
         {"disk_get_ratio", ratio(disk_get_gbps.v, raw_read_gbps.v)},
         {"disk_put_get_callers", 1},
+        {"store_load_gbps", store_load_gbps.v},
+        {"store_load_rehash_gbps", store_load_rehash_gbps.v},
+        {"store_load_ratio", ratio(store_load_gbps.v, disk_get_gbps.v)},
+        {"store_load_rehash_ratio", ratio(store_load_rehash_gbps.v, disk_get_gbps.v)},
     };
     for (const Multi& m : multi) {
       const std::string t = std::to_string(m.n) + "t";
@@ -349,11 +403,12 @@ int RunTiers(int argc, char** argv) {
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
-  std::printf("tiers: %u chunks x %llu B (Llama-3-8B, %u tokens), queue depth %u, %llu MiB I/Os, "
-              "disk backend %s%s, dir %s\n",
-              chunks, static_cast<unsigned long long>(rec), tokens, qd,
-              static_cast<unsigned long long>(io_mib), backend.c_str(), direct ? " O_DIRECT" : "",
-              base.c_str());
+  std::printf(
+      "tiers: %u chunks x %llu B (Llama-3-8B, %u tokens), queue depth %u, %llu MiB I/Os, "
+      "disk backend %s%s, dir %s\n",
+      chunks, static_cast<unsigned long long>(rec), tokens, qd,
+      static_cast<unsigned long long>(io_mib), backend.c_str(), direct ? " O_DIRECT" : "",
+      base.c_str());
   std::printf("%-28s %10s %-22s %10s %7s\n", "figure", "GB/s", "limit", "GB/s", "ratio");
   auto row = [&](const char* name, double v, const char* lim, double l) {
     std::printf("%-28s %10.2f %-22s %10.2f %7.3f\n", name, v, lim, l, ratio(v, l));
@@ -364,6 +419,8 @@ int RunTiers(int argc, char** argv) {
   row("disk put (store, 1 caller)", disk_put_gbps.v, "raw O_DIRECT write", raw_write_gbps.v);
   row("disk get (load, 1 caller)", disk_get_gbps.v, "raw O_DIRECT read", raw_read_gbps.v);
   row("disk put (store, 1 caller)", disk_put_gbps.v, "raw write+sync/chunk", raw_write_sync_gbps.v);
+  row("store load, verify once", store_load_gbps.v, "disk get", disk_get_gbps.v);
+  row("store load, +2 verifies (old)", store_load_rehash_gbps.v, "disk get", disk_get_gbps.v);
   for (const Multi& m : multi) {
     const std::string put = "disk put (" + std::to_string(m.n) + " callers)";
     const std::string get = "disk get (" + std::to_string(m.n) + " callers)";

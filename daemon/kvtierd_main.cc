@@ -17,20 +17,25 @@
 int main(int argc, char** argv) {
   using kvt::daemon::DaemonConfig;
   CLI::App app{"kvtierd: the kvtier KV-cache daemon (host memory + disk, served over gRPC)"};
-  std::string config_path, data_dir, host_cap, disk_cap, metrics_listen, durability, ready_file, log_level;
+  std::string config_path, data_dir, host_cap, disk_cap, metrics_listen, durability, ready_file,
+      log_level;
   std::vector<std::string> listen;
   uint32_t workers = 0;
   bool allow_remote = false, no_shm = false, no_direct_io = false;
   app.add_option("-c,--config", config_path, "YAML config file (docs/daemon.md)");
-  app.add_option("-l,--listen", listen, "gRPC address(es): unix:///path.sock or host:port (overrides config)");
+  app.add_option("-l,--listen", listen,
+                 "gRPC address(es): unix:///path.sock or host:port (overrides config)");
   app.add_option("-d,--data-dir", data_dir, "directory of the disk tier and namespace registry");
   app.add_option("--host-capacity", host_cap, "host memory tier size, e.g. 8GiB");
   app.add_option("--disk-capacity", disk_cap, "disk tier size, e.g. 100GiB");
-  app.add_option("--metrics-listen", metrics_listen, "metrics/health HTTP host:port ('' disables, port 0 = any)");
-  app.add_option("--durability", durability, "sync (ack after disk) | async (ack after host memory)")
+  app.add_option("--metrics-listen", metrics_listen,
+                 "metrics/health HTTP host:port ('' disables, port 0 = any)");
+  app.add_option("--durability", durability,
+                 "sync (ack after disk) | async (ack after host memory)")
       ->check(CLI::IsMember({"sync", "async"}));
   app.add_option("--workers", workers, "store worker threads");
-  app.add_option("--ready-file", ready_file, "write {pid, listen, metrics_port} JSON here once serving");
+  app.add_option("--ready-file", ready_file,
+                 "write {pid, listen, metrics_port} JSON here once serving");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off");
   app.add_flag("--allow-remote", allow_remote, "allow non-loopback TCP listen addresses");
   app.add_flag("--no-shm", no_shm, "disable the shared-memory fast path");
@@ -62,11 +67,14 @@ int main(int argc, char** argv) {
   };
   if (app.count("--listen") > 0) config.listen = listen;
   if (app.count("--data-dir") > 0) config.data_dir = data_dir;
-  if (!host_cap.empty() && !bytes("--host-capacity", host_cap, &config.host.capacity_bytes)) return 2;
-  if (!disk_cap.empty() && !bytes("--disk-capacity", disk_cap, &config.disk.capacity_bytes)) return 2;
+  if (!host_cap.empty() && !bytes("--host-capacity", host_cap, &config.host.capacity_bytes))
+    return 2;
+  if (!disk_cap.empty() && !bytes("--disk-capacity", disk_cap, &config.disk.capacity_bytes))
+    return 2;
   if (app.count("--metrics-listen") > 0) config.metrics_listen = metrics_listen;
   if (!durability.empty())
-    config.durability = durability == "async" ? kvt::daemon::Durability::kAsync : kvt::daemon::Durability::kSync;
+    config.durability =
+        durability == "async" ? kvt::daemon::Durability::kAsync : kvt::daemon::Durability::kSync;
   if (app.count("--workers") > 0) config.workers = workers;
   if (app.count("--ready-file") > 0) config.ready_file = ready_file;
   if (app.count("--log-level") > 0) config.log_level = log_level;

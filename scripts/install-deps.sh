@@ -12,8 +12,11 @@ PKGS=(
   # Well-kept helpers: logging, flags, config, JSON, HTTP (metrics), Redis peer.
   libspdlog-dev libcli11-dev nlohmann-json3-dev libyaml-cpp-dev libcpp-httplib-dev
   libhiredis-dev redis-server
-  # clang: the thread-safety check (scripts/check-thread-safety.sh).
-  clang
+  # Compiler cache: rebuilds of a fresh clone reuse objects (scripts/ccache-env.sh).
+  ccache
+  # clang: the thread-safety check (scripts/check-thread-safety.sh); clang-format: the
+  # format check (scripts/check-format.sh).
+  clang clang-format
   # The llama-server tests talk HTTP with curl (tests/llamacpp/server_test.cc); patch applies llama-server.patch.
   curl patch
   # Fuzzing and sanitizers (scripts/test-sanitizers.sh): clang with libFuzzer/ASan runtimes.

@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
+. scripts/ccache-env.sh
+bash scripts/check-format.sh
 bash scripts/build.sh
 bash scripts/check-thread-safety.sh
 bash scripts/install-vllm.sh >/dev/null  # pinned vLLM CPU venv for the `vllm` tests (reused)

@@ -96,9 +96,8 @@ void AsyncChunkWriter::Submit(const ChunkHeader& header, RecordBuffer record) {
 
 void AsyncChunkWriter::Flush() {
   absl::MutexLock lock(&mu_);
-  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return queue_.empty() && in_flight_ == 0;
-  };
+  auto idle = [this]()
+                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return queue_.empty() && in_flight_ == 0; };
   mu_.Await(absl::Condition(&idle));
 }
 
@@ -131,9 +130,8 @@ void AsyncChunkWriter::Loop() {
     Job job;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !queue_.empty() || stopping_;
-      };
+      auto ready = [this]()
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !queue_.empty() || stopping_; };
       mu_.Await(absl::Condition(&ready));
       if (queue_.empty()) {  // stopping and drained
         worker_running_ = false;

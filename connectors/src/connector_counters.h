@@ -15,8 +15,8 @@ struct ConnectorCounters {
   using Counter = std::atomic<uint64_t>;
   Counter lookups{0}, lookup_hit_tokens{0}, lookup_load_tokens{0};
   Counter leases_by_load{0}, leases_by_timeout{0};
-  Counter store_calls{0}, store_chunks_taken{0}, store_chunks_skipped{0},
-      store_chunks_dropped{0}, store_chunks_put{0}, store_put_errors{0};
+  Counter store_calls{0}, store_chunks_taken{0}, store_chunks_skipped{0}, store_chunks_dropped{0},
+      store_chunks_put{0}, store_put_errors{0};
   Counter load_chunks_ok{0}, load_chunks_failed{0}, load_misses{0}, load_data_loss{0},
       load_mismatch{0}, load_other_errors{0}, load_bytes{0};
 

@@ -219,7 +219,10 @@ class KVConnectorImpl final : public KVConnector {
     cost_.ObservePrefill(new_tokens, context_tokens, elapsed.count());
   }
 
-  void Flush() override { writer_->Flush(); }
+  void Flush() override {
+    writer_->Flush();  // every queued chunk has reached the store...
+    store_->Flush();   // ...and the store's write-back has put it in every lower tier
+  }
 
   const NamespaceParams& ns_params() const override { return options_.ns; }
   NamespaceId ns() const override { return ns_; }

@@ -86,9 +86,9 @@ absl::StatusOr<ConnectorLoadResult> LoadPaged(KVConnector& payload_level, const 
   const int64_t num_slots = view.num_slots();
   for (uint64_t i = num_computed_tokens; i < num_tokens; ++i) {
     if (slot_mapping[i] < -1 || slot_mapping[i] >= num_slots) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "Load: slot_mapping[%d] = %d; expected -1 (padding) or a slot in [0, %d)", i,
-          slot_mapping[i], num_slots));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("Load: slot_mapping[%d] = %d; expected -1 (padding) or a slot in [0, %d)",
+                          i, slot_mapping[i], num_slots));
     }
   }
   std::vector<int64_t> slots(ct);

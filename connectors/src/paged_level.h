@@ -26,8 +26,7 @@ absl::Status CheckLoadArgs(const char* what, std::span<const TokenId> tokens, ui
 // KVConnector::Store over `payload_level` (see kv_connector.h for the contract).
 absl::StatusOr<size_t> StorePaged(KVConnector& payload_level, const PagedKvView& view,
                                   std::span<const TokenId> tokens,
-                                  std::span<const int64_t> slot_mapping,
-                                  const KvCopyOptions& copy);
+                                  std::span<const int64_t> slot_mapping, const KvCopyOptions& copy);
 // KVConnector::Load over `payload_level`.
 absl::StatusOr<ConnectorLoadResult> LoadPaged(KVConnector& payload_level, const PagedKvView& view,
                                               std::span<const TokenId> tokens, uint64_t num_tokens,

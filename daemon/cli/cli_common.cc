@@ -85,8 +85,8 @@ absl::StatusOr<NamespaceParams> NamespaceFlags::Params() const {
   }
   if (layers == 0 || kv_heads == 0 || head_dim == 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "namespace: --layers, --kv-heads and --head-dim must all be > 0 (got %d, %d, %d)",
-        layers, kv_heads, head_dim));
+        "namespace: --layers, --kv-heads and --head-dim must all be > 0 (got %d, %d, %d)", layers,
+        kv_heads, head_dim));
   }
   p.model_id = model_id;
   p.layout.num_layers = layers;
@@ -112,7 +112,8 @@ absl::StatusOr<NamespaceParams> NamespaceFlags::Params() const {
 absl::StatusOr<NamespaceId> NamespaceFlags::Resolve() const {
   if (!ns_hex.empty()) {
     if (has_model()) {
-      return absl::InvalidArgumentError("give either --ns or the model flags (--model ...), not both");
+      return absl::InvalidArgumentError(
+          "give either --ns or the model flags (--model ...), not both");
     }
     auto ns = NamespaceId::FromHex(ns_hex);
     if (!ns.ok()) return absl::InvalidArgumentError(absl::StrCat("--ns: ", ns.status().message()));
@@ -143,8 +144,8 @@ absl::StatusOr<int64_t> ParseDurationMs(std::string_view text_sv) {
   SplitNumberUnit(std::string(absl::StripAsciiWhitespace(text)), &number, &unit);
   double value;
   if (number.empty() || !absl::SimpleAtod(number, &value) || value < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("duration '", text, "': expected a number with a unit (e.g. 90s, 30m, 2h, 7d)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "duration '", text, "': expected a number with a unit (e.g. 90s, 30m, 2h, 7d)"));
   }
   double mult;
   if (unit == "ms") {

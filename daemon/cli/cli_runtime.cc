@@ -26,7 +26,8 @@ absl::StatusOr<std::unique_ptr<CacheBackend>> OpenBackend(const GlobalFlags& fla
     o.dir = flags.disk_dir;
     if (!flags.disk_capacity.empty()) {
       auto c = ParseByteSize(flags.disk_capacity);
-      if (!c.ok()) return absl::InvalidArgumentError(absl::StrCat("--disk-capacity: ", c.status().message()));
+      if (!c.ok())
+        return absl::InvalidArgumentError(absl::StrCat("--disk-capacity: ", c.status().message()));
       o.capacity_bytes = *c;
     }
     return OpenDiskBackend(o);
@@ -65,7 +66,8 @@ absl::StatusOr<std::vector<TokenId>> LoadPrompt(const PromptFlags& flags) {
     }
     return TokenizeTextFile(flags.text_file, flags.tokenizer_gguf, !flags.no_bos);
   }
-  return absl::InvalidArgumentError("no prompt: give --tokens FILE (token ids) or --text FILE --tokenizer MODEL.gguf");
+  return absl::InvalidArgumentError(
+      "no prompt: give --tokens FILE (token ids) or --text FILE --tokenizer MODEL.gguf");
 }
 
 }  // namespace kvt::cli

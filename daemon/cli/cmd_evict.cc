@@ -26,29 +26,36 @@ std::string TierList(const std::vector<TierKind>& tiers) {
 
 }  // namespace
 
-int RunEvict(const EvictFlags& flags, const GlobalFlags& global, std::ostream& out, std::ostream& err) {
+int RunEvict(const EvictFlags& flags, const GlobalFlags& global, std::ostream& out,
+             std::ostream& err) {
   constexpr std::string_view kCmd = "evict";
   const bool by_key = !flags.keys.empty();
   const bool by_prefix = flags.prefix.given();
   const bool by_age = !flags.older_than.empty();
   const bool has_ns = !flags.ns.ns_hex.empty() || flags.ns.has_model();
   if (static_cast<int>(by_key) + static_cast<int>(by_prefix) + static_cast<int>(by_age) > 1) {
-    return Fail(err, kCmd, absl::InvalidArgumentError(
-                               "give one selector: --key, --prefix/--prefix-text or --older-than"));
+    return Fail(err, kCmd,
+                absl::InvalidArgumentError(
+                    "give one selector: --key, --prefix/--prefix-text or --older-than"));
   }
   if (!by_key && !by_prefix && !by_age && !has_ns) {
-    return Fail(err, kCmd, absl::InvalidArgumentError(
-                               "nothing selected: give --key HEX, --prefix TOKENS_FILE (with the "
-                               "namespace flags), --older-than DURATION, or a namespace alone "
-                               "(--ns HEX or --model ...) to evict all of it"));
+    return Fail(err, kCmd,
+                absl::InvalidArgumentError(
+                    "nothing selected: give --key HEX, --prefix TOKENS_FILE (with the "
+                    "namespace flags), --older-than DURATION, or a namespace alone "
+                    "(--ns HEX or --model ...) to evict all of it"));
   }
   if (by_key && has_ns) {
-    return Fail(err, kCmd, absl::InvalidArgumentError("--key selects chunks by key alone; drop the namespace flags"));
+    return Fail(
+        err, kCmd,
+        absl::InvalidArgumentError("--key selects chunks by key alone; drop the namespace flags"));
   }
   std::vector<ChunkKey> keys;
   for (const auto& k : flags.keys) {
     auto key = ChunkKey::FromHex(k);
-    if (!key.ok()) return Fail(err, kCmd, absl::InvalidArgumentError(absl::StrCat("--key: ", key.status().message())));
+    if (!key.ok())
+      return Fail(err, kCmd,
+                  absl::InvalidArgumentError(absl::StrCat("--key: ", key.status().message())));
     keys.push_back(*key);
   }
   std::optional<NamespaceId> ns;
@@ -57,9 +64,10 @@ int RunEvict(const EvictFlags& flags, const GlobalFlags& global, std::ostream& o
     if (!r.ok()) return Fail(err, kCmd, r.status());
     ns = *r;
   } else if (by_prefix) {
-    return Fail(err, kCmd, absl::InvalidArgumentError(
-                               "--prefix needs the namespace the prompt was cached under: --ns HEX "
-                               "or --model/--layers/--kv-heads/--head-dim/... as the engine uses"));
+    return Fail(err, kCmd,
+                absl::InvalidArgumentError(
+                    "--prefix needs the namespace the prompt was cached under: --ns HEX "
+                    "or --model/--layers/--kv-heads/--head-dim/... as the engine uses"));
   }
   std::vector<TokenId> prefix_tokens;
   if (by_prefix) {
@@ -67,16 +75,19 @@ int RunEvict(const EvictFlags& flags, const GlobalFlags& global, std::ostream& o
     if (!t.ok()) return Fail(err, kCmd, t.status());
     prefix_tokens = std::move(*t);
     if (prefix_tokens.size() < flags.ns.chunk_tokens) {
-      return Fail(err, kCmd, absl::InvalidArgumentError(absl::StrFormat(
-                                 "--prefix has %d tokens, fewer than one chunk (%d tokens): no chunk "
-                                 "key covers it",
-                                 prefix_tokens.size(), flags.ns.chunk_tokens)));
+      return Fail(err, kCmd,
+                  absl::InvalidArgumentError(absl::StrFormat(
+                      "--prefix has %d tokens, fewer than one chunk (%d tokens): no chunk "
+                      "key covers it",
+                      prefix_tokens.size(), flags.ns.chunk_tokens)));
     }
   }
   int64_t older_ms = 0;
   if (by_age) {
     auto d = ParseDurationMs(flags.older_than);
-    if (!d.ok()) return Fail(err, kCmd, absl::InvalidArgumentError(absl::StrCat("--older-than: ", d.status().message())));
+    if (!d.ok())
+      return Fail(err, kCmd,
+                  absl::InvalidArgumentError(absl::StrCat("--older-than: ", d.status().message())));
     older_ms = *d;
   }
 
@@ -110,7 +121,9 @@ int RunEvict(const EvictFlags& flags, const GlobalFlags& global, std::ostream& o
     for (const auto& c : probe->selected) found.insert(c.info.key);
     for (const ChunkKey& k : keys) {
       if (!found.count(k)) {
-        return Fail(err, kCmd, absl::NotFoundError(absl::StrCat("key ", k.ToHex(), " is not cached in ", b.Describe())));
+        return Fail(err, kCmd,
+                    absl::NotFoundError(
+                        absl::StrCat("key ", k.ToHex(), " is not cached in ", b.Describe())));
       }
     }
     if (absl::Status s = run(sel, flags.dry_run); !s.ok()) return Fail(err, kCmd, s);
@@ -142,9 +155,11 @@ int RunEvict(const EvictFlags& flags, const GlobalFlags& global, std::ostream& o
       orphaned = all->chunks > taken ? all->chunks - taken : 0;
     }
     if (targets.empty() && failed.empty()) {
-      return Fail(err, kCmd, absl::NotFoundError(absl::StrCat(
-                                 "none of the prefix's ", pkeys.size(), " chunks, and nothing after them, is cached in ",
-                                 b.Describe(), " under namespace ", ns->ToHex())));
+      return Fail(
+          err, kCmd,
+          absl::NotFoundError(absl::StrCat("none of the prefix's ", pkeys.size(),
+                                           " chunks, and nothing after them, is cached in ",
+                                           b.Describe(), " under namespace ", ns->ToHex())));
     }
   } else if (by_age) {
     selector = "older_than";
@@ -162,8 +177,9 @@ int RunEvict(const EvictFlags& flags, const GlobalFlags& global, std::ostream& o
     sel.ns = ns;
     if (absl::Status s = run(sel, flags.dry_run); !s.ok()) return Fail(err, kCmd, s);
     if (targets.empty() && failed.empty()) {
-      return Fail(err, kCmd, absl::NotFoundError(absl::StrCat("unknown namespace ", ns->ToHex(), ": ", b.Describe(),
-                                                              " holds no chunk of it")));
+      return Fail(err, kCmd,
+                  absl::NotFoundError(absl::StrCat("unknown namespace ", ns->ToHex(), ": ",
+                                                   b.Describe(), " holds no chunk of it")));
     }
   }
 
@@ -191,25 +207,28 @@ int RunEvict(const EvictFlags& flags, const GlobalFlags& global, std::ostream& o
   } else {
     Table t({"KEY", "NAMESPACE", "TIER", "TOKENS", "BYTES"}, {false, false, false, true, true});
     for (const StoredChunk& x : targets) {
-      t.AddRow({x.info.key.ToHex(), ShortHex(x.info.ns.ToHex()), TierList(x.kinds), WithCommas(x.info.token_count),
-                WithCommas(x.info.record_bytes)});
+      t.AddRow({x.info.key.ToHex(), ShortHex(x.info.ns.ToHex()), TierList(x.kinds),
+                WithCommas(x.info.token_count), WithCommas(x.info.record_bytes)});
     }
     if (!targets.empty()) {
       t.Print(out);
       out << "\n";
     }
-    out << absl::StrFormat("%s %s chunks (%s B, %s) from %s\n", flags.dry_run ? "would evict" : "evicted",
-                           WithCommas(done), WithCommas(bytes), HumanBytes(bytes), b.Describe());
+    out << absl::StrFormat("%s %s chunks (%s B, %s) from %s\n",
+                           flags.dry_run ? "would evict" : "evicted", WithCommas(done),
+                           WithCommas(bytes), HumanBytes(bytes), b.Describe());
     if (orphaned) {
-      out << absl::StrFormat("%d other cached chunk%s branch%s off inside this prefix and become%s "
-                             "unreachable; add --include-orphans to evict %s too\n",
-                             orphaned, orphaned == 1 ? "" : "s", orphaned == 1 ? "es" : "",
-                             orphaned == 1 ? "s" : "", orphaned == 1 ? "it" : "them");
+      out << absl::StrFormat(
+          "%d other cached chunk%s branch%s off inside this prefix and become%s "
+          "unreachable; add --include-orphans to evict %s too\n",
+          orphaned, orphaned == 1 ? "" : "s", orphaned == 1 ? "es" : "", orphaned == 1 ? "s" : "",
+          orphaned == 1 ? "it" : "them");
     }
     for (const auto& [k, m] : failed) out << "failed " << k.ToHex() << ": " << m << "\n";
   }
   if (!failed.empty()) {
-    err << "kvtier evict: " << failed.size() << " chunks could not be evicted (e.g. pinned by a reader)\n";
+    err << "kvtier evict: " << failed.size()
+        << " chunks could not be evicted (e.g. pinned by a reader)\n";
     return kExitRuntime;
   }
   return kExitOk;

@@ -13,11 +13,11 @@ namespace kvt::cli {
 namespace {
 
 std::string DescribeParams(const NamespaceParams& p) {
-  return absl::StrFormat("model %s, %dx%dx%d %s %s, tp %d/%d, chunk %d, tenant \"%s\"%s", p.model_id,
-                         p.layout.num_layers, p.layout.num_kv_heads, p.layout.head_dim,
-                         DTypeName(p.layout.dtype), LayoutKindName(p.layout.kind), p.tp_rank,
-                         p.tp_world_size, p.chunk_tokens, p.tenant,
-                         p.engine_extra.empty() ? "" : absl::StrCat(", extra \"", p.engine_extra, "\""));
+  return absl::StrFormat(
+      "model %s, %dx%dx%d %s %s, tp %d/%d, chunk %d, tenant \"%s\"%s", p.model_id,
+      p.layout.num_layers, p.layout.num_kv_heads, p.layout.head_dim, DTypeName(p.layout.dtype),
+      LayoutKindName(p.layout.kind), p.tp_rank, p.tp_world_size, p.chunk_tokens, p.tenant,
+      p.engine_extra.empty() ? "" : absl::StrCat(", extra \"", p.engine_extra, "\""));
 }
 
 }  // namespace
@@ -30,7 +30,8 @@ int RunInspect(const InspectFlags& flags, const GlobalFlags& global, std::ostrea
   std::optional<NamespaceParams> params;
   if (flags.ns.has_model()) params = *flags.ns.Params();
   const uint32_t chunk_tokens = flags.ns.chunk_tokens;
-  if (chunk_tokens == 0) return Fail(err, kCmd, absl::InvalidArgumentError("--chunk-tokens must be > 0"));
+  if (chunk_tokens == 0)
+    return Fail(err, kCmd, absl::InvalidArgumentError("--chunk-tokens must be > 0"));
   auto tokens = LoadPrompt(flags.prompt);
   if (!tokens.ok()) return Fail(err, kCmd, tokens.status());
   auto backend = OpenBackend(global);
@@ -69,13 +70,14 @@ int RunInspect(const InspectFlags& flags, const GlobalFlags& global, std::ostrea
     auto page = (*backend)->List(req);
     if (!page.ok()) return Fail(err, kCmd, page.status());
     if (page->chunks.empty()) {
-      return Fail(err, kCmd, absl::NotFoundError(absl::StrCat(
-                                 "unknown namespace ", ns->ToHex(),
-                                 params ? absl::StrCat(" (", DescribeParams(*params), ")") : "",
-                                 ": ", (*backend)->Describe(),
-                                 " holds no chunk of it. Every namespace field must match what the "
-                                 "engine hashes (model id, layout, dtype, tp, chunk tokens, tenant, "
-                                 "engine extra); `kvtier ls` shows the namespaces present")));
+      return Fail(err, kCmd,
+                  absl::NotFoundError(absl::StrCat(
+                      "unknown namespace ", ns->ToHex(),
+                      params ? absl::StrCat(" (", DescribeParams(*params), ")") : "", ": ",
+                      (*backend)->Describe(),
+                      " holds no chunk of it. Every namespace field must match what the "
+                      "engine hashes (model id, layout, dtype, tp, chunk tokens, tenant, "
+                      "engine extra); `kvtier ls` shows the namespaces present")));
     }
   }
   const size_t full = tokens->size() / chunk_tokens;
@@ -122,8 +124,8 @@ int RunInspect(const InspectFlags& flags, const GlobalFlags& global, std::ostrea
   out << "namespace  " << ns->ToHex();
   if (params) out << " (" << DescribeParams(*params) << ")";
   out << "\n";
-  out << absl::StrFormat("prompt     %s tokens = %d full chunks of %d", WithCommas(tokens->size()), full,
-                         chunk_tokens);
+  out << absl::StrFormat("prompt     %s tokens = %d full chunks of %d", WithCommas(tokens->size()),
+                         full, chunk_tokens);
   if (partial) {
     out << absl::StrFormat(" + %d tokens (%s)", partial,
                            flags.include_partial ? "partial chunk, keyed" : "partial, not keyed");
@@ -133,7 +135,8 @@ int RunInspect(const InspectFlags& flags, const GlobalFlags& global, std::ostrea
   for (size_t i = 0; i < keys.size(); ++i) {
     const size_t first = i * chunk_tokens;
     const size_t n = std::min<size_t>(chunk_tokens, tokens->size() - first);
-    std::string status = where[i] ? (i < leading ? "cached" : "cached (after a miss: not loadable)") : "miss";
+    std::string status =
+        where[i] ? (i < leading ? "cached" : "cached (after a miss: not loadable)") : "miss";
     t.AddRow({absl::StrCat(i), absl::StrCat(first, "-", first + n - 1), keys[i].ToHex(),
               where[i] ? std::string(TierName(*where[i])) : "-", status});
   }
@@ -142,8 +145,8 @@ int RunInspect(const InspectFlags& flags, const GlobalFlags& global, std::ostrea
   } else {
     t.Print(out);
   }
-  out << absl::StrFormat("\nleading cached chunks: %d of %d -> an engine would load %s tokens", leading,
-                         keys.size(), WithCommas(tokens_to_load));
+  out << absl::StrFormat("\nleading cached chunks: %d of %d -> an engine would load %s tokens",
+                         leading, keys.size(), WithCommas(tokens_to_load));
   if (bytes_to_load) out << " (" << HumanBytes(*bytes_to_load) << ")";
   out << " and recompute " << WithCommas(recompute) << "\n";
   return kExitOk;

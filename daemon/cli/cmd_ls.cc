@@ -43,20 +43,25 @@ absl::StatusOr<Filters> MakeFilters(const LsFlags& flags) {
   }
   if (!flags.older_than.empty()) {
     auto d = ParseDurationMs(flags.older_than);
-    if (!d.ok()) return absl::InvalidArgumentError(absl::StrCat("--older-than: ", d.status().message()));
+    if (!d.ok())
+      return absl::InvalidArgumentError(absl::StrCat("--older-than: ", d.status().message()));
     f.older_than_ms = *d;
   }
   if (!flags.newer_than.empty()) {
     auto d = ParseDurationMs(flags.newer_than);
-    if (!d.ok()) return absl::InvalidArgumentError(absl::StrCat("--newer-than: ", d.status().message()));
+    if (!d.ok())
+      return absl::InvalidArgumentError(absl::StrCat("--newer-than: ", d.status().message()));
     f.newer_than_ms = *d;
   }
   return f;
 }
 
 nlohmann::json LayoutJson(const KvLayout& l) {
-  return {{"num_layers", l.num_layers}, {"num_kv_heads", l.num_kv_heads}, {"head_dim", l.head_dim},
-          {"dtype", std::string(DTypeName(l.dtype))}, {"kind", std::string(LayoutKindName(l.kind))}};
+  return {{"num_layers", l.num_layers},
+          {"num_kv_heads", l.num_kv_heads},
+          {"head_dim", l.head_dim},
+          {"dtype", std::string(DTypeName(l.dtype))},
+          {"kind", std::string(LayoutKindName(l.kind))}};
 }
 
 int RunLsChunks(const LsFlags& flags, const Filters& f, CacheBackend& backend,
@@ -107,7 +112,9 @@ int RunLsChunks(const LsFlags& flags, const Filters& f, CacheBackend& backend,
 int RunLs(const LsFlags& flags, const GlobalFlags& global, std::ostream& out, std::ostream& err) {
   constexpr std::string_view kCmd = "ls";
   if (flags.limit == 0 || flags.limit > 10000) {
-    return Fail(err, kCmd, absl::InvalidArgumentError(absl::StrCat("--limit ", flags.limit, ": expected 1..10000")));
+    return Fail(
+        err, kCmd,
+        absl::InvalidArgumentError(absl::StrCat("--limit ", flags.limit, ": expected 1..10000")));
   }
   auto f = MakeFilters(flags);
   if (!f.ok()) return Fail(err, kCmd, f.status());
@@ -118,8 +125,9 @@ int RunLs(const LsFlags& flags, const GlobalFlags& global, std::ostream& out, st
   auto all = ListAll(**backend, f->ns);
   if (!all.ok()) return Fail(err, kCmd, all.status());
   if (f->ns && all->empty()) {
-    return Fail(err, kCmd, absl::NotFoundError(absl::StrCat("unknown namespace ", f->ns->ToHex(), ": ",
-                                                            (*backend)->Describe(), " holds no chunk of it")));
+    return Fail(err, kCmd,
+                absl::NotFoundError(absl::StrCat("unknown namespace ", f->ns->ToHex(), ": ",
+                                                 (*backend)->Describe(), " holds no chunk of it")));
   }
   struct Group {
     uint64_t chunks = 0, tokens = 0, bytes = 0;
@@ -190,7 +198,8 @@ int RunLs(const LsFlags& flags, const GlobalFlags& global, std::ostream& out, st
       n["chunks"] = chunks;
       n["tokens"] = tokens;
       n["bytes"] = bytes;
-      if (auto l = layouts.find(it->first); l != layouts.end() && l->second) n["layout"] = LayoutJson(*l->second);
+      if (auto l = layouts.find(it->first); l != layouts.end() && l->second)
+        n["layout"] = LayoutJson(*l->second);
       j["namespaces"].push_back(std::move(n));
     }
     j["total_namespaces"] = total;
@@ -202,7 +211,8 @@ int RunLs(const LsFlags& flags, const GlobalFlags& global, std::ostream& out, st
     return kExitOk;
   }
 
-  std::vector<std::string> headers = {"NAMESPACE", "TIER", "CHUNKS", "TOKENS", "BYTES", "SIZE", "LAST ACCESS", "OLDEST"};
+  std::vector<std::string> headers = {"NAMESPACE", "TIER", "CHUNKS",      "TOKENS",
+                                      "BYTES",     "SIZE", "LAST ACCESS", "OLDEST"};
   std::vector<bool> right = {false, false, true, true, true, true, false, false};
   if (flags.layout) {
     headers.push_back("LAYOUT");
@@ -211,22 +221,23 @@ int RunLs(const LsFlags& flags, const GlobalFlags& global, std::ostream& out, st
   Table t(headers, right);
   for (auto it = begin; it != end; ++it) {
     for (const auto& [k, g] : it->second) {
-      std::vector<std::string> row = {it->first.ToHex(), std::string(TierName(k)), WithCommas(g.chunks),
-                                      WithCommas(g.tokens), WithCommas(g.bytes), HumanBytes(g.bytes),
+      std::vector<std::string> row = {it->first.ToHex(),        std::string(TierName(k)),
+                                      WithCommas(g.chunks),     WithCommas(g.tokens),
+                                      WithCommas(g.bytes),      HumanBytes(g.bytes),
                                       Age(g.newest, f->now_ms), Age(g.oldest, f->now_ms)};
       if (flags.layout) {
         auto l = layouts[it->first];
-        row.push_back(l ? absl::StrFormat("%dx%dx%d %s %s", l->num_layers, l->num_kv_heads, l->head_dim,
-                                          DTypeName(l->dtype), LayoutKindName(l->kind))
+        row.push_back(l ? absl::StrFormat("%dx%dx%d %s %s", l->num_layers, l->num_kv_heads,
+                                          l->head_dim, DTypeName(l->dtype), LayoutKindName(l->kind))
                         : "?");
       }
       t.AddRow(std::move(row));
     }
   }
   t.Print(out);
-  out << absl::StrFormat("\n%d namespace%s, %s chunks, %s bytes (%s) in %s\n", total, total == 1 ? "" : "s",
-                         WithCommas(total_chunks),
-                         WithCommas(total_bytes), HumanBytes(total_bytes), (*backend)->Describe());
+  out << absl::StrFormat("\n%d namespace%s, %s chunks, %s bytes (%s) in %s\n", total,
+                         total == 1 ? "" : "s", WithCommas(total_chunks), WithCommas(total_bytes),
+                         HumanBytes(total_bytes), (*backend)->Describe());
   if (more) {
     out << absl::StrFormat("showing namespaces %d-%d; next page: --offset %d\n", flags.offset + 1,
                            flags.offset + shown, flags.offset + shown);

@@ -32,7 +32,9 @@ absl::StatusOr<std::vector<PlanTier>> ParseTierFlags(const std::vector<std::stri
           absl::StrCat("--tier '", spec, "': expected NAME=SIZE, e.g. host=64GiB or disk=2TB"));
     }
     auto bytes = ParseBytes(parts[1]);
-    if (!bytes.ok()) return absl::InvalidArgumentError(absl::StrCat("--tier '", spec, "': ", bytes.status().message()));
+    if (!bytes.ok())
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tier '", spec, "': ", bytes.status().message()));
     auto kind = ParseTierKind(parts[0]);
     tiers.push_back(PlanTier{parts[0], *bytes, kind.ok() && *kind == TierKind::kDisk});
   }
@@ -41,7 +43,8 @@ absl::StatusOr<std::vector<PlanTier>> ParseTierFlags(const std::vector<std::stri
 
 }  // namespace
 
-int RunPlan(const PlanFlags& plan, const GlobalFlags& global, std::ostream& out, std::ostream& err) {
+int RunPlan(const PlanFlags& plan, const GlobalFlags& global, std::ostream& out,
+            std::ostream& err) {
   constexpr std::string_view kCmd = "plan";
   KvLayout layout;
   std::string model_name;
@@ -69,10 +72,12 @@ int RunPlan(const PlanFlags& plan, const GlobalFlags& global, std::ostream& out,
   // A GGUF MLA model keeps kMLA unless --layout was given explicitly.
   if (!(layout.kind == LayoutKind::kMLA && plan.layout == "flash_attn_nhd")) layout.kind = *kind;
   if (layout.num_layers == 0 || layout.num_kv_heads == 0 || layout.head_dim == 0) {
-    return Fail(err, kCmd, absl::InvalidArgumentError(
-                               "give the model shape: --layers, --kv-heads and --head-dim, or --gguf FILE"));
+    return Fail(err, kCmd,
+                absl::InvalidArgumentError(
+                    "give the model shape: --layers, --kv-heads and --head-dim, or --gguf FILE"));
   }
-  if (absl::Status s = layout.Validate(); !s.ok()) return Fail(err, kCmd, absl::InvalidArgumentError(s.message()));
+  if (absl::Status s = layout.Validate(); !s.ok())
+    return Fail(err, kCmd, absl::InvalidArgumentError(s.message()));
   if (plan.chunk_tokens == 0 || plan.context_tokens == 0) {
     return Fail(err, kCmd, absl::InvalidArgumentError("--chunk-tokens and --context must be > 0"));
   }
@@ -103,13 +108,17 @@ int RunPlan(const PlanFlags& plan, const GlobalFlags& global, std::ostream& out,
   const u128 per_context128 = per_token128 * plan.context_tokens;
   constexpr u128 kMax = std::numeric_limits<uint64_t>::max() - 4096;  // room for 4 KiB padding
   if (per_token128 > kMax || record128 > kMax || per_context128 > kMax) {
-    return Fail(err, kCmd, absl::InvalidArgumentError(absl::StrFormat(
-        "shape too large: %d layers x %d KV heads x head_dim %d x %d B x %d-token %s does not fit "
-        "in 64-bit byte counts (max %s B); check --layers, --kv-heads, --head-dim, --chunk-tokens "
-        "and --context",
-        layout.num_layers, layout.num_kv_heads, layout.head_dim, DTypeSize(layout.dtype),
-        per_context128 > kMax ? plan.context_tokens : plan.chunk_tokens,
-        per_context128 > kMax ? "context" : "chunk", WithCommas(static_cast<uint64_t>(kMax)))));
+    return Fail(
+        err, kCmd,
+        absl::InvalidArgumentError(absl::StrFormat(
+            "shape too large: %d layers x %d KV heads x head_dim %d x %d B x %d-token %s does not "
+            "fit "
+            "in 64-bit byte counts (max %s B); check --layers, --kv-heads, --head-dim, "
+            "--chunk-tokens "
+            "and --context",
+            layout.num_layers, layout.num_kv_heads, layout.head_dim, DTypeSize(layout.dtype),
+            per_context128 > kMax ? plan.context_tokens : plan.chunk_tokens,
+            per_context128 > kMax ? "context" : "chunk", WithCommas(static_cast<uint64_t>(kMax)))));
   }
   const uint64_t per_token = static_cast<uint64_t>(per_token128);
   const uint64_t per_chunk = static_cast<uint64_t>(per_chunk128);
@@ -126,8 +135,8 @@ int RunPlan(const PlanFlags& plan, const GlobalFlags& global, std::ostream& out,
     const uint64_t stored = t.padded_4k ? (record + 4095) / 4096 * 4096 : record;
     const uint64_t chunks = t.capacity_bytes / stored;
     const uint64_t tokens = chunks * plan.chunk_tokens;
-    fits.push_back(TierFit{t, stored, chunks, tokens,
-                           static_cast<double>(tokens) / plan.context_tokens});
+    fits.push_back(
+        TierFit{t, stored, chunks, tokens, static_cast<double>(tokens) / plan.context_tokens});
   }
 
   if (global.json) {
@@ -160,22 +169,24 @@ int RunPlan(const PlanFlags& plan, const GlobalFlags& global, std::ostream& out,
   }
 
   if (!model_name.empty()) out << "model           " << model_name << "\n";
-  out << absl::StrFormat("layout          %d layers x %d KV heads x head_dim %d, %s (%d B/element), %s\n",
-                         layout.num_layers, layout.num_kv_heads, layout.head_dim,
-                         DTypeName(layout.dtype), DTypeSize(layout.dtype), LayoutKindName(layout.kind));
-  out << absl::StrFormat("KV per token    %s B (%s)\n", WithCommas(per_token), HumanBytes(per_token));
+  out << absl::StrFormat(
+      "layout          %d layers x %d KV heads x head_dim %d, %s (%d B/element), %s\n",
+      layout.num_layers, layout.num_kv_heads, layout.head_dim, DTypeName(layout.dtype),
+      DTypeSize(layout.dtype), LayoutKindName(layout.kind));
+  out << absl::StrFormat("KV per token    %s B (%s)\n", WithCommas(per_token),
+                         HumanBytes(per_token));
   out << absl::StrFormat("KV per chunk    %s B (%s) for %s tokens; record %s B with its header\n",
-                         WithCommas(per_chunk), HumanBytes(per_chunk), WithCommas(plan.chunk_tokens),
-                         WithCommas(record));
+                         WithCommas(per_chunk), HumanBytes(per_chunk),
+                         WithCommas(plan.chunk_tokens), WithCommas(record));
   out << absl::StrFormat("KV per context  %s B (%s, %s) for %s tokens\n", WithCommas(per_context),
                          HumanBytes(per_context), HumanBytesDecimal(per_context),
                          WithCommas(plan.context_tokens));
   for (const auto& n : notes) out << "note            " << n << "\n";
   if (!fits.empty()) {
     out << "\n";
-    const std::string ctx_header =
-        plan.context_tokens % 1024 == 0 ? absl::StrCat(plan.context_tokens / 1024, "K CONTEXTS")
-                                        : absl::StrCat(plan.context_tokens, "-TOKEN CONTEXTS");
+    const std::string ctx_header = plan.context_tokens % 1024 == 0
+                                       ? absl::StrCat(plan.context_tokens / 1024, "K CONTEXTS")
+                                       : absl::StrCat(plan.context_tokens, "-TOKEN CONTEXTS");
     Table t({"TIER", "CAPACITY", "CHUNKS", "TOKENS", ctx_header}, {false, true, true, true, true});
     for (const auto& f : fits) {
       t.AddRow({f.tier.name, HumanBytes(f.tier.capacity_bytes), WithCommas(f.chunks),

@@ -1,8 +1,9 @@
 // kvtier stats and kvtier watch: per-tier capacity, use, hit rates, integrity errors.
+#include <unistd.h>
+
 #include <chrono>
 #include <ostream>
 #include <thread>
-#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -51,14 +52,17 @@ nlohmann::json StatsJson(const StatsSnapshot& s) {
 void PrintStats(const StatsSnapshot& s, const StatsSnapshot* prev, double dt_s, std::ostream& out) {
   out << "source            " << s.source << "\n";
   if (s.store_hits && s.store_misses) {
-    out << absl::StrFormat("lookups           %s hits, %s misses (hit rate %s)\n", WithCommas(*s.store_hits),
-                           WithCommas(*s.store_misses), Rate(*s.store_hits, *s.store_misses));
+    out << absl::StrFormat("lookups           %s hits, %s misses (hit rate %s)\n",
+                           WithCommas(*s.store_hits), WithCommas(*s.store_misses),
+                           Rate(*s.store_hits, *s.store_misses));
   }
   out << absl::StrFormat("integrity errors  %s\n", WithCommas(s.integrity_errors));
   out << absl::StrFormat("evicted (kvtier)  %s chunks\n", WithCommas(s.explicit_evictions));
-  out << absl::StrFormat("pinned            %s B (%s)\n\n", WithCommas(s.pinned_bytes), HumanBytes(s.pinned_bytes));
-  std::vector<std::string> h = {"TIER", "CAPACITY", "USED", "USE%", "CHUNKS", "PINNED", "HITS", "MISSES",
-                                "HIT RATE", "PUTS", "EVICTIONS", "INTEGRITY ERR"};
+  out << absl::StrFormat("pinned            %s B (%s)\n\n", WithCommas(s.pinned_bytes),
+                         HumanBytes(s.pinned_bytes));
+  std::vector<std::string> h = {"TIER",     "CAPACITY", "USED",      "USE%",
+                                "CHUNKS",   "PINNED",   "HITS",      "MISSES",
+                                "HIT RATE", "PUTS",     "EVICTIONS", "INTEGRITY ERR"};
   std::vector<bool> r = {false, true, true, true, true, true, true, true, true, true, true, true};
   if (prev) {
     h.insert(h.end(), {"HITS/S", "PUTS/S"});
@@ -68,14 +72,23 @@ void PrintStats(const StatsSnapshot& s, const StatsSnapshot* prev, double dt_s, 
   for (size_t i = 0; i < s.tiers.size(); ++i) {
     const auto& x = s.tiers[i].stats;
     std::vector<std::string> row = {
-        s.tiers[i].name, HumanBytes(x.capacity_bytes), HumanBytes(x.used_bytes),
+        s.tiers[i].name,
+        HumanBytes(x.capacity_bytes),
+        HumanBytes(x.used_bytes),
         x.capacity_bytes ? absl::StrFormat("%.1f%%", 100.0 * x.used_bytes / x.capacity_bytes) : "-",
-        WithCommas(x.chunks), HumanBytes(x.pinned_bytes), WithCommas(x.hits), WithCommas(x.misses),
-        Rate(x.hits, x.misses), WithCommas(x.puts), WithCommas(x.evictions), WithCommas(x.integrity_errors)};
+        WithCommas(x.chunks),
+        HumanBytes(x.pinned_bytes),
+        WithCommas(x.hits),
+        WithCommas(x.misses),
+        Rate(x.hits, x.misses),
+        WithCommas(x.puts),
+        WithCommas(x.evictions),
+        WithCommas(x.integrity_errors)};
     if (prev) {
       const TierStats* p = i < prev->tiers.size() ? &prev->tiers[i].stats : nullptr;
       auto per_s = [&](uint64_t now, uint64_t before) {
-        return dt_s > 0 && now >= before ? absl::StrFormat("%.1f", (now - before) / dt_s) : std::string("-");
+        return dt_s > 0 && now >= before ? absl::StrFormat("%.1f", (now - before) / dt_s)
+                                         : std::string("-");
       };
       row.push_back(p ? per_s(x.hits, p->hits) : "-");
       row.push_back(p ? per_s(x.puts, p->puts) : "-");
@@ -100,10 +113,13 @@ int RunStats(const GlobalFlags& global, std::ostream& out, std::ostream& err) {
   return kExitOk;
 }
 
-int RunWatch(const WatchFlags& flags, const GlobalFlags& global, std::ostream& out, std::ostream& err) {
+int RunWatch(const WatchFlags& flags, const GlobalFlags& global, std::ostream& out,
+             std::ostream& err) {
   constexpr std::string_view kCmd = "watch";
   if (!(flags.interval_s > 0)) {
-    return Fail(err, kCmd, absl::InvalidArgumentError(absl::StrCat("--interval ", flags.interval_s, ": expected > 0 seconds")));
+    return Fail(err, kCmd,
+                absl::InvalidArgumentError(
+                    absl::StrCat("--interval ", flags.interval_s, ": expected > 0 seconds")));
   }
   auto backend = OpenBackend(global);
   if (!backend.ok()) return Fail(err, kCmd, backend.status());
@@ -125,9 +141,12 @@ int RunWatch(const WatchFlags& flags, const GlobalFlags& global, std::ostream& o
       j["unix_ms"] = NowUnixMs();
       out << j.dump() << "\n";  // one JSON object per line
     } else {
-      if (clear) out << "\x1b[H\x1b[2J";
-      else if (i > 0) out << "\n";
-      out << absl::StrFormat("kvtier watch: sample %d, every %.1fs (Ctrl-C to stop)\n", i + 1, flags.interval_s);
+      if (clear)
+        out << "\x1b[H\x1b[2J";
+      else if (i > 0)
+        out << "\n";
+      out << absl::StrFormat("kvtier watch: sample %d, every %.1fs (Ctrl-C to stop)\n", i + 1,
+                             flags.interval_s);
       PrintStats(*s, prev ? &*prev : nullptr, dt, out);
     }
     out.flush();

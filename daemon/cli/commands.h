@@ -67,11 +67,11 @@ struct LsFlags {
   std::string tier;
   std::string older_than;
   std::string newer_than;
-  bool chunks = false;      // list chunks, not namespace groups
-  bool layout = false;      // read one header per namespace to show its layout
-  size_t limit = 50;        // groups (or chunks with --chunks) per page
-  size_t offset = 0;        // groups to skip
-  std::string page_token;   // with --chunks: continue a previous page
+  bool chunks = false;     // list chunks, not namespace groups
+  bool layout = false;     // read one header per namespace to show its layout
+  size_t limit = 50;       // groups (or chunks with --chunks) per page
+  size_t offset = 0;       // groups to skip
+  std::string page_token;  // with --chunks: continue a previous page
 };
 int RunLs(const LsFlags& flags, const GlobalFlags& global, std::ostream& out, std::ostream& err);
 

@@ -26,19 +26,22 @@ class DaemonBackend final : public CacheBackend {
     switch (s.code()) {
       case absl::StatusCode::kDeadlineExceeded:
         return absl::Status(
-            s.code(), absl::StrCat("no kvtierd reachable at ", options_.address, ": nothing answered within ",
-                                   Seconds(), " s (--timeout) (", what, ": ", s.message(),
-                                   "; is kvtierd running and not paused, and is this its listen address?)"));
+            s.code(),
+            absl::StrCat("no kvtierd reachable at ", options_.address, ": nothing answered within ",
+                         Seconds(), " s (--timeout) (", what, ": ", s.message(),
+                         "; is kvtierd running and not paused, and is this its listen address?)"));
       case absl::StatusCode::kUnavailable:
-        return absl::Status(s.code(), absl::StrCat("no kvtierd reachable at ", options_.address, " (", what,
-                                                   ": ", s.message(),
-                                                   "; is kvtierd running, and is this its listen address?)"));
+        return absl::Status(
+            s.code(),
+            absl::StrCat("no kvtierd reachable at ", options_.address, " (", what, ": ",
+                         s.message(), "; is kvtierd running, and is this its listen address?)"));
       case absl::StatusCode::kUnauthenticated:
-        return absl::UnauthenticatedError(absl::StrCat(
-            what, " on kvtierd ", options_.address, ": ", s.message(),
-            " (give the tenant's token with --token or KVTIER_TOKEN)"));
+        return absl::UnauthenticatedError(
+            absl::StrCat(what, " on kvtierd ", options_.address, ": ", s.message(),
+                         " (give the tenant's token with --token or KVTIER_TOKEN)"));
       default:
-        return absl::Status(s.code(), absl::StrCat(what, " on kvtierd ", options_.address, ": ", s.message()));
+        return absl::Status(
+            s.code(), absl::StrCat(what, " on kvtierd ", options_.address, ": ", s.message()));
     }
   }
 
@@ -79,7 +82,8 @@ class DaemonBackend final : public CacheBackend {
     return out;
   }
 
-  absl::StatusOr<std::vector<std::optional<TierKind>>> Locate(std::span<const ChunkKey> keys) override {
+  absl::StatusOr<std::vector<std::optional<TierKind>>> Locate(
+      std::span<const ChunkKey> keys) override {
     std::vector<std::optional<TierKind>> out;
     out.reserve(keys.size());
     for (size_t at = 0; at < keys.size(); at += kKvtierMaxBatchKeys) {
@@ -87,8 +91,8 @@ class DaemonBackend final : public CacheBackend {
       auto r = client_->Lookup(keys.subspan(at, n), /*per_key=*/true);
       if (!r.ok()) return Explain(r.status(), "Lookup");
       if (r->tier.size() != n) {
-        return absl::InternalError(absl::StrCat("Lookup on kvtierd ", options_.address, ": ", r->tier.size(),
-                                                " answers for ", n, " keys"));
+        return absl::InternalError(absl::StrCat("Lookup on kvtierd ", options_.address, ": ",
+                                                r->tier.size(), " answers for ", n, " keys"));
       }
       out.insert(out.end(), r->tier.begin(), r->tier.end());
     }
@@ -113,13 +117,15 @@ class DaemonBackend final : public CacheBackend {
 };
 
 constexpr char kAddressForms[] =
-    "expected unix:/path/to/kvtierd.sock, unix:///path/to/kvtierd.sock or host:port (e.g. 127.0.0.1:7470)";
+    "expected unix:/path/to/kvtierd.sock, unix:///path/to/kvtierd.sock or host:port (e.g. "
+    "127.0.0.1:7470)";
 
 }  // namespace
 
 absl::Status ValidateDaemonAddress(const std::string& address) {
   auto bad = [&](const std::string& hint) {
-    return absl::InvalidArgumentError(absl::StrCat("--daemon '", address, "': ", kAddressForms, hint));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--daemon '", address, "': ", kAddressForms, hint));
   };
   if (address.empty()) return bad("");
   if (absl::StartsWith(address, "unix:")) {
@@ -149,18 +155,21 @@ absl::Status ValidateDaemonAddress(const std::string& address) {
     return bad(" (write an IPv6 address in brackets: [::1]:7470)");
   }
   for (char c : host) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_' || c == '[' ||
-          c == ']' || c == ':')) {
-      return bad(absl::StrCat(" (host '", host, "' has a character '", std::string(1, c), "' hosts cannot)"));
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_' ||
+          c == '[' || c == ']' || c == ':')) {
+      return bad(absl::StrCat(" (host '", host, "' has a character '", std::string(1, c),
+                              "' hosts cannot)"));
     }
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<CacheBackend>> OpenDaemonBackend(const DaemonBackendOptions& options) {
+absl::StatusOr<std::unique_ptr<CacheBackend>> OpenDaemonBackend(
+    const DaemonBackendOptions& options) {
   if (absl::Status s = ValidateDaemonAddress(options.address); !s.ok()) return s;
   if (options.timeout_ms <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--timeout: expected > 0, got ", options.timeout_ms, " ms"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--timeout: expected > 0, got ", options.timeout_ms, " ms"));
   }
   if (options.timeout_ms > 600'000) {
     return absl::InvalidArgumentError(
@@ -175,8 +184,8 @@ absl::StatusOr<std::unique_ptr<CacheBackend>> OpenDaemonBackend(const DaemonBack
   o.wait_for_connection = true;
   auto client = RemoteClient::Create(o);
   if (!client.ok()) {
-    return absl::Status(client.status().code(),
-                        absl::StrCat("--daemon ", options.address, ": ", client.status().message()));
+    return absl::Status(client.status().code(), absl::StrCat("--daemon ", options.address, ": ",
+                                                             client.status().message()));
   }
   auto backend = std::make_unique<DaemonBackend>(options, std::move(*client));
   if (absl::Status s = backend->Health(); !s.ok()) return s;

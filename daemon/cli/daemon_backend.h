@@ -29,7 +29,8 @@ absl::Status ValidateDaemonAddress(const std::string& address);
 
 // Connects (waiting up to timeout_ms) and checks Health. Unavailable naming the address
 // when nothing answers; InvalidArgument for an empty address or bad timeout.
-absl::StatusOr<std::unique_ptr<CacheBackend>> OpenDaemonBackend(const DaemonBackendOptions& options);
+absl::StatusOr<std::unique_ptr<CacheBackend>> OpenDaemonBackend(
+    const DaemonBackendOptions& options);
 
 }  // namespace kvt::cli
 

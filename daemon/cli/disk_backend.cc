@@ -103,7 +103,8 @@ absl::StatusOr<std::unique_ptr<CacheBackend>> OpenDiskBackend(const DiskBackendO
   std::error_code ec;
   fs::path dir(options.dir);
   // A kvtierd data_dir keeps its disk tier in <data_dir>/disk: accept either.
-  if (!fs::is_directory(dir / "index", ec) && fs::is_directory(dir / "disk" / "index", ec)) dir /= "disk";
+  if (!fs::is_directory(dir / "index", ec) && fs::is_directory(dir / "disk" / "index", ec))
+    dir /= "disk";
   if (!fs::is_directory(dir / "index", ec) || !fs::is_directory(dir / "records", ec)) {
     return absl::NotFoundError(absl::StrCat(
         "no disk tier at --disk-dir '", options.dir,
@@ -119,10 +120,10 @@ absl::StatusOr<std::unique_ptr<CacheBackend>> OpenDiskBackend(const DiskBackendO
   }
   files_total = (files_total + 4095) / 4096 * 4096;
   if (options.capacity_bytes != 0 && options.capacity_bytes < files_total) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--disk-capacity ", options.capacity_bytes, " is below the ", files_total,
-        " bytes of record files already in '", dir.string(),
-        "'; opening with it would delete cached chunks"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--disk-capacity ", options.capacity_bytes, " is below the ", files_total,
+                     " bytes of record files already in '", dir.string(),
+                     "'; opening with it would delete cached chunks"));
   }
   StoreOptions so;
   so.host.capacity_bytes = 0;  // the disk tier alone: looking never fills memory
@@ -132,12 +133,12 @@ absl::StatusOr<std::unique_ptr<CacheBackend>> OpenDiskBackend(const DiskBackendO
                                                  : std::max<uint64_t>(files_total, 4096);
   auto tier = OpenTieredStore(so);
   if (!tier.ok()) {
-    return absl::Status(tier.status().code() == absl::StatusCode::kInvalidArgument
-                            ? absl::StatusCode::kInvalidArgument
-                            : absl::StatusCode::kUnavailable,
-                        absl::StrCat("cannot open the disk tier in '", dir.string(), "': ",
-                                     tier.status().message(),
-                                     " (if kvtierd is running on it, use --daemon instead)"));
+    return absl::Status(
+        tier.status().code() == absl::StatusCode::kInvalidArgument
+            ? absl::StatusCode::kInvalidArgument
+            : absl::StatusCode::kUnavailable,
+        absl::StrCat("cannot open the disk tier in '", dir.string(), "': ", tier.status().message(),
+                     " (if kvtierd is running on it, use --daemon instead)"));
   }
   return std::unique_ptr<CacheBackend>(new DiskBackend(dir.string(), std::move(*tier)));
 }

@@ -1,7 +1,8 @@
 // Offline backend: opens a disk tier directory (kvstore/disk_tier.h) directly, for when
 // no kvtierd runs. The directory must already hold a disk tier (index/ and records/);
-// it is never created. `dir` may also be a kvtierd data_dir (its tier lives in <dir>/disk). A directory in use by a running kvtierd cannot be opened (its
-// RocksDB index is locked): use --daemon then.
+// it is never created. `dir` may also be a kvtierd data_dir (its tier lives in <dir>/disk). A
+// directory in use by a running kvtierd cannot be opened (its RocksDB index is locked): use
+// --daemon then.
 #ifndef KVTIER_CLI_DISK_BACKEND_H_
 #define KVTIER_CLI_DISK_BACKEND_H_
 

@@ -14,11 +14,22 @@ namespace kvt::cli {
 namespace {
 
 enum GgufType : uint32_t {
-  kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7,
-  kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
+  kU8 = 0,
+  kI8 = 1,
+  kU16 = 2,
+  kI16 = 3,
+  kU32 = 4,
+  kI32 = 5,
+  kF32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kU64 = 10,
+  kI64 = 11,
+  kF64 = 12,
 };
 
-constexpr uint64_t kMaxString = 1ull << 26;   // 64 MiB: bounds a corrupt length
+constexpr uint64_t kMaxString = 1ull << 26;  // 64 MiB: bounds a corrupt length
 constexpr uint64_t kMaxKvPairs = 1ull << 20;
 
 class Reader {
@@ -28,7 +39,8 @@ class Reader {
   absl::Status Bytes(void* dst, size_t n) {
     in_.read(static_cast<char*>(dst), static_cast<std::streamsize>(n));
     if (static_cast<size_t>(in_.gcount()) != n) {
-      return absl::InvalidArgumentError(absl::StrCat("GGUF file '", path_, "': truncated metadata"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("GGUF file '", path_, "': truncated metadata"));
     }
     return absl::OkStatus();
   }
@@ -63,26 +75,71 @@ class Reader {
 
 size_t ScalarSize(uint32_t type) {
   switch (type) {
-    case kU8: case kI8: case kBool: return 1;
-    case kU16: case kI16: return 2;
-    case kU32: case kI32: case kF32: return 4;
-    case kU64: case kI64: case kF64: return 8;
-    default: return 0;
+    case kU8:
+    case kI8:
+    case kBool:
+      return 1;
+    case kU16:
+    case kI16:
+      return 2;
+    case kU32:
+    case kI32:
+    case kF32:
+      return 4;
+    case kU64:
+    case kI64:
+    case kF64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
 // Reads one integer scalar of `type` as int64 (nullopt for non-integer types).
 absl::StatusOr<std::optional<int64_t>> ReadInt(Reader& r, uint32_t type) {
   switch (type) {
-    case kU8: { auto v = r.Pod<uint8_t>(); if (!v.ok()) return v.status(); return int64_t{*v}; }
-    case kI8: { auto v = r.Pod<int8_t>(); if (!v.ok()) return v.status(); return int64_t{*v}; }
-    case kU16: { auto v = r.Pod<uint16_t>(); if (!v.ok()) return v.status(); return int64_t{*v}; }
-    case kI16: { auto v = r.Pod<int16_t>(); if (!v.ok()) return v.status(); return int64_t{*v}; }
-    case kU32: { auto v = r.Pod<uint32_t>(); if (!v.ok()) return v.status(); return int64_t{*v}; }
-    case kI32: { auto v = r.Pod<int32_t>(); if (!v.ok()) return v.status(); return int64_t{*v}; }
-    case kU64: { auto v = r.Pod<uint64_t>(); if (!v.ok()) return v.status(); return static_cast<int64_t>(*v); }
-    case kI64: { auto v = r.Pod<int64_t>(); if (!v.ok()) return v.status(); return *v; }
-    default: return std::optional<int64_t>();
+    case kU8: {
+      auto v = r.Pod<uint8_t>();
+      if (!v.ok()) return v.status();
+      return int64_t{*v};
+    }
+    case kI8: {
+      auto v = r.Pod<int8_t>();
+      if (!v.ok()) return v.status();
+      return int64_t{*v};
+    }
+    case kU16: {
+      auto v = r.Pod<uint16_t>();
+      if (!v.ok()) return v.status();
+      return int64_t{*v};
+    }
+    case kI16: {
+      auto v = r.Pod<int16_t>();
+      if (!v.ok()) return v.status();
+      return int64_t{*v};
+    }
+    case kU32: {
+      auto v = r.Pod<uint32_t>();
+      if (!v.ok()) return v.status();
+      return int64_t{*v};
+    }
+    case kI32: {
+      auto v = r.Pod<int32_t>();
+      if (!v.ok()) return v.status();
+      return int64_t{*v};
+    }
+    case kU64: {
+      auto v = r.Pod<uint64_t>();
+      if (!v.ok()) return v.status();
+      return static_cast<int64_t>(*v);
+    }
+    case kI64: {
+      auto v = r.Pod<int64_t>();
+      if (!v.ok()) return v.status();
+      return *v;
+    }
+    default:
+      return std::optional<int64_t>();
   }
 }
 
@@ -109,7 +166,9 @@ absl::StatusOr<Value> ReadValue(Reader& r, uint32_t type) {
       for (uint64_t i = 0; i < *n; ++i) {
         auto len = r.Pod<uint64_t>();
         if (!len.ok()) return len.status();
-        if (*len > kMaxString) return absl::InvalidArgumentError(absl::StrCat("GGUF file '", r.path(), "': corrupt string array"));
+        if (*len > kMaxString)
+          return absl::InvalidArgumentError(
+              absl::StrCat("GGUF file '", r.path(), "': corrupt string array"));
         if (absl::Status s = r.Skip(*len); !s.ok()) return s;
       }
       return v;
@@ -119,7 +178,9 @@ absl::StatusOr<Value> ReadValue(Reader& r, uint32_t type) {
       return absl::InvalidArgumentError(
           absl::StrCat("GGUF file '", r.path(), "': unsupported array element type ", *et));
     }
-    if (*n > (1ull << 32)) return absl::InvalidArgumentError(absl::StrCat("GGUF file '", r.path(), "': corrupt array length"));
+    if (*n > (1ull << 32))
+      return absl::InvalidArgumentError(
+          absl::StrCat("GGUF file '", r.path(), "': corrupt array length"));
     if (*et == kF32 || *et == kF64 || *et == kBool || *n > 4096) {
       if (absl::Status s = r.Skip(*n * es); !s.ok()) return s;
       return v;
@@ -133,7 +194,8 @@ absl::StatusOr<Value> ReadValue(Reader& r, uint32_t type) {
   }
   const size_t es = ScalarSize(type);
   if (es == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("GGUF file '", r.path(), "': unknown value type ", type));
+    return absl::InvalidArgumentError(
+        absl::StrCat("GGUF file '", r.path(), "': unknown value type ", type));
   }
   if (type == kF32 || type == kF64 || type == kBool) {
     if (absl::Status s = r.Skip(es); !s.ok()) return s;
@@ -156,7 +218,8 @@ absl::StatusOr<GgufModelShape> ReadGgufShape(const std::string& path) {
   Reader r(in, path);
   char magic[4];
   if (!r.Bytes(magic, 4).ok() || std::memcmp(magic, "GGUF", 4) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("'", path, "' is not a GGUF file (no GGUF magic)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path, "' is not a GGUF file (no GGUF magic)"));
   }
   auto version = r.Pod<uint32_t>();
   if (!version.ok()) return version.status();
@@ -169,7 +232,8 @@ absl::StatusOr<GgufModelShape> ReadGgufShape(const std::string& path) {
   auto kvs = r.Pod<uint64_t>();
   if (!kvs.ok()) return kvs.status();
   if (*kvs > kMaxKvPairs) {
-    return absl::InvalidArgumentError(absl::StrCat("GGUF file '", path, "': ", *kvs, " metadata pairs (corrupt?)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("GGUF file '", path, "': ", *kvs, " metadata pairs (corrupt?)"));
   }
   std::map<std::string, Value> meta;
   for (uint64_t i = 0; i < *kvs; ++i) {
@@ -185,10 +249,12 @@ absl::StatusOr<GgufModelShape> ReadGgufShape(const std::string& path) {
   GgufModelShape shape;
   auto it = meta.find("general.architecture");
   if (it == meta.end() || !it->second.str) {
-    return absl::InvalidArgumentError(absl::StrCat("GGUF file '", path, "': no general.architecture"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("GGUF file '", path, "': no general.architecture"));
   }
   shape.architecture = *it->second.str;
-  if (auto n = meta.find("general.name"); n != meta.end() && n->second.str) shape.name = *n->second.str;
+  if (auto n = meta.find("general.name"); n != meta.end() && n->second.str)
+    shape.name = *n->second.str;
   const std::string& a = shape.architecture;
   auto ints = [&](const std::string& k) -> const std::vector<int64_t>* {
     auto f = meta.find(absl::StrCat(a, ".", k));
@@ -198,7 +264,8 @@ absl::StatusOr<GgufModelShape> ReadGgufShape(const std::string& path) {
   auto need = [&](const std::string& k) -> absl::StatusOr<int64_t> {
     const auto* v = ints(k);
     if (v == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("GGUF file '", path, "': no integer ", a, ".", k));
+      return absl::InvalidArgumentError(
+          absl::StrCat("GGUF file '", path, "': no integer ", a, ".", k));
     }
     return *std::max_element(v->begin(), v->end());
   };
@@ -209,9 +276,10 @@ absl::StatusOr<GgufModelShape> ReadGgufShape(const std::string& path) {
   if (!heads.ok()) return heads.status();
   if (const auto* kv = ints("attention.head_count_kv")) {
     shape.num_kv_heads = static_cast<uint32_t>(*std::max_element(kv->begin(), kv->end()));
-    if (kv->size() > 1 && std::adjacent_find(kv->begin(), kv->end(), std::not_equal_to<>()) != kv->end()) {
-      shape.notes.push_back(absl::StrCat("KV heads vary per layer; using the maximum (", shape.num_kv_heads,
-                                         "), so figures are an upper bound"));
+    if (kv->size() > 1 &&
+        std::adjacent_find(kv->begin(), kv->end(), std::not_equal_to<>()) != kv->end()) {
+      shape.notes.push_back(absl::StrCat("KV heads vary per layer; using the maximum (",
+                                         shape.num_kv_heads, "), so figures are an upper bound"));
     }
   } else {
     shape.num_kv_heads = static_cast<uint32_t>(*heads);
@@ -221,8 +289,8 @@ absl::StatusOr<GgufModelShape> ReadGgufShape(const std::string& path) {
     shape.mla = true;
     shape.num_kv_heads = 1;
     shape.head_dim = static_cast<uint32_t>((*rank)[0] + (rope ? (*rope)[0] : 0));
-    shape.notes.push_back(absl::StrCat("MLA: one latent vector per token (kv_lora_rank ", (*rank)[0],
-                                       " + rope dims ", rope ? (*rope)[0] : 0, ")"));
+    shape.notes.push_back(absl::StrCat("MLA: one latent vector per token (kv_lora_rank ",
+                                       (*rank)[0], " + rope dims ", rope ? (*rope)[0] : 0, ")"));
   } else if (const auto* kl = ints("attention.key_length")) {
     shape.head_dim = static_cast<uint32_t>((*kl)[0]);
     if (const auto* vl = ints("attention.value_length"); vl && (*vl)[0] != (*kl)[0]) {
@@ -233,13 +301,15 @@ absl::StatusOr<GgufModelShape> ReadGgufShape(const std::string& path) {
     auto emb = need("embedding_length");
     if (!emb.ok()) return emb.status();
     if (*heads <= 0 || *emb % *heads != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("GGUF file '", path, "': embedding_length ", *emb,
-                                                     " is not a multiple of head_count ", *heads));
+      return absl::InvalidArgumentError(absl::StrCat("GGUF file '", path, "': embedding_length ",
+                                                     *emb, " is not a multiple of head_count ",
+                                                     *heads));
     }
     shape.head_dim = static_cast<uint32_t>(*emb / *heads);
   }
   if (shape.num_layers == 0 || shape.num_kv_heads == 0 || shape.head_dim == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("GGUF file '", path, "': zero layers, KV heads or head_dim"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("GGUF file '", path, "': zero layers, KV heads or head_dim"));
   }
   return shape;
 }

@@ -1,6 +1,7 @@
 #include "prompt_file.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -8,6 +9,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
 
 #ifdef KVT_CLI_HAVE_LLAMA
 #include "llama.h"
@@ -54,8 +56,8 @@ absl::StatusOr<std::vector<TokenId>> ParseTokenIds(std::string_view text, std::s
       continue;
     }
     if (closed) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("bad token file ", std::string(source), ": text after the closing ']' on line ", line));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bad token file ", std::string(source), ": text after the closing ']' on line ", line));
     }
     if (opened && text[i] == ']') {
       closed = true;
@@ -66,10 +68,12 @@ absl::StatusOr<std::vector<TokenId>> ParseTokenIds(std::string_view text, std::s
     while (j < text.size() && !IsSep(text[j]) && !(opened && text[j] == ']')) ++j;
     const std::string_view item = text.substr(i, j - i);
     int64_t v;
-    if (!absl::SimpleAtoi(std::string(item), &v) || v < 0 || v > std::numeric_limits<TokenId>::max()) {
+    if (!absl::SimpleAtoi(std::string(item), &v) || v < 0 ||
+        v > std::numeric_limits<TokenId>::max()) {
       std::string shown(item.substr(0, 40));
       return absl::InvalidArgumentError(absl::StrCat(
-          "bad token file ", std::string(source), ": item ", out.size() + 1, " ('", shown, "' on line ", line,
+          "bad token file ", std::string(source), ": item ", out.size() + 1, " ('", shown,
+          "' on line ", line,
           ") is not a token id (expected an integer 0..2147483647, separated by spaces, "
           "newlines or commas)"));
     }
@@ -77,10 +81,12 @@ absl::StatusOr<std::vector<TokenId>> ParseTokenIds(std::string_view text, std::s
     i = j;
   }
   if (opened && !closed) {
-    return absl::InvalidArgumentError(absl::StrCat("bad token file ", std::string(source), ": missing ']'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad token file ", std::string(source), ": missing ']'"));
   }
   if (out.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("bad token file ", std::string(source), ": no token ids in it"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad token file ", std::string(source), ": no token ids in it"));
   }
   return out;
 }
@@ -99,6 +105,17 @@ absl::StatusOr<std::vector<TokenId>> TokenizeTextFile(const std::string& text_pa
                                                       bool add_special) {
   auto text = ReadWholeFile(text_path, "text file");
   if (!text.ok()) return text.status();
+  // llama.cpp's loader prints ~50 lines per model: only with -v (spdlog info), and its
+  // errors always.
+  llama_log_set(
+      [](ggml_log_level level, const char* text, void*) {
+        if (level == GGML_LOG_LEVEL_ERROR) {
+          spdlog::error("llama.cpp: {}", text);
+        } else if (spdlog::should_log(spdlog::level::info)) {
+          std::fputs(text, stderr);
+        }
+      },
+      nullptr);
   llama_backend_init();
   llama_model_params mp = llama_model_default_params();
   mp.vocab_only = true;
@@ -110,8 +127,9 @@ absl::StatusOr<std::vector<TokenId>> TokenizeTextFile(const std::string& text_pa
   const llama_vocab* vocab = llama_model_get_vocab(model);
   const int32_t n = static_cast<int32_t>(text->size());
   std::vector<llama_token> toks(static_cast<size_t>(n) + 8);
-  int32_t got = llama_tokenize(vocab, text->data(), n, toks.data(), static_cast<int32_t>(toks.size()),
-                               add_special, /*parse_special=*/false);
+  int32_t got =
+      llama_tokenize(vocab, text->data(), n, toks.data(), static_cast<int32_t>(toks.size()),
+                     add_special, /*parse_special=*/false);
   if (got < 0) {
     toks.resize(static_cast<size_t>(-got));
     got = llama_tokenize(vocab, text->data(), n, toks.data(), static_cast<int32_t>(toks.size()),
@@ -127,7 +145,8 @@ absl::StatusOr<std::vector<TokenId>> TokenizeTextFile(const std::string& text_pa
 #else
 bool HaveTokenizer() { return false; }
 
-absl::StatusOr<std::vector<TokenId>> TokenizeTextFile(const std::string&, const std::string&, bool) {
+absl::StatusOr<std::vector<TokenId>> TokenizeTextFile(const std::string&, const std::string&,
+                                                      bool) {
   return absl::UnimplementedError(
       "this kvtier was built without llama.cpp, so it cannot tokenize text; give token ids "
       "with --tokens FILE (e.g. from the engine's tokenizer) or rebuild with "

@@ -23,8 +23,9 @@ absl::StatusOr<std::unique_ptr<Catalog>> Catalog::Open(const std::string& log_pa
       std::string line = content.substr(pos, nl - pos);
       pos = nl + 1;
       size_t tab = line.find('\t');
-      auto ns = tab == std::string::npos ? absl::StatusOr<NamespaceId>(absl::InvalidArgumentError("no tab"))
-                                         : NamespaceId::FromHex(line.substr(0, tab));
+      auto ns = tab == std::string::npos
+                    ? absl::StatusOr<NamespaceId>(absl::InvalidArgumentError("no tab"))
+                    : NamespaceId::FromHex(line.substr(0, tab));
       if (!ns.ok()) {
         ++bad;
         continue;
@@ -35,7 +36,8 @@ absl::StatusOr<std::unique_ptr<Catalog>> Catalog::Open(const std::string& log_pa
   }
   std::FILE* f = std::fopen(log_path.c_str(), "ab");
   if (f == nullptr)
-    return absl::InternalError(absl::StrFormat("cannot open %s for appending: %s", log_path, std::strerror(errno)));
+    return absl::InternalError(
+        absl::StrFormat("cannot open %s for appending: %s", log_path, std::strerror(errno)));
   auto c = std::unique_ptr<Catalog>(new Catalog(f));
   absl::MutexLock lock(&c->mu_);
   c->owners_ = std::move(owners);
@@ -58,7 +60,8 @@ absl::Status Catalog::Claim(const NamespaceId& ns, const std::string& tenant) {
   std::string line = absl::StrFormat("%s\t%s\n", ns.ToHex(), tenant);
   if (std::fwrite(line.data(), 1, line.size(), log_) != line.size() || std::fflush(log_) != 0 ||
       fdatasync(fileno(log_)) != 0)
-    return absl::InternalError(absl::StrFormat("cannot persist namespace owner: %s", std::strerror(errno)));
+    return absl::InternalError(
+        absl::StrFormat("cannot persist namespace owner: %s", std::strerror(errno)));
   owners_.emplace(ns, tenant);
   return absl::OkStatus();
 }

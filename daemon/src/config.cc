@@ -59,8 +59,10 @@ absl::Status DaemonConfig::Validate() const {
     return bad("disk_capacity", "must be a positive multiple of 4096");
   if (disk.file_bytes == 0 || disk.file_bytes % 4096 != 0)
     return bad("disk_file_bytes", "must be a positive multiple of 4096");
-  if (workers < 1 || workers > 256) return bad("workers", absl::StrFormat("%d, expected 1..256", workers));
-  if (max_record_bytes < 4096 || max_record_bytes > disk.file_bytes || max_record_bytes > (1ull << 30))
+  if (workers < 1 || workers > 256)
+    return bad("workers", absl::StrFormat("%d, expected 1..256", workers));
+  if (max_record_bytes < 4096 || max_record_bytes > disk.file_bytes ||
+      max_record_bytes > (1ull << 30))
     return bad("max_record_bytes", "expected 4 KiB .. min(disk_file_bytes, 1 GiB)");
   if (max_inflight_bytes < max_record_bytes)
     return bad("max_inflight_bytes", "must be at least max_record_bytes");
@@ -68,32 +70,40 @@ absl::Status DaemonConfig::Validate() const {
     return bad("get_part_bytes", absl::StrFormat("%d, expected 4 KiB .. 8 MiB", get_part_bytes));
   if (shm_max_region_bytes < (1ull << 20) || shm_max_region_bytes > (4ull << 30))
     return bad("shm.max_region_bytes", "expected 1 MiB .. 4 GiB");
-  if (shm_max_regions < 1 || shm_max_regions > 4096) return bad("shm.max_regions", "expected 1..4096");
+  if (shm_max_regions < 1 || shm_max_regions > 4096)
+    return bad("shm.max_regions", "expected 1..4096");
   std::set<std::string> tokens, names;
   for (const auto& t : tenants) {
-    if (!names.insert(t.name).second) return bad("tenants", absl::StrFormat("duplicate tenant '%s'", t.name));
-    if (t.tokens.empty()) return bad("tenants", absl::StrFormat("tenant '%s' has no token", t.name));
+    if (!names.insert(t.name).second)
+      return bad("tenants", absl::StrFormat("duplicate tenant '%s'", t.name));
+    if (t.tokens.empty())
+      return bad("tenants", absl::StrFormat("tenant '%s' has no token", t.name));
     for (const auto& tok : t.tokens) {
-      if (tok.size() < 8) return bad("tenants", absl::StrFormat("a token of tenant '%s' is shorter than 8 characters", t.name));
+      if (tok.size() < 8)
+        return bad("tenants",
+                   absl::StrFormat("a token of tenant '%s' is shorter than 8 characters", t.name));
       if (!tokens.insert(tok).second) return bad("tenants", "the same token is listed twice");
     }
   }
   static const std::set<std::string> kLevels = {"trace", "debug", "info", "warn", "error", "off"};
-  if (!kLevels.count(log_level)) return bad("log_level", "expected trace|debug|info|warn|error|off");
+  if (!kLevels.count(log_level))
+    return bad("log_level", "expected trace|debug|info|warn|error|off");
   if (shutdown_grace.count() < 0)
     return bad("shutdown_grace_ms", absl::StrFormat("%d, expected >= 0", shutdown_grace.count()));
   if (cluster) {
-    if (absl::Status s = cluster->Validate(); !s.ok()) return absl::InvalidArgumentError("config " + std::string(s.message()));
+    if (absl::Status s = cluster->Validate(); !s.ok())
+      return absl::InvalidArgumentError("config " + std::string(s.message()));
     if (cluster->max_record_bytes < max_record_bytes)
       return bad("cluster", "max_record_bytes is below the daemon's max_record_bytes");
   }
   if (!metrics_listen.empty()) {
     const auto colon = metrics_listen.rfind(':');
     int port = -1;
-    if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(metrics_listen.substr(colon + 1), &port) ||
-        port < 0 || port > 65535)
-      return bad("metrics.listen", absl::StrFormat("'%s', expected host:port with port 0..65535 ('' disables it)",
-                                                   metrics_listen));
+    if (colon == std::string::npos || colon == 0 ||
+        !absl::SimpleAtoi(metrics_listen.substr(colon + 1), &port) || port < 0 || port > 65535)
+      return bad("metrics.listen",
+                 absl::StrFormat("'%s', expected host:port with port 0..65535 ('' disables it)",
+                                 metrics_listen));
   }
   return absl::OkStatus();
 }
@@ -107,8 +117,8 @@ absl::Status CheckParentDir(const std::string& what, const std::string& path) {
   std::error_code ec;
   const auto st = std::filesystem::status(dir, ec);
   if (!std::filesystem::exists(st))
-    return absl::InvalidArgumentError(
-        absl::StrFormat("config %s: '%s': directory '%s' does not exist", what, path, dir.string()));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "config %s: '%s': directory '%s' does not exist", what, path, dir.string()));
   if (!std::filesystem::is_directory(st))
     return absl::InvalidArgumentError(
         absl::StrFormat("config %s: '%s': '%s' is not a directory", what, path, dir.string()));
@@ -120,8 +130,10 @@ absl::Status CheckParentDir(const std::string& what, const std::string& path) {
 absl::Status CheckDaemonPaths(const DaemonConfig& c) {
   for (const auto& a : c.listen) {
     std::string p;
-    if (absl::StartsWith(a, "unix://")) p = a.substr(7);
-    else if (absl::StartsWith(a, "unix:")) p = a.substr(5);
+    if (absl::StartsWith(a, "unix://"))
+      p = a.substr(7);
+    else if (absl::StartsWith(a, "unix:"))
+      p = a.substr(5);
     if (p.empty()) continue;
     if (auto s = CheckParentDir("listen", p); !s.ok()) return s;
   }
@@ -129,15 +141,18 @@ absl::Status CheckDaemonPaths(const DaemonConfig& c) {
     if (auto s = CheckParentDir("ready_file", c.ready_file); !s.ok()) return s;
     std::error_code ec;
     if (std::filesystem::is_directory(c.ready_file, ec))
-      return absl::InvalidArgumentError(absl::StrFormat("config ready_file: '%s' is a directory", c.ready_file));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("config ready_file: '%s' is a directory", c.ready_file));
   }
   return absl::OkStatus();
 }
 
 namespace {
 
-absl::Status CheckKeys(const YAML::Node& node, const std::string& where, const std::set<std::string>& allowed) {
-  if (!node.IsMap()) return absl::InvalidArgumentError(absl::StrFormat("config %s: expected a mapping", where));
+absl::Status CheckKeys(const YAML::Node& node, const std::string& where,
+                       const std::set<std::string>& allowed) {
+  if (!node.IsMap())
+    return absl::InvalidArgumentError(absl::StrFormat("config %s: expected a mapping", where));
   for (const auto& kv : node) {
     std::string k = kv.first.as<std::string>();
     if (!allowed.count(k))
@@ -154,7 +169,8 @@ absl::Status Get(const YAML::Node& node, const std::string& key, const char* wha
     return absl::OkStatus();
   } catch (const YAML::Exception&) {
     std::string text = node.IsScalar() ? node.Scalar() : std::string("(not a scalar)");
-    return absl::InvalidArgumentError(absl::StrFormat("config %s: bad value '%s', expected %s", key, text, what));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("config %s: bad value '%s', expected %s", key, text, what));
   }
 }
 
@@ -170,16 +186,34 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
   if (root.IsNull()) return c;
   try {
     if (auto s = CheckKeys(root, "(top level)",
-                           {"listen", "allow_remote", "data_dir", "host_capacity", "disk_capacity",
-                            "disk_file_bytes", "disk_direct_io", "durability", "verify_on_put", "workers",
-                            "max_record_bytes", "max_inflight_bytes", "get_part_bytes", "shm", "metrics",
-                            "tenants", "log_level", "ready_file", "shutdown_grace_ms", "cluster"});
+                           {"listen",
+                            "allow_remote",
+                            "data_dir",
+                            "host_capacity",
+                            "disk_capacity",
+                            "disk_file_bytes",
+                            "disk_direct_io",
+                            "durability",
+                            "verify_on_put",
+                            "workers",
+                            "max_record_bytes",
+                            "max_inflight_bytes",
+                            "get_part_bytes",
+                            "shm",
+                            "metrics",
+                            "tenants",
+                            "log_level",
+                            "ready_file",
+                            "shutdown_grace_ms",
+                            "cluster"});
         !s.ok())
       return s;
     auto bytes = [&](const char* key, uint64_t* out) -> absl::Status {
       if (!root[key]) return absl::OkStatus();
       auto v = ::kvt::ParseByteSize(root[key].as<std::string>());
-      if (!v.ok()) return absl::InvalidArgumentError(absl::StrFormat("config %s: %s", key, v.status().message()));
+      if (!v.ok())
+        return absl::InvalidArgumentError(
+            absl::StrFormat("config %s: %s", key, v.status().message()));
       *out = *v;
       return absl::OkStatus();
     };
@@ -192,7 +226,9 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
       }
     }
     if (root["allow_remote"])
-      if (auto s = Get(root["allow_remote"], "allow_remote", "true|false", &c.allow_remote); !s.ok()) return s;
+      if (auto s = Get(root["allow_remote"], "allow_remote", "true|false", &c.allow_remote);
+          !s.ok())
+        return s;
     if (root["data_dir"]) c.data_dir = root["data_dir"].as<std::string>();
     for (auto [key, out] : {std::pair{"host_capacity", &c.host.capacity_bytes},
                             std::pair{"disk_capacity", &c.disk.capacity_bytes},
@@ -208,35 +244,52 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
       c.get_part_bytes = static_cast<uint32_t>(v);
     }
     if (root["disk_direct_io"])
-      if (auto s = Get(root["disk_direct_io"], "disk_direct_io", "true|false", &c.disk.direct_io); !s.ok()) return s;
+      if (auto s = Get(root["disk_direct_io"], "disk_direct_io", "true|false", &c.disk.direct_io);
+          !s.ok())
+        return s;
     if (root["durability"]) {
       std::string d = root["durability"].as<std::string>();
-      if (d == "sync") c.durability = Durability::kSync;
-      else if (d == "async") c.durability = Durability::kAsync;
-      else return absl::InvalidArgumentError(absl::StrFormat("config durability: '%s', expected sync|async", d));
+      if (d == "sync")
+        c.durability = Durability::kSync;
+      else if (d == "async")
+        c.durability = Durability::kAsync;
+      else
+        return absl::InvalidArgumentError(
+            absl::StrFormat("config durability: '%s', expected sync|async", d));
     }
     if (root["verify_on_put"])
-      if (auto s = Get(root["verify_on_put"], "verify_on_put", "true|false", &c.verify_on_put); !s.ok()) return s;
+      if (auto s = Get(root["verify_on_put"], "verify_on_put", "true|false", &c.verify_on_put);
+          !s.ok())
+        return s;
     if (root["workers"])
-      if (auto s = Get(root["workers"], "workers", "an integer 1..256", &c.workers); !s.ok()) return s;
+      if (auto s = Get(root["workers"], "workers", "an integer 1..256", &c.workers); !s.ok())
+        return s;
     if (root["log_level"]) c.log_level = root["log_level"].as<std::string>();
     if (root["ready_file"]) c.ready_file = root["ready_file"].as<std::string>();
     if (root["shutdown_grace_ms"]) {
       int64_t ms = 0;
-      if (auto s = Get(root["shutdown_grace_ms"], "shutdown_grace_ms", "milliseconds >= 0", &ms); !s.ok()) return s;
+      if (auto s = Get(root["shutdown_grace_ms"], "shutdown_grace_ms", "milliseconds >= 0", &ms);
+          !s.ok())
+        return s;
       c.shutdown_grace = std::chrono::milliseconds(ms);
     }
     if (const auto shm = root["shm"]) {
-      if (auto s = CheckKeys(shm, "shm", {"enabled", "max_region_bytes", "max_regions"}); !s.ok()) return s;
+      if (auto s = CheckKeys(shm, "shm", {"enabled", "max_region_bytes", "max_regions"}); !s.ok())
+        return s;
       if (shm["enabled"])
-        if (auto s = Get(shm["enabled"], "shm.enabled", "true|false", &c.shm_enabled); !s.ok()) return s;
+        if (auto s = Get(shm["enabled"], "shm.enabled", "true|false", &c.shm_enabled); !s.ok())
+          return s;
       if (shm["max_region_bytes"]) {
         auto v = ::kvt::ParseByteSize(shm["max_region_bytes"].as<std::string>());
-        if (!v.ok()) return absl::InvalidArgumentError("config shm.max_region_bytes: " + std::string(v.status().message()));
+        if (!v.ok())
+          return absl::InvalidArgumentError("config shm.max_region_bytes: " +
+                                            std::string(v.status().message()));
         c.shm_max_region_bytes = *v;
       }
       if (shm["max_regions"])
-        if (auto s = Get(shm["max_regions"], "shm.max_regions", "an integer 1..4096", &c.shm_max_regions); !s.ok())
+        if (auto s = Get(shm["max_regions"], "shm.max_regions", "an integer 1..4096",
+                         &c.shm_max_regions);
+            !s.ok())
           return s;
     }
     if (const auto m = root["metrics"]) {
@@ -253,7 +306,8 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
       if (!t.IsSequence()) return absl::InvalidArgumentError("config tenants: expected a list");
       c.tenants.clear();
       for (const auto& e : t) {
-        if (auto s = CheckKeys(e, "tenants[]", {"name", "tokens", "token_files"}); !s.ok()) return s;
+        if (auto s = CheckKeys(e, "tenants[]", {"name", "tokens", "token_files"}); !s.ok())
+          return s;
         TenantConfig tc;
         if (!e["name"]) return absl::InvalidArgumentError("config tenants[]: 'name' is required");
         tc.name = e["name"].as<std::string>();
@@ -263,8 +317,9 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
           for (const auto& f : e["token_files"]) {
             std::ifstream in(f.as<std::string>());
             if (!in)
-              return absl::NotFoundError(absl::StrFormat("config tenants[%s].token_files: cannot read '%s'",
-                                                         tc.name, f.as<std::string>()));
+              return absl::NotFoundError(
+                  absl::StrFormat("config tenants[%s].token_files: cannot read '%s'", tc.name,
+                                  f.as<std::string>()));
             std::string line;
             while (std::getline(in, line)) {
               line = std::string(absl::StripAsciiWhitespace(line));
@@ -284,11 +339,13 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
 absl::StatusOr<ClusterTierOptions> ParseClusterConfig(const YAML::Node& cl) {
   ClusterTierOptions o;
   try {
-    if (auto s = CheckKeys(cl, "cluster", {"nodes", "piece_bytes", "ttl_s", "password", "password_file", "username",
-                                           "keyspace", "deadline_ms"});
+    if (auto s = CheckKeys(cl, "cluster",
+                           {"nodes", "piece_bytes", "ttl_s", "password", "password_file",
+                            "username", "keyspace", "deadline_ms"});
         !s.ok())
       return s;
-    if (!cl["nodes"]) return absl::InvalidArgumentError("config cluster.nodes: required (a list of host:port)");
+    if (!cl["nodes"])
+      return absl::InvalidArgumentError("config cluster.nodes: required (a list of host:port)");
     if (cl["nodes"].IsSequence()) {
       for (const auto& n : cl["nodes"]) o.client.nodes.push_back(n.as<std::string>());
     } else {
@@ -296,16 +353,22 @@ absl::StatusOr<ClusterTierOptions> ParseClusterConfig(const YAML::Node& cl) {
     }
     if (cl["piece_bytes"]) {
       auto v = ParseByteSize(cl["piece_bytes"].as<std::string>());
-      if (!v.ok()) return absl::InvalidArgumentError("config cluster.piece_bytes: " + std::string(v.status().message()));
+      if (!v.ok())
+        return absl::InvalidArgumentError("config cluster.piece_bytes: " +
+                                          std::string(v.status().message()));
       o.piece_bytes = *v;
     }
     if (cl["ttl_s"])
-      if (auto s = Get(cl["ttl_s"], "cluster.ttl_s", "seconds >= 0 (0 = no expiry)", &o.ttl_s); !s.ok()) return s;
+      if (auto s = Get(cl["ttl_s"], "cluster.ttl_s", "seconds >= 0 (0 = no expiry)", &o.ttl_s);
+          !s.ok())
+        return s;
     if (cl["password"]) o.client.password = cl["password"].as<std::string>();
     if (cl["password_file"]) {
       const std::string f = cl["password_file"].as<std::string>();
       std::ifstream in(f);
-      if (!in) return absl::InvalidArgumentError(absl::StrFormat("config cluster.password_file: cannot read '%s'", f));
+      if (!in)
+        return absl::InvalidArgumentError(
+            absl::StrFormat("config cluster.password_file: cannot read '%s'", f));
       std::getline(in, o.client.password);
       o.client.password = std::string(absl::StripAsciiWhitespace(o.client.password));
     }
@@ -313,7 +376,8 @@ absl::StatusOr<ClusterTierOptions> ParseClusterConfig(const YAML::Node& cl) {
     if (cl["keyspace"]) o.keyspace = cl["keyspace"].as<std::string>();
     if (cl["deadline_ms"]) {
       int64_t ms = 0;
-      if (auto s = Get(cl["deadline_ms"], "cluster.deadline_ms", "milliseconds > 0", &ms); !s.ok()) return s;
+      if (auto s = Get(cl["deadline_ms"], "cluster.deadline_ms", "milliseconds > 0", &ms); !s.ok())
+        return s;
       o.client.deadline = std::chrono::milliseconds(ms);
     }
   } catch (const YAML::Exception& e) {
@@ -325,13 +389,15 @@ absl::StatusOr<ClusterTierOptions> ParseClusterConfig(const YAML::Node& cl) {
 absl::StatusOr<DaemonConfig> LoadDaemonConfig(const std::string& path, DaemonConfig base) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
-    return absl::InvalidArgumentError(absl::StrFormat("config '%s' is a directory, expected a YAML file", path));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("config '%s' is a directory, expected a YAML file", path));
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrFormat("config file '%s' cannot be read", path));
   std::stringstream ss;
   ss << in.rdbuf();
   auto c = ParseDaemonConfig(ss.str(), std::move(base));
-  if (!c.ok()) return absl::Status(c.status().code(), absl::StrFormat("%s: %s", path, c.status().message()));
+  if (!c.ok())
+    return absl::Status(c.status().code(), absl::StrFormat("%s: %s", path, c.status().message()));
   return c;
 }
 

@@ -16,7 +16,18 @@
 
 namespace kvt::daemon {
 
-enum class Rpc : uint8_t { kLookup, kPut, kGet, kEvict, kList, kStats, kHealth, kShmAttach, kShmDetach, kCount };
+enum class Rpc : uint8_t {
+  kLookup,
+  kPut,
+  kGet,
+  kEvict,
+  kList,
+  kStats,
+  kHealth,
+  kShmAttach,
+  kShmDetach,
+  kCount
+};
 const char* RpcName(Rpc rpc);
 
 // Thread-safe (atomics; the client table has its own lock).
@@ -27,8 +38,12 @@ class Metrics {
                                                       0.01,   0.025,   0.05,   0.1,   0.5,    2.5};
 
   void RecordRpc(Rpc rpc, int grpc_code, std::chrono::nanoseconds latency);
-  void AddBytesIn(bool shm, uint64_t n) { (shm ? shm_bytes_in_ : grpc_bytes_in_).fetch_add(n, std::memory_order_relaxed); }
-  void AddBytesOut(bool shm, uint64_t n) { (shm ? shm_bytes_out_ : grpc_bytes_out_).fetch_add(n, std::memory_order_relaxed); }
+  void AddBytesIn(bool shm, uint64_t n) {
+    (shm ? shm_bytes_in_ : grpc_bytes_in_).fetch_add(n, std::memory_order_relaxed);
+  }
+  void AddBytesOut(bool shm, uint64_t n) {
+    (shm ? shm_bytes_out_ : grpc_bytes_out_).fetch_add(n, std::memory_order_relaxed);
+  }
   void AddAuthFailure() { auth_failures_.fetch_add(1, std::memory_order_relaxed); }
   void AddPutConflict() { put_conflicts_.fetch_add(1, std::memory_order_relaxed); }
   // Notes that the client with this id made a call now.
@@ -51,7 +66,8 @@ class Metrics {
   std::atomic<uint64_t> grpc_bytes_in_{0}, grpc_bytes_out_{0}, shm_bytes_in_{0}, shm_bytes_out_{0};
   std::atomic<uint64_t> auth_failures_{0}, put_conflicts_{0};
   absl::Mutex clients_mu_;
-  absl::flat_hash_map<std::string, std::chrono::steady_clock::time_point> clients_ ABSL_GUARDED_BY(clients_mu_);
+  absl::flat_hash_map<std::string, std::chrono::steady_clock::time_point> clients_
+      ABSL_GUARDED_BY(clients_mu_);
 };
 
 }  // namespace kvt::daemon

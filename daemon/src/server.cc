@@ -47,23 +47,29 @@ absl::Status PrepareUnixSocket(const std::string& path) {
   struct stat st;
   if (lstat(path.c_str(), &st) != 0) return absl::OkStatus();
   if (!S_ISSOCK(st.st_mode))
-    return absl::FailedPreconditionError(absl::StrFormat("listen: %s exists and is not a socket", path));
+    return absl::FailedPreconditionError(
+        absl::StrFormat("listen: %s exists and is not a socket", path));
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
   const bool live = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   close(fd);
-  if (live) return absl::FailedPreconditionError(absl::StrFormat("listen: another server is listening on %s", path));
+  if (live)
+    return absl::FailedPreconditionError(
+        absl::StrFormat("listen: another server is listening on %s", path));
   unlink(path.c_str());
   return absl::OkStatus();
 }
 
 const char* TierLabel(TierKind k) {
   switch (k) {
-    case TierKind::kHost: return "host";
-    case TierKind::kDisk: return "disk";
-    case TierKind::kRemote: return "remote";
+    case TierKind::kHost:
+      return "host";
+    case TierKind::kDisk:
+      return "disk";
+    case TierKind::kRemote:
+      return "remote";
   }
   return "unknown";
 }
@@ -89,47 +95,53 @@ class KvtierServer::Impl {
   std::string RenderMetrics() {
     std::string out;
     metrics.Render(&out);
-    absl::StrAppendFormat(&out, "# TYPE kvtier_tier_capacity_bytes gauge\n# TYPE kvtier_tier_used_bytes gauge\n"
-                                "# TYPE kvtier_tier_chunks gauge\n# TYPE kvtier_tier_pinned_bytes gauge\n"
-                                "# TYPE kvtier_tier_hits_total counter\n# TYPE kvtier_tier_misses_total counter\n"
-                                "# TYPE kvtier_tier_evictions_total counter\n"
-                                "# TYPE kvtier_tier_integrity_errors_total counter\n"
-                                "# TYPE kvtier_tier_bytes_in_total counter\n# TYPE kvtier_tier_bytes_out_total counter\n"
-                                "# TYPE kvtier_tier_io_errors_total counter\n");
+    absl::StrAppendFormat(
+        &out,
+        "# TYPE kvtier_tier_capacity_bytes gauge\n# TYPE kvtier_tier_used_bytes gauge\n"
+        "# TYPE kvtier_tier_chunks gauge\n# TYPE kvtier_tier_pinned_bytes gauge\n"
+        "# TYPE kvtier_tier_hits_total counter\n# TYPE kvtier_tier_misses_total counter\n"
+        "# TYPE kvtier_tier_evictions_total counter\n"
+        "# TYPE kvtier_tier_integrity_errors_total counter\n"
+        "# TYPE kvtier_tier_bytes_in_total counter\n# TYPE kvtier_tier_bytes_out_total counter\n"
+        "# TYPE kvtier_tier_io_errors_total counter\n");
     for (size_t t = 0; t < store->num_tiers(); ++t) {
       TierStats s = store->tier_stats(MakeTierIndex(t));
       const char* l = TierLabel(store->tier_caps(MakeTierIndex(t)).kind);
-      absl::StrAppendFormat(&out,
-                            "kvtier_tier_capacity_bytes{tier=\"%s\"} %d\nkvtier_tier_used_bytes{tier=\"%s\"} %d\n"
-                            "kvtier_tier_chunks{tier=\"%s\"} %d\nkvtier_tier_pinned_bytes{tier=\"%s\"} %d\n"
-                            "kvtier_tier_hits_total{tier=\"%s\"} %d\nkvtier_tier_misses_total{tier=\"%s\"} %d\n"
-                            "kvtier_tier_evictions_total{tier=\"%s\"} %d\n"
-                            "kvtier_tier_integrity_errors_total{tier=\"%s\"} %d\n"
-                            "kvtier_tier_bytes_in_total{tier=\"%s\"} %d\nkvtier_tier_bytes_out_total{tier=\"%s\"} %d\n"
-                            "kvtier_tier_io_errors_total{tier=\"%s\"} %d\n",
-                            l, s.capacity_bytes, l, s.used_bytes, l, s.chunks, l, s.pinned_bytes, l, s.hits, l,
-                            s.misses, l, s.evictions, l, s.integrity_errors, l, s.bytes_in, l, s.bytes_out, l,
-                            s.io_errors);
+      absl::StrAppendFormat(
+          &out,
+          "kvtier_tier_capacity_bytes{tier=\"%s\"} %d\nkvtier_tier_used_bytes{tier=\"%s\"} %d\n"
+          "kvtier_tier_chunks{tier=\"%s\"} %d\nkvtier_tier_pinned_bytes{tier=\"%s\"} %d\n"
+          "kvtier_tier_hits_total{tier=\"%s\"} %d\nkvtier_tier_misses_total{tier=\"%s\"} %d\n"
+          "kvtier_tier_evictions_total{tier=\"%s\"} %d\n"
+          "kvtier_tier_integrity_errors_total{tier=\"%s\"} %d\n"
+          "kvtier_tier_bytes_in_total{tier=\"%s\"} %d\nkvtier_tier_bytes_out_total{tier=\"%s\"} "
+          "%d\n"
+          "kvtier_tier_io_errors_total{tier=\"%s\"} %d\n",
+          l, s.capacity_bytes, l, s.used_bytes, l, s.chunks, l, s.pinned_bytes, l, s.hits, l,
+          s.misses, l, s.evictions, l, s.integrity_errors, l, s.bytes_in, l, s.bytes_out, l,
+          s.io_errors);
     }
     TieredStoreStats ss = store->stats();
     std::string detail;
     const bool ok = service->Healthy(&detail);
-    absl::StrAppendFormat(&out,
-                          "# TYPE kvtier_store_hits_total counter\nkvtier_store_hits_total %d\n"
-                          "# TYPE kvtier_store_misses_total counter\nkvtier_store_misses_total %d\n"
-                          "# TYPE kvtier_store_promotions_total counter\nkvtier_store_promotions_total %d\n"
-                          "# TYPE kvtier_store_writeback_errors_total counter\nkvtier_store_writeback_errors_total %d\n"
-                          "# TYPE kvtier_store_pending_write_bytes gauge\nkvtier_store_pending_write_bytes %d\n"
-                          "# TYPE kvtier_pinned_bytes gauge\nkvtier_pinned_bytes %d\n"
-                          "# HELP kvtier_integrity_errors_total Records that failed verification in any tier.\n"
-                          "# TYPE kvtier_integrity_errors_total counter\nkvtier_integrity_errors_total %d\n"
-                          "# TYPE kvtier_shm_regions gauge\nkvtier_shm_regions %d\n"
-                          "# TYPE kvtier_worker_task_failures_total counter\nkvtier_worker_task_failures_total %d\n"
-                          "# HELP kvtier_healthy 1 while every background thread is alive.\n"
-                          "# TYPE kvtier_healthy gauge\nkvtier_healthy %d\n",
-                          ss.hits, ss.misses, ss.promotions, ss.writeback_errors, ss.pending_write_bytes,
-                          store->pinned_bytes(), ss.integrity_errors, service->shm_regions(), pool->task_failures(),
-                          ok ? 1 : 0);
+    absl::StrAppendFormat(
+        &out,
+        "# TYPE kvtier_store_hits_total counter\nkvtier_store_hits_total %d\n"
+        "# TYPE kvtier_store_misses_total counter\nkvtier_store_misses_total %d\n"
+        "# TYPE kvtier_store_promotions_total counter\nkvtier_store_promotions_total %d\n"
+        "# TYPE kvtier_store_writeback_errors_total counter\nkvtier_store_writeback_errors_total "
+        "%d\n"
+        "# TYPE kvtier_store_pending_write_bytes gauge\nkvtier_store_pending_write_bytes %d\n"
+        "# TYPE kvtier_pinned_bytes gauge\nkvtier_pinned_bytes %d\n"
+        "# HELP kvtier_integrity_errors_total Records that failed verification in any tier.\n"
+        "# TYPE kvtier_integrity_errors_total counter\nkvtier_integrity_errors_total %d\n"
+        "# TYPE kvtier_shm_regions gauge\nkvtier_shm_regions %d\n"
+        "# TYPE kvtier_worker_task_failures_total counter\nkvtier_worker_task_failures_total %d\n"
+        "# HELP kvtier_healthy 1 while every background thread is alive.\n"
+        "# TYPE kvtier_healthy gauge\nkvtier_healthy %d\n",
+        ss.hits, ss.misses, ss.promotions, ss.writeback_errors, ss.pending_write_bytes,
+        store->pinned_bytes(), ss.integrity_errors, service->shm_regions(), pool->task_failures(),
+        ok ? 1 : 0);
     return out;
   }
 
@@ -137,14 +149,16 @@ class KvtierServer::Impl {
     if (config.metrics_listen.empty()) return absl::OkStatus();
     auto colon = config.metrics_listen.rfind(':');
     int port = 0;
-    if (colon == std::string::npos || !absl::SimpleAtoi(config.metrics_listen.substr(colon + 1), &port) || port < 0 ||
+    if (colon == std::string::npos ||
+        !absl::SimpleAtoi(config.metrics_listen.substr(colon + 1), &port) || port < 0 ||
         port > 65535)
       return absl::InvalidArgumentError(
           absl::StrFormat("metrics.listen: '%s', expected host:port", config.metrics_listen));
     std::string host = config.metrics_listen.substr(0, colon);
     if (!config.allow_remote && !IsLocalAddress(config.metrics_listen))
       return absl::InvalidArgumentError(absl::StrFormat(
-          "metrics.listen: '%s' is not loopback; set allow_remote: true to expose it", config.metrics_listen));
+          "metrics.listen: '%s' is not loopback; set allow_remote: true to expose it",
+          config.metrics_listen));
     http = std::make_unique<httplib::Server>();
     http->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(RenderMetrics(), "text/plain; version=0.0.4");
@@ -164,7 +178,8 @@ class KvtierServer::Impl {
       metrics_port = http->bind_to_port(host, port) ? port : -1;
     }
     if (metrics_port <= 0)
-      return absl::UnavailableError(absl::StrFormat("metrics.listen: cannot bind %s", config.metrics_listen));
+      return absl::UnavailableError(
+          absl::StrFormat("metrics.listen: cannot bind %s", config.metrics_listen));
     http_thread = std::thread([this] { http->listen_after_bind(); });
     return absl::OkStatus();
   }
@@ -216,7 +231,8 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonCo
   impl->config = config;
   std::error_code ec;
   std::filesystem::create_directories(config.data_dir, ec);
-  if (ec) return absl::InternalError(absl::StrFormat("data_dir %s: %s", config.data_dir, ec.message()));
+  if (ec)
+    return absl::InternalError(absl::StrFormat("data_dir %s: %s", config.data_dir, ec.message()));
 
   StoreOptions so;
   so.host = config.host;
@@ -225,9 +241,11 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonCo
   dopt.file_bytes = std::min(config.disk.file_bytes, config.disk.capacity_bytes);
   ClusterTier* cluster = nullptr;
   if (config.cluster) {  // shared by every kvtierd naming the same cluster: below the disk
-    so.lower.push_back([&cluster, &config](EvictionListener) -> absl::StatusOr<std::unique_ptr<Tier>> {
+    so.lower.push_back([&cluster,
+                        &config](EvictionListener) -> absl::StatusOr<std::unique_ptr<Tier>> {
       auto ct = ClusterTier::Create(*config.cluster);
-      if (!ct.ok()) return absl::Status(ct.status().code(), "cluster: " + std::string(ct.status().message()));
+      if (!ct.ok())
+        return absl::Status(ct.status().code(), "cluster: " + std::string(ct.status().message()));
       cluster = ct->get();
       spdlog::info("kvtierd: cluster tier on {} masters (keyspace '{}', pieces of {} bytes)",
                    cluster->client().slot_map().masters().size(), config.cluster->keyspace,
@@ -295,7 +313,8 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonCo
   const mode_t old_umask = umask(0077);  // unix sockets: owner only
   impl->grpc_server = builder.BuildAndStart();
   umask(old_umask);
-  if (!impl->grpc_server) return absl::UnavailableError("gRPC server failed to start (address in use?)");
+  if (!impl->grpc_server)
+    return absl::UnavailableError("gRPC server failed to start (address in use?)");
   for (size_t i = 0; i < config.listen.size(); ++i) {
     const std::string& a = config.listen[i];
     if (*ports[i] == 0) return absl::UnavailableError(absl::StrFormat("listen: cannot bind %s", a));
@@ -311,10 +330,12 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonCo
   }
   for (const auto& a : impl->bound) spdlog::info("kvtierd: serving gRPC on {}", a);
   if (impl->metrics_port > 0)
-    spdlog::info("kvtierd: metrics on http://{}:{}/metrics", config.metrics_listen.substr(0, config.metrics_listen.rfind(':')),
+    spdlog::info("kvtierd: metrics on http://{}:{}/metrics",
+                 config.metrics_listen.substr(0, config.metrics_listen.rfind(':')),
                  impl->metrics_port);
   if (!config.ready_file.empty()) {
-    nlohmann::json j = {{"pid", getpid()}, {"listen", impl->bound}, {"metrics_port", impl->metrics_port}};
+    nlohmann::json j = {
+        {"pid", getpid()}, {"listen", impl->bound}, {"metrics_port", impl->metrics_port}};
     std::string tmp = config.ready_file + ".tmp";
     bool written = false;
     {
@@ -329,7 +350,8 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonCo
       std::filesystem::remove(tmp, ec);
       spdlog::error("kvtierd: cannot write ready file {}: {}", config.ready_file, why);
       impl->Shutdown();
-      return absl::UnavailableError(absl::StrFormat("ready_file: cannot write '%s': %s", config.ready_file, why));
+      return absl::UnavailableError(
+          absl::StrFormat("ready_file: cannot write '%s': %s", config.ready_file, why));
     }
   }
   return std::unique_ptr<KvtierServer>(new KvtierServer(std::move(impl)));

@@ -18,13 +18,13 @@ absl::Status CheckVersion(uint32_t version) {
     return absl::InvalidArgumentError(
         absl::StrFormat("protocol_version: missing (0), expected %d", kKvtierProtocolVersion));
   if (version != kKvtierProtocolVersion)
-    return absl::FailedPreconditionError(absl::StrFormat("protocol_version: %d is not spoken by this daemon (%d)",
-                                                         version, kKvtierProtocolVersion));
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "protocol_version: %d is not spoken by this daemon (%d)", version, kKvtierProtocolVersion));
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<ChunkKey>> KeysFromProto(const google::protobuf::RepeatedPtrField<pb::Key128>& keys,
-                                                    const char* field) {
+absl::StatusOr<std::vector<ChunkKey>> KeysFromProto(
+    const google::protobuf::RepeatedPtrField<pb::Key128>& keys, const char* field) {
   if (keys.empty() || keys.size() > static_cast<int>(kKvtierMaxBatchKeys))
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: %d keys, expected 1..%d", field, keys.size(), kKvtierMaxBatchKeys));
@@ -32,7 +32,8 @@ absl::StatusOr<std::vector<ChunkKey>> KeysFromProto(const google::protobuf::Repe
   out.reserve(keys.size());
   for (int i = 0; i < keys.size(); ++i) {
     ChunkKey k{keys[i].lo(), keys[i].hi()};
-    if (k.is_zero()) return absl::InvalidArgumentError(absl::StrFormat("%s[%d]: zero key", field, i));
+    if (k.is_zero())
+      return absl::InvalidArgumentError(absl::StrFormat("%s[%d]: zero key", field, i));
     out.push_back(k);
   }
   return out;
@@ -40,9 +41,12 @@ absl::StatusOr<std::vector<ChunkKey>> KeysFromProto(const google::protobuf::Repe
 
 pb::TierKind TierToProto(TierKind kind) {
   switch (kind) {
-    case TierKind::kHost: return pb::TIER_HOST;
-    case TierKind::kDisk: return pb::TIER_DISK;
-    case TierKind::kRemote: return pb::TIER_REMOTE;
+    case TierKind::kHost:
+      return pb::TIER_HOST;
+    case TierKind::kDisk:
+      return pb::TIER_DISK;
+    case TierKind::kRemote:
+      return pb::TIER_REMOTE;
   }
   return pb::TIER_NONE;
 }
@@ -100,7 +104,8 @@ bool KvTierService::Healthy(std::string* detail) const {
   std::string d;
   if (!deps_.store->healthy()) d += "store write-back thread died; ";
   if (deps_.pool->alive() != deps_.pool->size())
-    d += absl::StrFormat("%d of %d worker threads alive; ", deps_.pool->alive(), deps_.pool->size());
+    d +=
+        absl::StrFormat("%d of %d worker threads alive; ", deps_.pool->alive(), deps_.pool->size());
   if (detail != nullptr) *detail = d;
   return d.empty();
 }
@@ -117,17 +122,21 @@ std::shared_ptr<ShmRegion> KvTierService::FindRegion(uint64_t id, const std::str
   return it->second.region;
 }
 
-absl::Status KvTierService::StoreRecord(std::span<const std::byte> record, const std::string& tenant,
-                                        ChunkKey* key_out) {
+absl::Status KvTierService::StoreRecord(std::span<const std::byte> record,
+                                        const std::string& tenant, ChunkKey* key_out) {
   auto header = DecodeChunkHeader(record);
-  if (!header.ok()) return absl::InvalidArgumentError("data: not a valid chunk record: " + header.status().ToString());
+  if (!header.ok())
+    return absl::InvalidArgumentError("data: not a valid chunk record: " +
+                                      header.status().ToString());
   if (record.size() != header->record_bytes())
-    return absl::InvalidArgumentError(absl::StrFormat("record_bytes: %d, the record header says %d", record.size(),
-                                                      header->record_bytes()));
+    return absl::InvalidArgumentError(absl::StrFormat("record_bytes: %d, the record header says %d",
+                                                      record.size(), header->record_bytes()));
   if (header->key.is_zero()) return absl::InvalidArgumentError("data: record key is zero");
   if (deps_.config->verify_on_put) {
     auto v = VerifyChunk(record, DecodeExpectations{.ns = header->ns, .key = header->key});
-    if (!v.ok()) return absl::InvalidArgumentError("data: record failed verification: " + v.status().ToString());
+    if (!v.ok())
+      return absl::InvalidArgumentError("data: record failed verification: " +
+                                        v.status().ToString());
   }
   *key_out = header->key;
   if (absl::Status s = deps_.catalog->Claim(header->ns, tenant); !s.ok()) return s;
@@ -147,13 +156,15 @@ absl::Status KvTierService::StoreRecord(std::span<const std::byte> record, const
   return deps_.store->Put(record, po);
 }
 
-grpc::ServerUnaryReactor* KvTierService::RunUnary(grpc::CallbackServerContext* ctx, Rpc rpc, uint32_t version,
-                                                  std::function<absl::Status(const std::string&)> fn) {
+grpc::ServerUnaryReactor* KvTierService::RunUnary(
+    grpc::CallbackServerContext* ctx, Rpc rpc, uint32_t version,
+    std::function<absl::Status(const std::string&)> fn) {
   const auto start = std::chrono::steady_clock::now();
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   CallStarted();
   auto finish = [this, reactor, rpc, start](const absl::Status& s) {
-    deps_.metrics->RecordRpc(rpc, static_cast<int>(s.code()), std::chrono::steady_clock::now() - start);
+    deps_.metrics->RecordRpc(rpc, static_cast<int>(s.code()),
+                             std::chrono::steady_clock::now() - start);
     reactor->Finish(ToGrpcStatus(s));
     CallDone();
   };
@@ -174,34 +185,41 @@ grpc::ServerUnaryReactor* KvTierService::RunUnary(grpc::CallbackServerContext* c
   return reactor;
 }
 
-grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx, const pb::LookupRequest* req,
+grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx,
+                                                const pb::LookupRequest* req,
                                                 pb::LookupResponse* resp) {
-  return RunUnary(ctx, Rpc::kLookup, req->protocol_version(), [this, req, resp](const std::string& tenant) {
-    auto keys = KeysFromProto(req->keys(), "keys");
-    if (!keys.ok()) return keys.status();
-    TieredStore& store = *deps_.store;
-    if (!req->per_key()) {
-      size_t visible = 0;
-      while (visible < keys->size() && deps_.catalog->KeyVisible((*keys)[visible], tenant)) ++visible;
-      LookupResult r = visible == 0 ? LookupResult{} : store.Lookup(std::span<const ChunkKey>(keys->data(), visible));
-      resp->set_num_leading_hits(static_cast<uint32_t>(r.num_leading_hits));
-      for (size_t i = 0; i < r.num_leading_hits; ++i) resp->add_tier(TierToProto(r.tier_kind[i]));
-      return absl::OkStatus();
-    }
-    LookupResult r = store.Lookup(*keys, LookupOptions{.per_key = true});
-    bool leading = true;
-    uint32_t n = 0;
-    for (size_t i = 0; i < keys->size(); ++i) {
-      // Another tenant's chunk reads as a miss.
-      const bool hit = r.tier_index[i] != kNoTier && deps_.catalog->KeyVisible((*keys)[i], tenant);
-      if (!hit) leading = false;
-      if (leading) ++n;
-      resp->add_tier(hit ? TierToProto(r.tier_kind[i]) : pb::TIER_NONE);
-      resp->add_record_bytes(hit ? r.record_bytes[i] : 0);
-    }
-    resp->set_num_leading_hits(n);
-    return absl::OkStatus();
-  });
+  return RunUnary(
+      ctx, Rpc::kLookup, req->protocol_version(), [this, req, resp](const std::string& tenant) {
+        auto keys = KeysFromProto(req->keys(), "keys");
+        if (!keys.ok()) return keys.status();
+        TieredStore& store = *deps_.store;
+        if (!req->per_key()) {
+          size_t visible = 0;
+          while (visible < keys->size() && deps_.catalog->KeyVisible((*keys)[visible], tenant))
+            ++visible;
+          LookupResult r = visible == 0
+                               ? LookupResult{}
+                               : store.Lookup(std::span<const ChunkKey>(keys->data(), visible));
+          resp->set_num_leading_hits(static_cast<uint32_t>(r.num_leading_hits));
+          for (size_t i = 0; i < r.num_leading_hits; ++i)
+            resp->add_tier(TierToProto(r.tier_kind[i]));
+          return absl::OkStatus();
+        }
+        LookupResult r = store.Lookup(*keys, LookupOptions{.per_key = true});
+        bool leading = true;
+        uint32_t n = 0;
+        for (size_t i = 0; i < keys->size(); ++i) {
+          // Another tenant's chunk reads as a miss.
+          const bool hit =
+              r.tier_index[i] != kNoTier && deps_.catalog->KeyVisible((*keys)[i], tenant);
+          if (!hit) leading = false;
+          if (leading) ++n;
+          resp->add_tier(hit ? TierToProto(r.tier_kind[i]) : pb::TIER_NONE);
+          resp->add_record_bytes(hit ? r.record_bytes[i] : 0);
+        }
+        resp->set_num_leading_hits(n);
+        return absl::OkStatus();
+      });
 }
 
 namespace {
@@ -219,119 +237,138 @@ void EntryToProto(const StoredChunk& e, pb::ChunkEntry* c) {
 
 }  // namespace
 
-grpc::ServerUnaryReactor* KvTierService::List(grpc::CallbackServerContext* ctx, const pb::ListRequest* req,
-                                              pb::ListResponse* resp) {
-  return RunUnary(ctx, Rpc::kList, req->protocol_version(), [this, req, resp](const std::string& tenant) {
-    uint32_t page_size = req->page_size() == 0 ? 1000 : req->page_size();
-    if (page_size > 10000)
-      return absl::InvalidArgumentError(absl::StrFormat("page_size: %d, expected 0..10000", req->page_size()));
-    if (!req->page_token().empty() && !ChunkKey::FromHex(req->page_token()).ok())
-      return absl::InvalidArgumentError("page_token: expected \"\" or a next_page_token (32 hex digits)");
-    std::optional<NamespaceId> ns;
-    if (req->has_ns()) {
-      ns = NamespaceId{req->ns().lo(), req->ns().hi()};
-      if (!deps_.catalog->NsVisible(*ns, tenant)) return absl::OkStatus();  // nothing of yours
-    }
-    StoreListOptions lo;
-    lo.ns = ns;
-    lo.visible = [this, &tenant](const NamespaceId& n) { return deps_.catalog->NsVisible(n, tenant); };
-    lo.page_token = req->page_token();
-    lo.page_size = page_size;
-    absl::StatusOr<StoreListPage> page = deps_.store->List(lo);
-    if (!page.ok()) return page.status();
-    for (const StoredChunk& e : page->chunks) EntryToProto(e, resp->add_chunks());
-    resp->set_next_page_token(page->next_page_token);
-    return absl::OkStatus();
-  });
+grpc::ServerUnaryReactor* KvTierService::List(grpc::CallbackServerContext* ctx,
+                                              const pb::ListRequest* req, pb::ListResponse* resp) {
+  return RunUnary(ctx, Rpc::kList, req->protocol_version(),
+                  [this, req, resp](const std::string& tenant) {
+                    uint32_t page_size = req->page_size() == 0 ? 1000 : req->page_size();
+                    if (page_size > 10000)
+                      return absl::InvalidArgumentError(
+                          absl::StrFormat("page_size: %d, expected 0..10000", req->page_size()));
+                    if (!req->page_token().empty() && !ChunkKey::FromHex(req->page_token()).ok())
+                      return absl::InvalidArgumentError(
+                          "page_token: expected \"\" or a next_page_token (32 hex digits)");
+                    std::optional<NamespaceId> ns;
+                    if (req->has_ns()) {
+                      ns = NamespaceId{req->ns().lo(), req->ns().hi()};
+                      if (!deps_.catalog->NsVisible(*ns, tenant))
+                        return absl::OkStatus();  // nothing of yours
+                    }
+                    StoreListOptions lo;
+                    lo.ns = ns;
+                    lo.visible = [this, &tenant](const NamespaceId& n) {
+                      return deps_.catalog->NsVisible(n, tenant);
+                    };
+                    lo.page_token = req->page_token();
+                    lo.page_size = page_size;
+                    absl::StatusOr<StoreListPage> page = deps_.store->List(lo);
+                    if (!page.ok()) return page.status();
+                    for (const StoredChunk& e : page->chunks) EntryToProto(e, resp->add_chunks());
+                    resp->set_next_page_token(page->next_page_token);
+                    return absl::OkStatus();
+                  });
 }
 
-grpc::ServerUnaryReactor* KvTierService::Evict(grpc::CallbackServerContext* ctx, const pb::EvictRequest* req,
+grpc::ServerUnaryReactor* KvTierService::Evict(grpc::CallbackServerContext* ctx,
+                                               const pb::EvictRequest* req,
                                                pb::EvictResponse* resp) {
-  return RunUnary(ctx, Rpc::kEvict, req->protocol_version(), [this, req, resp](const std::string& tenant) {
-    EvictSelector sel;
-    switch (req->selector_case()) {
-      case pb::EvictRequest::kKeys: {
-        auto keys = KeysFromProto(req->keys().keys(), "keys.keys");
-        if (!keys.ok()) return keys.status();
-        sel.keys = std::move(*keys);
-        break;
-      }
-      case pb::EvictRequest::kNs:
-        sel.ns = NamespaceId{req->ns().lo(), req->ns().hi()};
-        break;
-      case pb::EvictRequest::kOlderThanMs:
-        if (req->older_than_ms() == 0) return absl::InvalidArgumentError("older_than_ms: must be > 0");
-        sel.older_than = std::chrono::milliseconds(
-            static_cast<int64_t>(std::min<uint64_t>(req->older_than_ms(), INT64_MAX / 2)));
-        break;
-      case pb::EvictRequest::kPrefix:
-        sel.prefix = ChunkKey{req->prefix().lo(), req->prefix().hi()};
-        if (sel.prefix->is_zero()) return absl::InvalidArgumentError("prefix: zero key");
-        break;
-      case pb::EvictRequest::kAll:
-        if (!req->all()) return absl::InvalidArgumentError("all: must be true when set");
-        sel.all = true;
-        break;
-      default:
-        return absl::InvalidArgumentError("selector: one of keys, ns, older_than_ms, prefix, all is required");
-    }
-    if (req->has_within_ns()) {
-      if (req->selector_case() == pb::EvictRequest::kKeys || req->selector_case() == pb::EvictRequest::kNs)
-        return absl::InvalidArgumentError("within_ns: narrows older_than_ms, prefix or all; not keys or ns");
-      sel.within_ns = NamespaceId{req->within_ns().lo(), req->within_ns().hi()};
-    }
-    // Tenancy: only the caller's namespaces are ever selected.
-    sel.visible = [this, &tenant](const NamespaceId& n) { return deps_.catalog->NsVisible(n, tenant); };
-    absl::StatusOr<EvictResult> r = deps_.store->Evict(sel, EvictOptions{.dry_run = req->dry_run()});
-    if (!r.ok()) return r.status();
-    if (!req->dry_run()) {
-      for (const StoredChunk& c : r->selected) deps_.catalog->ForgetKey(c.info.key);
-    }
-    constexpr size_t kMaxListed = 10000;
-    for (size_t i = 0; i < r->selected.size() && i < kMaxListed; ++i) EntryToProto(r->selected[i], resp->add_selected());
-    resp->set_truncated(r->selected.size() > kMaxListed);
-    resp->set_chunks(r->chunks);
-    resp->set_bytes(r->bytes);
-    resp->set_failed_chunks(r->failed.size());
-    return absl::OkStatus();
-  });
+  return RunUnary(
+      ctx, Rpc::kEvict, req->protocol_version(), [this, req, resp](const std::string& tenant) {
+        EvictSelector sel;
+        switch (req->selector_case()) {
+          case pb::EvictRequest::kKeys: {
+            auto keys = KeysFromProto(req->keys().keys(), "keys.keys");
+            if (!keys.ok()) return keys.status();
+            sel.keys = std::move(*keys);
+            break;
+          }
+          case pb::EvictRequest::kNs:
+            sel.ns = NamespaceId{req->ns().lo(), req->ns().hi()};
+            break;
+          case pb::EvictRequest::kOlderThanMs:
+            if (req->older_than_ms() == 0)
+              return absl::InvalidArgumentError("older_than_ms: must be > 0");
+            sel.older_than = std::chrono::milliseconds(
+                static_cast<int64_t>(std::min<uint64_t>(req->older_than_ms(), INT64_MAX / 2)));
+            break;
+          case pb::EvictRequest::kPrefix:
+            sel.prefix = ChunkKey{req->prefix().lo(), req->prefix().hi()};
+            if (sel.prefix->is_zero()) return absl::InvalidArgumentError("prefix: zero key");
+            break;
+          case pb::EvictRequest::kAll:
+            if (!req->all()) return absl::InvalidArgumentError("all: must be true when set");
+            sel.all = true;
+            break;
+          default:
+            return absl::InvalidArgumentError(
+                "selector: one of keys, ns, older_than_ms, prefix, all is required");
+        }
+        if (req->has_within_ns()) {
+          if (req->selector_case() == pb::EvictRequest::kKeys ||
+              req->selector_case() == pb::EvictRequest::kNs)
+            return absl::InvalidArgumentError(
+                "within_ns: narrows older_than_ms, prefix or all; not keys or ns");
+          sel.within_ns = NamespaceId{req->within_ns().lo(), req->within_ns().hi()};
+        }
+        // Tenancy: only the caller's namespaces are ever selected.
+        sel.visible = [this, &tenant](const NamespaceId& n) {
+          return deps_.catalog->NsVisible(n, tenant);
+        };
+        absl::StatusOr<EvictResult> r =
+            deps_.store->Evict(sel, EvictOptions{.dry_run = req->dry_run()});
+        if (!r.ok()) return r.status();
+        if (!req->dry_run()) {
+          for (const StoredChunk& c : r->selected) deps_.catalog->ForgetKey(c.info.key);
+        }
+        constexpr size_t kMaxListed = 10000;
+        for (size_t i = 0; i < r->selected.size() && i < kMaxListed; ++i)
+          EntryToProto(r->selected[i], resp->add_selected());
+        resp->set_truncated(r->selected.size() > kMaxListed);
+        resp->set_chunks(r->chunks);
+        resp->set_bytes(r->bytes);
+        resp->set_failed_chunks(r->failed.size());
+        return absl::OkStatus();
+      });
 }
 
-grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx, const pb::StatsRequest* req,
+grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
+                                               const pb::StatsRequest* req,
                                                pb::StatsResponse* resp) {
-  return RunUnary(ctx, Rpc::kStats, req->protocol_version(), [this, resp](const std::string& tenant) {
-    TieredStore& store = *deps_.store;
-    for (size_t t = 0; t < store.num_tiers(); ++t) {
-      const TierCaps caps = store.tier_caps(MakeTierIndex(t));
-      TierStats s = store.tier_stats(MakeTierIndex(t));
-      pb::TierStatsProto* p = resp->add_tiers();
-      p->set_name(caps.name);
-      p->set_kind(TierToProto(caps.kind));
-      p->set_capacity_bytes(s.capacity_bytes);
-      p->set_used_bytes(s.used_bytes);
-      p->set_chunks(s.chunks);
-      p->set_hits(s.hits);
-      p->set_misses(s.misses);
-      p->set_evictions(s.evictions);
-      p->set_integrity_errors(s.integrity_errors);
-      p->set_pinned_bytes(s.pinned_bytes);
-      p->set_bytes_in(s.bytes_in);
-      p->set_bytes_out(s.bytes_out);
-      p->set_puts(s.puts);
-    }
-    TieredStoreStats ss = store.stats();
-    resp->set_hits(ss.hits);
-    resp->set_misses(ss.misses);
-    resp->set_integrity_errors(ss.integrity_errors);
-    resp->set_connected_clients(deps_.metrics->ConnectedClients());
-    resp->set_pending_write_bytes(ss.pending_write_bytes);
-    resp->set_explicit_evictions(ss.explicit_evictions);
-    resp->set_tenant(tenant);
-    return absl::OkStatus();
-  });
+  return RunUnary(ctx, Rpc::kStats, req->protocol_version(),
+                  [this, resp](const std::string& tenant) {
+                    TieredStore& store = *deps_.store;
+                    for (size_t t = 0; t < store.num_tiers(); ++t) {
+                      const TierCaps caps = store.tier_caps(MakeTierIndex(t));
+                      TierStats s = store.tier_stats(MakeTierIndex(t));
+                      pb::TierStatsProto* p = resp->add_tiers();
+                      p->set_name(caps.name);
+                      p->set_kind(TierToProto(caps.kind));
+                      p->set_capacity_bytes(s.capacity_bytes);
+                      p->set_used_bytes(s.used_bytes);
+                      p->set_chunks(s.chunks);
+                      p->set_hits(s.hits);
+                      p->set_misses(s.misses);
+                      p->set_evictions(s.evictions);
+                      p->set_integrity_errors(s.integrity_errors);
+                      p->set_pinned_bytes(s.pinned_bytes);
+                      p->set_bytes_in(s.bytes_in);
+                      p->set_bytes_out(s.bytes_out);
+                      p->set_puts(s.puts);
+                    }
+                    TieredStoreStats ss = store.stats();
+                    resp->set_hits(ss.hits);
+                    resp->set_misses(ss.misses);
+                    resp->set_integrity_errors(ss.integrity_errors);
+                    resp->set_connected_clients(deps_.metrics->ConnectedClients());
+                    resp->set_pending_write_bytes(ss.pending_write_bytes);
+                    resp->set_explicit_evictions(ss.explicit_evictions);
+                    resp->set_tenant(tenant);
+                    return absl::OkStatus();
+                  });
 }
 
-grpc::ServerUnaryReactor* KvTierService::Health(grpc::CallbackServerContext* ctx, const pb::HealthRequest* req,
+grpc::ServerUnaryReactor* KvTierService::Health(grpc::CallbackServerContext* ctx,
+                                                const pb::HealthRequest* req,
                                                 pb::HealthResponse* resp) {
   // Answered on the gRPC thread (no I/O), so a saturated worker pool still answers.
   const auto start = std::chrono::steady_clock::now();
@@ -346,46 +383,54 @@ grpc::ServerUnaryReactor* KvTierService::Health(grpc::CallbackServerContext* ctx
     resp->set_version("kvtierd 0.1.0");
     resp->set_shm_available(deps_.config->shm_enabled);
   }
-  deps_.metrics->RecordRpc(Rpc::kHealth, static_cast<int>(s.code()), std::chrono::steady_clock::now() - start);
+  deps_.metrics->RecordRpc(Rpc::kHealth, static_cast<int>(s.code()),
+                           std::chrono::steady_clock::now() - start);
   reactor->Finish(ToGrpcStatus(s));
   return reactor;
 }
 
-grpc::ServerUnaryReactor* KvTierService::ShmAttach(grpc::CallbackServerContext* ctx, const pb::ShmAttachRequest* req,
+grpc::ServerUnaryReactor* KvTierService::ShmAttach(grpc::CallbackServerContext* ctx,
+                                                   const pb::ShmAttachRequest* req,
                                                    pb::ShmAttachResponse* resp) {
-  return RunUnary(ctx, Rpc::kShmAttach, req->protocol_version(), [this, req, resp](const std::string& tenant) {
-    const DaemonConfig& c = *deps_.config;
-    if (!c.shm_enabled) return absl::FailedPreconditionError("shared memory is disabled in this daemon's config");
-    if (req->bytes() < (1ull << 20) || req->bytes() > c.shm_max_region_bytes)
-      return absl::InvalidArgumentError(
-          absl::StrFormat("bytes: %d, expected 1 MiB .. %d", req->bytes(), c.shm_max_region_bytes));
-    {
-      absl::MutexLock lock(&shm_mu_);
-      if (regions_.size() >= c.shm_max_regions)
-        return absl::ResourceExhaustedError(absl::StrFormat("shm: all %d regions in use", c.shm_max_regions));
-    }
-    auto region = ShmRegion::Create(req->bytes(), "kvtierd-shm");
-    if (!region.ok()) return region.status();
-    absl::MutexLock lock(&shm_mu_);
-    const uint64_t id = next_region_id_++;
-    resp->set_region_id(id);
-    resp->set_path((*region)->path());
-    resp->set_bytes((*region)->size());
-    regions_[id] = ShmEntry{std::shared_ptr<ShmRegion>(std::move(*region)), tenant};
-    return absl::OkStatus();
-  });
+  return RunUnary(
+      ctx, Rpc::kShmAttach, req->protocol_version(), [this, req, resp](const std::string& tenant) {
+        const DaemonConfig& c = *deps_.config;
+        if (!c.shm_enabled)
+          return absl::FailedPreconditionError("shared memory is disabled in this daemon's config");
+        if (req->bytes() < (1ull << 20) || req->bytes() > c.shm_max_region_bytes)
+          return absl::InvalidArgumentError(absl::StrFormat("bytes: %d, expected 1 MiB .. %d",
+                                                            req->bytes(), c.shm_max_region_bytes));
+        {
+          absl::MutexLock lock(&shm_mu_);
+          if (regions_.size() >= c.shm_max_regions)
+            return absl::ResourceExhaustedError(
+                absl::StrFormat("shm: all %d regions in use", c.shm_max_regions));
+        }
+        auto region = ShmRegion::Create(req->bytes(), "kvtierd-shm");
+        if (!region.ok()) return region.status();
+        absl::MutexLock lock(&shm_mu_);
+        const uint64_t id = next_region_id_++;
+        resp->set_region_id(id);
+        resp->set_path((*region)->path());
+        resp->set_bytes((*region)->size());
+        regions_[id] = ShmEntry{std::shared_ptr<ShmRegion>(std::move(*region)), tenant};
+        return absl::OkStatus();
+      });
 }
 
-grpc::ServerUnaryReactor* KvTierService::ShmDetach(grpc::CallbackServerContext* ctx, const pb::ShmDetachRequest* req,
+grpc::ServerUnaryReactor* KvTierService::ShmDetach(grpc::CallbackServerContext* ctx,
+                                                   const pb::ShmDetachRequest* req,
                                                    pb::ShmDetachResponse*) {
-  return RunUnary(ctx, Rpc::kShmDetach, req->protocol_version(), [this, req](const std::string& tenant) {
-    absl::MutexLock lock(&shm_mu_);
-    auto it = regions_.find(req->region_id());
-    if (it == regions_.end() || it->second.tenant != tenant)
-      return absl::NotFoundError(absl::StrFormat("region_id: %d is not attached", req->region_id()));
-    regions_.erase(it);  // unmapped when the last in-flight operation drops its reference
-    return absl::OkStatus();
-  });
+  return RunUnary(
+      ctx, Rpc::kShmDetach, req->protocol_version(), [this, req](const std::string& tenant) {
+        absl::MutexLock lock(&shm_mu_);
+        auto it = regions_.find(req->region_id());
+        if (it == regions_.end() || it->second.tenant != tenant)
+          return absl::NotFoundError(
+              absl::StrFormat("region_id: %d is not attached", req->region_id()));
+        regions_.erase(it);  // unmapped when the last in-flight operation drops its reference
+        return absl::OkStatus();
+      });
 }
 
 }  // namespace kvt::daemon

@@ -40,29 +40,37 @@ struct ShmEntry {
 // Get is registered raw (grpc::ByteBuffer in and out) so the record bytes go from the
 // daemon's buffer to the socket without being copied into and serialised out of a
 // protobuf message; the bytes on the wire are still GetResponse messages.
-class KvTierService final : public ::kvtier::v1::KvTier::WithRawCallbackMethod_Get<::kvtier::v1::KvTier::CallbackService> {
+class KvTierService final : public ::kvtier::v1::KvTier::WithRawCallbackMethod_Get<
+                                ::kvtier::v1::KvTier::CallbackService> {
  public:
   explicit KvTierService(const ServiceDeps& deps);
   ~KvTierService() override;
 
-  grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* ctx, const ::kvtier::v1::LookupRequest* req,
+  grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* ctx,
+                                   const ::kvtier::v1::LookupRequest* req,
                                    ::kvtier::v1::LookupResponse* resp) override;
   grpc::ServerReadReactor<::kvtier::v1::PutRequest>* Put(grpc::CallbackServerContext* ctx,
                                                          ::kvtier::v1::PutResponse* resp) override;
   // Raw: `req` is a serialised GetRequest; every message written is a serialised GetResponse.
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Get(grpc::CallbackServerContext* ctx,
                                                   const grpc::ByteBuffer* req) override;
-  grpc::ServerUnaryReactor* Evict(grpc::CallbackServerContext* ctx, const ::kvtier::v1::EvictRequest* req,
+  grpc::ServerUnaryReactor* Evict(grpc::CallbackServerContext* ctx,
+                                  const ::kvtier::v1::EvictRequest* req,
                                   ::kvtier::v1::EvictResponse* resp) override;
-  grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* ctx, const ::kvtier::v1::ListRequest* req,
+  grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* ctx,
+                                 const ::kvtier::v1::ListRequest* req,
                                  ::kvtier::v1::ListResponse* resp) override;
-  grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx, const ::kvtier::v1::StatsRequest* req,
+  grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx,
+                                  const ::kvtier::v1::StatsRequest* req,
                                   ::kvtier::v1::StatsResponse* resp) override;
-  grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* ctx, const ::kvtier::v1::HealthRequest* req,
+  grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* ctx,
+                                   const ::kvtier::v1::HealthRequest* req,
                                    ::kvtier::v1::HealthResponse* resp) override;
-  grpc::ServerUnaryReactor* ShmAttach(grpc::CallbackServerContext* ctx, const ::kvtier::v1::ShmAttachRequest* req,
+  grpc::ServerUnaryReactor* ShmAttach(grpc::CallbackServerContext* ctx,
+                                      const ::kvtier::v1::ShmAttachRequest* req,
                                       ::kvtier::v1::ShmAttachResponse* resp) override;
-  grpc::ServerUnaryReactor* ShmDetach(grpc::CallbackServerContext* ctx, const ::kvtier::v1::ShmDetachRequest* req,
+  grpc::ServerUnaryReactor* ShmDetach(grpc::CallbackServerContext* ctx,
+                                      const ::kvtier::v1::ShmDetachRequest* req,
                                       ::kvtier::v1::ShmDetachResponse* resp) override;
 
   // Health: store write-back thread alive and every worker alive. `detail` says what died.
@@ -74,7 +82,8 @@ class KvTierService final : public ::kvtier::v1::KvTier::WithRawCallbackMethod_G
   // Tenant of the caller, or UNAUTHENTICATED. Also notes the client id.
   absl::StatusOr<std::string> Authenticate(grpc::CallbackServerContext* ctx);
   // Validates, checks tenancy and stores one whole record (runs on a worker).
-  absl::Status StoreRecord(std::span<const std::byte> record, const std::string& tenant, ChunkKey* key_out);
+  absl::Status StoreRecord(std::span<const std::byte> record, const std::string& tenant,
+                           ChunkKey* key_out);
   // Region owned by `tenant`, or nullptr.
   std::shared_ptr<ShmRegion> FindRegion(uint64_t id, const std::string& tenant);
   std::atomic<uint64_t>& inflight_bytes() { return inflight_bytes_; }

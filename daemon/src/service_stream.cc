@@ -92,22 +92,27 @@ class PutReactor final : public grpc::ServerReadReactor<pb::PutRequest> {
     if (req_.record_bytes() != 0) {
       if (expected_ > 0)
         return absl::InvalidArgumentError(absl::StrFormat(
-            "record_bytes: a new record started after %d of %d bytes of the previous one", received_, expected_));
+            "record_bytes: a new record started after %d of %d bytes of the previous one",
+            received_, expected_));
       if (req_.record_bytes() < kChunkHeaderBytes || req_.record_bytes() > c.max_record_bytes)
-        return absl::InvalidArgumentError(absl::StrFormat("record_bytes: %d, expected %d..%d", req_.record_bytes(),
-                                                          kChunkHeaderBytes, c.max_record_bytes));
+        return absl::InvalidArgumentError(absl::StrFormat("record_bytes: %d, expected %d..%d",
+                                                          req_.record_bytes(), kChunkHeaderBytes,
+                                                          c.max_record_bytes));
       if (req_.has_shm()) {
-        if (!req_.data().empty()) return absl::InvalidArgumentError("data: must be empty when shm is set");
+        if (!req_.data().empty())
+          return absl::InvalidArgumentError("data: must be empty when shm is set");
         const auto& sl = req_.shm();
         if (sl.length() != req_.record_bytes())
-          return absl::InvalidArgumentError(
-              absl::StrFormat("shm.length: %d, expected record_bytes (%d)", sl.length(), req_.record_bytes()));
+          return absl::InvalidArgumentError(absl::StrFormat(
+              "shm.length: %d, expected record_bytes (%d)", sl.length(), req_.record_bytes()));
         region_ = svc_->FindRegion(sl.region_id(), tenant_);
         if (region_ == nullptr)
-          return absl::InvalidArgumentError(absl::StrFormat("shm.region_id: %d is not attached", sl.region_id()));
+          return absl::InvalidArgumentError(
+              absl::StrFormat("shm.region_id: %d is not attached", sl.region_id()));
         if (!region_->Contains(sl.offset(), sl.length()))
-          return absl::InvalidArgumentError(absl::StrFormat("shm.offset/length: [%d, +%d) outside the %d-byte region",
-                                                            sl.offset(), sl.length(), region_->size()));
+          return absl::InvalidArgumentError(
+              absl::StrFormat("shm.offset/length: [%d, +%d) outside the %d-byte region",
+                              sl.offset(), sl.length(), region_->size()));
         shm_offset_ = sl.offset();
         expected_ = received_ = sl.length();
         return absl::OkStatus();
@@ -115,22 +120,27 @@ class PutReactor final : public grpc::ServerReadReactor<pb::PutRequest> {
       const uint64_t before = svc_->inflight_bytes().fetch_add(req_.record_bytes());
       reserved_ = req_.record_bytes();
       if (before + req_.record_bytes() > c.max_inflight_bytes)
-        return absl::ResourceExhaustedError("record_bytes: too many bytes in flight at the daemon; retry later");
+        return absl::ResourceExhaustedError(
+            "record_bytes: too many bytes in flight at the daemon; retry later");
       buf_ = AllocRecord(req_.record_bytes());
-      if (buf_ == nullptr) return absl::ResourceExhaustedError("record_bytes: cannot allocate the record buffer");
+      if (buf_ == nullptr)
+        return absl::ResourceExhaustedError("record_bytes: cannot allocate the record buffer");
       expected_ = req_.record_bytes();
       received_ = 0;
     } else if (req_.has_shm()) {
       return absl::InvalidArgumentError("shm: set without record_bytes");
     }
     if (req_.data().empty()) {
-      if (expected_ == 0) return absl::InvalidArgumentError("record_bytes: data sent before a record was started");
+      if (expected_ == 0)
+        return absl::InvalidArgumentError("record_bytes: data sent before a record was started");
       return absl::OkStatus();
     }
-    if (expected_ == 0) return absl::InvalidArgumentError("record_bytes: data sent before a record was started");
+    if (expected_ == 0)
+      return absl::InvalidArgumentError("record_bytes: data sent before a record was started");
     if (req_.data().size() > expected_ - received_)
-      return absl::InvalidArgumentError(absl::StrFormat("data: %d bytes more than record_bytes (%d)",
-                                                        received_ + req_.data().size() - expected_, expected_));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("data: %d bytes more than record_bytes (%d)",
+                          received_ + req_.data().size() - expected_, expected_));
     std::memcpy(buf_.get() + received_, req_.data().data(), req_.data().size());
     received_ += req_.data().size();
     return absl::OkStatus();
@@ -139,8 +149,9 @@ class PutReactor final : public grpc::ServerReadReactor<pb::PutRequest> {
   void Submit() {
     svc_->deps().pool->Submit([this] {
       const bool shm = region_ != nullptr;
-      std::span<const std::byte> record = shm ? std::span<const std::byte>(region_->data() + shm_offset_, expected_)
-                                              : std::span<const std::byte>(buf_.get(), expected_);
+      std::span<const std::byte> record =
+          shm ? std::span<const std::byte>(region_->data() + shm_offset_, expected_)
+              : std::span<const std::byte>(buf_.get(), expected_);
       ChunkKey key;
       absl::Status s = svc_->StoreRecord(record, tenant_, &key);
       if (s.ok()) {
@@ -169,7 +180,8 @@ class PutReactor final : public grpc::ServerReadReactor<pb::PutRequest> {
 
   void Done(const absl::Status& s) {
     Release();
-    svc_->deps().metrics->RecordRpc(Rpc::kPut, static_cast<int>(s.code()), std::chrono::steady_clock::now() - start_);
+    svc_->deps().metrics->RecordRpc(Rpc::kPut, static_cast<int>(s.code()),
+                                    std::chrono::steady_clock::now() - start_);
     Finish(ToGrpcStatus(s));
   }
 
@@ -197,7 +209,8 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   GetReactor(KvTierService* svc, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw)
       : svc_(svc), start_(std::chrono::steady_clock::now()) {
     svc_->CallStarted();
-    absl::Status s = svc_->draining() ? absl::UnavailableError("kvtierd is shutting down") : Parse(raw);
+    absl::Status s =
+        svc_->draining() ? absl::UnavailableError("kvtierd is shutting down") : Parse(raw);
     if (s.ok()) s = Init(ctx);
     if (!s.ok()) {
       Done(s);
@@ -232,7 +245,9 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   absl::Status Parse(const grpc::ByteBuffer* raw) {
     grpc::ByteBuffer copy(*raw);  // shares the slices
     grpc::Status st = grpc::SerializationTraits<pb::GetRequest>::Deserialize(&copy, &req_storage_);
-    if (!st.ok()) return absl::InvalidArgumentError("GetRequest: cannot parse the request: " + st.error_message());
+    if (!st.ok())
+      return absl::InvalidArgumentError("GetRequest: cannot parse the request: " +
+                                        st.error_message());
     return absl::OkStatus();
   }
 
@@ -247,16 +262,20 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     if (req_->max_part_bytes() > kKvtierMaxPartBytes ||
         (req_->max_part_bytes() != 0 && req_->max_part_bytes() < 4096))
       return absl::InvalidArgumentError(
-          absl::StrFormat("max_part_bytes: %d, expected 0 or 4096..%d", req_->max_part_bytes(), kKvtierMaxPartBytes));
-    part_ = req_->max_part_bytes() != 0 ? req_->max_part_bytes() : svc_->deps().config->get_part_bytes;
+          absl::StrFormat("max_part_bytes: %d, expected 0 or 4096..%d", req_->max_part_bytes(),
+                          kKvtierMaxPartBytes));
+    part_ =
+        req_->max_part_bytes() != 0 ? req_->max_part_bytes() : svc_->deps().config->get_part_bytes;
     if (req_->has_shm()) {
       const auto& sl = req_->shm();
       region_ = svc_->FindRegion(sl.region_id(), tenant_);
       if (region_ == nullptr)
-        return absl::InvalidArgumentError(absl::StrFormat("shm.region_id: %d is not attached", sl.region_id()));
+        return absl::InvalidArgumentError(
+            absl::StrFormat("shm.region_id: %d is not attached", sl.region_id()));
       if (!region_->Contains(sl.offset(), sl.length()))
-        return absl::InvalidArgumentError(absl::StrFormat("shm.offset/length: [%d, +%d) outside the %d-byte region",
-                                                          sl.offset(), sl.length(), region_->size()));
+        return absl::InvalidArgumentError(
+            absl::StrFormat("shm.offset/length: [%d, +%d) outside the %d-byte region", sl.offset(),
+                            sl.length(), region_->size()));
       shm_next_ = sl.offset();
       shm_end_ = sl.offset() + sl.length();
     }
@@ -265,7 +284,8 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
   // Record size of `key` in the fastest tier holding it (0 = miss).
   uint64_t SizeOf(const ChunkKey& key) {
-    LookupResult r = svc_->deps().store->Lookup(std::span<const ChunkKey>(&key, 1), {.per_key = true});
+    LookupResult r =
+        svc_->deps().store->Lookup(std::span<const ChunkKey>(&key, 1), {.per_key = true});
     return r.record_bytes.empty() ? 0 : r.record_bytes[0];
   }
 
@@ -374,7 +394,8 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
   void Done(const absl::Status& s) {
     buf_.reset();
-    svc_->deps().metrics->RecordRpc(Rpc::kGet, static_cast<int>(s.code()), std::chrono::steady_clock::now() - start_);
+    svc_->deps().metrics->RecordRpc(Rpc::kGet, static_cast<int>(s.code()),
+                                    std::chrono::steady_clock::now() - start_);
     Finish(ToGrpcStatus(s));
   }
 
@@ -396,12 +417,13 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
 }  // namespace
 
-grpc::ServerReadReactor<pb::PutRequest>* KvTierService::Put(grpc::CallbackServerContext* ctx, pb::PutResponse* resp) {
+grpc::ServerReadReactor<pb::PutRequest>* KvTierService::Put(grpc::CallbackServerContext* ctx,
+                                                            pb::PutResponse* resp) {
   return new PutReactor(this, ctx, resp);
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* KvTierService::Get(grpc::CallbackServerContext* ctx,
-                                                              const grpc::ByteBuffer* req) {
+                                                               const grpc::ByteBuffer* req) {
   return new GetReactor(this, ctx, req);
 }
 

@@ -57,7 +57,8 @@ class WorkerPool {
       {
         absl::MutexLock lock(&mu_);
         mu_.Await(absl::Condition(
-            +[](WorkerPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) { return p->stop_ || !p->queue_.empty(); },
+            +[](WorkerPool* p)
+                 ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) { return p->stop_ || !p->queue_.empty(); },
             this));
         if (queue_.empty()) break;  // stop_ and drained
         task = std::move(queue_.front());

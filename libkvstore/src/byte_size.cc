@@ -73,15 +73,18 @@ absl::StatusOr<uint64_t> ParseByteSize(std::string_view text) {
     }
   }
   if (digits == 0) {
-    if (!t.empty() && t[0] == '-') return Bad(text, absl::StrCat("must not be negative; ", std::string(kForms)));
+    if (!t.empty() && t[0] == '-')
+      return Bad(text, absl::StrCat("must not be negative; ", std::string(kForms)));
     return Bad(text, kForms);
   }
-  const std::string unit = absl::AsciiStrToLower(absl::StripLeadingAsciiWhitespace(trimmed.substr(i)));
+  const std::string unit =
+      absl::AsciiStrToLower(absl::StripLeadingAsciiWhitespace(trimmed.substr(i)));
   const Unit* found = nullptr;
   for (const Unit& u : kUnits) {
     if (unit == u.name) found = &u;
   }
-  if (found == nullptr) return Bad(text, absl::StrCat("unknown unit '", unit, "'; ", std::string(kForms)));
+  if (found == nullptr)
+    return Bad(text, absl::StrCat("unknown unit '", unit, "'; ", std::string(kForms)));
   const unsigned __int128 mult = found->multiplier;
   const unsigned __int128 frac_bytes = frac * mult;  // < 10^18 * 2^40 < 2^100
   if (frac_bytes % frac_scale != 0) return Bad(text, "is not a whole number of bytes");

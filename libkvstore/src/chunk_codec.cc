@@ -12,23 +12,23 @@ namespace kvt {
 namespace {
 
 // Byte offsets of the 128-byte header; see docs/chunk-format.md.
-constexpr size_t kOffMagic = 0;           // u32
-constexpr size_t kOffVersion = 4;         // u16
-constexpr size_t kOffHeaderBytes = 6;     // u16
-constexpr size_t kOffNamespace = 8;       // u64 lo, u64 hi
-constexpr size_t kOffKey = 24;            // u64 lo, u64 hi
-constexpr size_t kOffParent = 40;         // u64 lo, u64 hi
-constexpr size_t kOffTokenCount = 56;     // u32
-constexpr size_t kOffNumLayers = 60;      // u32
-constexpr size_t kOffNumKvHeads = 64;     // u32
-constexpr size_t kOffHeadDim = 68;        // u32
-constexpr size_t kOffDType = 72;          // u8
-constexpr size_t kOffLayoutKind = 73;     // u8
-constexpr size_t kOffReservedA = 74;      // 6 bytes, zero
-constexpr size_t kOffPayloadBytes = 80;   // u64
-constexpr size_t kOffPayloadCsum = 88;    // u64
-constexpr size_t kOffReservedB = 96;      // 24 bytes, zero
-constexpr size_t kOffHeaderCsum = 120;    // u64 = XXH3-64 of bytes [0, 120)
+constexpr size_t kOffMagic = 0;          // u32
+constexpr size_t kOffVersion = 4;        // u16
+constexpr size_t kOffHeaderBytes = 6;    // u16
+constexpr size_t kOffNamespace = 8;      // u64 lo, u64 hi
+constexpr size_t kOffKey = 24;           // u64 lo, u64 hi
+constexpr size_t kOffParent = 40;        // u64 lo, u64 hi
+constexpr size_t kOffTokenCount = 56;    // u32
+constexpr size_t kOffNumLayers = 60;     // u32
+constexpr size_t kOffNumKvHeads = 64;    // u32
+constexpr size_t kOffHeadDim = 68;       // u32
+constexpr size_t kOffDType = 72;         // u8
+constexpr size_t kOffLayoutKind = 73;    // u8
+constexpr size_t kOffReservedA = 74;     // 6 bytes, zero
+constexpr size_t kOffPayloadBytes = 80;  // u64
+constexpr size_t kOffPayloadCsum = 88;   // u64
+constexpr size_t kOffReservedB = 96;     // 24 bytes, zero
+constexpr size_t kOffHeaderCsum = 120;   // u64 = XXH3-64 of bytes [0, 120)
 static_assert(kOffHeaderCsum + 8 == kChunkHeaderBytes);
 
 std::atomic<uint64_t> g_integrity_errors{0};
@@ -79,9 +79,9 @@ absl::Status EncodeChunk(const ChunkHeader& h, std::span<const std::byte> payloa
                         payload.size(), h.layout.DebugString(), h.token_count, expected));
   }
   if (out.size() != kChunkHeaderBytes + payload.size()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "encode: output buffer is %d bytes, record needs %d", out.size(),
-        kChunkHeaderBytes + payload.size()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("encode: output buffer is %d bytes, record needs %d", out.size(),
+                        kChunkHeaderBytes + payload.size()));
   }
   std::byte* b = out.data();
   std::memset(b, 0, kChunkHeaderBytes);
@@ -116,9 +116,9 @@ absl::StatusOr<std::vector<std::byte>> EncodeChunk(const ChunkHeader& header,
 
 absl::StatusOr<ChunkHeader> DecodeChunkHeader(std::span<const std::byte> record) {
   if (record.size() < kChunkHeaderBytes) {
-    return Fail(absl::DataLossError(absl::StrFormat(
-        "chunk record: %d bytes is shorter than the %d-byte header", record.size(),
-        kChunkHeaderBytes)));
+    return Fail(absl::DataLossError(
+        absl::StrFormat("chunk record: %d bytes is shorter than the %d-byte header", record.size(),
+                        kChunkHeaderBytes)));
   }
   const std::byte* b = record.data();
   const uint32_t magic = Load<uint32_t>(b, kOffMagic);
@@ -129,21 +129,21 @@ absl::StatusOr<ChunkHeader> DecodeChunkHeader(std::span<const std::byte> record)
   const uint64_t stored_csum = Load<uint64_t>(b, kOffHeaderCsum);
   const uint64_t csum = XXH3_64bits(b, kOffHeaderCsum);
   if (stored_csum != csum) {
-    return Fail(absl::DataLossError(absl::StrFormat(
-        "chunk record: header checksum 0x%016x does not match computed 0x%016x", stored_csum,
-        csum)));
+    return Fail(absl::DataLossError(
+        absl::StrFormat("chunk record: header checksum 0x%016x does not match computed 0x%016x",
+                        stored_csum, csum)));
   }
   ChunkHeader h;
   h.version = Load<uint16_t>(b, kOffVersion);
   if (h.version != kChunkHeaderVersion) {
-    return Fail(absl::FailedPreconditionError(absl::StrFormat(
-        "chunk record: format version %d, this build reads version %d", h.version,
-        kChunkHeaderVersion)));
+    return Fail(absl::FailedPreconditionError(
+        absl::StrFormat("chunk record: format version %d, this build reads version %d", h.version,
+                        kChunkHeaderVersion)));
   }
   const uint16_t header_bytes = Load<uint16_t>(b, kOffHeaderBytes);
   if (header_bytes != kChunkHeaderBytes) {
-    return Fail(absl::DataLossError(absl::StrFormat(
-        "chunk record: header length %d, expected %d", header_bytes, kChunkHeaderBytes)));
+    return Fail(absl::DataLossError(absl::StrFormat("chunk record: header length %d, expected %d",
+                                                    header_bytes, kChunkHeaderBytes)));
   }
   if (!AllZero(b + kOffReservedA, kOffPayloadBytes - kOffReservedA) ||
       !AllZero(b + kOffReservedB, kOffHeaderCsum - kOffReservedB)) {
@@ -166,9 +166,9 @@ absl::StatusOr<ChunkHeader> DecodeChunkHeader(std::span<const std::byte> record)
   if (h.token_count == 0) return Fail(absl::DataLossError("chunk record: token_count is 0"));
   const uint64_t expected = h.layout.payload_bytes(h.token_count);
   if (h.payload_bytes != expected) {
-    return Fail(absl::DataLossError(absl::StrFormat(
-        "chunk record: payload length %d, layout %s x %d tokens needs %d", h.payload_bytes,
-        h.layout.DebugString(), h.token_count, expected)));
+    return Fail(absl::DataLossError(
+        absl::StrFormat("chunk record: payload length %d, layout %s x %d tokens needs %d",
+                        h.payload_bytes, h.layout.DebugString(), h.token_count, expected)));
   }
   return h;
 }
@@ -178,28 +178,26 @@ absl::StatusOr<ChunkHeader> CheckChunkHeader(std::span<const std::byte> record,
   absl::StatusOr<ChunkHeader> h = DecodeChunkHeader(record);
   if (!h.ok()) return h.status();  // already counted
   if (record.size() != h->record_bytes()) {
-    return Fail(absl::DataLossError(absl::StrFormat(
-        "chunk %s: record is %d bytes, header says %d", h->key.ToHex(), record.size(),
-        h->record_bytes())));
+    return Fail(
+        absl::DataLossError(absl::StrFormat("chunk %s: record is %d bytes, header says %d",
+                                            h->key.ToHex(), record.size(), h->record_bytes())));
   }
   if (h->ns != expect.ns) {
-    return Fail(absl::FailedPreconditionError(
-        absl::StrFormat("chunk %s: namespace %s, expected %s", h->key.ToHex(), h->ns.ToHex(),
-                        expect.ns.ToHex())));
+    return Fail(absl::FailedPreconditionError(absl::StrFormat(
+        "chunk %s: namespace %s, expected %s", h->key.ToHex(), h->ns.ToHex(), expect.ns.ToHex())));
   }
   if (h->key != expect.key) {
-    return Fail(absl::FailedPreconditionError(absl::StrFormat(
-        "chunk record: key %s, expected %s", h->key.ToHex(), expect.key.ToHex())));
+    return Fail(absl::FailedPreconditionError(
+        absl::StrFormat("chunk record: key %s, expected %s", h->key.ToHex(), expect.key.ToHex())));
   }
   if (expect.layout != nullptr && h->layout != *expect.layout) {
     return Fail(absl::FailedPreconditionError(
-        absl::StrFormat("chunk %s: layout %s, expected %s", h->key.ToHex(),
-                        h->layout.DebugString(), expect.layout->DebugString())));
+        absl::StrFormat("chunk %s: layout %s, expected %s", h->key.ToHex(), h->layout.DebugString(),
+                        expect.layout->DebugString())));
   }
   if (expect.token_count != 0 && h->token_count != expect.token_count) {
-    return Fail(absl::FailedPreconditionError(
-        absl::StrFormat("chunk %s: %d tokens, expected %d", h->key.ToHex(), h->token_count,
-                        expect.token_count)));
+    return Fail(absl::FailedPreconditionError(absl::StrFormat(
+        "chunk %s: %d tokens, expected %d", h->key.ToHex(), h->token_count, expect.token_count)));
   }
   return h;
 }

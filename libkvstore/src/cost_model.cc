@@ -13,19 +13,6 @@ namespace {
 
 bool Finite(double v) { return std::isfinite(v); }
 
-// Local copy of the tier names so the cost model has no link dependency on tier.cc.
-std::string_view KindName(TierKind kind) {
-  switch (kind) {
-    case TierKind::kHost:
-      return "host";
-    case TierKind::kDisk:
-      return "disk";
-    case TierKind::kRemote:
-      return "remote";
-  }
-  return "unknown";
-}
-
 // Attended (query, key) pairs of t new tokens after c context tokens: sum_{i=c}^{c+t-1}(i+1).
 double AttendedPairs(double t, double c) { return t * (c + (t + 1.0) / 2.0); }
 
@@ -61,7 +48,7 @@ bool Solve(std::array<std::array<double, N>, N> m, std::array<double, N> r, size
 absl::Status CostModelOptions::Validate() const {
   for (size_t i = 0; i < tier_defaults.size(); ++i) {
     const auto& d = tier_defaults[i];
-    std::string_view name = KindName(static_cast<TierKind>(i));
+    std::string_view name = TierKindName(static_cast<TierKind>(i));
     if (!(d.bandwidth_bytes_per_s > 0) || !Finite(d.bandwidth_bytes_per_s)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "CostModelOptions.tier_defaults[%s].bandwidth_bytes_per_s = %g; expected a finite "
@@ -154,7 +141,7 @@ void CostModel::ObserveTransfer(TierKind kind, uint64_t bytes, double seconds) {
     e.bandwidth_bytes_per_s = 1.0 / spb;
   }
   spdlog::debug("kvt cost model: transfer tier={} bytes={} s={:.6g} -> bw={:.4g} B/s lat={:.4g} s",
-                KindName(kind), bytes, seconds, e.bandwidth_bytes_per_s, e.latency_s);
+                TierKindName(kind), bytes, seconds, e.bandwidth_bytes_per_s, e.latency_s);
 }
 
 void CostModel::ObservePrefill(uint64_t new_tokens, uint64_t context_tokens, double seconds) {
@@ -326,7 +313,7 @@ CostModel::Decision CostModel::Decide(std::span<const TierKind> chunk_tiers, uin
   }
   if (spdlog::should_log(spdlog::level::debug)) {
     std::string tiers_str = absl::StrJoin(chunk_tiers, "", [](std::string* out, TierKind k) {
-      out->push_back(KindName(k).empty() ? '?' : KindName(k)[0]);
+      out->push_back(TierKindName(k).empty() ? '?' : TierKindName(k)[0]);
     });
     spdlog::debug(
         "kvt cost model: decide chunks={} computed_tokens={} chunk_tokens={} chunk_bytes={} "

@@ -20,8 +20,8 @@ class RealFs final : public DiskFileSystem {
       err = ::ftruncate(f.fd, static_cast<off_t>(size)) == 0 ? 0 : errno;
     }
     if (err == 0) return absl::OkStatus();
-    return internal::ErrnoToStatus(err, absl::StrCat("fallocate ", std::string(f.path), " to ",
-                                                     size, " bytes"));
+    return internal::ErrnoToStatus(
+        err, absl::StrCat("fallocate ", std::string(f.path), " to ", size, " bytes"));
   }
   absl::Status Write(internal::IoRing& ring, const DiskFileRef& f, uint64_t offset,
                      std::span<const std::byte> src) override {

@@ -25,7 +25,7 @@ namespace kvt {
 // One open record file, as the tier knows it. Borrowed for the duration of a call.
 struct DiskFileRef {
   int fd = -1;
-  uint32_t id = 0;          // record file id (rec-<id>.dat)
+  uint32_t id = 0;  // record file id (rec-<id>.dat)
   std::string_view path;
 };
 

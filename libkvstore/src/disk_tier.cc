@@ -130,9 +130,8 @@ absl::Status DiskTier::Impl::Put(std::span<const std::byte> record) {
   auto hdr = DecodeChunkHeader(record);
   if (!hdr.ok()) return hdr.status();
   if (record.size() != hdr->record_bytes()) {
-    return absl::InvalidArgumentError(absl::StrCat("record is ", record.size(),
-                                                   " bytes but its header says ",
-                                                   hdr->record_bytes()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "record is ", record.size(), " bytes but its header says ", hdr->record_bytes()));
   }
   const uint64_t padded = RoundUpToIoAlign(record.size());
   if (padded > options_.file_bytes || padded > options_.capacity_bytes) {
@@ -175,7 +174,8 @@ absl::Status DiskTier::Impl::Put(std::span<const std::byte> record) {
     absl::MutexLock il(&index_mu_);
     {
       absl::MutexLock l(&mu_);
-      if (files_.count(ext->file_id) == 0) s = absl::UnavailableError("record file removed during the write");
+      if (files_.count(ext->file_id) == 0)
+        s = absl::UnavailableError("record file removed during the write");
     }
     // The record is durable; only now may the index point at it.
     if (s.ok()) s = index_->Put(hdr->key, e, /*sync=*/true);
@@ -217,7 +217,8 @@ absl::Status DiskTier::Impl::ReadVerified(const ChunkKey& key, const IndexEntry&
   uint64_t seen = 0;
   // Hash the payload while later pieces are still in flight.
   auto hash = [&](std::span<const std::byte> b) {
-    const uint64_t skip = seen < kChunkHeaderBytes ? std::min<uint64_t>(kChunkHeaderBytes - seen, b.size()) : 0;
+    const uint64_t skip =
+        seen < kChunkHeaderBytes ? std::min<uint64_t>(kChunkHeaderBytes - seen, b.size()) : 0;
     if (b.size() > skip) XXH3_64bits_update(st.get(), b.data() + skip, b.size() - skip);
     seen += b.size();
   };
@@ -231,7 +232,8 @@ absl::Status DiskTier::Impl::ReadVerified(const ChunkKey& key, const IndexEntry&
   }
   const uint64_t digest = XXH3_64bits_digest(st.get());
   if (digest != e.payload_checksum) {
-    return absl::DataLossError(absl::StrCat("payload checksum ", digest, " != ", e.payload_checksum));
+    return absl::DataLossError(
+        absl::StrCat("payload checksum ", digest, " != ", e.payload_checksum));
   }
   return absl::OkStatus();
 }
@@ -292,15 +294,15 @@ absl::StatusOr<uint64_t> DiskTier::Impl::Get(const ChunkKey& key, std::span<std:
   }
   if (!s.ok()) {
     if (!absl::IsDataLoss(s)) return s;  // e.g. Unavailable: keep the entry, retry later
-    spdlog::warn("disk tier: chunk {} failed verification ({}); dropped", key.ToHex(), s.ToString());
+    spdlog::warn("disk tier: chunk {} failed verification ({}); dropped", key.ToHex(),
+                 s.ToString());
     if (lost && file) {
       HandleLostFile(e.file_id);
     } else {
       DropEntry(key, gen);
     }
-    return absl::DataLossError(absl::StrCat("chunk ", key.ToHex(),
-                                            " failed verification on disk and was dropped: ",
-                                            s.message()));
+    return absl::DataLossError(absl::StrCat(
+        "chunk ", key.ToHex(), " failed verification on disk and was dropped: ", s.message()));
   }
   if (flush) {
     if (absl::Status fs = FlushAccessTimes(); !fs.ok()) {
@@ -379,31 +381,32 @@ absl::StatusOr<ListPage> DiskTier::Impl::List(const ListOptions& options) {
   }
   ListPage page;
   bool more = false;
-  absl::Status s = index_->Scan(start, [&](std::string_view, absl::StatusOr<ChunkKey> key,
-                                           absl::StatusOr<IndexEntry> e) {
-    if (!key.ok() || !e.ok()) return true;
-    if (after && *key == *after) return true;
-    if (options.ns && e->ns != *options.ns) return true;
-    if (page.chunks.size() == options.page_size) {
-      more = true;
-      return false;
-    }
-    ChunkInfo ci;
-    ci.key = *key;
-    ci.ns = e->ns;
-    ci.parent = e->parent;
-    ci.token_count = e->token_count;
-    ci.record_bytes = e->record_bytes;
-    ci.last_access_unix_ms = e->last_access_ms;
-    page.chunks.push_back(ci);
-    return true;
-  });
+  absl::Status s = index_->Scan(
+      start, [&](std::string_view, absl::StatusOr<ChunkKey> key, absl::StatusOr<IndexEntry> e) {
+        if (!key.ok() || !e.ok()) return true;
+        if (after && *key == *after) return true;
+        if (options.ns && e->ns != *options.ns) return true;
+        if (page.chunks.size() == options.page_size) {
+          more = true;
+          return false;
+        }
+        ChunkInfo ci;
+        ci.key = *key;
+        ci.ns = e->ns;
+        ci.parent = e->parent;
+        ci.token_count = e->token_count;
+        ci.record_bytes = e->record_bytes;
+        ci.last_access_unix_ms = e->last_access_ms;
+        page.chunks.push_back(ci);
+        return true;
+      });
   if (!s.ok()) return s;
   {
     // Batched access times live in memory until flushed.
     absl::MutexLock l(&mu_);
     for (auto& ci : page.chunks) {
-      if (auto it = map_.find(ci.key); it != map_.end()) ci.last_access_unix_ms = it->second.idx.last_access_ms;
+      if (auto it = map_.find(ci.key); it != map_.end())
+        ci.last_access_unix_ms = it->second.idx.last_access_ms;
     }
   }
   if (more) page.next_page_token = page.chunks.back().key.ToHex();
@@ -485,7 +488,7 @@ TierCaps DiskTier::caps() const {
 PinHandle DiskTier::Pin(const ChunkKey& key) { return impl_->Pin(key); }
 DiskIoBackend DiskTier::backend() const {
   return impl_->backend_ == internal::IoBackend::kIoUring ? DiskIoBackend::kIoUring
-                                                           : DiskIoBackend::kPread;
+                                                          : DiskIoBackend::kPread;
 }
 bool DiskTier::direct_io() const { return impl_->direct_io_.load(); }
 DiskTierExtraStats DiskTier::extra_stats() const { return impl_->extra_stats(); }

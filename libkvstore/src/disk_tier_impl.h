@@ -18,10 +18,10 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "disk_file_system.h"
-#include "extent_allocator.h"
-#include "lru_list.h"
 #include "disk_tier_index.h"
+#include "extent_allocator.h"
 #include "kvstore/disk_tier.h"
+#include "lru_list.h"
 #include "uring_file.h"
 
 namespace kvt {

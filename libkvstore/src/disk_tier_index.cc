@@ -1,15 +1,14 @@
 #include "disk_tier_index.h"
 
-#include <sys/statvfs.h>
-
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
+#include <sys/statvfs.h>
 
+#include <cerrno>
 #include <cstdarg>
 #include <cstdio>
-#include <cerrno>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -214,7 +213,8 @@ absl::Status DiskIndex::Reopen(std::string_view what) {
   rocksdb::Status s = rocksdb::DB::Open(IndexOptions(), path_, &db);
   if (!s.ok()) {
     failed_reopens_.fetch_add(1);
-    return RocksToStatus(s, absl::StrCat(std::string(what), ": reopening the index after a write error"));
+    return RocksToStatus(
+        s, absl::StrCat(std::string(what), ": reopening the index after a write error"));
   }
   db_.reset(db);
   stopped_.store(false);
@@ -235,7 +235,8 @@ absl::Status DiskIndex::Write(rocksdb::WriteBatch* batch, bool sync, std::string
   }
   absl::ReaderMutexLock l(&db_mu_);
   if (stopped_.load() || !db_) {
-    return absl::UnavailableError(absl::StrCat(std::string(what), ": the index is stopped after a write error"));
+    return absl::UnavailableError(
+        absl::StrCat(std::string(what), ": the index is stopped after a write error"));
   }
   rocksdb::WriteOptions wo;
   wo.sync = sync;

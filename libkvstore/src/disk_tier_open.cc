@@ -31,20 +31,21 @@ std::string_view DiskIoBackendName(DiskIoBackend backend) {
 absl::Status DiskTierOptions::Validate() const {
   if (dir.empty()) return absl::InvalidArgumentError("DiskTierOptions.dir is empty");
   if (capacity_bytes == 0 || capacity_bytes % 4096 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "DiskTierOptions.capacity_bytes = ", capacity_bytes, ", expected a positive multiple of 4096"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("DiskTierOptions.capacity_bytes = ", capacity_bytes,
+                     ", expected a positive multiple of 4096"));
   }
   if (file_bytes == 0 || file_bytes % 4096 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "DiskTierOptions.file_bytes = ", file_bytes, ", expected a positive multiple of 4096"));
+    return absl::InvalidArgumentError(absl::StrCat("DiskTierOptions.file_bytes = ", file_bytes,
+                                                   ", expected a positive multiple of 4096"));
   }
   if (queue_depth == 0 || queue_depth > 256) {
     return absl::InvalidArgumentError(
         absl::StrCat("DiskTierOptions.queue_depth = ", queue_depth, ", expected 1..256"));
   }
   if (io_bytes == 0 || io_bytes % 4096 != 0 || io_bytes > (1ull << 30)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "DiskTierOptions.io_bytes = ", io_bytes, ", expected a multiple of 4096 in (0, 1 GiB]"));
+    return absl::InvalidArgumentError(absl::StrCat("DiskTierOptions.io_bytes = ", io_bytes,
+                                                   ", expected a multiple of 4096 in (0, 1 GiB]"));
   }
   if (access_flush_batch == 0) {
     return absl::InvalidArgumentError("DiskTierOptions.access_flush_batch = 0, expected >= 1");
@@ -91,8 +92,7 @@ absl::StatusOr<std::shared_ptr<RecordFile>> DiskTier::Impl::OpenFile(uint32_t id
   if (direct_io_.load()) {
     fd = ::open(path.c_str(), flags | O_DIRECT, 0644);
     if (fd < 0 && errno == EINVAL) {
-      spdlog::warn("disk tier: {} refuses O_DIRECT; using buffered I/O (+fdatasync)",
-                   options_.dir);
+      spdlog::warn("disk tier: {} refuses O_DIRECT; using buffered I/O (+fdatasync)", options_.dir);
       direct_io_.store(false);
     }
   }
@@ -110,8 +110,7 @@ absl::StatusOr<std::shared_ptr<RecordFile>> DiskTier::Impl::OpenFile(uint32_t id
   return f;
 }
 
-absl::StatusOr<std::shared_ptr<RecordFile>> DiskTier::Impl::CreateFile(uint32_t id,
-                                                                       uint64_t size) {
+absl::StatusOr<std::shared_ptr<RecordFile>> DiskTier::Impl::CreateFile(uint32_t id, uint64_t size) {
   const std::string path = RecordPath(options_.dir, id);
   if (options_.index_reserve_bytes > 0) {
     // Record files never take the index's reserve (see DiskIndex): treated as ENOSPC.
@@ -168,8 +167,9 @@ void DiskTier::Impl::HandleLostFile(uint32_t file_id) {
 void DiskTier::Impl::RepairTruncatedFile(const std::shared_ptr<RecordFile>& f) {
   struct stat st;
   if (::fstat(f->fd, &st) != 0 || static_cast<uint64_t>(st.st_size) >= f->size) return;
-  spdlog::warn("disk tier: record file {} truncated to {} bytes behind the tier's back (expected {})",
-               f->path, st.st_size, f->size);
+  spdlog::warn(
+      "disk tier: record file {} truncated to {} bytes behind the tier's back (expected {})",
+      f->path, st.st_size, f->size);
   if (absl::Status s = fs_->Allocate(Ref(*f), f->size); !s.ok()) {
     spdlog::warn("disk tier: cannot re-extend {}: {}", f->path, s.ToString());
   }
@@ -187,7 +187,8 @@ absl::Status DiskTier::Impl::Init() {
   std::error_code ec;
   fs::create_directories(fs::path(options_.dir) / "records", ec);
   if (ec) {
-    return absl::InternalError(absl::StrCat("cannot create ", options_.dir, "/records: ", ec.message()));
+    return absl::InternalError(
+        absl::StrCat("cannot create ", options_.dir, "/records: ", ec.message()));
   }
   auto index = internal::DiskIndex::Open((fs::path(options_.dir) / "index").string(),
                                          options_.index_reserve_bytes);
@@ -234,8 +235,10 @@ absl::Status DiskTier::Impl::Init() {
       // intact and stay (each is still verified below and on every Get); only entries
       // reaching past the cut are dropped. The file is re-extended to a whole block so
       // its free space is usable again.
-      spdlog::warn("disk tier: record file {} ends mid-block at {} bytes (torn tail); keeping "
-                   "the records before it", path, size);
+      spdlog::warn(
+          "disk tier: record file {} ends mid-block at {} bytes (torn tail); keeping "
+          "the records before it",
+          path, size);
       if (absl::Status s = fs_->Allocate(Ref(**f), rounded); !s.ok()) return s;
       (*f)->size = rounded;
       torn_end[id] = size;
@@ -250,47 +253,47 @@ absl::Status DiskTier::Impl::Init() {
   std::vector<std::pair<ChunkKey, Entry>> kept;
   auto hdr_buf = internal::AllocateAligned(4096);
   // The callback runs inside Scan, on this thread, while `il` and `l` are held.
-  absl::Status scan = index_->Scan("", [&](std::string_view raw, absl::StatusOr<ChunkKey> key,
-                                           absl::StatusOr<IndexEntry> e)
-                                           ABSL_EXCLUSIVE_LOCKS_REQUIRED(index_mu_, mu_) {
-    auto drop = [&](std::string_view why) {
-      spdlog::warn("disk tier: dropping index entry {}: {}",
-                   key.ok() ? key->ToHex() : std::string("<undecodable>"), why);
-      drop_raw.emplace_back(raw);
-      return true;
-    };
-    if (!key.ok() || !e.ok()) return drop("undecodable");
-    auto fit = files_.find(e->file_id);
-    const uint64_t padded = RoundUpToIoAlign(e->record_bytes);
-    if (fit == files_.end()) return drop("record file missing");
-    if (e->offset % 4096 != 0 || e->record_bytes < kChunkHeaderBytes ||
-        e->offset + padded > fit->second->size) {
-      return drop("extent outside its record file");
-    }
-    if (auto torn = torn_end.find(e->file_id);
-        torn != torn_end.end() && e->offset + e->record_bytes > torn->second) {
-      return drop("record reaches past the torn end of its file");
-    }
-    if (options_.verify_headers_on_open) {
-      absl::Status rs = fs_->Read(**ring, Ref(*fit->second), e->offset, kChunkHeaderBytes,
-                                  std::span<std::byte>(hdr_buf.get(), 4096), nullptr);
-      if (!rs.ok()) return drop(rs.ToString());
-      auto h = DecodeChunkHeader(std::span<const std::byte>(hdr_buf.get(), kChunkHeaderBytes));
-      if (!h.ok()) return drop(h.status().ToString());
-      if (h->key != *key || h->ns != e->ns || h->record_bytes() != e->record_bytes ||
-          h->payload_checksum != e->payload_checksum) {
-        return drop("record header does not match the index");
-      }
-    }
-    if (!alloc_.Claim(Extent{e->file_id, e->offset, padded})) {
-      return drop("extent overlaps another record");
-    }
-    Entry en;
-    en.idx = *e;
-    en.padded = padded;
-    kept.emplace_back(*key, en);
-    return true;
-  });
+  absl::Status scan = index_->Scan(
+      "", [&](std::string_view raw, absl::StatusOr<ChunkKey> key,
+              absl::StatusOr<IndexEntry> e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(index_mu_, mu_) {
+        auto drop = [&](std::string_view why) {
+          spdlog::warn("disk tier: dropping index entry {}: {}",
+                       key.ok() ? key->ToHex() : std::string("<undecodable>"), why);
+          drop_raw.emplace_back(raw);
+          return true;
+        };
+        if (!key.ok() || !e.ok()) return drop("undecodable");
+        auto fit = files_.find(e->file_id);
+        const uint64_t padded = RoundUpToIoAlign(e->record_bytes);
+        if (fit == files_.end()) return drop("record file missing");
+        if (e->offset % 4096 != 0 || e->record_bytes < kChunkHeaderBytes ||
+            e->offset + padded > fit->second->size) {
+          return drop("extent outside its record file");
+        }
+        if (auto torn = torn_end.find(e->file_id);
+            torn != torn_end.end() && e->offset + e->record_bytes > torn->second) {
+          return drop("record reaches past the torn end of its file");
+        }
+        if (options_.verify_headers_on_open) {
+          absl::Status rs = fs_->Read(**ring, Ref(*fit->second), e->offset, kChunkHeaderBytes,
+                                      std::span<std::byte>(hdr_buf.get(), 4096), nullptr);
+          if (!rs.ok()) return drop(rs.ToString());
+          auto h = DecodeChunkHeader(std::span<const std::byte>(hdr_buf.get(), kChunkHeaderBytes));
+          if (!h.ok()) return drop(h.status().ToString());
+          if (h->key != *key || h->ns != e->ns || h->record_bytes() != e->record_bytes ||
+              h->payload_checksum != e->payload_checksum) {
+            return drop("record header does not match the index");
+          }
+        }
+        if (!alloc_.Claim(Extent{e->file_id, e->offset, padded})) {
+          return drop("extent overlaps another record");
+        }
+        Entry en;
+        en.idx = *e;
+        en.padded = padded;
+        kept.emplace_back(*key, en);
+        return true;
+      });
   ReleaseRing(std::move(*ring));
   if (!scan.ok()) return scan;
   // Synced: the drops are durable before the freed extents can be reused.

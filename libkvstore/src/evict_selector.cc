@@ -23,8 +23,8 @@ absl::Status EvictSelector::Validate() const {
     }
   }
   if (older_than && older_than->count() <= 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "evict selector: older_than = %d ms; expected > 0", older_than->count()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("evict selector: older_than = %d ms; expected > 0", older_than->count()));
   }
   if (prefix && prefix->is_zero()) {
     return absl::InvalidArgumentError("evict selector: prefix is the zero key");

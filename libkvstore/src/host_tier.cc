@@ -8,8 +8,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "extent_allocator.h"
-#include "lru_list.h"
 #include "kvstore/chunk_codec.h"
+#include "lru_list.h"
 #include "spdlog/spdlog.h"
 
 #ifdef KVT_HAVE_CUDA
@@ -70,9 +70,8 @@ absl::StatusOr<std::unique_ptr<HostTier>> HostTier::Create(const HostTierOptions
   if (arena == nullptr) {
     arena = static_cast<std::byte*>(std::aligned_alloc(kArenaAlignment, alloc_bytes));
     if (arena == nullptr) {
-      return absl::ResourceExhaustedError(
-          absl::StrFormat("HostTier '%s': cannot allocate an arena of %d bytes", options.name,
-                          alloc_bytes));
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "HostTier '%s': cannot allocate an arena of %d bytes", options.name, alloc_bytes));
     }
   }
   spdlog::info("HostTier '{}': arena of {} bytes in {} memory", options.name,
@@ -165,18 +164,18 @@ absl::Status HostTier::Put(std::span<const std::byte> record) {
   absl::StatusOr<ChunkHeader> header = DecodeChunkHeader(record);
   if (!header.ok()) return header.status();
   if (record.size() != header->record_bytes()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "HostTier '%s': record of key %s is %d bytes; its header says %d", name_,
-        header->key.ToHex(), record.size(), header->record_bytes()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("HostTier '%s': record of key %s is %d bytes; its header says %d", name_,
+                        header->key.ToHex(), record.size(), header->record_bytes()));
   }
   const uint64_t need = RoundUp(record.size(), alignment_);
   Entry* entry = nullptr;
   {
     absl::MutexLock lock(&mu_);
     if (need > usable_) {
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "HostTier '%s': record of %d bytes can never fit a tier of %d bytes", name_,
-          record.size(), capacity_));
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("HostTier '%s': record of %d bytes can never fit a tier of %d bytes",
+                          name_, record.size(), capacity_));
     }
     int64_t offset = AllocExtent(need);
     if (offset < 0) {
@@ -244,14 +243,13 @@ absl::StatusOr<uint64_t> HostTier::Get(const ChunkKey& key, std::span<std::byte>
     auto it = index_.find(key);
     if (it == index_.end()) {
       ++misses_;
-      return absl::NotFoundError(
-          absl::StrFormat("HostTier '%s': no chunk %s", name_, key.ToHex()));
+      return absl::NotFoundError(absl::StrFormat("HostTier '%s': no chunk %s", name_, key.ToHex()));
     }
     e = it->second;
     if (out.size() < e->record_bytes) {
-      return absl::OutOfRangeError(absl::StrFormat(
-          "HostTier '%s': chunk %s needs a buffer of %d bytes; got %d", name_, key.ToHex(),
-          e->record_bytes, out.size()));
+      return absl::OutOfRangeError(
+          absl::StrFormat("HostTier '%s': chunk %s needs a buffer of %d bytes; got %d", name_,
+                          key.ToHex(), e->record_bytes, out.size()));
     }
     ++e->readers;
     Touch(e);
@@ -290,16 +288,16 @@ absl::Status HostTier::Erase(const ChunkKey& key) {
 
 absl::StatusOr<ListPage> HostTier::List(const ListOptions& options) {
   if (options.page_size < 1 || options.page_size > 100000) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "ListOptions.page_size = %d; expected 1..100000", options.page_size));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("ListOptions.page_size = %d; expected 1..100000", options.page_size));
   }
   std::optional<ChunkKey> after;
   if (!options.page_token.empty()) {
     absl::StatusOr<ChunkKey> k = ChunkKey::FromHex(options.page_token);
     if (!k.ok()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "ListOptions.page_token '%s' is not a token from a previous page (%s)",
-          options.page_token, k.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("ListOptions.page_token '%s' is not a token from a previous page (%s)",
+                          options.page_token, k.status().message()));
     }
     after = *k;
   }
@@ -313,8 +311,8 @@ absl::StatusOr<ListPage> HostTier::List(const ListOptions& options) {
       page.next_page_token = page.chunks.back().key.ToHex();
       break;
     }
-    page.chunks.push_back(ChunkInfo{e.key, e.ns, e.parent, e.token_count, e.record_bytes,
-                                    e.last_access_unix_ms});
+    page.chunks.push_back(
+        ChunkInfo{e.key, e.ns, e.parent, e.token_count, e.record_bytes, e.last_access_unix_ms});
   }
   return page;
 }

@@ -16,7 +16,8 @@ absl::Status StoreOptions::Validate() const {
     if (absl::Status s = disk->Validate(); !s.ok()) return s;
   }
   for (size_t i = 0; i < lower.size(); ++i) {
-    if (!lower[i]) return absl::InvalidArgumentError(absl::StrCat("StoreOptions.lower[", i, "] is null"));
+    if (!lower[i])
+      return absl::InvalidArgumentError(absl::StrCat("StoreOptions.lower[", i, "] is null"));
   }
   return store.Validate();
 }

@@ -196,7 +196,8 @@ absl::StatusOr<std::vector<std::byte>> TieredStore::Impl::GetAlloc(const ChunkKe
     if (t == 0) {
       size_t target = 0;
       if (GetFromQueue(key, {}, &buf, &target).ok()) {
-        if (info != nullptr) *info = GetInfo{MakeTierIndex(target), caps_[target].kind, false, true};
+        if (info != nullptr)
+          *info = GetInfo{MakeTierIndex(target), caps_[target].kind, false, true};
         if (!options.peek) {
           absl::MutexLock lock(&stats_mu_);
           ++hits_;
@@ -229,8 +230,8 @@ absl::Status TieredStore::Impl::Miss(const ChunkKey& key, const GetOptions& opti
     absl::MutexLock lock(&stats_mu_);
     ++misses_;
   }
-  return absl::NotFoundError(absl::StrFormat("TieredStore: no chunk %s in %d tier(s)",
-                                             key.ToHex(), tiers_.size()));
+  return absl::NotFoundError(
+      absl::StrFormat("TieredStore: no chunk %s in %d tier(s)", key.ToHex(), tiers_.size()));
 }
 
 LookupResult TieredStore::Impl::Lookup(std::span<const ChunkKey> keys,
@@ -430,9 +431,7 @@ absl::StatusOr<EvictResult> TieredStore::Evict(const EvictSelector& selector,
 absl::Status TieredStore::Erase(const ChunkKey& key) { return impl_->Erase(key); }
 void TieredStore::Flush() { impl_->Flush(); }
 size_t TieredStore::num_tiers() const { return impl_->num_tiers(); }
-TierCaps TieredStore::tier_caps(TierIndex index) const {
-  return impl_->tier(ToSize(index)).caps();
-}
+TierCaps TieredStore::tier_caps(TierIndex index) const { return impl_->tier(ToSize(index)).caps(); }
 TierStats TieredStore::tier_stats(TierIndex index) const {
   return impl_->tier(ToSize(index)).stats();
 }

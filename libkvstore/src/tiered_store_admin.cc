@@ -11,8 +11,8 @@ namespace kvt {
 
 absl::StatusOr<StoreListPage> TieredStore::Impl::List(const StoreListOptions& options) {
   if (options.page_size < 1 || options.page_size > 100000) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "StoreListOptions.page_size = %d; expected 1..100000", options.page_size));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("StoreListOptions.page_size = %d; expected 1..100000", options.page_size));
   }
   if (!options.page_token.empty() && !ChunkKey::FromHex(options.page_token).ok()) {
     return absl::InvalidArgumentError(absl::StrFormat(

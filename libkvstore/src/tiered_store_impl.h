@@ -106,7 +106,8 @@ class TieredStore::Impl {
   void Enqueue(std::span<const std::byte> record, uint64_t record_bytes, const ChunkKey& key,
                size_t first, size_t last);
   void PushLocked(std::span<const std::byte> record, uint64_t record_bytes, const ChunkKey& key,
-                  size_t first, size_t last, bool demotion) ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_);
+                  size_t first, size_t last, bool demotion)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_);
   void WorkerMain();
   void WorkerLoop();
   void WriteOne(WriteItem& item);

@@ -64,8 +64,7 @@ void TieredStore::Impl::Enqueue(std::span<const std::byte> record, uint64_t reco
 }
 
 void TieredStore::Impl::PushLocked(std::span<const std::byte> record, uint64_t record_bytes,
-                                   const ChunkKey& key, size_t first, size_t last,
-                                   bool demotion) {
+                                   const ChunkKey& key, size_t first, size_t last, bool demotion) {
   WriteItem item;
   item.record.assign(record.begin(), record.end());
   item.record_bytes = record_bytes;
@@ -175,9 +174,8 @@ void TieredStore::Impl::MarkDead() {
 }
 
 void TieredStore::Impl::WorkerLoop() {
-  const absl::Duration reap_period =
-      std::clamp(absl::FromChrono(options_.lease_timeout) / 4, absl::Milliseconds(1),
-                 absl::Milliseconds(100));
+  const absl::Duration reap_period = std::clamp(absl::FromChrono(options_.lease_timeout) / 4,
+                                                absl::Milliseconds(1), absl::Milliseconds(100));
   absl::Time next_reap = absl::Now() + reap_period;
   for (;;) {
     std::shared_ptr<WriteItem> item;

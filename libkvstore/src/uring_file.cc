@@ -15,7 +15,8 @@ namespace kvt::internal {
 
 absl::Status ErrnoToStatus(int err, std::string_view context) {
   if (err < 0) err = -err;
-  const std::string msg = absl::StrCat(std::string(context), ": ", std::strerror(err), " (errno ", err, ")");
+  const std::string msg =
+      absl::StrCat(std::string(context), ": ", std::strerror(err), " (errno ", err, ")");
   switch (err) {
     case 0:
       return absl::OkStatus();
@@ -96,7 +97,8 @@ absl::StatusOr<std::unique_ptr<IoRing>> IoRing::Create(const IoRingOptions& opti
   r->bounce_.reserve(options.queue_depth);
   for (uint32_t i = 0; i < options.queue_depth; ++i) {
     r->bounce_.push_back(AllocateAligned(options.io_bytes));
-    if (!r->bounce_.back()) return absl::ResourceExhaustedError("cannot allocate I/O bounce buffers");
+    if (!r->bounce_.back())
+      return absl::ResourceExhaustedError("cannot allocate I/O bounce buffers");
   }
   return r;
 }
@@ -129,8 +131,8 @@ absl::Status IoRing::Run(int fd, uint64_t offset, uint64_t len, bool write, cons
     p.rec_off = i * io;
     p.disk_len = std::min<uint64_t>(io, padded - p.rec_off);
     p.mem_len = std::min<uint64_t>(p.disk_len, len - p.rec_off);
-    const bool aligned =
-        reinterpret_cast<uintptr_t>(mem_base + p.rec_off) % kIoAlign == 0 && p.mem_len == p.disk_len;
+    const bool aligned = reinterpret_cast<uintptr_t>(mem_base + p.rec_off) % kIoAlign == 0 &&
+                         p.mem_len == p.disk_len;
     if (aligned) p.io_buf = const_cast<std::byte*>(mem_base) + p.rec_off;
   }
 
@@ -241,10 +243,10 @@ absl::Status IoRing::Run(int fd, uint64_t offset, uint64_t len, bool write, cons
       finished = true;
     } else if (res == 0) {
       if (first_error.ok()) {
-        first_error = write ? absl::InternalError("write returned 0 bytes")
-                            : absl::OutOfRangeError(absl::StrCat(
-                                  "short read: file ends before offset ",
-                                  offset + p.rec_off + p.disk_len));
+        first_error =
+            write ? absl::InternalError("write returned 0 bytes")
+                  : absl::OutOfRangeError(absl::StrCat("short read: file ends before offset ",
+                                                       offset + p.rec_off + p.disk_len));
       }
       finished = true;
     } else {
@@ -269,7 +271,8 @@ absl::Status IoRing::Run(int fd, uint64_t offset, uint64_t len, bool write, cons
       }
       if (!write && in_order && first_error.ok()) {
         while (next_cb < n && pieces[next_cb].done) {
-          in_order(std::span<const std::byte>(rdst + pieces[next_cb].rec_off, pieces[next_cb].mem_len));
+          in_order(
+              std::span<const std::byte>(rdst + pieces[next_cb].rec_off, pieces[next_cb].mem_len));
           ++next_cb;
         }
       }

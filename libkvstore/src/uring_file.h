@@ -31,7 +31,9 @@ struct io_uring;
 namespace kvt::internal {
 
 inline constexpr uint64_t kIoAlign = 4096;
-inline constexpr uint64_t RoundUpToIoAlign(uint64_t n) { return (n + kIoAlign - 1) & ~(kIoAlign - 1); }
+inline constexpr uint64_t RoundUpToIoAlign(uint64_t n) {
+  return (n + kIoAlign - 1) & ~(kIoAlign - 1);
+}
 
 // The one place -errno becomes a Status: ENOSPC/EDQUOT → ResourceExhausted,
 // ENOENT → NotFound, EAGAIN/EINTR/EBUSY → Unavailable, EIO → DataLoss,

@@ -44,7 +44,8 @@ class DaemonCliTest : public ::testing::Test {
     const std::string cfg = tmp_.path() + "/kvtierd.yaml";
     std::ofstream(cfg) << absl::StrFormat(
         "listen: %s\ndata_dir: %s/data\nhost_capacity: 16MiB\ndisk_capacity: 64MiB\n"
-        "disk_file_bytes: 16MiB\nmax_record_bytes: 8MiB\nmax_inflight_bytes: 64MiB\nworkers: 2\nlog_level: warn\nmetrics:\n  listen: ''\n"
+        "disk_file_bytes: 16MiB\nmax_record_bytes: 8MiB\nmax_inflight_bytes: 64MiB\nworkers: "
+        "2\nlog_level: warn\nmetrics:\n  listen: ''\n"
         "ready_file: %s/ready.json\ntenants:\n  - name: a\n    tokens: [%s]\n"
         "  - name: b\n    tokens: [%s]\n",
         target_, tmp_.path(), tmp_.path(), kTokenA, kTokenB);
@@ -164,15 +165,18 @@ TEST_F(DaemonCliTest, InspectShowsExactlyTheStoredChunksAndTheirTiers) {
   ASSERT_EQ(rows.size(), 5u) << table.out;
   for (size_t i = 0; i < 5; ++i) {
     ASSERT_TRUE(truth->tier[i].has_value());
-    const std::string tier = std::string(i == 0 ? "" : "") +
-                             (*truth->tier[i] == TierKind::kHost ? "host" : *truth->tier[i] == TierKind::kDisk ? "disk" : "remote");
+    const std::string tier =
+        std::string(i == 0 ? "" : "") + (*truth->tier[i] == TierKind::kHost   ? "host"
+                                         : *truth->tier[i] == TierKind::kDisk ? "disk"
+                                                                              : "remote");
     EXPECT_EQ(j["chunks"][i]["key"], pa_[i].key.ToHex());
     EXPECT_EQ(j["chunks"][i]["tier"], tier);
     EXPECT_EQ(rows[i][2], pa_[i].key.ToHex());
     EXPECT_EQ(rows[i][3], tier);
     EXPECT_EQ(rows[i][4], "cached");
   }
-  EXPECT_THAT(table.out, HasSubstr("leading cached chunks: 5 of 5 -> an engine would load 80 tokens"));
+  EXPECT_THAT(table.out,
+              HasSubstr("leading cached chunks: 5 of 5 -> an engine would load 80 tokens"));
 
   // The same prompt under tenant b's namespace, asked as tenant a: a's token cannot see
   // b's chunks, so the namespace is unknown to a.
@@ -216,7 +220,8 @@ TEST_F(DaemonCliTest, LsAndStatsJsonHoldTheTableNumbers) {
   EXPECT_EQ(j["total_namespaces"], 2);
   EXPECT_EQ(j["total_chunks"], 10);
   std::map<std::string, uint64_t> table_chunks;
-  for (const auto& row : TableRows(table.out, "NAMESPACE")) table_chunks[row[0]] += std::stoull(row[2]);
+  for (const auto& row : TableRows(table.out, "NAMESPACE"))
+    table_chunks[row[0]] += std::stoull(row[2]);
   std::map<std::string, uint64_t> json_chunks;
   for (const auto& n : j["namespaces"]) json_chunks[n["namespace"]] = n["chunks"];
   EXPECT_EQ(table_chunks, json_chunks);
@@ -254,15 +259,17 @@ TEST_F(DaemonCliTest, EvictNamespaceTouchesNoOtherTenant) {
 }
 
 TEST(DaemonAddressCliTest, MalformedAddressesExit2WithTheAcceptedForms) {
-  const std::string forms = "expected unix:/path/to/kvtierd.sock, unix:///path/to/kvtierd.sock or host:port";
+  const std::string forms =
+      "expected unix:/path/to/kvtierd.sock, unix:///path/to/kvtierd.sock or host:port";
   struct Case {
     std::string address, hint;
   };
-  for (const Case& c : std::vector<Case>{{"/tmp/kvtierd.sock", "needs the unix: prefix: unix:/tmp/kvtierd.sock"},
-                                         {"garbage", "no port"},
-                                         {"host:99999", "port '99999' is not a number in 1..65535"},
-                                         {"unix:", "the socket path is missing"},
-                                         {"::1:7470", "IPv6 address in brackets"}}) {
+  for (const Case& c :
+       std::vector<Case>{{"/tmp/kvtierd.sock", "needs the unix: prefix: unix:/tmp/kvtierd.sock"},
+                         {"garbage", "no port"},
+                         {"host:99999", "port '99999' is not a number in 1..65535"},
+                         {"unix:", "the socket path is missing"},
+                         {"::1:7470", "IPv6 address in brackets"}}) {
     RunResult r = clitest::Run(KVTIER_BIN, {"--daemon", c.address, "--timeout", "5", "stats"}, 20);
     EXPECT_EQ(r.exit_code, 2) << c.address;
     EXPECT_THAT(r.err, HasSubstr("--daemon '" + c.address + "': " + forms)) << c.address;
@@ -273,10 +280,13 @@ TEST(DaemonAddressCliTest, MalformedAddressesExit2WithTheAcceptedForms) {
 TEST_F(DaemonCliTest, BadInputsFailWithAClearMessage) {
   // --timeout is honoured when nothing listens: the CLI waits for it (not a fixed ~1 s).
   const auto start = std::chrono::steady_clock::now();
-  RunResult nodaemon = clitest::Run(KVTIER_BIN, {"--daemon", "unix://" + tmp_.path() + "/nothing.sock", "--timeout", "1.5", "stats"});
+  RunResult nodaemon = clitest::Run(
+      KVTIER_BIN,
+      {"--daemon", "unix://" + tmp_.path() + "/nothing.sock", "--timeout", "1.5", "stats"});
   const auto waited = std::chrono::steady_clock::now() - start;
   EXPECT_EQ(nodaemon.exit_code, 1);
-  EXPECT_THAT(nodaemon.err, HasSubstr("no kvtierd reachable at unix://" + tmp_.path() + "/nothing.sock"));
+  EXPECT_THAT(nodaemon.err,
+              HasSubstr("no kvtierd reachable at unix://" + tmp_.path() + "/nothing.sock"));
   EXPECT_THAT(nodaemon.err, HasSubstr("nothing answered within 1.5 s"));
   EXPECT_GE(waited, std::chrono::milliseconds(1400));
   RunResult badtimeout = clitest::Run(KVTIER_BIN, {"--daemon", target_, "--timeout", "0", "stats"});
@@ -292,7 +302,8 @@ TEST_F(DaemonCliTest, BadInputsFailWithAClearMessage) {
   RunResult badfile = Kvtier(kTokenA, Cat({"inspect", "--tokens", bad}, NsFlags("m", "a")));
   EXPECT_EQ(badfile.exit_code, 2);
   EXPECT_THAT(badfile.err, HasSubstr("bad token file"));
-  RunResult unknown = Kvtier(kTokenA, Cat({"inspect", "--tokens", p_file_}, NsFlags("no-such-model", "a")));
+  RunResult unknown =
+      Kvtier(kTokenA, Cat({"inspect", "--tokens", p_file_}, NsFlags("no-such-model", "a")));
   EXPECT_EQ(unknown.exit_code, 3);
   EXPECT_THAT(unknown.err, HasSubstr("unknown namespace"));
 }
@@ -303,8 +314,9 @@ TEST_F(DaemonCliTest, OfflineDiskDirAfterTheDaemonStops) {
   int st = 0;
   ::waitpid(pid_, &st, 0);
   pid_ = -1;
-  RunResult r = clitest::Run(KVTIER_BIN, Cat({"--disk-dir", tmp_.path() + "/data", "inspect", "--json", "--tokens", p_file_},
-                                    NsFlags("m", "a")));
+  RunResult r = clitest::Run(KVTIER_BIN, Cat({"--disk-dir", tmp_.path() + "/data", "inspect",
+                                              "--json", "--tokens", p_file_},
+                                             NsFlags("m", "a")));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   nlohmann::json j = Json(r);
   EXPECT_EQ(j["leading_chunks"], 5);

@@ -80,7 +80,8 @@ int main(int argc, char** argv) {
   kvt::ChunkChainEncoder chain(id, params->layout);
   for (const kvt::ChunkKey& key : keys) {
     std::vector<std::byte> payload(params->layout.payload_bytes(params->chunk_tokens));
-    for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<std::byte>((key.lo >> (i % 8 * 8)) + i);
+    for (size_t i = 0; i < payload.size(); ++i)
+      payload[i] = static_cast<std::byte>((key.lo >> (i % 8 * 8)) + i);
     auto rec = chain.EncodeNext(key, params->chunk_tokens, payload);
     if (!rec.ok()) {
       std::cerr << rec.status() << "\n";

@@ -25,12 +25,14 @@ TEST(TokenFileTest, AcceptsSpacesNewlinesCommasAndBrackets) {
 TEST(TokenFileTest, RejectsNonIntegersNegativesOverflowAndEmpty) {
   auto a = ParseTokenIds("1 2\nx3", "toks.txt");
   EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(a.status().message()), HasSubstr("bad token file toks.txt: item 3 ('x3' on line 2)"));
+  EXPECT_THAT(std::string(a.status().message()),
+              HasSubstr("bad token file toks.txt: item 3 ('x3' on line 2)"));
   EXPECT_FALSE(ParseTokenIds("-1", "f").ok());
   EXPECT_FALSE(ParseTokenIds("2147483648", "f").ok());
   EXPECT_TRUE(ParseTokenIds("2147483647", "f").ok());
   EXPECT_FALSE(ParseTokenIds("1.5", "f").ok());
-  EXPECT_THAT(std::string(ParseTokenIds(" \n ", "f").status().message()), HasSubstr("no token ids"));
+  EXPECT_THAT(std::string(ParseTokenIds(" \n ", "f").status().message()),
+              HasSubstr("no token ids"));
   EXPECT_FALSE(ParseTokenIds("[1, 2", "f").ok());
   EXPECT_FALSE(ParseTokenIds("[1] 2", "f").ok());
 }

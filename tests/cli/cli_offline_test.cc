@@ -15,7 +15,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-RunResult Kvtier(const std::vector<std::string>& args, int timeout_s = 60) { return Run(KVTIER_BIN, args, timeout_s); }
+RunResult Kvtier(const std::vector<std::string>& args, int timeout_s = 60) {
+  return Run(KVTIER_BIN, args, timeout_s);
+}
 
 std::vector<std::string> Cat(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -111,7 +113,8 @@ TEST_F(OfflineCliTest, InspectShowsCachedChunksAndStopsLoadingAtTheFirstMiss) {
   }
   EXPECT_THAT(rows[3][4], "miss");
   EXPECT_THAT(rows[4][4], HasSubstr("after a miss"));
-  EXPECT_THAT(table.out, HasSubstr("leading cached chunks: 3 of 5 -> an engine would load 48 tokens"));
+  EXPECT_THAT(table.out,
+              HasSubstr("leading cached chunks: 3 of 5 -> an engine would load 48 tokens"));
   EXPECT_THAT(table.out, HasSubstr("recompute 37"));
 }
 
@@ -119,7 +122,8 @@ TEST_F(OfflineCliTest, InspectUnknownNamespaceIsNotFoundWithAClearMessage) {
   StoreAll();
   RunResult r = Kvtier(Cat(Cat(Disk(), {"inspect", "--tokens", p_file_}), NsFlags("other-model")));
   EXPECT_EQ(r.exit_code, 3);
-  EXPECT_THAT(r.err, HasSubstr("unknown namespace " + ComputeNamespace(TestParams("other-model")).ToHex()));
+  EXPECT_THAT(
+      r.err, HasSubstr("unknown namespace " + ComputeNamespace(TestParams("other-model")).ToHex()));
   EXPECT_THAT(r.err, HasSubstr("model other-model"));
   EXPECT_TRUE(r.out.empty()) << r.out;
 }
@@ -131,7 +135,8 @@ TEST_F(OfflineCliTest, BadTokenFileIsUsageErrorNamingTheItem) {
   RunResult r = Kvtier(Cat(Cat(Disk(), {"inspect", "--tokens", bad}), NsFlags("m")));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("bad token file " + bad + ": item 5 ('five' on line 2)"));
-  RunResult missing = Kvtier(Cat(Cat(Disk(), {"inspect", "--tokens", tmp_.path() + "/nope"}), NsFlags("m")));
+  RunResult missing =
+      Kvtier(Cat(Cat(Disk(), {"inspect", "--tokens", tmp_.path() + "/nope"}), NsFlags("m")));
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_THAT(missing.err, HasSubstr("cannot open"));
 }
@@ -172,7 +177,8 @@ TEST_F(OfflineCliTest, LsGroupsByNamespaceAndJsonMatchesTable) {
     EXPECT_EQ(rows[i][1], "disk");
     EXPECT_EQ(rows[i][2], std::to_string(want[ns]));
     EXPECT_EQ(rows[i][3], std::to_string(want[ns] * 16));
-    EXPECT_EQ(rows[i][4], std::to_string(want[ns] * rec / 1000) + "," + std::to_string(want[ns] * rec % 1000));
+    EXPECT_EQ(rows[i][4],
+              std::to_string(want[ns] * rec / 1000) + "," + std::to_string(want[ns] * rec % 1000));
   }
   // Filter and pagination.
   RunResult one = Kvtier(Cat(Cat(Disk(), {"ls", "--json"}), NsFlags("m2")));
@@ -192,7 +198,7 @@ TEST_F(OfflineCliTest, LsGroupsByNamespaceAndJsonMatchesTable) {
   const nlohmann::json cj = Json(chunks);
   for (const auto& c : cj["chunks"]) keys.insert(c["key"]);
   EXPECT_EQ(keys, (std::set<std::string>{m2chunks_[0].key.ToHex(), m2chunks_[1].key.ToHex(),
-                                          m2chunks_[2].key.ToHex()}))
+                                         m2chunks_[2].key.ToHex()}))
       << chunks.out;
   RunResult unknown = Kvtier(Cat(Cat(Disk(), {"ls"}), NsFlags("nope")));
   EXPECT_EQ(unknown.exit_code, 3);
@@ -264,8 +270,9 @@ TEST_F(OfflineCliTest, EvictPrefixRemovesItsChunksAndWhatFollowsOnly) {
   std::set<std::string> rest;
   const nlohmann::json lj = Json(left);
   for (const auto& c : lj["chunks"]) rest.insert(c["key"]);
-  EXPECT_EQ(rest, (std::set<std::string>{qchunks_[2].key.ToHex(), qchunks_[3].key.ToHex(), m2chunks_[0].key.ToHex(),
-                                         m2chunks_[1].key.ToHex(), m2chunks_[2].key.ToHex()}));
+  EXPECT_EQ(rest, (std::set<std::string>{qchunks_[2].key.ToHex(), qchunks_[3].key.ToHex(),
+                                         m2chunks_[0].key.ToHex(), m2chunks_[1].key.ToHex(),
+                                         m2chunks_[2].key.ToHex()}));
   // Evicting the same prefix again: nothing of it is cached any more.
   RunResult again = Kvtier(args);
   EXPECT_EQ(again.exit_code, 3);
@@ -276,7 +283,8 @@ TEST_F(OfflineCliTest, EvictPrefixWithOrphansTakesTheBranchesToo) {
   StoreAll();
   const std::string prefix = tmp_.path() + "/prefix.tokens";
   WriteTokens(prefix, std::vector<TokenId>(p_.begin(), p_.begin() + 48));
-  RunResult ev = Kvtier(Cat(Cat(Disk(), {"evict", "--json", "--include-orphans", "--prefix", prefix}), NsFlags("m")));
+  RunResult ev = Kvtier(
+      Cat(Cat(Disk(), {"evict", "--json", "--include-orphans", "--prefix", prefix}), NsFlags("m")));
   ASSERT_EQ(ev.exit_code, 0) << ev.err;
   EXPECT_EQ(Json(ev)["evicted_chunks"], 7);
   EXPECT_EQ(Json(Kvtier(Cat(Disk(), {"stats", "--json"})))["tiers"][0]["chunks"], 3);
@@ -315,7 +323,7 @@ TEST_F(OfflineCliTest, EvictByKeyNamespaceAndAge) {
 
 TEST(PlanCliTest, Llama3_8B_Bf16FiguresAreExact) {
   RunResult r = Kvtier({"plan", "--json", "--layers", "32", "--kv-heads", "8", "--head-dim", "128",
-                                 "--dtype", "bf16", "--tier", "host=64GiB"});
+                        "--dtype", "bf16", "--tier", "host=64GiB"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["bytes_per_token"], 131072);
@@ -327,7 +335,8 @@ TEST(PlanCliTest, Llama3_8B_Bf16FiguresAreExact) {
   RunResult t = Kvtier({"plan", "--layers", "32", "--kv-heads", "8", "--head-dim", "128"});
   ASSERT_EQ(t.exit_code, 0) << t.err;
   EXPECT_THAT(t.out, HasSubstr("KV per token    131,072 B (128 KiB)"));
-  EXPECT_THAT(t.out, HasSubstr("KV per context  1,073,741,824 B (1.00 GiB, 1.07 GB) for 8,192 tokens"));
+  EXPECT_THAT(t.out,
+              HasSubstr("KV per context  1,073,741,824 B (1.00 GiB, 1.07 GB) for 8,192 tokens"));
 }
 
 // SIZE uses kvt::ParseByteSize, as kvtierd's config does: bare G is binary, GB decimal.
@@ -338,8 +347,8 @@ TEST(PlanCliTest, TierSizesReadLikeKvtierdConfig) {
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["tiers"][0]["capacity_bytes"], 8ull << 30);
   EXPECT_EQ(j["tiers"][1]["capacity_bytes"], 2000000000000ull);
-  RunResult bad = Kvtier({"plan", "--layers", "32", "--kv-heads", "8", "--head-dim", "128",
-                          "--tier", "host=-1G"});
+  RunResult bad = Kvtier(
+      {"plan", "--layers", "32", "--kv-heads", "8", "--head-dim", "128", "--tier", "host=-1G"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_THAT(bad.err, HasSubstr("--tier 'host=-1G': byte size '-1G': must not be negative"));
 }
@@ -364,7 +373,8 @@ TEST(UsageCliTest, UnknownCommandIsNamedAndExitsWith2) {
 
 TEST(UsageCliTest, NegativeCountsAreRefusedNotWrapped) {
   // `watch --count -1` used to wrap to 2^64-1 samples and run forever.
-  RunResult w = Kvtier({"--daemon", "unix:/nonexistent/kvtierd.sock", "watch", "--count", "-1"}, 20);
+  RunResult w =
+      Kvtier({"--daemon", "unix:/nonexistent/kvtierd.sock", "watch", "--count", "-1"}, 20);
   EXPECT_EQ(w.exit_code, 2);
   EXPECT_THAT(w.err, HasSubstr("--count: expected a number >= 0, got -1"));
   RunResult l = Kvtier({"--daemon", "unix:/nonexistent/kvtierd.sock", "ls", "--limit", "-1"}, 20);
@@ -374,7 +384,8 @@ TEST(UsageCliTest, NegativeCountsAreRefusedNotWrapped) {
 
 TEST(PlanCliTest, FiguresThatOverflow64BitsAreRefusedWithExit2) {
   // 2 planes x 65536 x 65536 x 131072 x 2 B = 2^51 B per token; x 8192 tokens = 2^64.
-  RunResult r = Kvtier({"plan", "--layers", "65536", "--kv-heads", "65536", "--head-dim", "131072"});
+  RunResult r =
+      Kvtier({"plan", "--layers", "65536", "--kv-heads", "65536", "--head-dim", "131072"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.out, "");
   EXPECT_THAT(r.err, HasSubstr("shape too large"));

@@ -80,7 +80,8 @@ RunResult Run(const std::string& bin, const std::vector<std::string>& args, int 
 
 void WriteTokens(const std::string& path, const std::vector<TokenId>& tokens) {
   std::ofstream out(path);
-  for (size_t i = 0; i < tokens.size(); ++i) out << (i ? (i % 16 == 0 ? "\n" : " ") : "") << tokens[i];
+  for (size_t i = 0; i < tokens.size(); ++i)
+    out << (i ? (i % 16 == 0 ? "\n" : " ") : "") << tokens[i];
   out << "\n";
 }
 
@@ -97,8 +98,8 @@ NamespaceParams TestParams(const std::string& model, const std::string& tenant) 
 }
 
 std::vector<std::string> NsFlags(const std::string& model, const std::string& tenant) {
-  std::vector<std::string> f = {"--model", model, "--layers", "2", "--kv-heads", "2", "--head-dim", "8",
-                                "--dtype", "f16", "--chunk-tokens", "16"};
+  std::vector<std::string> f = {"--model",    model, "--layers", "2",   "--kv-heads",     "2",
+                                "--head-dim", "8",   "--dtype",  "f16", "--chunk-tokens", "16"};
   if (!tenant.empty()) {
     f.push_back("--tenant");
     f.push_back(tenant);
@@ -113,7 +114,8 @@ std::vector<TokenId> Tokens(size_t n, uint32_t seed) {
   return t;
 }
 
-std::vector<PromptChunk> PromptChunks(const NamespaceParams& params, const std::vector<TokenId>& tokens) {
+std::vector<PromptChunk> PromptChunks(const NamespaceParams& params,
+                                      const std::vector<TokenId>& tokens) {
   const NamespaceId ns = ComputeNamespace(params);
   ChunkKeyOptions ko;
   ko.chunk_tokens = params.chunk_tokens;
@@ -122,14 +124,17 @@ std::vector<PromptChunk> PromptChunks(const NamespaceParams& params, const std::
   ChunkChainEncoder chain(ns, params.layout);
   for (const ChunkKey& key : keys) {
     std::vector<std::byte> payload(params.layout.payload_bytes(params.chunk_tokens));
-    for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<std::byte>((key.lo >> (i % 8 * 8)) + i);
+    for (size_t i = 0; i < payload.size(); ++i)
+      payload[i] = static_cast<std::byte>((key.lo >> (i % 8 * 8)) + i);
     const ChunkKey parent = chain.parent();
-    out.push_back(PromptChunk{key, parent, testing::EncodeNextOrDie(chain, key, params.chunk_tokens, payload)});
+    out.push_back(PromptChunk{key, parent,
+                              testing::EncodeNextOrDie(chain, key, params.chunk_tokens, payload)});
   }
   return out;
 }
 
-std::vector<std::vector<std::string>> TableRows(const std::string& text, const std::string& first_header) {
+std::vector<std::vector<std::string>> TableRows(const std::string& text,
+                                                const std::string& first_header) {
   std::vector<std::vector<std::string>> rows;
   std::istringstream in(text);
   std::string line;

@@ -53,11 +53,13 @@ struct PromptChunk {
   std::vector<std::byte> record;
 };
 // All full chunks of `tokens`.
-std::vector<PromptChunk> PromptChunks(const NamespaceParams& params, const std::vector<TokenId>& tokens);
+std::vector<PromptChunk> PromptChunks(const NamespaceParams& params,
+                                      const std::vector<TokenId>& tokens);
 
 // Rows of the first table in `text` whose first header cell is `first_header`: each row
 // split on runs of 2+ spaces. Empty when not found.
-std::vector<std::vector<std::string>> TableRows(const std::string& text, const std::string& first_header);
+std::vector<std::vector<std::string>> TableRows(const std::string& text,
+                                                const std::string& first_header);
 
 }  // namespace kvt::clitest
 

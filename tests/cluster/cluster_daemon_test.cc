@@ -10,9 +10,9 @@
 
 #include "daemon_harness.h"
 #include "kvstore/cluster_tier.h"
-#include "store_test_util.h"
 #include "nlohmann/json.hpp"
 #include "redis_cluster.h"
+#include "store_test_util.h"
 
 namespace kvt {
 namespace {
@@ -37,14 +37,16 @@ class ClusterDaemonTest : public ::testing::Test {
   void SetUp() override { ASSERT_TRUE(ok_); }
 
   static std::string ClusterYaml(const std::string& keyspace, int seed_index = 0) {
-    return absl::StrFormat("cluster:\n  nodes: [\"%s\"]\n  piece_bytes: 1MiB\n  ttl_s: 600\n  keyspace: %s\n"
-                           "  deadline_ms: 1000\n",
-                           redis_->Seeds()[seed_index], keyspace);
+    return absl::StrFormat(
+        "cluster:\n  nodes: [\"%s\"]\n  piece_bytes: 1MiB\n  ttl_s: 600\n  keyspace: %s\n"
+        "  deadline_ms: 1000\n",
+        redis_->Seeds()[seed_index], keyspace);
   }
   // The record of `key` read through `target`, polling until `timeout` (write-through to
   // the cluster is asynchronous).
-  static absl::StatusOr<std::vector<std::byte>> GetEventually(const std::string& target, const ChunkKey& key,
-                                                               std::chrono::milliseconds timeout) {
+  static absl::StatusOr<std::vector<std::byte>> GetEventually(const std::string& target,
+                                                              const ChunkKey& key,
+                                                              std::chrono::milliseconds timeout) {
     auto c = testing::Connect(target);
     const auto until = std::chrono::steady_clock::now() + timeout;
     absl::StatusOr<std::vector<std::byte>> r = absl::NotFoundError("not tried");
@@ -87,7 +89,8 @@ TEST_F(ClusterDaemonTest, ChunkStoredThroughOneHostLoadsThroughAnother) {
   std::string error;
   ASSERT_TRUE(a.Start(&error)) << error;
   ASSERT_TRUE(b.Start(&error)) << error;
-  auto chain = MakeChain(testing::TestNamespace("shared-model"), 3, 2048, 11);  // 2 MiB records: 3 pieces
+  auto chain =
+      MakeChain(testing::TestNamespace("shared-model"), 3, 2048, 11);  // 2 MiB records: 3 pieces
   auto ca = testing::Connect(a.target());
   for (auto& r : chain.records) ASSERT_TRUE(ca->Put(r).ok());
   ASSERT_TRUE(InCluster("share", chain.keys));
@@ -99,7 +102,8 @@ TEST_F(ClusterDaemonTest, ChunkStoredThroughOneHostLoadsThroughAnother) {
     auto got = cb->Get(chain.keys[i]);
     ASSERT_TRUE(got.ok()) << got.status() << "\n" << b.Log();
     EXPECT_TRUE(*got == chain.records[i]);
-    auto v = VerifyChunk(*got, DecodeExpectations{.ns = testing::TestNamespace("shared-model"), .key = chain.keys[i]});
+    auto v = VerifyChunk(*got, DecodeExpectations{.ns = testing::TestNamespace("shared-model"),
+                                                  .key = chain.keys[i]});
     EXPECT_TRUE(v.ok()) << v.status();
   }
   const std::string m = Metrics(b);
@@ -126,7 +130,11 @@ TEST_F(ClusterDaemonTest, MasterKilledMidRunMissesThenRecoversWithoutRestart) {
   auto probe = ClusterTier::Create(o);
   ASSERT_TRUE(probe.ok());
   auto port_of = [&](const ChunkKey& k) {
-    return (*probe)->client().slot_map().MasterOf(cluster::KeyHashSlot((*probe)->PieceKey(k, 0)))->port;
+    return (*probe)
+        ->client()
+        .slot_map()
+        .MasterOf(cluster::KeyHashSlot((*probe)->PieceKey(k, 0)))
+        ->port;
   };
   const int victim = redis_->IndexOfPort(port_of(chain.keys[0]));
   redis_->Kill(victim);
@@ -169,7 +177,8 @@ TEST_F(ClusterDaemonTest, BadClusterConfigIsACleanStartupError) {
   std::string error;
   EXPECT_FALSE(unreachable.Start(&error));
   EXPECT_NE(error.find(absl::StrFormat("127.0.0.1:%d", dead)), std::string::npos) << error;
-  Daemon bad_piece(d2.path(), absl::StrFormat("cluster:\n  nodes: [\"%s\"]\n  piece_bytes: 1KiB\n", redis_->Seeds()[0]));
+  Daemon bad_piece(d2.path(), absl::StrFormat("cluster:\n  nodes: [\"%s\"]\n  piece_bytes: 1KiB\n",
+                                              redis_->Seeds()[0]));
   EXPECT_FALSE(bad_piece.Start(&error));
   EXPECT_NE(error.find("piece_bytes"), std::string::npos) << error;
   Daemon typo(d3.path(), absl::StrFormat("cluster:\n  node: [\"%s\"]\n", redis_->Seeds()[0]));
@@ -217,29 +226,34 @@ TEST_F(ClusterDaemonTest, DashboardQueriesOnlyExportedMetrics) {
   int queries = 0;
   for (const auto& p : dash["panels"]) {
     ASSERT_TRUE(p.contains("title") && p.contains("type") && p.contains("gridPos")) << p.dump();
-    EXPECT_TRUE(titles.insert(p["title"].get<std::string>()).second) << "duplicate title " << p["title"];
+    EXPECT_TRUE(titles.insert(p["title"].get<std::string>()).second)
+        << "duplicate title " << p["title"];
     if (p["type"] == "row") continue;
     ASSERT_TRUE(p.contains("targets") && !p["targets"].empty()) << p["title"];
     for (const auto& t : p["targets"]) {
       const std::string expr = t.value("expr", "");
       ++queries;
       int in_expr = 0;
-      for (std::sregex_iterator it(expr.begin(), expr.end(), metric), end; it != end; ++it, ++in_expr) {
+      for (std::sregex_iterator it(expr.begin(), expr.end(), metric), end; it != end;
+           ++it, ++in_expr) {
         std::string name = it->str();
         used.insert(name);
-        EXPECT_TRUE(exported.count(name)) << "panel '" << p["title"] << "' queries " << name
-                                          << ", which kvtierd does not export";
+        EXPECT_TRUE(exported.count(name))
+            << "panel '" << p["title"] << "' queries " << name << ", which kvtierd does not export";
       }
-      EXPECT_GT(in_expr, 0) << "panel '" << p["title"] << "' has a query without a kvtier metric: " << expr;
+      EXPECT_GT(in_expr, 0) << "panel '" << p["title"]
+                            << "' has a query without a kvtier metric: " << expr;
       for (std::sregex_iterator it(expr.begin(), expr.end(), tier_label), end; it != end; ++it)
-        EXPECT_TRUE(tiers.count((*it)[1])) << "panel '" << p["title"] << "' selects an unknown tier " << it->str();
+        EXPECT_TRUE(tiers.count((*it)[1]))
+            << "panel '" << p["title"] << "' selects an unknown tier " << it->str();
     }
   }
   EXPECT_GE(queries, 10);
   // The families the issue asks for are on the dashboard.
-  for (const char* need : {"kvtier_tier_hits_total", "kvtier_tier_misses_total", "kvtier_tier_bytes_out_total",
-                           "kvtier_integrity_errors_total", "kvtier_tier_evictions_total",
-                           "kvtier_store_pending_write_bytes", "kvtier_rpc_latency_seconds_bucket"})
+  for (const char* need :
+       {"kvtier_tier_hits_total", "kvtier_tier_misses_total", "kvtier_tier_bytes_out_total",
+        "kvtier_integrity_errors_total", "kvtier_tier_evictions_total",
+        "kvtier_store_pending_write_bytes", "kvtier_rpc_latency_seconds_bucket"})
     EXPECT_TRUE(used.count(need)) << need;
 }
 

@@ -37,7 +37,7 @@ TEST(KeyHashSlotTest, HashTags) {
   EXPECT_EQ(KeyHashSlot("foo{}{bar}"), KeyHashSlot("foo{}{bar}"));  // empty tag: the whole key
   EXPECT_NE(KeyHashSlot("foo{}{bar}"), KeyHashSlot("bar"));
   EXPECT_EQ(KeyHashSlot("foo{{bar}}zap"), KeyHashSlot("{bar"));  // first '{' to the next '}'
-  EXPECT_EQ(KeyHashSlot("foo{bar}{zap}"), KeyHashSlot("bar"));  // only the first tag
+  EXPECT_EQ(KeyHashSlot("foo{bar}{zap}"), KeyHashSlot("bar"));   // only the first tag
   EXPECT_EQ(KeyHashSlot("no}tag{"), Crc16("no}tag{") & 16383);
   // All pieces of one chunk share a slot.
   EXPECT_EQ(KeyHashSlot("kvt:{default:0123456789abcdef0123456789abcdef}:0"),
@@ -49,7 +49,8 @@ TEST(SlotMapTest, ParsesClusterSlots) {
   Reply r = Parse(
       "*3\r\n"
       "*3\r\n:0\r\n:5460\r\n*3\r\n$9\r\n127.0.0.1\r\n:7000\r\n$2\r\nid\r\n"
-      "*4\r\n:5461\r\n:10922\r\n*3\r\n$9\r\n127.0.0.1\r\n:7001\r\n$2\r\nid\r\n*3\r\n$9\r\n127.0.0.1\r\n:7004\r\n$2\r\nid\r\n"
+      "*4\r\n:5461\r\n:10922\r\n*3\r\n$9\r\n127.0.0.1\r\n:7001\r\n$2\r\nid\r\n*3\r\n$9\r\n127.0.0."
+      "1\r\n:7004\r\n$2\r\nid\r\n"
       "*3\r\n:10923\r\n:16383\r\n*3\r\n$0\r\n\r\n:7002\r\n$2\r\nid\r\n");
   ASSERT_NE(r, nullptr);
   auto m = SlotMap::FromClusterSlots(r.get(), "10.0.0.9");
@@ -75,9 +76,11 @@ TEST(SlotMapTest, PartialCoverageAndMalformed) {
   Reply bad = Parse("*1\r\n*3\r\n:10\r\n:5\r\n*2\r\n$1\r\nh\r\n:1\r\n");
   EXPECT_EQ(SlotMap::FromClusterSlots(bad.get(), "h").status().code(), absl::StatusCode::kDataLoss);
   Reply not_array = Parse("-ERR This instance has cluster support disabled\r\n");
-  EXPECT_EQ(SlotMap::FromClusterSlots(not_array.get(), "h").status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(SlotMap::FromClusterSlots(not_array.get(), "h").status().code(),
+            absl::StatusCode::kDataLoss);
   Reply bad_port = Parse("*1\r\n*3\r\n:0\r\n:5\r\n*2\r\n$1\r\nh\r\n:70000\r\n");
-  EXPECT_EQ(SlotMap::FromClusterSlots(bad_port.get(), "h").status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(SlotMap::FromClusterSlots(bad_port.get(), "h").status().code(),
+            absl::StatusCode::kDataLoss);
 }
 
 TEST(RedirectTest, MovedAskTryAgainClusterDown) {
@@ -93,7 +96,8 @@ TEST(RedirectTest, MovedAskTryAgainClusterDown) {
   auto e = ParseRedirect("MOVED 7 :7001");  // a node that does not know its ip
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->node.host, "");
-  EXPECT_EQ(ParseRedirect("TRYAGAIN Multiple keys request during rehashing of slot")->kind, Redirect::kTryAgain);
+  EXPECT_EQ(ParseRedirect("TRYAGAIN Multiple keys request during rehashing of slot")->kind,
+            Redirect::kTryAgain);
   EXPECT_EQ(ParseRedirect("CLUSTERDOWN The cluster is down")->kind, Redirect::kClusterDown);
   EXPECT_FALSE(ParseRedirect("ERR wrong number of arguments").has_value());
   EXPECT_FALSE(ParseRedirect("MOVED x 127.0.0.1:1").has_value());

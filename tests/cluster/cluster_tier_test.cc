@@ -1,6 +1,5 @@
 // ClusterTier and ClusterClient against a real 3-master Redis Cluster on loopback.
 #include "kvstore/cluster_tier.h"
-#include "store_test_util.h"
 
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
@@ -10,6 +9,7 @@
 
 #include "daemon_harness.h"
 #include "redis_cluster.h"
+#include "store_test_util.h"
 
 namespace kvt {
 namespace {
@@ -189,14 +189,17 @@ TEST_F(ClusterTierTest, CorruptedMissingOrShortPieceIsAVerifiedMiss) {
     EXPECT_EQ(tier->Get(chain.keys[0], out).status().code(), absl::StatusCode::kNotFound);
     ASSERT_EQ(redis_->Command(PortOf(*tier, k0), {"SET", k0, "garbage"}), "OK");
     EXPECT_EQ(tier->Get(chain.keys[0], out).status().code(), absl::StatusCode::kDataLoss);
-    EXPECT_EQ(kvt::testing::RecordSize(*tier, chain.keys[0]).status().code(), absl::StatusCode::kNotFound);
+    EXPECT_EQ(kvt::testing::RecordSize(*tier, chain.keys[0]).status().code(),
+              absl::StatusCode::kNotFound);
   }
 }
 
 // Moves `slot` from node `from` to node `to` the way redis-cli --cluster reshard does,
 // calling `between(i)` after each key migrated.
-void MigrateSlot(RedisProcs& redis, int slot, int from, int to, const std::function<void(int)>& between) {
-  const std::string s = std::to_string(slot), from_id = redis.NodeId(from), to_id = redis.NodeId(to);
+void MigrateSlot(RedisProcs& redis, int slot, int from, int to,
+                 const std::function<void(int)>& between) {
+  const std::string s = std::to_string(slot), from_id = redis.NodeId(from),
+                    to_id = redis.NodeId(to);
   const int fp = redis.node(from).port, tp = redis.node(to).port;
   ASSERT_EQ(redis.Command(tp, {"CLUSTER", "SETSLOT", s, "IMPORTING", from_id}), "OK");
   ASSERT_EQ(redis.Command(fp, {"CLUSTER", "SETSLOT", s, "MIGRATING", to_id}), "OK");
@@ -210,12 +213,14 @@ void MigrateSlot(RedisProcs& redis, int slot, int from, int to, const std::funct
   }
   // Data pieces first, the header last: readers see ASK for the pieces already moved.
   std::sort(list.begin(), list.end(), [](const std::string& a, const std::string& b) {
-    return (a.back() == '0' && a[a.size() - 2] == ':') < (b.back() == '0' && b[b.size() - 2] == ':');
+    return (a.back() == '0' && a[a.size() - 2] == ':') <
+           (b.back() == '0' && b[b.size() - 2] == ':');
   });
   int i = 0;
   for (const auto& k : list) {
     if (k.empty()) continue;
-    ASSERT_EQ(redis.Command(fp, {"MIGRATE", "127.0.0.1", std::to_string(tp), k, "0", "5000"}), "OK") << k;
+    ASSERT_EQ(redis.Command(fp, {"MIGRATE", "127.0.0.1", std::to_string(tp), k, "0", "5000"}), "OK")
+        << k;
     between(i++);
   }
   for (size_t n = 0; n < redis.size(); ++n)
@@ -278,13 +283,15 @@ TEST_F(ClusterTierTest, ReadsDuringReshardingAreWholeOrMiss) {
   // every migration step even on a loaded machine.
   auto another_read = [&] {
     const int before = reads();
-    for (int i = 0; i < 2000 && reads() == before; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    for (int i = 0; i < 2000 && reads() == before; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
   };
-  for (int i = 0; i < 10000 && whole.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  for (int i = 0; i < 10000 && whole.load() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   const int reads_before = reads();
   for (int round = 0; round < 2; ++round)  // there and back again
-    MigrateSlot(*redis_, slot, round == 0 ? from : (from + 2) % 3, round == 0 ? (from + 2) % 3 : from,
-                [&](int) { another_read(); });
+    MigrateSlot(*redis_, slot, round == 0 ? from : (from + 2) % 3,
+                round == 0 ? (from + 2) % 3 : from, [&](int) { another_read(); });
   EXPECT_GT(reads() - reads_before, 4);  // reads ran during the migrations
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   stop = true;
@@ -297,7 +304,8 @@ TEST_F(ClusterTierTest, ReadsDuringReshardingAreWholeOrMiss) {
     ASSERT_TRUE(tier->Get(chain.keys[i], out).ok());
     EXPECT_TRUE(out == chain.records[i]);
   }
-  std::printf("reads during resharding: %d whole, %d misses, %d torn\n", whole.load(), misses.load(), torn.load());
+  std::printf("reads during resharding: %d whole, %d misses, %d torn\n", whole.load(),
+              misses.load(), torn.load());
 }
 
 TEST_F(ClusterTierTest, MasterKilledIsAMissWithoutHangAndRecovers) {
@@ -307,7 +315,8 @@ TEST_F(ClusterTierTest, MasterKilledIsAMissWithoutHangAndRecovers) {
   // Kill the master of chunk 0 (not node 0, our seed... any node works as a seed).
   const int victim = redis_->IndexOfPort(PortOf(*tier, tier->PieceKey(chain.keys[0], 0)));
   std::vector<bool> on_victim;
-  for (auto& k : chain.keys) on_victim.push_back(PortOf(*tier, tier->PieceKey(k, 0)) == redis_->node(victim).port);
+  for (auto& k : chain.keys)
+    on_victim.push_back(PortOf(*tier, tier->PieceKey(k, 0)) == redis_->node(victim).port);
   redis_->Kill(victim);
   const auto start = std::chrono::steady_clock::now();
   int served = 0, missed = 0;
@@ -368,8 +377,8 @@ TEST(ClusterFailoverTest, ReplicaPromotedServesTheChunksWithoutRestart) {
   ASSERT_EQ(acked, "1");
   int replica = -1;
   for (size_t i = 0; i < redis.size(); ++i)
-    if (redis.Command(redis.node(i).port, {"INFO", "replication"}).find(absl::StrFormat("master_port:%d\r\n", port)) !=
-        std::string::npos)
+    if (redis.Command(redis.node(i).port, {"INFO", "replication"})
+            .find(absl::StrFormat("master_port:%d\r\n", port)) != std::string::npos)
       replica = static_cast<int>(i);
   ASSERT_GE(replica, 0);
   redis.Kill(redis.IndexOfPort(port));
@@ -389,7 +398,8 @@ TEST(ClusterFailoverTest, ReplicaPromotedServesTheChunksWithoutRestart) {
   }
   ASSERT_TRUE(n.ok()) << n.status();
   EXPECT_TRUE(out == chain.records[0]);
-  EXPECT_EQ((*tier)->client().slot_map().MasterOf(cluster::KeyHashSlot(k0))->port, redis.node(replica).port);
+  EXPECT_EQ((*tier)->client().slot_map().MasterOf(cluster::KeyHashSlot(k0))->port,
+            redis.node(replica).port);
   std::printf("misses before the promoted replica answered: %d\n", misses);
 }
 
@@ -425,7 +435,8 @@ TEST(ClusterErrorsTest, WrongPasswordUnreachableAndNonClusterAreCleanErrors) {
   {
     redisContext* c = redisConnect("127.0.0.1", redis.node(authed).port);
     freeReplyObject(redisCommand(c, "AUTH s3cret-pass"));
-    auto* r = static_cast<redisReply*>(redisCommand(c, "ACL SETUSER kvtier on >user-pass ~kvt:* +@all"));
+    auto* r =
+        static_cast<redisReply*>(redisCommand(c, "ACL SETUSER kvtier on >user-pass ~kvt:* +@all"));
     ASSERT_NE(r, nullptr);
     EXPECT_EQ(std::string(r->str, r->len), "OK");
     freeReplyObject(r);

@@ -64,10 +64,25 @@ class RedisProcs {
   int Start(bool cluster, std::vector<std::string> extra = {}) {
     RedisNode n;
     n.port = PickPort();
-    n.args = {REDIS_SERVER_BIN, "--port", std::to_string(n.port), "--bind", "127.0.0.1", "--dir", dir_,
-              "--save", "", "--appendonly", "no", "--daemonize", "no",
-              "--logfile", absl::StrFormat("%s/redis-%d.log", dir_, n.port),
-              "--maxmemory", "400mb", "--maxmemory-policy", "allkeys-lru"};
+    n.args = {REDIS_SERVER_BIN,
+              "--port",
+              std::to_string(n.port),
+              "--bind",
+              "127.0.0.1",
+              "--dir",
+              dir_,
+              "--save",
+              "",
+              "--appendonly",
+              "no",
+              "--daemonize",
+              "no",
+              "--logfile",
+              absl::StrFormat("%s/redis-%d.log", dir_, n.port),
+              "--maxmemory",
+              "400mb",
+              "--maxmemory-policy",
+              "allkeys-lru"};
     if (cluster) {
       for (const char* a : {"--cluster-enabled", "yes", "--cluster-node-timeout", "1000",
                             "--cluster-require-full-coverage", "no"})
@@ -95,9 +110,10 @@ class RedisProcs {
       }
       addrs.push_back(absl::StrFormat("127.0.0.1:%d", nodes_[idx].port));
     }
-    std::string cmd = absl::StrFormat("%s --cluster create %s --cluster-replicas %d --cluster-yes %s > %s/create.log 2>&1",
-                                      REDIS_CLI_BIN, absl::StrJoin(addrs, " "), replicas,
-                                      password.empty() ? "" : "-a " + password, dir_);
+    std::string cmd = absl::StrFormat(
+        "%s --cluster create %s --cluster-replicas %d --cluster-yes %s > %s/create.log 2>&1",
+        REDIS_CLI_BIN, absl::StrJoin(addrs, " "), replicas,
+        password.empty() ? "" : "-a " + password, dir_);
     if (std::system(cmd.c_str()) != 0) {
       *error = "redis-cli --cluster create failed: " + cmd;
       return false;
@@ -149,10 +165,12 @@ class RedisProcs {
       argv.push_back(a.data());
       lens.push_back(a.size());
     }
-    auto* r = static_cast<redisReply*>(redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()));
+    auto* r = static_cast<redisReply*>(
+        redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()));
     std::string out;
     if (r != nullptr) {
-      if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS || r->type == REDIS_REPLY_ERROR) {
+      if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS ||
+          r->type == REDIS_REPLY_ERROR) {
         out.assign(r->str, r->len);
       } else if (r->type == REDIS_REPLY_INTEGER) {
         out = std::to_string(r->integer);
@@ -161,7 +179,8 @@ class RedisProcs {
       } else if (r->type == REDIS_REPLY_ARRAY) {
         for (size_t i = 0; i < r->elements; ++i) {
           if (i) out += "\n";
-          if (r->element[i]->type == REDIS_REPLY_STRING) out.append(r->element[i]->str, r->element[i]->len);
+          if (r->element[i]->type == REDIS_REPLY_STRING)
+            out.append(r->element[i]->str, r->element[i]->len);
         }
       }
       freeReplyObject(r);

@@ -94,12 +94,13 @@ TEST(AsyncChunkWriterTest, BuffersAreReusedWithinThePoolBound) {
 TEST(AsyncChunkWriterTest, SyncModePutsOnTheCallersThreadAndCountsErrors) {
   ConnectorCounters counters;
   int calls = 0;
-  AsyncChunkWriter w({.async = false, .max_pending_bytes = 1, .buffer_pool_bytes = 0},
-                     [&](std::span<const std::byte>) {
-                       ++calls;
-                       return absl::UnavailableError("tier down");
-                     },
-                     &counters);
+  AsyncChunkWriter w(
+      {.async = false, .max_pending_bytes = 1, .buffer_pool_bytes = 0},
+      [&](std::span<const std::byte>) {
+        ++calls;
+        return absl::UnavailableError("tier down");
+      },
+      &counters);
   // No reservation and no back-pressure when sync.
   ASSERT_EQ(w.Admit(Key(0), kRecord), AsyncChunkWriter::Admission::kAdmitted);
   EXPECT_EQ(w.pending_bytes(), 0u);

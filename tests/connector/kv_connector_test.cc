@@ -48,29 +48,7 @@ ConnectorOptions Options() {
   return o;
 }
 
-// Decorator whose Put waits for a gate (to prove Store does not wait for the tier).
-class GatedTier final : public Tier {
- public:
-  explicit GatedTier(std::unique_ptr<Tier> inner) : inner_(std::move(inner)) {}
-  void Open() { gate_.Notify(); }
-  TierCaps caps() const override { return inner_->caps(); }
-  absl::Status Put(std::span<const std::byte> record) override {
-    gate_.WaitForNotification();
-    return inner_->Put(record);
-  }
-  absl::StatusOr<uint64_t> Get(const ChunkKey& k, std::span<std::byte> out) override {
-    return inner_->Get(k, out);
-  }
-  std::vector<ChunkStat> Stat(std::span<const ChunkKey> keys) override { return inner_->Stat(keys); }
-  absl::Status Erase(const ChunkKey& k) override { return inner_->Erase(k); }
-  absl::StatusOr<ListPage> List(const ListOptions& o) override { return inner_->List(o); }
-  TierStats stats() const override { return inner_->stats(); }
-  PinHandle Pin(const ChunkKey& k) override { return inner_->Pin(k); }
-
- private:
-  std::unique_ptr<Tier> inner_;
-  absl::Notification gate_;
-};
+using kvt::testing::GatedTier;
 
 // A directory removed with everything in it at scope exit.
 class ScopedTempDir {
@@ -375,6 +353,36 @@ TEST(KVConnectorTest, CorruptedChunkFailsVerificationAndItsBytesNeverReachConsum
   EXPECT_THAT(consume.chunks, ElementsAre(0));
   EXPECT_EQ(conn->stats().load_data_loss, 1u);
   EXPECT_EQ(store->stats().integrity_errors, integrity_before + 1);
+}
+
+// Issue 11 #3: Flush returns once the data is durable, not when the connector's own queue
+// is empty while the store's write-back is still running.
+TEST(KVConnectorTest, FlushWaitsUntilEveryChunkIsOnDisk) {
+  ScopedTempDir dir;
+  DiskTier* disk = nullptr;
+  DiskTierOptions dopt;
+  dopt.dir = dir.path() + "/disk";
+  dopt.capacity_bytes = 16 << 20;
+  dopt.file_bytes = 4 << 20;
+  HostTierOptions hopt;
+  hopt.capacity_bytes = 1 << 20;
+  std::vector<TierFactory> tiers;
+  tiers.push_back(HostTier::Factory(hopt));
+  tiers.push_back(kvt::testing::Capturing(DiskTier::Factory(dopt), &disk));
+  auto created = TieredStore::Create(std::move(tiers), TieredStoreOptions{});
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::shared_ptr<TieredStore> store(std::move(*created));
+  auto conn = MakeConnector(store);
+  std::vector<TokenId> tokens = Prompt(24 * kChunk + 1);
+  Filler fill;
+  ASSERT_EQ(*conn->StorePayloads(tokens, fill.fn()), 24u);
+  conn->Flush();
+  std::vector<ChunkKey> keys = ComputeChunkKeys(conn->ns(), tokens, {.chunk_tokens = kChunk});
+  ASSERT_EQ(keys.size(), 24u);
+  size_t on_disk = 0;
+  for (const ChunkStat& st : disk->Stat(keys)) on_disk += st.present ? 1 : 0;
+  EXPECT_EQ(on_disk, 24u);
+  EXPECT_EQ(store->stats().pending_write_bytes, 0u);
 }
 
 TEST(KVConnectorTest, RecordOfAnotherNamespaceUnderOurKeyIsAMismatch) {

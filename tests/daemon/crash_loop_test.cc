@@ -132,9 +132,10 @@ TEST(CrashLoopTest, SigkillUnderLoadNeverLosesAcknowledgedChunksNorServesWrongBy
   // The load really ran: puts were acknowledged across the rounds and gets hit.
   EXPECT_GT(acked.size(), static_cast<size_t>(rounds));
   EXPECT_GT(gets_ok.load(), 0u);
-  std::printf("crash loop: %d kills, %zu acknowledged chunks verified after restarts, %llu gets "
-              "hit, 0 wrong\n",
-              rounds, acked.size(), static_cast<unsigned long long>(gets_ok.load()));
+  std::printf(
+      "crash loop: %d kills, %zu acknowledged chunks verified after restarts, %llu gets "
+      "hit, 0 wrong\n",
+      rounds, acked.size(), static_cast<unsigned long long>(gets_ok.load()));
   // Final check after the last kill.
   std::string err;
   ASSERT_TRUE(d.Start(&err)) << err;

@@ -33,7 +33,8 @@ TEST(DaemonConfigTest, TierKeysFillTheTiersOwnOptions) {
   EXPECT_EQ(d.disk.capacity_bytes, 8ull << 30);
   EXPECT_EQ(d.disk.file_bytes, 1ull << 30);
   EXPECT_TRUE(d.disk.direct_io);
-  auto c = ParseDaemonConfig("disk_file_bytes: 64MiB\ndisk_direct_io: false\nmax_record_bytes: 64MiB\n", d);
+  auto c = ParseDaemonConfig(
+      "disk_file_bytes: 64MiB\ndisk_direct_io: false\nmax_record_bytes: 64MiB\n", d);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->disk.file_bytes, 64ull << 20);
   EXPECT_FALSE(c->disk.direct_io);
@@ -94,9 +95,11 @@ TEST(DaemonConfigTest, BadScalarNamesTheKeyAndTheValue) {
   EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(w.status().message().find("workers: bad value 'abc'"), std::string::npos) << w.status();
   auto b = ParseDaemonConfig("shm:\n  enabled: perhaps\n", DefaultDaemonConfig());
-  EXPECT_NE(b.status().message().find("shm.enabled: bad value 'perhaps'"), std::string::npos) << b.status();
+  EXPECT_NE(b.status().message().find("shm.enabled: bad value 'perhaps'"), std::string::npos)
+      << b.status();
   auto g = ParseDaemonConfig("shutdown_grace_ms: soon\n", DefaultDaemonConfig());
-  EXPECT_NE(g.status().message().find("shutdown_grace_ms: bad value 'soon'"), std::string::npos) << g.status();
+  EXPECT_NE(g.status().message().find("shutdown_grace_ms: bad value 'soon'"), std::string::npos)
+      << g.status();
 }
 
 TEST(DaemonConfigTest, NegativeShutdownGraceIsRefused) {

@@ -3,8 +3,8 @@
 #ifndef KVT_TESTS_DAEMON_DAEMON_HARNESS_H_
 #define KVT_TESTS_DAEMON_DAEMON_HARNESS_H_
 
-#include <signal.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,12 +21,12 @@
 #include <thread>
 #include <vector>
 
+#include "../kvstore/test_records.h"
 #include "absl/strings/str_format.h"
 #include "kvstore/chunk_codec.h"
 #include "kvstore/chunk_key.h"
 #include "kvstore/remote_client.h"
 #include "nlohmann/json.hpp"
-#include "../kvstore/test_records.h"
 
 namespace kvt::testing {
 
@@ -51,7 +51,8 @@ class TempDir {
 class Daemon {
  public:
   // `extra_yaml` is appended to the base config (one key per line, top level).
-  explicit Daemon(const std::string& dir, std::string extra_yaml = "") : dir_(dir), extra_(std::move(extra_yaml)) {}
+  explicit Daemon(const std::string& dir, std::string extra_yaml = "")
+      : dir_(dir), extra_(std::move(extra_yaml)) {}
   ~Daemon() { Kill(SIGKILL); }
 
   std::string target() const { return "unix://" + dir_ + "/kvtierd.sock"; }
@@ -77,7 +78,8 @@ class Daemon {
 
   std::string BaseConfig() const {
     return absl::StrFormat(
-        "listen: %s\ndata_dir: %s/data\nhost_capacity: 64MiB\ndisk_capacity: 256MiB\ndisk_file_bytes: 64MiB\n"
+        "listen: %s\ndata_dir: %s/data\nhost_capacity: 64MiB\ndisk_capacity: "
+        "256MiB\ndisk_file_bytes: 64MiB\n"
         "max_record_bytes: 32MiB\nmax_inflight_bytes: 256MiB\nworkers: 4\nlog_level: warn\n"
         "metrics:\n  listen: 127.0.0.1:0\nready_file: %s/ready.json\n%s",
         target(), dir_, dir_, extra_);
@@ -126,7 +128,8 @@ class Daemon {
     if (pid_ <= 0) return -1;
     ::kill(pid_, sig);
     if (sig == SIGSTOP) {  // wait until the kernel has stopped it
-      for (int i = 0; i < 1000 && ProcState() != 'T'; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      for (int i = 0; i < 1000 && ProcState() != 'T'; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     if (sig != SIGKILL && sig != SIGTERM) return 0;
     int status = 0;
@@ -191,7 +194,8 @@ struct Chain {
   std::vector<std::vector<std::byte>> records;
 };
 
-inline Chain MakeChain(NamespaceId ns, int n, uint32_t tokens, uint64_t seed, KvLayout layout = SmallLayout()) {
+inline Chain MakeChain(NamespaceId ns, int n, uint32_t tokens, uint64_t seed,
+                       KvLayout layout = SmallLayout()) {
   Chain c;
   ChunkChainEncoder chain(ns, layout);
   std::mt19937_64 rng(seed);
@@ -210,8 +214,9 @@ inline Chain MakeChain(NamespaceId ns, int n, uint32_t tokens, uint64_t seed, Kv
   return c;
 }
 
-inline std::unique_ptr<RemoteClient> Connect(const std::string& target, const std::string& token = "",
-                                             std::chrono::milliseconds deadline = std::chrono::milliseconds(3000)) {
+inline std::unique_ptr<RemoteClient> Connect(
+    const std::string& target, const std::string& token = "",
+    std::chrono::milliseconds deadline = std::chrono::milliseconds(3000)) {
   RemoteClientOptions o;
   o.target = target;
   o.token = token;

@@ -40,9 +40,11 @@ TEST(DaemonLifecycleTest, BadFlagsAndConfigExitTwoWithAMessageNamingTheProblem) 
     std::ofstream(d + "/grace.yaml") << "shutdown_grace_ms: -1\n";
   }
   const Case cases[] = {
-      {"--ready-file /nonexistent-kvt/dir/ready.json", "ready_file: '/nonexistent-kvt/dir/ready.json'"},
+      {"--ready-file /nonexistent-kvt/dir/ready.json",
+       "ready_file: '/nonexistent-kvt/dir/ready.json'"},
       {"--config " + d, "is a directory"},
-      {"--listen unix:///nonexistent-kvt/dir/d.sock", "directory '/nonexistent-kvt/dir' does not exist"},
+      {"--listen unix:///nonexistent-kvt/dir/d.sock",
+       "directory '/nonexistent-kvt/dir' does not exist"},
       {"--workers 0", "workers: 0, expected 1..256"},
       {"--metrics-listen notanaddr", "metrics.listen: 'notanaddr'"},
       {"--metrics-listen 127.0.0.1:99999", "metrics.listen: '127.0.0.1:99999'"},
@@ -65,12 +67,14 @@ TEST(DaemonLifecycleTest, ReadyFileThatCannotBeWrittenFailsStartupWithExitOne) {
   TempDir dir;
   const std::string d = dir.path();
   std::filesystem::create_directories(d + "/ready.json.tmp");  // the temp file cannot be created
-  auto [rc, out] = RunKvtierd(d, absl::StrFormat("--listen unix://%s/k.sock --metrics-listen '' --ready-file %s/ready.json",
-                                                 d, d));
+  auto [rc, out] = RunKvtierd(
+      d, absl::StrFormat("--listen unix://%s/k.sock --metrics-listen '' --ready-file %s/ready.json",
+                         d, d));
   EXPECT_EQ(rc, 1) << out;
   EXPECT_NE(out.find("cannot write '" + d + "/ready.json'"), std::string::npos) << out;
   EXPECT_FALSE(std::filesystem::exists(d + "/ready.json"));
-  EXPECT_FALSE(std::filesystem::exists(d + "/k.sock")) << "the socket is removed on the failed start";
+  EXPECT_FALSE(std::filesystem::exists(d + "/k.sock"))
+      << "the socket is removed on the failed start";
 }
 
 TEST(DaemonLifecycleTest, ChunksStoredByOneProcessAreLoadedByAnother) {
@@ -231,7 +235,8 @@ TEST(DaemonLifecycleTest, RemoteTierUnderTieredStoreWritesThroughAndServesAFresh
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(*got, chain.records[3]);
   EXPECT_EQ(info.tier_index, MakeTierIndex(1));
-  EXPECT_EQ(remote->Stat(std::span<const ChunkKey>(&chain.keys[3], 1))[0].record_bytes, chain.records[3].size());
+  EXPECT_EQ(remote->Stat(std::span<const ChunkKey>(&chain.keys[3], 1))[0].record_bytes,
+            chain.records[3].size());
   ASSERT_TRUE(remote->Erase(chain.keys[4]).ok());
   EXPECT_FALSE(remote->Stat(std::span<const ChunkKey>(&chain.keys[4], 1))[0].present);
 }
@@ -248,7 +253,8 @@ TEST(DaemonLifecycleTest, EightConcurrentClientsForABoundedTime) {
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&, t] {
       auto client = Connect(d.target(), "", milliseconds(10000));
-      Chain chain = MakeChain(TestNamespace(absl::StrFormat("load-%d", t)), 24, 256, 100 + t);  // 256 KiB each
+      Chain chain = MakeChain(TestNamespace(absl::StrFormat("load-%d", t)), 24, 256,
+                              100 + t);  // 256 KiB each
       size_t i = 0;
       while (Clock::now() < until) {
         const size_t k = i % chain.keys.size();
@@ -274,9 +280,11 @@ TEST(DaemonLifecycleTest, EightConcurrentClientsForABoundedTime) {
   EXPECT_GT(ops.load(), 16u);
   auto stats = Connect(d.target())->Stats();
   ASSERT_TRUE(stats.ok());
-  for (const auto& t : stats->tiers) EXPECT_LE(t.stats.used_bytes, t.stats.capacity_bytes) << t.name;
+  for (const auto& t : stats->tiers)
+    EXPECT_LE(t.stats.used_bytes, t.stats.capacity_bytes) << t.name;
   // Host arena 64 MiB + in-flight buffers (256 MiB bound) + the process itself.
-  EXPECT_LT(d.RssBytes(), (64ull << 20) /*arena*/ + (256ull << 20) /*max_inflight*/ + (200ull << 20))
+  EXPECT_LT(d.RssBytes(),
+            (64ull << 20) /*arena*/ + (256ull << 20) /*max_inflight*/ + (200ull << 20))
       << "daemon RSS";
 }
 

@@ -78,7 +78,8 @@ TEST_F(DaemonServiceTest, GetStreamReadsWithGeneratedStubAcrossParts) {
   ASSERT_NE(client, nullptr);
   Chain chain = MakeChain(TestNamespace("m"), 2, 40, 3);  // 40 KiB payloads
   ASSERT_TRUE(client->Put(chain.records[0]).ok());
-  auto stub = pb::KvTier::NewStub(grpc::CreateChannel(daemon_->target(), grpc::InsecureChannelCredentials()));
+  auto stub = pb::KvTier::NewStub(
+      grpc::CreateChannel(daemon_->target(), grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   pb::GetRequest req;
   req.set_protocol_version(1);
@@ -123,10 +124,11 @@ TEST_F(DaemonServiceTest, GetWithUnparsableRequestBytesIsInvalidArgument) {
   const std::string garbage = "\x0a\xff\xff\xff\xff\x0f";  // field 1 with a bad length
   grpc::Slice slice(garbage);
   grpc::ByteBuffer raw(&slice, 1);
-  const grpc::internal::RpcMethod method("/kvtier.v1.KvTier/Get", grpc::internal::RpcMethod::SERVER_STREAMING,
-                                         channel);
+  const grpc::internal::RpcMethod method("/kvtier.v1.KvTier/Get",
+                                         grpc::internal::RpcMethod::SERVER_STREAMING, channel);
   std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
-      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel.get(), method, &ctx, raw));
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel.get(), method, &ctx,
+                                                                    raw));
   grpc::ByteBuffer out;
   EXPECT_FALSE(reader->Read(&out));
   grpc::Status st = reader->Finish();
@@ -246,7 +248,8 @@ TEST_F(DaemonServiceTest, InvalidRequestsNameTheField) {
     w->WritesDone();
     auto s = w->Finish();
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-    EXPECT_NE(s.error_message().find("stream ended inside a record"), std::string::npos) << s.error_message();
+    EXPECT_NE(s.error_message().find("stream ended inside a record"), std::string::npos)
+        << s.error_message();
   }
   {  // oversized record
     grpc::ClientContext ctx;
@@ -305,16 +308,18 @@ TEST_F(DaemonServiceTest, RandomizedMalformedRequestsGetErrorsAndDaemonStaysUp) 
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     grpc::Status s;
-    if (kind == 0) {  // Put: garbage record of random announced size, sometimes truncated or overlong
+    if (kind ==
+        0) {  // Put: garbage record of random announced size, sometimes truncated or overlong
       pb::PutResponse resp;
       auto w = stub->Put(&ctx, &resp);
       pb::PutRequest req;
       req.set_protocol_version(rng() % 4 == 0 ? static_cast<uint32_t>(rng() % 3) : 1);
       const uint64_t announced = rng() % 3 == 0 ? rng() : 128 + rng() % 20000;
       req.set_record_bytes(announced);
-      std::string data = rng() % 2 ? random_bytes(rng() % 30000)
-                                   : std::string(reinterpret_cast<const char*>(good.records[0].data()),
-                                                 rng() % good.records[0].size());
+      std::string data = rng() % 2
+                             ? random_bytes(rng() % 30000)
+                             : std::string(reinterpret_cast<const char*>(good.records[0].data()),
+                                           rng() % good.records[0].size());
       req.set_data(data);
       w->Write(req);
       if (rng() % 3 == 0) {  // a stray second record start
@@ -343,12 +348,15 @@ TEST_F(DaemonServiceTest, RandomizedMalformedRequestsGetErrorsAndDaemonStaysUp) 
       pb::GetRequest req;
       req.set_protocol_version(1);
       const int sub = static_cast<int>(rng() % 4);
-      if (sub == 1) for (int k = 0; k < 4097; ++k) req.add_keys()->set_lo(k + 1);
+      if (sub == 1)
+        for (int k = 0; k < 4097; ++k) req.add_keys()->set_lo(k + 1);
       if (sub == 2) req.add_keys();
       if (sub == 3) {
         req.add_keys()->set_lo(rng() | 1);
-        if (rng() % 2) req.set_max_part_bytes(static_cast<uint32_t>(1 + rng() % 4000));
-        else req.mutable_shm()->set_region_id(rng());
+        if (rng() % 2)
+          req.set_max_part_bytes(static_cast<uint32_t>(1 + rng() % 4000));
+        else
+          req.mutable_shm()->set_region_id(rng());
       }
       auto r = stub->Get(&ctx, req);
       pb::GetResponse resp;
@@ -374,7 +382,9 @@ TEST_F(DaemonServiceTest, RandomizedMalformedRequestsGetErrorsAndDaemonStaysUp) 
         pb::ListRequest req;
         req.set_protocol_version(1);
         std::string tok = random_bytes(1 + rng() % 40);
-        for (auto& c : tok) c = static_cast<char>('!' + (static_cast<unsigned char>(c) % 90));  // printable (proto3 strings must be UTF-8)
+        for (auto& c : tok)
+          c = static_cast<char>('!' + (static_cast<unsigned char>(c) %
+                                       90));  // printable (proto3 strings must be UTF-8)
         req.set_page_token(tok);
         pb::ListResponse resp;
         s = stub->List(&ctx, req, &resp);
@@ -387,8 +397,10 @@ TEST_F(DaemonServiceTest, RandomizedMalformedRequestsGetErrorsAndDaemonStaysUp) 
       }
     }
     ++total;
-    if (!s.ok()) ++errors;
-    else ADD_FAILURE() << "malformed request of kind " << kind << " was accepted";
+    if (!s.ok())
+      ++errors;
+    else
+      ADD_FAILURE() << "malformed request of kind " << kind << " was accepted";
   }
   EXPECT_EQ(errors, total);
   auto client = Connect(daemon_->target());
@@ -414,15 +426,18 @@ TEST_F(DaemonServiceTest, SharedMemoryPutAndGetMoveTheSameBytes) {
   EXPECT_EQ(std::memcmp(region + (1 << 20), chain.records[1].data(), *n), 0);
   EXPECT_EQ(*client->Get(chain.keys[0]), chain.records[0]);
   // Too small a slice → OutOfRange; a region outside the mapping → InvalidArgument.
-  EXPECT_EQ(client->GetShm(**session, chain.keys[1], 0, 1000).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(client->GetShm(**session, chain.keys[1], 0, 1000).status().code(),
+            absl::StatusCode::kOutOfRange);
   EXPECT_EQ(client->PutShm(**session, 4 << 20, 1000).code(), absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(client->DetachShm(**session).ok());
-  EXPECT_EQ(client->PutShm(**session, 0, chain.records[0].size()).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client->PutShm(**session, 0, chain.records[0].size()).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(DaemonServiceTest, TenantsCannotReadProbeOrEvictEachOther) {
   StartDaemon(
-      "tenants:\n  - name: alice\n    tokens: [alice-token-1]\n  - name: bob\n    tokens: [bob-token-12]\n");
+      "tenants:\n  - name: alice\n    tokens: [alice-token-1]\n  - name: bob\n    tokens: "
+      "[bob-token-12]\n");
   auto anon = Connect(daemon_->target());
   EXPECT_EQ(anon->Health().status().code(), absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(Connect(daemon_->target(), "wrong-token")->Stats().status().code(),
@@ -460,7 +475,8 @@ TEST_F(DaemonServiceTest, TenantsCannotReadProbeOrEvictEachOther) {
   ASSERT_TRUE(region.ok());
   ShmSession fake;
   fake.region_id = (*region)->region_id;
-  EXPECT_EQ(bob->GetShm(fake, chain.keys[0], 0, 1 << 20).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bob->GetShm(fake, chain.keys[0], 0, 1 << 20).status().code(),
+            absl::StatusCode::kInvalidArgument);
 
   // Alice still has everything.
   EXPECT_EQ(alice->Lookup(chain.keys)->num_leading_hits, 3u);
@@ -480,9 +496,10 @@ TEST_F(DaemonServiceTest, MetricsAndHealthOverHttp) {
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 200);
   for (const char* name :
-       {"kvtier_tier_hits_total{tier=\"host\"}", "kvtier_tier_misses_total{tier=\"disk\"}", "kvtier_bytes_in_total",
-        "kvtier_bytes_out_total", "kvtier_tier_evictions_total", "kvtier_integrity_errors_total",
-        "kvtier_pinned_bytes", "kvtier_connected_clients 1", "kvtier_rpc_latency_seconds_bucket{method=\"Get\"",
+       {"kvtier_tier_hits_total{tier=\"host\"}", "kvtier_tier_misses_total{tier=\"disk\"}",
+        "kvtier_bytes_in_total", "kvtier_bytes_out_total", "kvtier_tier_evictions_total",
+        "kvtier_integrity_errors_total", "kvtier_pinned_bytes", "kvtier_connected_clients 1",
+        "kvtier_rpc_latency_seconds_bucket{method=\"Get\"",
         "kvtier_rpc_total{method=\"Put\",code=\"OK\"} 1", "kvtier_healthy 1"}) {
     EXPECT_NE(res->body.find(name), std::string::npos) << name;
   }

@@ -18,7 +18,8 @@ int main(int argc, char** argv) {
   if (client == nullptr) return 3;
   const uint64_t seed = std::strtoull(argv[3], nullptr, 10);
   const int n = std::atoi(argv[4]);
-  kvt::testing::Chain chain = kvt::testing::MakeChain(kvt::testing::TestNamespace("two-process"), n, 32, seed);
+  kvt::testing::Chain chain =
+      kvt::testing::MakeChain(kvt::testing::TestNamespace("two-process"), n, 32, seed);
   for (int i = 0; i < n; ++i) {
     if (mode == "put") {
       if (auto s = client->Put(chain.records[i]); !s.ok()) {
@@ -28,7 +29,8 @@ int main(int argc, char** argv) {
     } else {
       auto got = client->Get(chain.keys[i]);
       if (!got.ok() || *got != chain.records[i]) {
-        std::fprintf(stderr, "get %d: %s\n", i, got.ok() ? "bytes differ" : got.status().ToString().c_str());
+        std::fprintf(stderr, "get %d: %s\n", i,
+                     got.ok() ? "bytes differ" : got.status().ToString().c_str());
         return 1;
       }
     }

@@ -27,8 +27,8 @@
 
 #include "daemon/config.h"
 #include "daemon/server.h"
-#include "grpcpp/grpcpp.h"
 #include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
 #include "proto/kvtier.grpc.pb.h"
 
 namespace {
@@ -125,10 +125,17 @@ grpc::Status Call(int method, uint8_t flags, const std::vector<std::string>& mes
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + kDeadline);
   switch (flags & 3) {
-    case 1: ctx.AddMetadata("authorization", "Bearer tenant-a-token"); break;
-    case 2: ctx.AddMetadata("authorization", "Bearer tenant-b-token"); break;
-    case 3: ctx.AddMetadata("authorization", "tenant-a-token"); break;
-    default: break;
+    case 1:
+      ctx.AddMetadata("authorization", "Bearer tenant-a-token");
+      break;
+    case 2:
+      ctx.AddMetadata("authorization", "Bearer tenant-b-token");
+      break;
+    case 3:
+      ctx.AddMetadata("authorization", "tenant-a-token");
+      break;
+    default:
+      break;
   }
   grpc::CompletionQueue cq;
   auto call = g->stub->PrepareCall(&ctx, kMethods[method], &cq);

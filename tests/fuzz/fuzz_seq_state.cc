@@ -52,7 +52,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!kvt::llamacpp::ExtractChunkPayload(*view2, 0, cells, payload2).ok()) std::abort();
   if (payload != payload2) std::abort();
   // A partial range must be refused cleanly when out of bounds.
-  if (kvt::llamacpp::ExtractChunkPayload(*view, cells, 1, std::span<std::byte>(payload).first(0)).ok()) {
+  if (kvt::llamacpp::ExtractChunkPayload(*view, cells, 1, std::span<std::byte>(payload).first(0))
+          .ok()) {
     std::abort();
   }
   return 0;

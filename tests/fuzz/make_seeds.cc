@@ -62,9 +62,12 @@ int main(int argc, char** argv) {
   }
   g_root = argv[1];
   // Chunk codec: mode byte 0 (checksums as written) and 3 (fixed up by the fuzzer).
-  Write("fuzz_chunk_codec", "nhd_4tok", std::string(1, '\0') + Str(Record(4, kvt::LayoutKind::kFlashAttnNHD, 1)));
-  Write("fuzz_chunk_codec", "mla_3tok", std::string(1, '\3') + Str(Record(3, kvt::LayoutKind::kMLA, 2)));
-  Write("fuzz_chunk_codec", "rows_1tok", std::string(1, '\1') + Str(Record(1, kvt::LayoutKind::kLlamaCppRows, 3)));
+  Write("fuzz_chunk_codec", "nhd_4tok",
+        std::string(1, '\0') + Str(Record(4, kvt::LayoutKind::kFlashAttnNHD, 1)));
+  Write("fuzz_chunk_codec", "mla_3tok",
+        std::string(1, '\3') + Str(Record(3, kvt::LayoutKind::kMLA, 2)));
+  Write("fuzz_chunk_codec", "rows_1tok",
+        std::string(1, '\1') + Str(Record(1, kvt::LayoutKind::kLlamaCppRows, 3)));
 
   // llama.cpp state blobs, V rows and V transposed.
   for (bool v_trans : {false, true}) {
@@ -82,7 +85,8 @@ int main(int argc, char** argv) {
     std::vector<std::byte> payload(3 * spec.payload_bytes_per_token());
     for (size_t i = 0; i < payload.size(); ++i) payload[i] = std::byte(i);
     if (!b->PutChunk(0, 3, payload).ok()) std::abort();
-    Write("fuzz_seq_state", v_trans ? "vtrans_3cells" : "rows_3cells", Str(std::vector<std::byte>(b->blob().begin(), b->blob().end())));
+    Write("fuzz_seq_state", v_trans ? "vtrans_3cells" : "rows_3cells",
+          Str(std::vector<std::byte>(b->blob().begin(), b->blob().end())));
   }
 
   // kvtierd RPCs: 0 Lookup 1 Put 2 Get 3 Evict 4 List 5 Stats 6 Health 7 ShmAttach 8 ShmDetach.
@@ -106,7 +110,8 @@ int main(int argc, char** argv) {
     first.set_record_bytes(rec.size());
     first.set_data(Str(rec).substr(0, 100));
     rest.set_data(Str(rec).substr(100));
-    Write("fuzz_daemon_rpc", "put_parts", Rpc(1, 2 | 4, {first.SerializeAsString(), rest.SerializeAsString()}));
+    Write("fuzz_daemon_rpc", "put_parts",
+          Rpc(1, 2 | 4, {first.SerializeAsString(), rest.SerializeAsString()}));
     pb::PutRequest shm;
     shm.set_protocol_version(1);
     shm.set_record_bytes(rec.size());

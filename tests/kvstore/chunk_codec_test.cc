@@ -1,10 +1,10 @@
 #include "kvstore/chunk_codec.h"
 
+#include <xxhash.h>
+
 #include <cstring>
 #include <random>
 #include <vector>
-
-#include <xxhash.h>
 
 #include "gtest/gtest.h"
 #include "kvstore/chunk_key.h"

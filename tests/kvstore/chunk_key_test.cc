@@ -98,9 +98,9 @@ TEST(ChunkKeyTest, OnlyFullChunksGetKeysByDefault) {
   EXPECT_EQ(ComputeChunkKeys(ns, Tokens(255)).size(), 0u);
   EXPECT_EQ(ComputeChunkKeys(ns, Tokens(256)).size(), 1u);
   EXPECT_EQ(ComputeChunkKeys(ns, Tokens(1000)).size(), 3u);
-  EXPECT_EQ(ComputeChunkKeys(ns, Tokens(1000), {.chunk_tokens = 256, .include_partial = true})
-                .size(),
-            4u);
+  EXPECT_EQ(
+      ComputeChunkKeys(ns, Tokens(1000), {.chunk_tokens = 256, .include_partial = true}).size(),
+      4u);
 }
 
 TEST(ChunkKeyTest, KeysAreChainedPrefixHashes) {

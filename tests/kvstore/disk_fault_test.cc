@@ -16,13 +16,13 @@
 
 #include "disk_test_util.h"
 #include "fault_injection_fs.h"
-#include "store_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kvstore/chunk_codec.h"
 #include "kvstore/disk_tier.h"
 #include "kvstore/host_tier.h"
 #include "kvstore/tiered_store.h"
+#include "store_test_util.h"
 
 namespace kvt {
 namespace {
@@ -145,8 +145,8 @@ TEST_F(DiskFaultTest, ShortReadAtAnyLengthIsACleanMiss) {
 // boundaries and mid-block: the Put is acknowledged, but no Get ever returns the record
 // (the checksums catch it), before or after a restart.
 TEST_F(DiskFaultTest, TornWriteAtAnyOffsetIsNeverReadBack) {
-  const std::vector<uint64_t> tears = {0, 1, 100, 127, 128, 4095, 4096, 4097, 70000,
-                                       kPadded - 4096 - 1};
+  const std::vector<uint64_t> tears = {0,    1,    100,  127,   128,
+                                       4095, 4096, 4097, 70000, kPadded - 4096 - 1};
   {
     auto t = Open();
     ASSERT_NE(t, nullptr);
@@ -219,7 +219,8 @@ TEST_F(DiskFaultTest, SlowReadDoesNotBlockOtherWriters) {
     }
     read_done = true;
   });
-  while (faults_->injected(FsOp::kRead) == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  while (faults_->injected(FsOp::kRead) == 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   ASSERT_TRUE(t->Put(MakeRecord(10)).ok());
   ASSERT_TRUE(t->Erase(TestKey(1)).ok());
   writers_done_first = !read_done.load();

@@ -22,8 +22,8 @@
 
 #include "disk_test_util.h"
 #include "gtest/gtest.h"
-#include "store_test_util.h"
 #include "kvstore/disk_tier.h"
+#include "store_test_util.h"
 
 namespace kvt {
 namespace {
@@ -144,7 +144,8 @@ void DiskFullTest::FullThenFreed() {
         }
       }
       if (exhausted == 0) fail("no put saw ResourceExhausted while the filesystem was full");
-      if (other != 0) fail(std::to_string(other) + " puts failed with a code other than ResourceExhausted");
+      if (other != 0)
+        fail(std::to_string(other) + " puts failed with a code other than ResourceExhausted");
       if ((*t)->extra_stats().enospc == 0) fail("enospc counter stayed 0");
       // Stored chunks that are still indexed read back identical while the disk is full.
       std::vector<ChunkKey> keys;
@@ -191,7 +192,8 @@ void DiskFullTest::FullThenFreed() {
           stored.push_back(seed);
         }
       }
-      if (ok_after < 19) fail("only " + std::to_string(ok_after) + " of 20 puts succeeded after space was freed");
+      if (ok_after < 19)
+        fail("only " + std::to_string(ok_after) + " of 20 puts succeeded after space was freed");
       // A last brief full moment right before close (failure 11: shutdown after ENOSPC).
       FillFilesystem(mnt_ + "/ballast");
       for (int i = 0; i < 20; ++i, ++seed) (void)(*t)->Put(MakeRecord(seed, Tokens(seed)));
@@ -209,12 +211,11 @@ void DiskFullTest::FullThenFreed() {
   }
   int wstatus = 0;
   ASSERT_EQ(::waitpid(pid, &wstatus, 0), pid);
-  ASSERT_FALSE(WIFSIGNALED(wstatus)) << "the tier killed the process with signal "
-                                      << WTERMSIG(wstatus);
+  ASSERT_FALSE(WIFSIGNALED(wstatus))
+      << "the tier killed the process with signal " << WTERMSIG(wstatus);
   ASSERT_TRUE(WIFEXITED(wstatus));
   EXPECT_EQ(WEXITSTATUS(wstatus), 0) << "see the child's message above";
 }
-
 
 TEST_F(DiskFullTest, FullFilesystemIsResourceExhaustedThenRecoversWithoutRestart) {
   FullThenFreed();
@@ -262,15 +263,16 @@ TEST_F(DiskFullTest, CloseAfterBriefFullMomentDoesNotAbort) {
     if (!t.ok()) fail("reopen: " + t.status().ToString());
     for (uint64_t seed : acked) {
       auto got = Read(**t, TestKey(seed));
-      if (!got.ok()) fail("acknowledged chunk " + std::to_string(seed) + ": " + got.status().ToString());
+      if (!got.ok())
+        fail("acknowledged chunk " + std::to_string(seed) + ": " + got.status().ToString());
       if (*got != MakeRecord(seed, 1)) fail("wrong bytes after reopen");
     }
     ::_exit(0);
   }
   int wstatus = 0;
   ASSERT_EQ(::waitpid(pid, &wstatus, 0), pid);
-  ASSERT_FALSE(WIFSIGNALED(wstatus)) << "closing the tier killed the process with signal "
-                                      << WTERMSIG(wstatus);
+  ASSERT_FALSE(WIFSIGNALED(wstatus))
+      << "closing the tier killed the process with signal " << WTERMSIG(wstatus);
   ASSERT_TRUE(WIFEXITED(wstatus));
   EXPECT_EQ(WEXITSTATUS(wstatus), 0) << "see the child's message above";
 }

@@ -18,9 +18,9 @@
 #include "disk_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "store_test_util.h"
 #include "kvstore/chunk_codec.h"
 #include "kvstore/disk_tier.h"
+#include "store_test_util.h"
 #include "uring_file.h"
 
 namespace kvt {

@@ -45,7 +45,8 @@ inline std::vector<std::byte> MakeRecord(uint64_t seed, uint32_t tokens = 256, u
     }
   }
   return TestRecord(TestNamespace(ns), SmallLayout(), TestKey(seed, ns),
-                    seed == 0 ? RootKey(TestNamespace(ns)) : TestKey(seed - 1, ns), tokens, payload);
+                    seed == 0 ? RootKey(TestNamespace(ns)) : TestKey(seed - 1, ns), tokens,
+                    payload);
 }
 
 }  // namespace kvt::testing

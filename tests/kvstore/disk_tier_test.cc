@@ -19,10 +19,10 @@
 
 #include "disk_test_util.h"
 #include "fault_injection_fs.h"
-#include "store_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kvstore/chunk_codec.h"
+#include "store_test_util.h"
 
 namespace kvt {
 namespace {
@@ -261,7 +261,8 @@ TEST_F(DiskTierTest, DeletedRecordFileIsMissAndEntriesDropped) {
   EXPECT_EQ(Read(*t, TestKey(1)).status().code(), absl::StatusCode::kNotFound);
   std::vector<ChunkKey> keys;
   for (uint64_t i = 0; i < 6; ++i) keys.push_back(TestKey(i));
-  EXPECT_THAT(kvt::testing::Contains(*t, keys), ::testing::ElementsAre(false, false, false, false, true, true));
+  EXPECT_THAT(kvt::testing::Contains(*t, keys),
+              ::testing::ElementsAre(false, false, false, false, true, true));
   EXPECT_EQ(t->extra_stats().files_lost, 1u);
   for (uint64_t i = 4; i < 6; ++i) {
     auto got = Read(*t, TestKey(i));
@@ -349,7 +350,8 @@ TEST_F(DiskTierTest, CapacityEvictsOldestAccessedFirst) {
   for (uint64_t i = 32; i < 40; ++i) last.push_back(TestKey(i));
   EXPECT_THAT(kvt::testing::Contains(*t, last), ::testing::Each(true));
   uint64_t on_disk = 0;
-  for (const auto& de : fs::directory_iterator(fs::path(dir_) / "records")) on_disk += de.file_size();
+  for (const auto& de : fs::directory_iterator(fs::path(dir_) / "records"))
+    on_disk += de.file_size();
   EXPECT_EQ(on_disk, capacity);
 }
 
@@ -553,9 +555,8 @@ TEST_F(DiskTierTest, ListIsOrderedByKeyFilteredAndPaginated) {
     ns1.push_back(TestKey(i, 1));
   }
   for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(t->Put(MakeRecord(i, 64, 2)).ok());
-  std::sort(ns1.begin(), ns1.end(), [](const ChunkKey& a, const ChunkKey& b) {
-    return a.ToHex() < b.ToHex();
-  });
+  std::sort(ns1.begin(), ns1.end(),
+            [](const ChunkKey& a, const ChunkKey& b) { return a.ToHex() < b.ToHex(); });
   ListOptions lo;
   lo.ns = TestNamespace(1);
   lo.page_size = 3;

@@ -3,11 +3,11 @@
 // Puts MakeRecord(i) for i = 0.. and writes "<i> <key hex>\n" to file descriptor 3 after
 // each Put returned OK, until killed or max_puts reached. (fd 3, not stdout: the
 // tier's logger writes to stdout.)
-#include <cstdio>
-#include <string>
-#include <cstdlib>
-
 #include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "disk_test_util.h"
 #include "kvstore/disk_tier.h"
@@ -30,7 +30,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   for (long i = 0; i < max_puts; ++i) {
-    auto rec = kvt::testing::MakeRecord(static_cast<uint64_t>(i), 128 + static_cast<uint32_t>(i % 5) * 64);
+    auto rec =
+        kvt::testing::MakeRecord(static_cast<uint64_t>(i), 128 + static_cast<uint32_t>(i % 5) * 64);
     if (absl::Status s = (*tier)->Put(rec); !s.ok()) {
       std::fprintf(stderr, "put %ld: %s\n", i, s.ToString().c_str());
       return 1;

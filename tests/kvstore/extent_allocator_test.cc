@@ -65,10 +65,10 @@ TEST(ExtentAllocatorTest, FilesAndClaims) {
   a.AddFile(2, 8192);
   EXPECT_EQ(a.total_bytes(), 12288u);
   EXPECT_TRUE(a.Claim({2, 4096, 4096}));
-  EXPECT_FALSE(a.Claim({2, 4096, 1}));   // already used
-  EXPECT_FALSE(a.Claim({9, 0, 1}));      // unknown file
+  EXPECT_FALSE(a.Claim({2, 4096, 1}));    // already used
+  EXPECT_FALSE(a.Claim({9, 0, 1}));       // unknown file
   EXPECT_FALSE(a.Claim({1, 4000, 200}));  // runs past the file
-  auto e = a.Allocate(4096);             // ties of length go to the lowest file
+  auto e = a.Allocate(4096);              // ties of length go to the lowest file
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->file_id, 1u);
   a.RemoveFile(2);

@@ -85,8 +85,8 @@ absl::Status FaultInjectionFs::TornWrite(internal::IoRing& ring, const DiskFileR
   return base_->Write(ring, f, offset + whole, b);
 }
 
-absl::Status FaultInjectionFs::Write(internal::IoRing& ring, const DiskFileRef& f,
-                                     uint64_t offset, std::span<const std::byte> src) {
+absl::Status FaultInjectionFs::Write(internal::IoRing& ring, const DiskFileRef& f, uint64_t offset,
+                                     std::span<const std::byte> src) {
   auto rule = Match(FsOp::kWrite, f.id);
   if (!rule) return base_->Write(ring, f, offset, src);
   if (rule->delay.count() > 0) std::this_thread::sleep_for(rule->delay);

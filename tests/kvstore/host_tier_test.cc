@@ -11,9 +11,9 @@
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "store_test_util.h"
 #include "kvstore/chunk_codec.h"
 #include "kvstore/chunk_key.h"
+#include "store_test_util.h"
 #include "test_records.h"
 
 namespace kvt {
@@ -173,8 +173,9 @@ TEST(HostTierTest, PuttingTenTimesCapacityNeverFailsNorExceedsCapacity) {
 
 TEST(HostTierTest, EvictsTheLeastRecentlyUsedKey) {
   std::vector<ChunkKey> evicted;
-  auto tier = MakeTier(4 * RecordBytes(12),  // exactly four 512-byte records
-                       [&](const ChunkKey& k, std::span<const std::byte>) { evicted.push_back(k); });
+  auto tier =
+      MakeTier(4 * RecordBytes(12),  // exactly four 512-byte records
+               [&](const ChunkKey& k, std::span<const std::byte>) { evicted.push_back(k); });
   for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(tier->Put(MakeRecord(i, 12)).ok());
   EXPECT_EQ(tier->stats().used_bytes, tier->caps().capacity_bytes);
   std::vector<std::byte> out(512);

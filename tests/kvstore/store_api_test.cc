@@ -1,12 +1,13 @@
 // The TieredStore operator API (issue 12): merged List, Evict by selector, peek,
 // PutAck::kDurable, queued records found before they land, one integrity count.
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <set>
 #include <thread>
-#include <unistd.h>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -20,6 +21,7 @@
 #include "kvstore/store_factory.h"
 #include "kvstore/tiered_store.h"
 #include "store_test_util.h"
+#include "test_records.h"
 
 namespace kvt {
 namespace {
@@ -30,16 +32,6 @@ using ::testing::UnorderedElementsAreArray;
 const NamespaceId kNsA{0xa1, 0xa2};
 const NamespaceId kNsB{0xb1, 0xb2};
 
-KvLayout Layout() {
-  KvLayout l;
-  l.num_layers = 1;
-  l.num_kv_heads = 1;
-  l.head_dim = 16;
-  l.dtype = DType::kBytes;
-  l.kind = LayoutKind::kFlashAttnNHD;
-  return l;
-}
-
 // lo and hi differ in order, so a tier that sorted by (lo, hi) would page differently
 // from one that sorts by (hi, lo): the merged listing must not care.
 ChunkKey KeyOf(uint64_t i) { return ChunkKey{~i * 0x9E3779B97F4A7C15ull, i * 7919 + 1}; }
@@ -48,15 +40,10 @@ ChunkKey KeyOf(uint64_t i) { return ChunkKey{~i * 0x9E3779B97F4A7C15ull, i * 791
 constexpr uint64_t kRec = 512;
 
 std::vector<std::byte> Record(uint64_t i, NamespaceId ns = kNsA, ChunkKey parent = {}) {
-  ChunkHeader h;
-  h.ns = ns;
-  h.key = KeyOf(i);
-  h.parent = parent.is_zero() ? RootKey(ns) : parent;
-  h.token_count = 12;
-  h.layout = Layout();
-  h.payload_bytes = h.layout.payload_bytes(12);
-  std::vector<std::byte> payload(h.payload_bytes, static_cast<std::byte>(i));
-  return *EncodeChunk(h, payload);
+  const KvLayout layout = kvt::testing::Bytes32PerTokenLayout();
+  std::vector<std::byte> payload(layout.payload_bytes(12), static_cast<std::byte>(i));
+  return kvt::testing::TestRecord(ns, layout, KeyOf(i), parent.is_zero() ? RootKey(ns) : parent, 12,
+                                  payload);
 }
 
 struct Stack {
@@ -246,29 +233,7 @@ TEST(StoreApiTest, PeekNeitherPromotesNorCounts) {
   EXPECT_FALSE(s.top->Stat(std::span(&k, 1))[0].present);
 }
 
-// A lower tier whose Put waits for a gate: records sit in the write-back queue.
-class GatedTier final : public Tier {
- public:
-  explicit GatedTier(std::unique_ptr<Tier> inner) : inner_(std::move(inner)) {}
-  void Open() { gate_.Notify(); }
-  TierCaps caps() const override { return inner_->caps(); }
-  absl::Status Put(std::span<const std::byte> r) override {
-    gate_.WaitForNotification();
-    return inner_->Put(r);
-  }
-  absl::StatusOr<uint64_t> Get(const ChunkKey& k, std::span<std::byte> out) override {
-    return inner_->Get(k, out);
-  }
-  std::vector<ChunkStat> Stat(std::span<const ChunkKey> keys) override { return inner_->Stat(keys); }
-  absl::Status Erase(const ChunkKey& k) override { return inner_->Erase(k); }
-  absl::StatusOr<ListPage> List(const ListOptions& o) override { return inner_->List(o); }
-  TierStats stats() const override { return inner_->stats(); }
-  PinHandle Pin(const ChunkKey& k) override { return inner_->Pin(k); }
-
- private:
-  std::unique_ptr<Tier> inner_;
-  absl::Notification gate_;
-};
+using kvt::testing::GatedTier;
 
 // Issue 11 #4: a chunk can be found from the moment Put returns, also while it waits
 // for write-back after tier 0 evicted it.

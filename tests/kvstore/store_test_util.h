@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "kvstore/tier.h"
 #include "kvstore/tiered_store.h"
 
@@ -17,12 +18,40 @@ namespace kvt::testing {
 // valid while the store lives).
 template <typename T>
 TierFactory Capturing(TierFactory factory, T** out) {
-  return [factory = std::move(factory), out](EvictionListener l) -> absl::StatusOr<std::unique_ptr<Tier>> {
+  return [factory = std::move(factory),
+          out](EvictionListener l) -> absl::StatusOr<std::unique_ptr<Tier>> {
     absl::StatusOr<std::unique_ptr<Tier>> t = factory(std::move(l));
     if (t.ok()) *out = static_cast<T*>(t->get());
     return t;
   };
 }
+
+// A tier decorator whose Put waits until Open(): proves what does not wait for a tier,
+// or keeps records waiting in a store's write-back queue.
+class GatedTier final : public Tier {
+ public:
+  explicit GatedTier(std::unique_ptr<Tier> inner) : inner_(std::move(inner)) {}
+  void Open() { gate_.Notify(); }
+  TierCaps caps() const override { return inner_->caps(); }
+  absl::Status Put(std::span<const std::byte> record) override {
+    gate_.WaitForNotification();
+    return inner_->Put(record);
+  }
+  absl::StatusOr<uint64_t> Get(const ChunkKey& k, std::span<std::byte> out) override {
+    return inner_->Get(k, out);
+  }
+  std::vector<ChunkStat> Stat(std::span<const ChunkKey> keys) override {
+    return inner_->Stat(keys);
+  }
+  absl::Status Erase(const ChunkKey& k) override { return inner_->Erase(k); }
+  absl::StatusOr<ListPage> List(const ListOptions& o) override { return inner_->List(o); }
+  TierStats stats() const override { return inner_->stats(); }
+  PinHandle Pin(const ChunkKey& k) override { return inner_->Pin(k); }
+
+ private:
+  std::unique_ptr<Tier> inner_;
+  absl::Notification gate_;
+};
 
 // Tier::Stat as the old per-key questions.
 inline std::vector<bool> Contains(Tier& tier, std::span<const ChunkKey> keys) {

@@ -32,8 +32,7 @@ inline KvLayout Bytes32PerTokenLayout() {
 
 // chain.EncodeNext(key, tokens, payload), aborting with the codec's message on failure.
 inline std::vector<std::byte> EncodeNextOrDie(ChunkChainEncoder& chain, ChunkKey key,
-                                              uint32_t tokens,
-                                              std::span<const std::byte> payload) {
+                                              uint32_t tokens, std::span<const std::byte> payload) {
   auto rec = chain.EncodeNext(key, tokens, payload);
   if (!rec.ok()) {
     std::fprintf(stderr, "test record %s: %s\n", key.ToHex().c_str(),

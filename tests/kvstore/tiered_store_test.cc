@@ -1,20 +1,21 @@
 #include "kvstore/tiered_store.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <random>
 #include <stdexcept>
 #include <thread>
-#include <unistd.h>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "store_test_util.h"
 #include "kvstore/chunk_codec.h"
 #include "kvstore/chunk_key.h"
 #include "kvstore/host_tier.h"
+#include "store_test_util.h"
 #include "test_records.h"
 
 #if __has_include("kvstore/disk_tier.h")
@@ -261,7 +262,7 @@ TEST(TieredStoreTest, UnreleasedLeasesExpireAndAreCounted) {
   // reaper drops the store's count under its lock, then unpins the tier after it, so wait
   // for both (seen under ASan: the tier was still pinned when the count was already 0).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while ((store->pinned_bytes() != 0 || store->tier(0).stats().pinned_bytes != 0) &&
+  while ((store->pinned_bytes() != 0 || store.tier(0).stats().pinned_bytes != 0) &&
          std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -304,7 +305,7 @@ TEST(TieredStoreTest, FlushMakesEveryPutVisibleInTierOne) {
 }
 
 TEST(TieredStoreTest, RecordTooLargeForTierZeroLandsInTierOne) {
-  auto store = MakeStore(2);                 // 1024-byte top tier
+  auto store = MakeStore(2);                        // 1024-byte top tier
   std::vector<std::byte> big = MakeRecord(7, 100);  // 3328 bytes
   ASSERT_TRUE(store->Put(big).ok());
   store->Flush();
@@ -354,8 +355,8 @@ TEST(TieredStoreTest, ConcurrentPutAndGetOfTheSameKeyNeverSeePartialRecords) {
         (n.status().code() == absl::StatusCode::kNotFound ? misses : failures)++;
         continue;
       }
-      if (VerifyChunk(std::span(out).first(*n), {kNs, KeyOf(i)}).ok() &&
-          *n == records[i].size() && std::memcmp(out.data(), records[i].data(), *n) == 0) {
+      if (VerifyChunk(std::span(out).first(*n), {kNs, KeyOf(i)}).ok() && *n == records[i].size() &&
+          std::memcmp(out.data(), records[i].data(), *n) == 0) {
         verified++;
       } else {
         failures++;

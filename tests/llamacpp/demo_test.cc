@@ -28,8 +28,8 @@ struct DemoRun {
 };
 
 DemoRun RunDemo(const std::string& dir, const std::string& extra) {
-  const std::string cmd = std::string(KVT_DEMO_BIN) + " --small --threads 1 --dir '" + dir + "' " + extra +
-                          " 2>'" + dir + "/stderr.txt'";
+  const std::string cmd = std::string(KVT_DEMO_BIN) + " --small --threads 1 --dir '" + dir + "' " +
+                          extra + " 2>'" + dir + "/stderr.txt'";
   DemoRun run;
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return run;
@@ -79,7 +79,8 @@ TEST(KvtierDemoTest, KvtierdColumnLoadsSamePrefixesBitIdenticalAndStopsDaemon) {
   EXPECT_EQ(kill(pid, 0), -1);
   EXPECT_EQ(errno, ESRCH);
   EXPECT_FALSE(std::filesystem::exists(dir + "/run/kvtierd.sock"));
-  EXPECT_NE(ReadAll(dir + "/stderr.txt").find("kvtierd stopped (SIGTERM, exit code 0)"), std::string::npos);
+  EXPECT_NE(ReadAll(dir + "/stderr.txt").find("kvtierd stopped (SIGTERM, exit code 0)"),
+            std::string::npos);
   if (!HasFailure()) std::filesystem::remove_all(dir);  // ~0.5 GB of tier files; kept on failure
 }
 #endif
@@ -96,9 +97,11 @@ TEST(KvtierDemoTest, MissingKvtierdShowsNaWithReasonAndSucceeds) {
             std::string::npos)
       << run.out;
 #else
-  EXPECT_NE(run.out.find("kvtierd: n/a (built with KVT_BUILD_DAEMON=OFF"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("kvtierd: n/a (built with KVT_BUILD_DAEMON=OFF"), std::string::npos)
+      << run.out;
 #endif
-  EXPECT_NE(run.out.find("logits bit-identical to recompute for every request: yes"), std::string::npos);
+  EXPECT_NE(run.out.find("logits bit-identical to recompute for every request: yes"),
+            std::string::npos);
   if (!HasFailure()) std::filesystem::remove_all(dir);
 }
 

@@ -1,6 +1,4 @@
 // LlamaEngine + GGUF generator + real sequence-state blobs on the tiny synthetic model.
-#include "llamacpp/llama_engine.h"
-
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "llama_test_util.h"
 #include "llamacpp/gguf_generator.h"
+#include "llamacpp/llama_engine.h"
 #include "llamacpp/seq_state.h"
 
 namespace kvt::llamacpp {
@@ -150,8 +149,9 @@ TEST_P(EngineStateTest, MalformedRealBlobsAreRejectedAndLeaveSequenceEmpty) {
   EXPECT_EQ(e.seq_tokens(), 40u);
 }
 
-INSTANTIATE_TEST_SUITE_P(FlashAttn, EngineStateTest, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "FlashAttnOn" : "FlashAttnOff"; });
+INSTANTIATE_TEST_SUITE_P(FlashAttn, EngineStateTest, ::testing::Bool(), [](const auto& info) {
+  return info.param ? "FlashAttnOn" : "FlashAttnOff";
+});
 
 }  // namespace
 }  // namespace kvt::llamacpp

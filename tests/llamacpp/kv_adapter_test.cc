@@ -132,8 +132,9 @@ TEST_P(LogitsIdentityTest, PromptDivergingInsideAChunkUsesOnlyCommonFullChunks) 
   EXPECT_TRUE(SameBits(warm.logits, recompute.logits));
 }
 
-INSTANTIATE_TEST_SUITE_P(FlashAttn, LogitsIdentityTest, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "FlashAttnOn" : "FlashAttnOff"; });
+INSTANTIATE_TEST_SUITE_P(FlashAttn, LogitsIdentityTest, ::testing::Bool(), [](const auto& info) {
+  return info.param ? "FlashAttnOn" : "FlashAttnOff";
+});
 
 // Bytes that left the process (the disk tier) are verified once, by the tier: a record
 // damaged on disk is DataLoss, and the chunk is recomputed with identical logits.
@@ -195,9 +196,9 @@ int RunHelper(const std::string& mode, const std::string& disk, uint64_t seed, s
   const pid_t pid = fork();
   if (pid == 0) {
     const std::string s = std::to_string(seed), len = std::to_string(n);
-    execl(HelperPath().c_str(), HelperPath().c_str(), "--model", TinyModelPath().c_str(),
-          "--disk", disk.c_str(), "--mode", mode.c_str(), "--seed", s.c_str(), "--tokens",
-          len.c_str(), "--out", out.c_str(), static_cast<char*>(nullptr));
+    execl(HelperPath().c_str(), HelperPath().c_str(), "--model", TinyModelPath().c_str(), "--disk",
+          disk.c_str(), "--mode", mode.c_str(), "--seed", s.c_str(), "--tokens", len.c_str(),
+          "--out", out.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
   int status = 0;
@@ -261,7 +262,8 @@ TEST(LlamaKvAdapterTest, CorruptedDiskRecordIsRecomputedAfterRestart) {
   // Flip one byte in the payload of the first record of every record file.
   int flipped = 0;
   for (const auto& entry : std::filesystem::recursive_directory_iterator(disk)) {
-    if (!entry.is_regular_file() || entry.path().string().find("record") == std::string::npos) continue;
+    if (!entry.is_regular_file() || entry.path().string().find("record") == std::string::npos)
+      continue;
     std::fstream f(entry.path(), std::ios::in | std::ios::out | std::ios::binary);
     char c = 0;
     f.seekg(kChunkHeaderBytes + 1000);

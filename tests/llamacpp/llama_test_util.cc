@@ -60,7 +60,8 @@ EngineOptions TinyEngineOptions(bool flash_attn, const std::string& model_path) 
 }
 
 #ifdef KVT_LLAMACPP_HAVE_CONNECTOR
-absl::StatusOr<std::shared_ptr<TieredStore>> MakeStore(const std::string& disk_dir, bool with_host) {
+absl::StatusOr<std::shared_ptr<TieredStore>> MakeStore(const std::string& disk_dir,
+                                                       bool with_host) {
   StoreOptions so;
   so.host.capacity_bytes = with_host ? 64ull << 20 : 0;
   if (!disk_dir.empty()) {

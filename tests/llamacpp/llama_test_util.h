@@ -35,9 +35,9 @@ absl::StatusOr<std::shared_ptr<TieredStore>> MakeStore(const std::string& disk_d
 
 // Connector for `engine` on `store`: chunk size kTestChunkTokens, cost model off (every
 // cached chunk is loaded), async stores on (callers Flush).
-absl::StatusOr<std::shared_ptr<KVConnector>> MakeConnector(const LlamaEngine& engine,
-                                                           std::shared_ptr<TieredStore> store,
-                                                           uint32_t chunk_tokens = kTestChunkTokens);
+absl::StatusOr<std::shared_ptr<KVConnector>> MakeConnector(
+    const LlamaEngine& engine, std::shared_ptr<TieredStore> store,
+    uint32_t chunk_tokens = kTestChunkTokens);
 #endif
 
 // Deterministic token ids in [3, n_vocab) (ids 0..2 are the SPM control tokens).

@@ -26,24 +26,40 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   auto engine = LlamaEngine::Create(testing::TinyEngineOptions(false, model));
-  if (!engine.ok()) { std::fprintf(stderr, "%s\n", engine.status().ToString().c_str()); return 1; }
+  if (!engine.ok()) {
+    std::fprintf(stderr, "%s\n", engine.status().ToString().c_str());
+    return 1;
+  }
   auto store = testing::MakeStore(disk);
-  if (!store.ok()) { std::fprintf(stderr, "%s\n", store.status().ToString().c_str()); return 1; }
+  if (!store.ok()) {
+    std::fprintf(stderr, "%s\n", store.status().ToString().c_str());
+    return 1;
+  }
   auto connector = testing::MakeConnector(**engine, *store);
-  if (!connector.ok()) { std::fprintf(stderr, "%s\n", connector.status().ToString().c_str()); return 1; }
+  if (!connector.ok()) {
+    std::fprintf(stderr, "%s\n", connector.status().ToString().c_str());
+    return 1;
+  }
   auto adapter = LlamaKvAdapter::Create(engine->get(), *connector);
-  if (!adapter.ok()) { std::fprintf(stderr, "%s\n", adapter.status().ToString().c_str()); return 1; }
+  if (!adapter.ok()) {
+    std::fprintf(stderr, "%s\n", adapter.status().ToString().c_str());
+    return 1;
+  }
   RunOptions o;
   o.store = mode == "store";
   const auto prompt = testing::RandomTokens(seed, tokens, (*engine)->n_vocab());
   auto r = (*adapter)->Run(prompt, o);
-  if (!r.ok()) { std::fprintf(stderr, "%s\n", r.status().ToString().c_str()); return 1; }
+  if (!r.ok()) {
+    std::fprintf(stderr, "%s\n", r.status().ToString().c_str());
+    return 1;
+  }
   (*connector)->Flush();
   (*store)->Flush();
   std::ofstream f(out, std::ios::binary | std::ios::trunc);
   const uint64_t n = r->logits.size();
   f.write(reinterpret_cast<const char*>(&r->loaded_tokens), sizeof(uint64_t));
   f.write(reinterpret_cast<const char*>(&n), sizeof(n));
-  f.write(reinterpret_cast<const char*>(r->logits.data()), static_cast<std::streamsize>(n * sizeof(float)));
+  f.write(reinterpret_cast<const char*>(r->logits.data()),
+          static_cast<std::streamsize>(n * sizeof(float)));
   return f.good() ? 0 : 1;
 }

@@ -105,7 +105,8 @@ TEST(LlamaModelChangeTest, OverwrittenModelFileGetsNoHitAndStoresNothingUnderOld
   EXPECT_EQ(after.loaded_tokens, 0u) << "loaded the old model's chunks";
   EXPECT_EQ(after.cached_tokens, 0u);
   EXPECT_EQ(after.stored_chunks, 0u);
-  EXPECT_EQ((*store)->tier_stats(MakeTierIndex(0)).puts, puts_before) << "stored under the old namespace";
+  EXPECT_EQ((*store)->tier_stats(MakeTierIndex(0)).puts, puts_before)
+      << "stored under the old namespace";
   EXPECT_NE((*engine)->model_fingerprint(), fp_before);
   // The engine computes with the new weights: its logits are a cold run of the new model.
   const std::vector<float> cold_new = ColdLogits(model, prompt);

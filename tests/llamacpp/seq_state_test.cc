@@ -242,7 +242,8 @@ TEST(SeqStateOverflowTest, RowSizesWhoseProductOverflowsAreRefused) {
   auto inferred = InferSeqStateSpec(blob);
   ASSERT_FALSE(inferred.ok());
   EXPECT_EQ(inferred.status().code(), absl::StatusCode::kDataLoss) << inferred.status();
-  EXPECT_NE(inferred.status().message().find("v_data"), std::string_view::npos) << inferred.status();
+  EXPECT_NE(inferred.status().message().find("v_data"), std::string_view::npos)
+      << inferred.status();
 
   SeqStateSpec spec;
   spec.n_layer = 1;

@@ -22,15 +22,18 @@ constexpr size_t kPromptTokens = 130;
 constexpr int kWarmTokens = 128;
 
 std::vector<std::string> BaseArgs() {
-  return {"-m", TinyModelPath(), "-c", "1024", "-np", "1", "-t", "2", "-tb", "2", "-b", "256",
-          "-ub", std::to_string(kChunk), "--metrics"};
+  return {"-m",       TinyModelPath(), "-c", "1024", "-np", "1",   "-t",
+          "2",        "-tb",           "2",  "-b",   "256", "-ub", std::to_string(kChunk),
+          "--metrics"};
 }
 std::vector<std::string> With(std::vector<std::string> a, const std::vector<std::string>& more) {
   a.insert(a.end(), more.begin(), more.end());
   return a;
 }
 std::vector<std::string> Kvtier(const std::vector<std::string>& more) {
-  return With(With(BaseArgs(), {"--kvtier-chunk-tokens", std::to_string(kChunk), "--kvtier-no-cost-model"}), more);
+  return With(
+      With(BaseArgs(), {"--kvtier-chunk-tokens", std::to_string(kChunk), "--kvtier-no-cost-model"}),
+      more);
 }
 
 std::vector<int> Prompt(uint64_t seed) {
@@ -39,8 +42,8 @@ std::vector<int> Prompt(uint64_t seed) {
 }
 
 json Completion(const std::vector<int>& prompt, int slot = -1) {
-  json b = {{"prompt", prompt}, {"n_predict", 8}, {"temperature", 0.0}, {"n_probs", 5},
-            {"cache_prompt", true}, {"return_tokens", true}};
+  json b = {{"prompt", prompt}, {"n_predict", 8},       {"temperature", 0.0},
+            {"n_probs", 5},     {"cache_prompt", true}, {"return_tokens", true}};
   if (slot >= 0) b["id_slot"] = slot;
   return b;
 }
@@ -50,7 +53,8 @@ std::string Log(const std::string& tag) {
   return dir + "/" + tag + ".log";
 }
 
-std::unique_ptr<ServerProcess> MustStart(const std::vector<std::string>& args, const std::string& tag) {
+std::unique_ptr<ServerProcess> MustStart(const std::vector<std::string>& args,
+                                         const std::string& tag) {
   auto s = ServerProcess::Start(KVT_LLAMA_SERVER_BIN, args, Log(tag));
   EXPECT_TRUE(s.ok()) << s.status();
   return s.ok() ? std::move(*s) : nullptr;
@@ -102,7 +106,10 @@ void ExpectSameAnswer(const json& got, const json& want) {
 }
 
 TEST(LlamaServerKvtierTest, BadFlagValuesExit2NamingTheFlag) {
-  struct Case { std::vector<std::string> args; std::string flag; };
+  struct Case {
+    std::vector<std::string> args;
+    std::string flag;
+  };
   const std::vector<Case> cases = {
       {{"--kvtier-host-mib", "lots"}, "--kvtier-host-mib"},
       {{"--kvtier-host-mib=-5"}, "--kvtier-host-mib"},
@@ -129,7 +136,8 @@ TEST(LlamaServerKvtierTest, BadFlagValuesExit2NamingTheFlag) {
 TEST(LlamaServerKvtierTest, RestartedServerIsWarmFromDiskWithIdenticalAnswer) {
   const json& ref = Reference(1);
   const std::string dir = MakeTempDir("server-disk");
-  const auto args = Kvtier({"--kvtier-dir", dir, "--kvtier-disk-mib", "16", "--kvtier-host-mib", "0"});
+  const auto args =
+      Kvtier({"--kvtier-dir", dir, "--kvtier-disk-mib", "16", "--kvtier-host-mib", "0"});
   {
     auto s = MustStart(args, "disk-1");
     ASSERT_TRUE(s);
@@ -157,7 +165,8 @@ TEST(LlamaServerKvtierTest, RestartedServerIsWarmFromDiskWithIdenticalAnswer) {
 TEST(LlamaServerKvtierTest, CorruptedChunkIsRecomputedWithIdenticalAnswer) {
   const json& ref = Reference(1);
   const std::string dir = MakeTempDir("server-corrupt");
-  const auto args = Kvtier({"--kvtier-dir", dir, "--kvtier-disk-mib", "16", "--kvtier-host-mib", "0"});
+  const auto args =
+      Kvtier({"--kvtier-dir", dir, "--kvtier-disk-mib", "16", "--kvtier-host-mib", "0"});
   {
     auto s = MustStart(args, "corrupt-1");
     ASSERT_TRUE(s);
@@ -281,8 +290,8 @@ TEST(LlamaServerKvtierTest, KvtierdKilledOrPausedMeansColdAnswersThenHitsResume)
 TEST(LlamaServerKvtierTest, LoadIntoOneSlotNeverChangesAnother) {
   const json& ref1 = Reference(1);
   const json& ref2 = Reference(2);
-  auto s = MustStart(Kvtier({"--kvtier-host-mib", "64", "--cache-ram", "0", "-np", "2", "-c", "2048"}),
-                     "slots");
+  auto s = MustStart(
+      Kvtier({"--kvtier-host-mib", "64", "--cache-ram", "0", "-np", "2", "-c", "2048"}), "slots");
   ASSERT_TRUE(s);
   ExpectSameAnswer(Post(*s, "/completion", Completion(Prompt(1), 0)), ref1);
   ExpectSameAnswer(Post(*s, "/completion", Completion(Prompt(2), 1)), ref2);
@@ -303,9 +312,11 @@ TEST(LlamaServerKvtierTest, LoadIntoOneSlotNeverChangesAnother) {
 
 TEST(LlamaServerKvtierTest, MultiTurnChatLoadsThePreviousTurnsChunks) {
   const std::string dir = MakeTempDir("server-chat");
-  const auto args = Kvtier({"--kvtier-dir", dir, "--kvtier-disk-mib", "16", "--chat-template", "chatml"});
+  const auto args =
+      Kvtier({"--kvtier-dir", dir, "--kvtier-disk-mib", "16", "--chat-template", "chatml"});
   std::string system = "You are a careful assistant.";
-  for (int i = 0; i < 12; ++i) system += " Answer with facts about rivers, mountains and the sea, in order.";
+  for (int i = 0; i < 12; ++i)
+    system += " Answer with facts about rivers, mountains and the sea, in order.";
   json messages = json::array({{{"role", "system"}, {"content", system}},
                                {{"role", "user"}, {"content", "Tell me about the Danube."}}});
   int prev_prompt = 0;
@@ -327,7 +338,8 @@ TEST(LlamaServerKvtierTest, MultiTurnChatLoadsThePreviousTurnsChunks) {
     prev_prompt = cache_n + prompt_n;
     EXPECT_EQ(s->Stop(), 0);
     messages.push_back({{"role", "assistant"}, {"content", r["choices"][0]["message"]["content"]}});
-    messages.push_back({{"role", "user"}, {"content", "And turn " + std::to_string(turn + 2) + "?"}});
+    messages.push_back(
+        {{"role", "user"}, {"content", "And turn " + std::to_string(turn + 2) + "?"}});
   }
 }
 

@@ -22,8 +22,10 @@ namespace {
 std::string ShellQuote(const std::string& s) {
   std::string out = "'";
   for (char c : s) {
-    if (c == '\'') out += "'\\''";
-    else out += c;
+    if (c == '\'')
+      out += "'\\''";
+    else
+      out += c;
   }
   return out + "'";
 }
@@ -40,7 +42,8 @@ std::pair<int, std::string> Shell(const std::string& cmd) {
 }
 }  // namespace
 
-std::pair<int, std::string> RunToExit(const std::string& binary, const std::vector<std::string>& args) {
+std::pair<int, std::string> RunToExit(const std::string& binary,
+                                      const std::vector<std::string>& args) {
   std::string cmd = ShellQuote(binary);
   for (auto& a : args) {
     cmd.push_back(' ');
@@ -50,7 +53,8 @@ std::pair<int, std::string> RunToExit(const std::string& binary, const std::vect
   return Shell(cmd);
 }
 
-absl::StatusOr<nlohmann::json> CurlJson(const std::string& url, const nlohmann::json& body, int max_time_s) {
+absl::StatusOr<nlohmann::json> CurlJson(const std::string& url, const nlohmann::json& body,
+                                        int max_time_s) {
   std::string cmd = "curl -s -S --max-time " + std::to_string(max_time_s) + " ";
   if (!body.is_null()) {
     char tmpl[] = "/tmp/kvt-curl-XXXXXX";

@@ -20,7 +20,8 @@ using demo::ServerProcess;
 inline std::string Tail(const std::string& path) { return demo::TailOfFile(path); }
 
 // Runs `binary args...` to completion; returns (exit code, stdout+stderr).
-std::pair<int, std::string> RunToExit(const std::string& binary, const std::vector<std::string>& args);
+std::pair<int, std::string> RunToExit(const std::string& binary,
+                                      const std::vector<std::string>& args);
 
 // curl: POST `body` (JSON) to url+path, or GET when body is null. Returns the parsed
 // JSON answer; Internal with curl's output when curl fails or the answer is not JSON.
@@ -28,7 +29,6 @@ absl::StatusOr<nlohmann::json> CurlJson(const std::string& url, const nlohmann::
                                         int max_time_s = 300);
 // curl GET returning the raw body (e.g. /metrics).
 absl::StatusOr<std::string> CurlText(const std::string& url);
-
 
 }  // namespace kvt::llamacpp::testing
 

@@ -86,7 +86,8 @@ void Mutex::LockWhen(Cond c) {
   Acquire(this);
 }
 void Mutex::ReaderLockWhen(Cond c) {
-  KVT_REAL(real, void (*)(Mutex*, Cond), "_ZN4absl7debian35Mutex14ReaderLockWhenERKNS0_9ConditionE");
+  KVT_REAL(real, void (*)(Mutex*, Cond),
+           "_ZN4absl7debian35Mutex14ReaderLockWhenERKNS0_9ConditionE");
   Release(this);
   real(this, c);
   Acquire(this);
@@ -177,7 +178,8 @@ void Notification::Notify() {
   real(this);
 }
 void Notification::WaitForNotification() const {
-  KVT_REAL(real, void (*)(const Notification*), "_ZNK4absl7debian312Notification19WaitForNotificationEv");
+  KVT_REAL(real, void (*)(const Notification*),
+           "_ZNK4absl7debian312Notification19WaitForNotificationEv");
   real(this);
   Acquire(this);
 }

@@ -150,7 +150,9 @@ class KVConnector {
   virtual void ObservePrefill(uint64_t new_tokens, uint64_t context_tokens,
                               std::chrono::duration<double> elapsed) = 0;
 
-  // Blocks until every async store has reached the store.
+  // Blocks until every async store has reached the store and the store's write-back has
+  // written it down to every lower tier (TieredStore::Flush): durable where a durable
+  // tier exists.
   virtual void Flush() = 0;
 
   virtual const NamespaceParams& ns_params() const = 0;

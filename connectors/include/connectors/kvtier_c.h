@@ -247,7 +247,9 @@ int kvt_get_stats(const kvt_connector* connector, kvt_stats* out, size_t out_siz
 /* KVConnector::ObservePrefill (seconds). */
 void kvt_observe_prefill(kvt_connector* connector, uint64_t new_tokens, uint64_t context_tokens,
                          double seconds);
-/* KVConnector::Flush: waits until every async store reached the store. */
+/* KVConnector::Flush: waits until every async store reached the store and the store's
+ * write-back has written it to every lower tier (the disk tier when there is one): after
+ * it returns, stored chunks survive the process and are found by a fresh one. */
 void kvt_flush(kvt_connector* connector);
 
 #ifdef __cplusplus

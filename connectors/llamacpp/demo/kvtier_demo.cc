@@ -35,23 +35,23 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
-
-#include <optional>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
 #include "connectors/kv_connector.h"
+#include "demo_support.h"
 #include "kvstore/disk_tier.h"
 #include "kvstore/host_tier.h"
 #include "kvstore/store_factory.h"
 #include "kvstore/tiered_store.h"
+#include "kvtierd_process.h"
 #include "llamacpp/gguf_generator.h"
 #include "llamacpp/kv_adapter.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
-#include "kvtierd_process.h"
 #include "workload.h"
 #ifdef KVT_DEMO_HAVE_REMOTE
 #include "kvstore/remote_tier.h"
@@ -60,25 +60,7 @@
 namespace kvt::llamacpp::demo {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using json = nlohmann::json;
-
-struct Flags {
-  std::string model;
-  bool small = false;
-  int threads = 2;
-  std::string dir = ".kvtier-demo";
-  std::string data_dir;  // "" = ResolveDataDir's search
-  bool json_out = false;
-  bool flash_attn = false;
-  uint32_t chunk_tokens = 256;
-#ifdef KVT_DEMO_KVTIERD
-  std::string kvtierd = KVT_DEMO_KVTIERD;
-#else
-  std::string kvtierd;
-#endif
-  std::string fresh_phase;  // internal: plan file of a fresh-process phase (disk or kvtierd)
-};
 
 struct Row {
   std::string workload;
@@ -89,185 +71,16 @@ struct Row {
   uint64_t loaded_kvtierd = 0;
   double cold_s = 0, host_s = 0, disk_s = 0, kvtierd_s = 0;
   double cold_wall_s = 0, host_wall_s = 0;
-  double tail_s = 0;     // recompute's tail prefill (same calls as the warm tail)
+  double tail_s = 0;  // recompute's tail prefill (same calls as the warm tail)
   uint64_t load_bytes = 0;
   bool identical_host = false, identical_disk = false, identical_kvtierd = false;
 };
 
-double Seconds(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// Single-thread memcpy bandwidth (bytes/s), best of 5 copies of 256 MiB.
-double MeasureMemcpyBandwidth() {
-  const size_t n = 256u << 20;
-  std::vector<char> a(n, 1), b(n, 2);
-  double best = 0;
-  for (int i = 0; i < 5; ++i) {
-    const auto t0 = Clock::now();
-    std::memcpy(b.data(), a.data(), n);
-    const double s = Seconds(t0);
-    best = std::max(best, static_cast<double>(n) / s);
-    a[static_cast<size_t>(i)] = b[static_cast<size_t>(n - 1 - i)];
-  }
-  return best;
-}
-
-PrefillProgress MakeProgress(const std::string& label, uint64_t min_tokens) {
-  if (!isatty(2)) return nullptr;
-  return [label, min_tokens](uint64_t done, uint64_t total) {
-    if (total < min_tokens) return;
-    std::fprintf(stderr, "\r  %-24s prefill %5llu / %llu tokens", label.c_str(),
-                 static_cast<unsigned long long>(done), static_cast<unsigned long long>(total));
-    if (done == total) std::fprintf(stderr, "\r%70s\r", "");
-  };
-}
-
-bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  return !a.empty() && a.size() == b.size() &&
-         std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-absl::Status WriteFloats(const std::string& path, const std::vector<float>& v) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
-  return f.good() ? absl::OkStatus() : absl::InternalError("cannot write " + path);
-}
-std::vector<float> ReadFloats(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(f)), {});
-  std::vector<float> v(bytes.size() / sizeof(float));
-  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
-  return v;
-}
-
-absl::StatusOr<std::string> EnsureModel(const Flags& flags) {
-  if (!flags.model.empty()) return flags.model;
-  const std::string size = flags.small ? "tiny" : "demo";
-  const std::string path = absl::StrFormat("%s/models/kvtier-%s.gguf", flags.dir, size);
-  if (std::filesystem::exists(path)) return path;
-  absl::StatusOr<SyntheticModelSpec> spec = SyntheticModelPreset(size, DefaultVocabPath());
-  if (!spec.ok()) return spec.status();
-  std::fprintf(stderr, "kvtier-demo: generating the %s model (%s, seeded random weights) at %s ...\n",
-               size.c_str(), spec->name.c_str(), path.c_str());
-  const auto t0 = Clock::now();
-  if (absl::Status s = WriteSyntheticModel(*spec, path); !s.ok()) return s;
-  std::fprintf(stderr, "kvtier-demo: model written in %.1f s\n", Seconds(t0));
-  return path;
-}
-
-EngineOptions MakeEngineOptions(const Flags& flags, const std::string& model) {
-  EngineOptions o;
-  o.model_path = model;
-  o.n_ctx = 8192;
-  o.n_batch = flags.chunk_tokens;  // batches = chunks: see docs/llamacpp.md (flash attention)
-  o.n_threads = flags.threads;
-  o.flash_attn = flags.flash_attn;
-  return o;
-}
-
-DiskTierOptions DemoDiskTierOptions(const Flags& flags) {
-  DiskTierOptions d;
-  d.dir = flags.dir + "/cache/disk";
-  d.capacity_bytes = 8ull << 30;
-  d.file_bytes = 256ull << 20;
-  return d;
-}
-
-absl::StatusOr<std::shared_ptr<TieredStore>> OpenStore(const Flags& flags, bool host) {
-  StoreOptions so;
-  so.host.capacity_bytes = host ? 2ull << 30 : 0;
-  so.disk = DemoDiskTierOptions(flags);
-  auto store = OpenTieredStore(so);
-  if (!store.ok()) return store.status();
-  return std::shared_ptr<TieredStore>(std::move(*store));
-}
-
-absl::StatusOr<std::shared_ptr<KVConnector>> OpenConnector(const LlamaEngine& engine, const Flags& flags,
-                                                           std::shared_ptr<TieredStore> store) {
-  ConnectorOptions o;
-  o.ns = engine.MakeNamespaceParams(flags.chunk_tokens);
-  auto c = KVConnector::Create(o, std::move(store));
-  if (!c.ok()) return c.status();
-  return std::shared_ptr<KVConnector>(std::move(*c));
-}
-
-std::string RunDir(const Flags& flags) { return flags.dir + "/run"; }
-
-#ifdef KVT_DEMO_HAVE_REMOTE
-RemoteTierOptions DemoRemoteTierOptions(const std::string& target) {
-  RemoteTierOptions o;
-  o.client.target = target;
-  o.client.deadline = std::chrono::milliseconds(30000);  // a loaded machine, records of MiBs
-  return o;
-}
-
-// A store whose only tier is kvtierd's remote tier; the channel is connected (Health)
-// before it is returned so the first request's TTFT does not include the connect.
-absl::StatusOr<std::shared_ptr<TieredStore>> OpenRemoteStore(const std::string& target) {
-  auto remote = RemoteTier::Create(DemoRemoteTierOptions(target));
-  if (!remote.ok()) return remote.status();
-  if (auto h = (*remote)->client().Health(); !h.ok()) return h.status();
-  std::vector<TierFactory> tiers;
-  tiers.push_back(UseTier(std::move(*remote)));
-  auto store = TieredStore::Create(std::move(tiers), TieredStoreOptions{});
-  if (!store.ok()) return store.status();
-  return std::shared_ptr<TieredStore>(std::move(*store));
-}
-#endif
-
-// A fresh-process phase (plan["tier"] = "disk" or "kvtierd"): loads, from that tier
-// alone, the same prefix lengths the host phase loaded, and checks the logits against
-// the parent's recompute logits.
-int FreshPhase(const Flags& flags) {
-  std::ifstream in(flags.fresh_phase);
-  const json plan = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (plan.is_discarded() || !plan.contains("tier") || !plan.contains("model") || !plan.contains("caps") ||
-      !plan.contains("out")) {
-    std::fprintf(stderr, "kvtier-demo: bad plan file %s\n", flags.fresh_phase.c_str());
-    return 2;
-  }
-  const std::string tier = plan["tier"].get<std::string>();
-  auto engine = LlamaEngine::Create(MakeEngineOptions(flags, plan["model"].get<std::string>()));
-  if (!engine.ok()) { std::fprintf(stderr, "kvtier-demo: %s\n", engine.status().ToString().c_str()); return 1; }
-  WorkloadOptions wo;
-  wo.data_dir = flags.data_dir;
-  auto requests = BuildWorkloads(**engine, wo);
-  if (!requests.ok()) { std::fprintf(stderr, "kvtier-demo: %s\n", requests.status().ToString().c_str()); return 1; }
-  absl::StatusOr<std::shared_ptr<TieredStore>> store = absl::InvalidArgumentError("plan tier '" + tier + "'");
-  if (tier == "disk") {
-    store = OpenStore(flags, /*host=*/false);
-#ifdef KVT_DEMO_HAVE_REMOTE
-  } else if (tier == "kvtierd") {
-    store = OpenRemoteStore(plan["target"].get<std::string>());
-#endif
-  }
-  if (!store.ok()) { std::fprintf(stderr, "kvtier-demo: %s\n", store.status().ToString().c_str()); return 1; }
-  auto connector = OpenConnector(**engine, flags, *store);
-  if (!connector.ok()) { std::fprintf(stderr, "kvtier-demo: %s\n", connector.status().ToString().c_str()); return 1; }
-  auto adapter = LlamaKvAdapter::Create(engine->get(), *connector);
-  if (!adapter.ok()) return 1;
-  json results = json::array();
-  for (size_t i = 0; i < requests->size(); ++i) {
-    const Request& rq = (*requests)[i];
-    RunOptions o;
-    o.store = false;
-    o.max_load_tokens = plan["caps"][i].get<uint64_t>();
-    o.progress = MakeProgress(absl::StrFormat("%s %s #%d", tier, rq.workload, rq.index), 1024);
-    auto r = (*adapter)->Run(rq.tokens, o);
-    if (!r.ok()) { std::fprintf(stderr, "kvtier-demo: %s\n", r.status().ToString().c_str()); return 1; }
-    const std::vector<float> ref = ReadFloats(absl::StrFormat("%s/ref-%d.bin", RunDir(flags), i));
-    results.push_back({{"ttft_s", r->ttft_s}, {"loaded", r->loaded_tokens}, {"identical", SameBits(r->logits, ref)}});
-  }
-  std::ofstream out(plan["out"].get<std::string>());
-  out << results.dump();
-  return out.good() ? 0 : 1;
-}
-
 // Re-executes this program as a fresh process running FreshPhase on `tier` and returns
 // its per-request results (ttft_s, loaded, identical), one per row.
-absl::StatusOr<json> RunFreshPhase(const Flags& flags, const std::string& model, const std::vector<Row>& rows,
-                                   const std::string& tier, const std::string& target) {
+absl::StatusOr<json> RunFreshPhase(const Flags& flags, const std::string& model,
+                                   const std::vector<Row>& rows, const std::string& tier,
+                                   const std::string& target) {
   json plan;
   plan["tier"] = tier;
   plan["target"] = target;
@@ -280,9 +93,11 @@ absl::StatusOr<json> RunFreshPhase(const Flags& flags, const std::string& model,
   std::filesystem::remove(plan["out"].get<std::string>());
   std::ofstream(plan_path) << plan.dump();
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  const std::string threads = std::to_string(flags.threads), chunk = std::to_string(flags.chunk_tokens);
-  std::vector<std::string> args = {self, "--fresh-phase", plan_path, "--dir", flags.dir, "--data-dir",
-                                   flags.data_dir, "--threads", threads, "--chunk", chunk};
+  const std::string threads = std::to_string(flags.threads),
+                    chunk = std::to_string(flags.chunk_tokens);
+  std::vector<std::string> args = {self,      "--fresh-phase", plan_path,      "--dir",
+                                   flags.dir, "--data-dir",    flags.data_dir, "--threads",
+                                   threads,   "--chunk",       chunk};
   if (flags.flash_attn) args.push_back("--flash-attn");
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -296,12 +111,14 @@ absl::StatusOr<json> RunFreshPhase(const Flags& flags, const std::string& model,
   int status = 0;
   waitpid(pid, &status, 0);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return absl::InternalError(absl::StrFormat("%s phase process failed (status %d)", tier, status));
+    return absl::InternalError(
+        absl::StrFormat("%s phase process failed (status %d)", tier, status));
   }
   std::ifstream in(plan["out"].get<std::string>());
   json results = json::parse(in, nullptr, false);
   if (results.is_discarded() || !results.is_array() || results.size() != rows.size()) {
-    return absl::InternalError(absl::StrFormat("bad %s phase results in %s", tier, plan["out"].get<std::string>()));
+    return absl::InternalError(
+        absl::StrFormat("bad %s phase results in %s", tier, plan["out"].get<std::string>()));
   }
   return results;
 }
@@ -313,8 +130,9 @@ absl::Status KvtierdPhase(const Flags& flags, const std::string& model, std::vec
 #ifndef KVT_DEMO_HAVE_REMOTE
   (void)model;
   (void)rows;
-  *kvtierd_na = flags.kvtierd.empty() ? "built with KVT_BUILD_DAEMON=OFF (no kvtierd, no remote tier)"
-                                      : "built with KVT_BUILD_DAEMON=OFF (no remote tier)";
+  *kvtierd_na = flags.kvtierd.empty()
+                    ? "built with KVT_BUILD_DAEMON=OFF (no kvtierd, no remote tier)"
+                    : "built with KVT_BUILD_DAEMON=OFF (no remote tier)";
   return absl::OkStatus();
 #else
   if (flags.kvtierd.empty()) {
@@ -343,7 +161,8 @@ absl::Status KvtierdPhase(const Flags& flags, const std::string& model, std::vec
   ko.binary = flags.kvtierd;
   ko.run_dir = RunDir(flags);
   ko.data_dir = flags.dir + "/cache/kvtierd";
-  ko.host_capacity_bytes = round_up(total + total / 4 + (16ull << 20), 1ull << 20);  // all of it in memory
+  ko.host_capacity_bytes =
+      round_up(total + total / 4 + (16ull << 20), 1ull << 20);  // all of it in memory
   ko.disk_file_bytes = std::max<uint64_t>(256ull << 20, round_up(largest, 1ull << 20));
   ko.disk_capacity_bytes = round_up(total + total / 4 + ko.disk_file_bytes, ko.disk_file_bytes);
   const auto ts = Clock::now();
@@ -352,8 +171,8 @@ absl::Status KvtierdPhase(const Flags& flags, const std::string& model, std::vec
     *kvtierd_na = daemon.status().ToString();
     return absl::OkStatus();
   }
-  std::fprintf(stderr, "  kvtierd %s started (pid %d, %s) in %.0f ms\n", flags.kvtierd.c_str(), (*daemon)->pid(),
-               (*daemon)->target().c_str(), Seconds(ts) * 1e3);
+  std::fprintf(stderr, "  kvtierd %s started (pid %d, %s) in %.0f ms\n", flags.kvtierd.c_str(),
+               (*daemon)->pid(), (*daemon)->target().c_str(), Seconds(ts) * 1e3);
   absl::Status result = [&]() -> absl::Status {
     // Store every chunk into the daemon through the remote tier.
     auto remote = RemoteTier::Create(DemoRemoteTierOptions((*daemon)->target()));
@@ -364,11 +183,14 @@ absl::Status KvtierdPhase(const Flags& flags, const std::string& model, std::vec
       buf.resize(c.record_bytes);
       auto n = (*disk)->Get(c.key, buf);
       if (!n.ok()) return n.status();
-      if (absl::Status s = (*remote)->Put(std::span<const std::byte>(buf.data(), *n)); !s.ok()) return s;
+      if (absl::Status s = (*remote)->Put(std::span<const std::byte>(buf.data(), *n)); !s.ok())
+        return s;
     }
-    std::fprintf(stderr, "  stored %zu chunks (%.1f MB) into kvtierd through the remote tier in %.0f ms\n",
+    std::fprintf(stderr,
+                 "  stored %zu chunks (%.1f MB) into kvtierd through the remote tier in %.0f ms\n",
                  chunks.size(), static_cast<double>(total) / 1e6, Seconds(tc) * 1e3);
-    disk->reset();  // the disk tier is single-process; the fresh process does not use it, but close it anyway
+    disk->reset();  // the disk tier is single-process; the fresh process does not use it, but close
+                    // it anyway
     auto results = RunFreshPhase(flags, model, rows, "kvtierd", (*daemon)->target());
     if (!results.ok()) return results.status();
     for (size_t i = 0; i < rows.size(); ++i) {
@@ -390,24 +212,34 @@ int Main(const Flags& flags) {
   std::filesystem::remove_all(flags.dir + "/cache", ec);  // every run starts cold
   std::filesystem::create_directories(RunDir(flags), ec);
   auto model = EnsureModel(flags);
-  if (!model.ok()) { std::fprintf(stderr, "kvtier-demo: %s\n", model.status().ToString().c_str()); return 1; }
+  if (!model.ok()) {
+    std::fprintf(stderr, "kvtier-demo: %s\n", model.status().ToString().c_str());
+    return 1;
+  }
   auto engine_or = LlamaEngine::Create(MakeEngineOptions(flags, *model));
-  if (!engine_or.ok()) { std::fprintf(stderr, "kvtier-demo: %s\n", engine_or.status().ToString().c_str()); return 1; }
+  if (!engine_or.ok()) {
+    std::fprintf(stderr, "kvtier-demo: %s\n", engine_or.status().ToString().c_str());
+    return 1;
+  }
   LlamaEngine& engine = **engine_or;
   WorkloadOptions wo;
   wo.data_dir = flags.data_dir;
   auto requests_or = BuildWorkloads(engine, wo);
-  if (!requests_or.ok()) { std::fprintf(stderr, "kvtier-demo: %s\n", requests_or.status().ToString().c_str()); return 1; }
+  if (!requests_or.ok()) {
+    std::fprintf(stderr, "kvtier-demo: %s\n", requests_or.status().ToString().c_str());
+    return 1;
+  }
   const std::vector<Request>& requests = *requests_or;
   const KvLayout& layout = engine.layout();
-  std::fprintf(stderr,
-               "kvtier-demo: model %s (%s), %d threads, flash attention %s, KV %s = %llu bytes/token, "
-               "chunk %u tokens\n  llama.cpp %s (llama-cpp-python %s); %zu requests; tiers in %s\n",
-               model->c_str(), engine.has_vocab() ? "tokenizer from GGUF" : "no tokenizer: bytes->ids",
-               flags.threads, flags.flash_attn ? "on" : "off", layout.DebugString().c_str(),
-               static_cast<unsigned long long>(layout.bytes_per_token()), flags.chunk_tokens,
-               std::string(LlamaCppCommit()).c_str(), std::string(LlamaCppPackageVersion()).c_str(),
-               requests.size(), flags.dir.c_str());
+  std::fprintf(
+      stderr,
+      "kvtier-demo: model %s (%s), %d threads, flash attention %s, KV %s = %llu bytes/token, "
+      "chunk %u tokens\n  llama.cpp %s (llama-cpp-python %s); %zu requests; tiers in %s\n",
+      model->c_str(), engine.has_vocab() ? "tokenizer from GGUF" : "no tokenizer: bytes->ids",
+      flags.threads, flags.flash_attn ? "on" : "off", layout.DebugString().c_str(),
+      static_cast<unsigned long long>(layout.bytes_per_token()), flags.chunk_tokens,
+      std::string(LlamaCppCommit()).c_str(), std::string(LlamaCppPackageVersion()).c_str(),
+      requests.size(), flags.dir.c_str());
   const double memcpy_bw = MeasureMemcpyBandwidth();
 
   std::vector<Row> rows(requests.size());
@@ -423,7 +255,10 @@ int Main(const Flags& flags) {
     o.progress = MakeProgress(absl::StrFormat("cold %s #%d", rq.workload, rq.index), 1024);
     const auto t0 = Clock::now();
     auto r = (*no_kvtier)->Run(rq.tokens, o);
-    if (!r.ok()) { std::fprintf(stderr, "kvtier-demo: %s\n", r.status().ToString().c_str()); return 1; }
+    if (!r.ok()) {
+      std::fprintf(stderr, "kvtier-demo: %s\n", r.status().ToString().c_str());
+      return 1;
+    }
     rows[i].cold_wall_s = Seconds(t0);
     rows[i].workload = rq.workload;
     rows[i].index = rq.index;
@@ -440,11 +275,20 @@ int Main(const Flags& flags) {
   double no_reuse_flush_s = 0;
   {
     auto store = OpenStore(flags, /*host=*/true);
-    if (!store.ok()) { std::fprintf(stderr, "kvtier-demo: %s\n", store.status().ToString().c_str()); return 1; }
+    if (!store.ok()) {
+      std::fprintf(stderr, "kvtier-demo: %s\n", store.status().ToString().c_str());
+      return 1;
+    }
     auto connector = OpenConnector(engine, flags, *store);
-    if (!connector.ok()) { std::fprintf(stderr, "kvtier-demo: %s\n", connector.status().ToString().c_str()); return 1; }
+    if (!connector.ok()) {
+      std::fprintf(stderr, "kvtier-demo: %s\n", connector.status().ToString().c_str());
+      return 1;
+    }
     auto adapter = LlamaKvAdapter::Create(&engine, *connector);
-    if (!adapter.ok()) { std::fprintf(stderr, "kvtier-demo: %s\n", adapter.status().ToString().c_str()); return 1; }
+    if (!adapter.ok()) {
+      std::fprintf(stderr, "kvtier-demo: %s\n", adapter.status().ToString().c_str());
+      return 1;
+    }
     for (size_t i = 0; i < requests.size(); ++i) {
       const Request& rq = requests[i];
       if (rq.workload == "no-reuse" && (i == 0 || requests[i - 1].workload != "no-reuse")) {
@@ -456,7 +300,10 @@ int Main(const Flags& flags) {
         co.use_kvtier = false;
         const auto tc = Clock::now();
         auto c = (*adapter)->Run(rq.tokens, co);
-        if (!c.ok()) { std::fprintf(stderr, "kvtier-demo: %s\n", c.status().ToString().c_str()); return 1; }
+        if (!c.ok()) {
+          std::fprintf(stderr, "kvtier-demo: %s\n", c.status().ToString().c_str());
+          return 1;
+        }
         rows[i].cold_wall_s = Seconds(tc);
         rows[i].cold_s = c->ttft_s;
         cold_logits[i] = std::move(c->logits);
@@ -465,7 +312,10 @@ int Main(const Flags& flags) {
       o.progress = MakeProgress(absl::StrFormat("host %s #%d", rq.workload, rq.index), 1024);
       const auto t0 = Clock::now();
       auto r = (*adapter)->Run(rq.tokens, o);
-      if (!r.ok()) { std::fprintf(stderr, "kvtier-demo: %s\n", r.status().ToString().c_str()); return 1; }
+      if (!r.ok()) {
+        std::fprintf(stderr, "kvtier-demo: %s\n", r.status().ToString().c_str());
+        return 1;
+      }
       rows[i].host_wall_s = Seconds(t0);
       rows[i].host_s = r->ttft_s;
       rows[i].loaded_host = r->loaded_tokens;
@@ -476,23 +326,29 @@ int Main(const Flags& flags) {
         RunOptions ro;
         ro.use_kvtier = false;
         ro.recompute_prefix_tokens = r->loaded_tokens;
-        ro.progress = MakeProgress(absl::StrFormat("recompute %s #%d", rq.workload, rq.index), 1024);
+        ro.progress =
+            MakeProgress(absl::StrFormat("recompute %s #%d", rq.workload, rq.index), 1024);
         auto rr = (*adapter)->Run(rq.tokens, ro);
-        if (!rr.ok()) { std::fprintf(stderr, "kvtier-demo: %s\n", rr.status().ToString().c_str()); return 1; }
+        if (!rr.ok()) {
+          std::fprintf(stderr, "kvtier-demo: %s\n", rr.status().ToString().c_str());
+          return 1;
+        }
         rows[i].tail_s = rr->tail_prefill_s;
         ref = std::move(rr->logits);
         if (decode1_s == 0 && r->loaded_tokens >= 4000) {
           // One-token decode on top of this long context (for the TTFT target).
           const TokenId next[1] = {rq.tokens.back()};
           const auto td = Clock::now();
-          if (engine.Prefill(next, static_cast<uint32_t>(rq.tokens.size()), true).ok()) decode1_s = Seconds(td);
+          if (engine.Prefill(next, static_cast<uint32_t>(rq.tokens.size()), true).ok())
+            decode1_s = Seconds(td);
         }
       } else {
         ref = cold_logits[i];  // nothing loaded: the recompute is the cold run
         rows[i].tail_s = r->tail_prefill_s;
       }
       rows[i].identical_host = SameBits(r->logits, ref);
-      if (absl::Status s = WriteFloats(absl::StrFormat("%s/ref-%d.bin", RunDir(flags), i), ref); !s.ok()) {
+      if (absl::Status s = WriteFloats(absl::StrFormat("%s/ref-%d.bin", RunDir(flags), i), ref);
+          !s.ok()) {
         std::fprintf(stderr, "kvtier-demo: %s\n", s.ToString().c_str());
         return 1;
       }
@@ -514,7 +370,10 @@ int Main(const Flags& flags) {
   std::fprintf(stderr, "phase 3/4: kvtier, disk tier, fresh process\n");
   {
     auto results = RunFreshPhase(flags, *model, rows, "disk", "");
-    if (!results.ok()) { std::fprintf(stderr, "kvtier-demo: %s\n", results.status().ToString().c_str()); return 1; }
+    if (!results.ok()) {
+      std::fprintf(stderr, "kvtier-demo: %s\n", results.status().ToString().c_str());
+      return 1;
+    }
     for (size_t i = 0; i < rows.size(); ++i) {
       rows[i].disk_s = (*results)[i]["ttft_s"].get<double>();
       rows[i].loaded_disk = (*results)[i]["loaded"].get<uint64_t>();
@@ -553,16 +412,19 @@ int Main(const Flags& flags) {
       std::printf("%s\n", j.dump().c_str());
     }
   } else {
-    std::printf("\n%-9s %3s %7s %7s %10s %10s %10s %10s %8s %8s %9s %9s\n", "workload", "#", "prompt", "loaded",
-                "cold ms", "host ms", "disk ms", "kvtierd ms", "x host", "x disk", "x kvtierd", "identical");
+    std::printf("\n%-9s %3s %7s %7s %10s %10s %10s %10s %8s %8s %9s %9s\n", "workload", "#",
+                "prompt", "loaded", "cold ms", "host ms", "disk ms", "kvtierd ms", "x host",
+                "x disk", "x kvtierd", "identical");
     for (const Row& r : rows) {
-      const std::string kvtierd_ms = have_kvtierd ? absl::StrFormat("%.1f", r.kvtierd_s * 1e3) : "n/a";
-      const std::string kvtierd_x = have_kvtierd ? absl::StrFormat("%.2fx", r.cold_s / r.kvtierd_s) : "n/a";
-      std::printf("%-9s %3d %7llu %7llu %10.1f %10.1f %10.1f %10s %7.2fx %7.2fx %9s %9s\n", r.workload.c_str(),
-                  r.index, static_cast<unsigned long long>(r.prompt_tokens),
-                  static_cast<unsigned long long>(r.loaded_host), r.cold_s * 1e3, r.host_s * 1e3, r.disk_s * 1e3,
-                  kvtierd_ms.c_str(), r.cold_s / r.host_s, r.cold_s / r.disk_s, kvtierd_x.c_str(),
-                  row_identical(r) ? "yes" : "NO");
+      const std::string kvtierd_ms =
+          have_kvtierd ? absl::StrFormat("%.1f", r.kvtierd_s * 1e3) : "n/a";
+      const std::string kvtierd_x =
+          have_kvtierd ? absl::StrFormat("%.2fx", r.cold_s / r.kvtierd_s) : "n/a";
+      std::printf("%-9s %3d %7llu %7llu %10.1f %10.1f %10.1f %10s %7.2fx %7.2fx %9s %9s\n",
+                  r.workload.c_str(), r.index, static_cast<unsigned long long>(r.prompt_tokens),
+                  static_cast<unsigned long long>(r.loaded_host), r.cold_s * 1e3, r.host_s * 1e3,
+                  r.disk_s * 1e3, kvtierd_ms.c_str(), r.cold_s / r.host_s, r.cold_s / r.disk_s,
+                  kvtierd_x.c_str(), row_identical(r) ? "yes" : "NO");
     }
     if (!have_kvtierd) std::printf("kvtierd: n/a (%s)\n", kvtierd_na.c_str());
   }
@@ -573,21 +435,24 @@ int Main(const Flags& flags) {
   for (const Row& r : rows) {
     if (r.loaded_host < 4000) continue;
     const double bound = static_cast<double>(r.load_bytes) / memcpy_bw + decode1_s + r.tail_s;
-    std::fprintf(out,
-                 "target warm TTFT <= 1.5 x bound [%s #%d, %llu cached tokens]: bound = %.1f MB / memcpy "
-                 "(%.1f ms) + 1-token decode (%.1f ms) + tail prefill of %llu tokens (%.1f ms) = %.1f ms; "
-                 "warm-host %.1f ms -> ratio %.2f; warm-disk %.1f ms -> ratio %.2f%s\n",
-                 r.workload.c_str(), r.index, static_cast<unsigned long long>(r.loaded_host),
-                 static_cast<double>(r.load_bytes) / 1e6, static_cast<double>(r.load_bytes) / memcpy_bw * 1e3,
-                 decode1_s * 1e3, static_cast<unsigned long long>(r.prompt_tokens - r.loaded_host),
-                 r.tail_s * 1e3, bound * 1e3, r.host_s * 1e3, r.host_s / bound, r.disk_s * 1e3,
-                 r.disk_s / bound,
-                 have_kvtierd ? absl::StrFormat("; warm-kvtierd %.1f ms -> ratio %.2f", r.kvtierd_s * 1e3,
-                                                r.kvtierd_s / bound).c_str()
-                              : "");
+    std::fprintf(
+        out,
+        "target warm TTFT <= 1.5 x bound [%s #%d, %llu cached tokens]: bound = %.1f MB / memcpy "
+        "(%.1f ms) + 1-token decode (%.1f ms) + tail prefill of %llu tokens (%.1f ms) = %.1f ms; "
+        "warm-host %.1f ms -> ratio %.2f; warm-disk %.1f ms -> ratio %.2f%s\n",
+        r.workload.c_str(), r.index, static_cast<unsigned long long>(r.loaded_host),
+        static_cast<double>(r.load_bytes) / 1e6,
+        static_cast<double>(r.load_bytes) / memcpy_bw * 1e3, decode1_s * 1e3,
+        static_cast<unsigned long long>(r.prompt_tokens - r.loaded_host), r.tail_s * 1e3,
+        bound * 1e3, r.host_s * 1e3, r.host_s / bound, r.disk_s * 1e3, r.disk_s / bound,
+        have_kvtierd ? absl::StrFormat("; warm-kvtierd %.1f ms -> ratio %.2f", r.kvtierd_s * 1e3,
+                                       r.kvtierd_s / bound)
+                           .c_str()
+                     : "");
     reported = true;
   }
-  if (!reported) std::fprintf(out, "target warm TTFT: no request loaded >= 4000 tokens in this run\n");
+  if (!reported)
+    std::fprintf(out, "target warm TTFT: no request loaded >= 4000 tokens in this run\n");
   double cold_total = 0, kvt_total = no_reuse_flush_s;
   for (const Row& r : rows) {
     if (r.workload != "no-reuse") continue;
@@ -595,14 +460,16 @@ int Main(const Flags& flags) {
     kvt_total += r.host_wall_s;
   }
   if (cold_total > 0) {
-    std::fprintf(out,
-                 "target no-reuse time <= 1.02 x without kvtier: %.1f ms with kvtier (lookup, miss, store, "
-                 "flush) vs %.1f ms without -> ratio %.3f\n",
-                 kvt_total * 1e3, cold_total * 1e3, kvt_total / cold_total);
+    std::fprintf(
+        out,
+        "target no-reuse time <= 1.02 x without kvtier: %.1f ms with kvtier (lookup, miss, store, "
+        "flush) vs %.1f ms without -> ratio %.3f\n",
+        kvt_total * 1e3, cold_total * 1e3, kvt_total / cold_total);
   }
   bool all_identical = true;
   for (const Row& r : rows) all_identical = all_identical && row_identical(r);
-  std::fprintf(out, "logits bit-identical to recompute for every request: %s\n", all_identical ? "yes" : "NO");
+  std::fprintf(out, "logits bit-identical to recompute for every request: %s\n",
+               all_identical ? "yes" : "NO");
   return all_identical ? 0 : 3;
 }
 
@@ -627,12 +494,15 @@ bool HasDemoTexts(const std::filesystem::path& dir) {
 std::string ResolveDataDir(const std::string& given) {
   if (!given.empty()) {
     if (HasDemoTexts(given)) return given;
-    std::fprintf(stderr, "kvtier-demo: --data-dir %s: expected chat.txt, gpl-3.0.txt and apache-2.0.txt in it\n",
-                 given.c_str());
+    std::fprintf(
+        stderr,
+        "kvtier-demo: --data-dir %s: expected chat.txt, gpl-3.0.txt and apache-2.0.txt in it\n",
+        given.c_str());
     return "";
   }
   std::vector<std::filesystem::path> candidates;
-  if (const char* env = std::getenv("KVTIER_DEMO_DATA"); env != nullptr && *env != '\0') candidates.push_back(env);
+  if (const char* env = std::getenv("KVTIER_DEMO_DATA"); env != nullptr && *env != '\0')
+    candidates.push_back(env);
   std::error_code ec;
   const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec) {
@@ -648,8 +518,10 @@ std::string ResolveDataDir(const std::string& given) {
     searched += "\n  " + c.string();
   }
   std::fprintf(stderr,
-               "kvtier-demo: no folder with the demo texts (chat.txt, gpl-3.0.txt, apache-2.0.txt) found; looked "
-               "in:%s\npass --data-dir DIR (the kvtier source tree's data/ folder) or set KVTIER_DEMO_DATA\n",
+               "kvtier-demo: no folder with the demo texts (chat.txt, gpl-3.0.txt, apache-2.0.txt) "
+               "found; looked "
+               "in:%s\npass --data-dir DIR (the kvtier source tree's data/ folder) or set "
+               "KVTIER_DEMO_DATA\n",
                searched.c_str());
   return "";
 }
@@ -671,19 +543,26 @@ int main(int argc, char** argv) {
   auto range = [](int lo, int hi) { return CLI::Range(lo, hi).description(""); };
   app.add_option("--model", flags.model, "GGUF model (default: generate the 270M demo model)");
   app.add_flag("--small", flags.small, "use the tiny generated model (quick run)");
-  app.add_option("--threads", flags.threads, "engine threads, 1..256")->check(range(1, 256))->capture_default_str();
-  app.add_option("--dir", flags.dir, "folder for models, host+disk tier files and run files")->capture_default_str();
-  app.add_option("--data-dir", flags.data_dir,
-                 "folder with chat.txt, gpl-3.0.txt, apache-2.0.txt (default: $KVTIER_DEMO_DATA, data/ next "
-                 "to this binary, or the source tree's data/ if it still exists)");
-  app.add_option("--chunk", flags.chunk_tokens, "tokens per kvtier chunk, 1..65536")->check(range(1, 65536))
+  app.add_option("--threads", flags.threads, "engine threads, 1..256")
+      ->check(range(1, 256))
+      ->capture_default_str();
+  app.add_option("--dir", flags.dir, "folder for models, host+disk tier files and run files")
+      ->capture_default_str();
+  app.add_option(
+      "--data-dir", flags.data_dir,
+      "folder with chat.txt, gpl-3.0.txt, apache-2.0.txt (default: $KVTIER_DEMO_DATA, data/ next "
+      "to this binary, or the source tree's data/ if it still exists)");
+  app.add_option("--chunk", flags.chunk_tokens, "tokens per kvtier chunk, 1..65536")
+      ->check(range(1, 65536))
       ->capture_default_str();
   app.add_flag("--flash-attn", flags.flash_attn, "enable flash attention");
   app.add_flag("--json", flags.json_out, "print rows as JSON lines");
   app.add_option("--kvtierd", flags.kvtierd,
                  "kvtierd binary the demo starts for phase 4 ('' = skip, column n/a)")
       ->capture_default_str();
-  app.add_option("--fresh-phase", flags.fresh_phase, "internal: run a fresh-process phase from this plan")->group("");
+  app.add_option("--fresh-phase", flags.fresh_phase,
+                 "internal: run a fresh-process phase from this plan")
+      ->group("");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -62,37 +62,40 @@ bool WaitFor(pid_t pid, std::chrono::milliseconds timeout, int* status) {
 absl::Status KvtierdProcessOptions::Validate() const {
   if (binary.empty()) return absl::FailedPreconditionError("no kvtierd binary given");
   if (access(binary.c_str(), X_OK) != 0) {
-    return absl::FailedPreconditionError(absl::StrFormat("kvtierd binary '%s' not found or not executable", binary));
+    return absl::FailedPreconditionError(
+        absl::StrFormat("kvtierd binary '%s' not found or not executable", binary));
   }
   if (run_dir.empty()) return absl::InvalidArgumentError("run_dir: expected a folder, got ''");
   if (data_dir.empty()) return absl::InvalidArgumentError("data_dir: expected a folder, got ''");
   const uint64_t mib = 1ull << 20;
   if (host_capacity_bytes == 0 || host_capacity_bytes % mib != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("host_capacity_bytes: %d, expected a positive multiple of 1 MiB", host_capacity_bytes));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "host_capacity_bytes: %d, expected a positive multiple of 1 MiB", host_capacity_bytes));
   }
   if (disk_file_bytes == 0 || disk_file_bytes % mib != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("disk_file_bytes: %d, expected a positive multiple of 1 MiB", disk_file_bytes));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "disk_file_bytes: %d, expected a positive multiple of 1 MiB", disk_file_bytes));
   }
   if (disk_capacity_bytes == 0 || disk_capacity_bytes % disk_file_bytes != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "disk_capacity_bytes: %d, expected a positive multiple of disk_file_bytes (%d)", disk_capacity_bytes,
-        disk_file_bytes));
+        "disk_capacity_bytes: %d, expected a positive multiple of disk_file_bytes (%d)",
+        disk_capacity_bytes, disk_file_bytes));
   }
   if (const std::string s = SocketPath(*this); s.size() > kMaxSocketPath) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("socket path '%s' is %d bytes, a unix socket path allows at most %d (use a shorter --dir)", s,
-                        s.size(), kMaxSocketPath));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "socket path '%s' is %d bytes, a unix socket path allows at most %d (use a shorter --dir)",
+        s, s.size(), kMaxSocketPath));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<KvtierdProcess>> KvtierdProcess::Start(const KvtierdProcessOptions& o) {
+absl::StatusOr<std::unique_ptr<KvtierdProcess>> KvtierdProcess::Start(
+    const KvtierdProcessOptions& o) {
   if (absl::Status s = o.Validate(); !s.ok()) return s;
   std::error_code ec;
   std::filesystem::create_directories(o.run_dir, ec);
-  if (ec) return absl::InternalError(absl::StrFormat("cannot create %s: %s", o.run_dir, ec.message()));
+  if (ec)
+    return absl::InternalError(absl::StrFormat("cannot create %s: %s", o.run_dir, ec.message()));
   const std::string socket = SocketPath(o);
   const std::string ready = o.run_dir + "/kvtierd-ready.json";
   const std::string config = o.run_dir + "/kvtierd.yaml";
@@ -136,19 +139,20 @@ absl::StatusOr<std::unique_ptr<KvtierdProcess>> KvtierdProcess::Start(const Kvti
     execv(o.binary.c_str(), argv.data());
     _exit(127);
   }
-  auto process = std::unique_ptr<KvtierdProcess>(new KvtierdProcess(pid, "unix://" + socket, log, o.stop_timeout));
+  auto process = std::unique_ptr<KvtierdProcess>(
+      new KvtierdProcess(pid, "unix://" + socket, log, o.stop_timeout));
   const auto end = Clock::now() + o.ready_timeout;
   while (!std::filesystem::exists(ready, ec)) {
     int status = 0;
     if (waitpid(pid, &status, WNOHANG) == pid) {
       process->pid_ = -1;
-      return absl::UnavailableError(absl::StrFormat("kvtierd exited (%s) before serving: %s", DescribeStatus(status),
-                                                    LastLine(log)));
+      return absl::UnavailableError(absl::StrFormat("kvtierd exited (%s) before serving: %s",
+                                                    DescribeStatus(status), LastLine(log)));
     }
     if (Clock::now() >= end) {
       (void)process->Stop();
-      return absl::UnavailableError(
-          absl::StrFormat("kvtierd not serving after %d ms (log: %s)", o.ready_timeout.count(), log));
+      return absl::UnavailableError(absl::StrFormat("kvtierd not serving after %d ms (log: %s)",
+                                                    o.ready_timeout.count(), log));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -165,17 +169,19 @@ absl::Status KvtierdProcess::Stop() {
     kill(pid, SIGKILL);
     waitpid(pid, &status, 0);
     return absl::InternalError(
-        absl::StrFormat("kvtierd (pid %d) did not stop within %d ms of SIGTERM; killed", pid, stop_timeout_.count()));
+        absl::StrFormat("kvtierd (pid %d) did not stop within %d ms of SIGTERM; killed", pid,
+                        stop_timeout_.count()));
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return absl::InternalError(absl::StrFormat("kvtierd (pid %d) stopped with %s: %s", pid, DescribeStatus(status),
-                                               LastLine(log_path_)));
+    return absl::InternalError(absl::StrFormat("kvtierd (pid %d) stopped with %s: %s", pid,
+                                               DescribeStatus(status), LastLine(log_path_)));
   }
   return absl::OkStatus();
 }
 
 KvtierdProcess::~KvtierdProcess() {
-  if (absl::Status s = Stop(); !s.ok()) std::fprintf(stderr, "kvtier-demo: %s\n", s.ToString().c_str());
+  if (absl::Status s = Stop(); !s.ok())
+    std::fprintf(stderr, "kvtier-demo: %s\n", s.ToString().c_str());
 }
 
 }  // namespace kvt::llamacpp::demo

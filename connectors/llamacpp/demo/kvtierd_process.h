@@ -43,7 +43,8 @@ class KvtierdProcess {
   // FailedPrecondition/InvalidArgument from Validate; Internal when fork fails;
   // Unavailable when the daemon exits (its last log line is in the message) or is not
   // serving within ready_timeout (it is then killed).
-  static absl::StatusOr<std::unique_ptr<KvtierdProcess>> Start(const KvtierdProcessOptions& options);
+  static absl::StatusOr<std::unique_ptr<KvtierdProcess>> Start(
+      const KvtierdProcessOptions& options);
   ~KvtierdProcess();
   KvtierdProcess(const KvtierdProcess&) = delete;
   KvtierdProcess& operator=(const KvtierdProcess&) = delete;
@@ -58,8 +59,12 @@ class KvtierdProcess {
   absl::Status Stop();
 
  private:
-  KvtierdProcess(pid_t pid, std::string target, std::string log_path, std::chrono::milliseconds stop_timeout)
-      : pid_(pid), target_(std::move(target)), log_path_(std::move(log_path)), stop_timeout_(stop_timeout) {}
+  KvtierdProcess(pid_t pid, std::string target, std::string log_path,
+                 std::chrono::milliseconds stop_timeout)
+      : pid_(pid),
+        target_(std::move(target)),
+        log_path_(std::move(log_path)),
+        stop_timeout_(stop_timeout) {}
 
   pid_t pid_;  // -1 once reaped
   std::string target_;

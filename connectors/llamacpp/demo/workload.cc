@@ -70,7 +70,8 @@ absl::StatusOr<std::vector<Request>> BuildWorkloads(const LlamaEngine& engine,
     std::vector<TokenId> history = *sys;
     int turn = 0;
     for (const Message& m : ParseChat(*text)) {
-      absl::StatusOr<std::vector<TokenId>> ids = TextToIds(engine, "\n" + m.role + ": " + m.text, false);
+      absl::StatusOr<std::vector<TokenId>> ids =
+          TextToIds(engine, "\n" + m.role + ": " + m.text, false);
       if (!ids.ok()) return ids.status();
       Append(history, *ids);
       if (m.role == "user") {

@@ -98,12 +98,13 @@ absl::Status SyntheticModelSpec::Validate() const {
   if (n_layer == 0 || n_embd == 0 || n_ff == 0 || n_head == 0 || n_head_kv == 0 ||
       n_ctx_train == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "SyntheticModelSpec: n_layer, n_embd, n_ff, n_head, n_head_kv, n_ctx_train must be > 0 (got ",
+        "SyntheticModelSpec: n_layer, n_embd, n_ff, n_head, n_head_kv, n_ctx_train must be > 0 "
+        "(got ",
         n_layer, ", ", n_embd, ", ", n_ff, ", ", n_head, ", ", n_head_kv, ", ", n_ctx_train, ")"));
   }
   if (n_embd % n_head != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("SyntheticModelSpec: n_embd ", n_embd, " is not a multiple of n_head ", n_head));
+    return absl::InvalidArgumentError(absl::StrCat("SyntheticModelSpec: n_embd ", n_embd,
+                                                   " is not a multiple of n_head ", n_head));
   }
   if (n_head % n_head_kv != 0) {
     return absl::InvalidArgumentError(absl::StrCat("SyntheticModelSpec: n_head ", n_head,
@@ -142,8 +143,8 @@ absl::StatusOr<SyntheticModelSpec> SyntheticModelPreset(std::string_view name,
     spec.seed = 270;
     return spec;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown synthetic model size '", std::string(name), "' (expected 'tiny' or 'demo')"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown synthetic model size '", std::string(name), "' (expected 'tiny' or 'demo')"));
 }
 
 uint64_t SyntheticModelParams(const SyntheticModelSpec& spec, uint32_t n_vocab) {
@@ -180,8 +181,8 @@ absl::Status WriteSyntheticModel(const SyntheticModelSpec& spec, const std::stri
     }
     const int64_t tokens_id = gguf_find_key(vocab.get(), "tokenizer.ggml.tokens");
     if (tokens_id < 0 || gguf_get_kv_type(vocab.get(), tokens_id) != GGUF_TYPE_ARRAY) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "vocab GGUF '", spec.vocab_gguf, "' has no tokenizer.ggml.tokens array"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("vocab GGUF '", spec.vocab_gguf, "' has no tokenizer.ggml.tokens array"));
     }
     n_vocab = static_cast<uint32_t>(gguf_get_arr_n(vocab.get(), tokens_id));
     // Copy everything, then keep only the tokenizer keys.
@@ -261,7 +262,8 @@ absl::Status WriteSyntheticModel(const SyntheticModelSpec& spec, const std::stri
         return absl::InternalError(absl::StrCat("GGUF offset mismatch at tensor ", t.name));
       }
       if (std::fwrite(data, 1, bytes, f.get()) != bytes) {
-        return absl::InternalError(absl::StrCat("short write of tensor ", t.name, " to '", tmp, "'"));
+        return absl::InternalError(
+            absl::StrCat("short write of tensor ", t.name, " to '", tmp, "'"));
       }
       written += bytes;
       const size_t pad = (alignment - written % alignment) % alignment;

@@ -55,9 +55,11 @@ uint64_t LlamaKvAdapter::LoadPrefix(std::span<const TokenId> prompt, uint64_t to
                                     RunResult* result) {
   const uint32_t chunk = connector_->chunk_tokens();
   const SeqStateSpec& spec = engine_->state_spec();
-  absl::StatusOr<SeqStateBuilder> builder = SeqStateBuilder::Create(spec, static_cast<uint32_t>(tokens));
+  absl::StatusOr<SeqStateBuilder> builder =
+      SeqStateBuilder::Create(spec, static_cast<uint32_t>(tokens));
   if (!builder.ok()) {
-    spdlog::warn("kvtier llama.cpp: cannot build a {}-token state: {}", tokens, builder.status().ToString());
+    spdlog::warn("kvtier llama.cpp: cannot build a {}-token state: {}", tokens,
+                 builder.status().ToString());
     return 0;
   }
   const uint64_t chunk_bytes = uint64_t{chunk} * spec.payload_bytes_per_token();
@@ -70,7 +72,8 @@ uint64_t LlamaKvAdapter::LoadPrefix(std::span<const TokenId> prompt, uint64_t to
         return builder->PutChunk(static_cast<uint32_t>(chunk_index * chunk), chunk, payload);
       });
   if (!load.ok()) {
-    spdlog::warn("kvtier llama.cpp: LoadPayloads failed, recomputing: {}", load.status().ToString());
+    spdlog::warn("kvtier llama.cpp: LoadPayloads failed, recomputing: {}",
+                 load.status().ToString());
     return 0;
   }
   result->failed_chunks = load->failed_chunks;
@@ -85,7 +88,8 @@ uint64_t LlamaKvAdapter::LoadPrefix(std::span<const TokenId> prompt, uint64_t to
     set = blob.ok() ? engine_->SetSeqState(*blob) : blob.status();
   }
   if (!set.ok()) {
-    spdlog::warn("kvtier llama.cpp: restoring {} tokens failed, recomputing: {}", loaded, set.ToString());
+    spdlog::warn("kvtier llama.cpp: restoring {} tokens failed, recomputing: {}", loaded,
+                 set.ToString());
     engine_->Clear();
     return 0;
   }
@@ -108,7 +112,8 @@ size_t LlamaKvAdapter::StoreChunks(std::span<const TokenId> prompt) {
           if (!v.ok()) return v.status();
           view = std::move(*v);
         }
-        return ExtractChunkPayload(*view, static_cast<uint32_t>(chunk_index * chunk), chunk, payload);
+        return ExtractChunkPayload(*view, static_cast<uint32_t>(chunk_index * chunk), chunk,
+                                   payload);
       });
   if (!stored.ok()) {
     spdlog::warn("kvtier llama.cpp: StorePayloads failed: {}", stored.status().ToString());
@@ -117,7 +122,8 @@ size_t LlamaKvAdapter::StoreChunks(std::span<const TokenId> prompt) {
   return *stored;
 }
 
-absl::StatusOr<RunResult> LlamaKvAdapter::Run(std::span<const TokenId> prompt, const RunOptions& options) {
+absl::StatusOr<RunResult> LlamaKvAdapter::Run(std::span<const TokenId> prompt,
+                                              const RunOptions& options) {
   if (prompt.empty()) return absl::InvalidArgumentError("empty prompt");
   bool kvtier = options.use_kvtier && connector_ != nullptr;
   if (options.use_kvtier && connector_ == nullptr) {
@@ -165,7 +171,9 @@ absl::StatusOr<RunResult> LlamaKvAdapter::Run(std::span<const TokenId> prompt, c
   const auto tp = Clock::now();
   if (options.recompute_prefix_tokens.has_value() && *options.recompute_prefix_tokens > 0) {
     const uint64_t m = *options.recompute_prefix_tokens;
-    if (absl::Status s = engine_->Prefill(prompt.first(m), 0, /*want_logits=*/false, options.progress); !s.ok()) {
+    if (absl::Status s =
+            engine_->Prefill(prompt.first(m), 0, /*want_logits=*/false, options.progress);
+        !s.ok()) {
       return s;
     }
     done = m;
@@ -173,10 +181,14 @@ absl::StatusOr<RunResult> LlamaKvAdapter::Run(std::span<const TokenId> prompt, c
   const std::span<const TokenId> rest = prompt.subspan(done);
   PrefillProgress progress;
   if (options.progress) {
-    progress = [&, base = done](uint64_t d, uint64_t) { options.progress(base + d, prompt.size()); };
+    progress = [&, base = done](uint64_t d, uint64_t) {
+      options.progress(base + d, prompt.size());
+    };
   }
   const auto tt = Clock::now();
-  if (absl::Status s = engine_->Prefill(rest, static_cast<uint32_t>(done), /*want_logits=*/true, progress); !s.ok()) {
+  if (absl::Status s =
+          engine_->Prefill(rest, static_cast<uint32_t>(done), /*want_logits=*/true, progress);
+      !s.ok()) {
     return s;
   }
   r.tail_prefill_s = Since(tt);

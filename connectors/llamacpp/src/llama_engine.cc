@@ -50,13 +50,15 @@ absl::StatusOr<ggml_type> ParseCacheType(std::string_view name, std::string_view
     }
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("EngineOptions.", std::string(field), " '", std::string(name), "' is not a ggml type name (e.g. f16, f32, q8_0)"));
+      absl::StrCat("EngineOptions.", std::string(field), " '", std::string(name),
+                   "' is not a ggml type name (e.g. f16, f32, q8_0)"));
 }
 
 absl::StatusOr<ModelFileStamp> StampOf(int fd, const std::string& path) {
   struct stat st;
   if (::fstat(fd, &st) != 0) {
-    return absl::InternalError(absl::StrFormat("fstat of model file '%s': %s", path, std::strerror(errno)));
+    return absl::InternalError(
+        absl::StrFormat("fstat of model file '%s': %s", path, std::strerror(errno)));
   }
   ModelFileStamp m;
   m.dev = static_cast<uint64_t>(st.st_dev);
@@ -74,12 +76,14 @@ std::string_view LlamaCppCommit() { return KVT_LLAMACPP_COMMIT; }
 
 absl::Status EngineOptions::Validate() const {
   if (model_path.empty()) return absl::InvalidArgumentError("EngineOptions.model_path is empty");
-  if (n_ctx < 16) return absl::InvalidArgumentError(absl::StrCat("EngineOptions.n_ctx ", n_ctx, " < 16"));
+  if (n_ctx < 16)
+    return absl::InvalidArgumentError(absl::StrCat("EngineOptions.n_ctx ", n_ctx, " < 16"));
   if (n_batch == 0 || n_batch > n_ctx) {
     return absl::InvalidArgumentError(
         absl::StrCat("EngineOptions.n_batch ", n_batch, " must be in 1..n_ctx (", n_ctx, ")"));
   }
-  if (n_threads < 1) return absl::InvalidArgumentError(absl::StrCat("EngineOptions.n_threads ", n_threads, " < 1"));
+  if (n_threads < 1)
+    return absl::InvalidArgumentError(absl::StrCat("EngineOptions.n_threads ", n_threads, " < 1"));
   if (auto t = ParseCacheType(type_k, "type_k"); !t.ok()) return t.status();
   if (auto t = ParseCacheType(type_v, "type_v"); !t.ok()) return t.status();
   return absl::OkStatus();
@@ -88,7 +92,8 @@ absl::Status EngineOptions::Validate() const {
 absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Create(const EngineOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   if (!std::filesystem::exists(options.model_path)) {
-    return absl::NotFoundError(absl::StrCat("model file '", options.model_path, "' does not exist"));
+    return absl::NotFoundError(
+        absl::StrCat("model file '", options.model_path, "' does not exist"));
   }
   InitBackendOnce(options.verbose_llama_log);
   std::unique_ptr<LlamaEngine> e(new LlamaEngine());
@@ -122,7 +127,8 @@ absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Create(const EngineOpt
   cp.n_seq_max = 1;
   cp.n_threads = options.n_threads;
   cp.n_threads_batch = options.n_threads;
-  cp.flash_attn_type = options.flash_attn ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+  cp.flash_attn_type =
+      options.flash_attn ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
   cp.type_k = *ParseCacheType(options.type_k, "type_k");
   cp.type_v = *ParseCacheType(options.type_v, "type_v");
   cp.offload_kqv = false;
@@ -167,9 +173,10 @@ absl::StatusOr<bool> LlamaEngine::CheckModelFile() {
   if (!fp.ok()) return fp.status();
   stamp_ = *now;
   if (*fp == fingerprint_) return false;  // touched, same content
-  spdlog::warn("kvtier llama.cpp: model file '{}' changed under the running engine "
-               "(fingerprint {} -> {}); kvtier is off for this engine's old namespace",
-               options_.model_path, fingerprint_, *fp);
+  spdlog::warn(
+      "kvtier llama.cpp: model file '{}' changed under the running engine "
+      "(fingerprint {} -> {}); kvtier is off for this engine's old namespace",
+      options_.model_path, fingerprint_, *fp);
   fingerprint_ = *fp;
   model_changed_ = true;
   return true;
@@ -196,11 +203,13 @@ absl::Status LlamaEngine::Probe() {
   const auto tv = static_cast<ggml_type>(spec_.type_v);
   if (!spec_.v_trans) {
     spec_.v_elem_bytes = static_cast<uint32_t>(ggml_type_size(tv));
-    spec_.n_embd_v_gqa = static_cast<uint32_t>(spec_.v_row_bytes / ggml_type_size(tv) * ggml_blck_size(tv));
+    spec_.n_embd_v_gqa =
+        static_cast<uint32_t>(spec_.v_row_bytes / ggml_type_size(tv) * ggml_blck_size(tv));
   }
   if (spec_.type_k != spec_.type_v || spec_.k_row_bytes != spec_.v_row_bytes) {
     return absl::UnimplementedError(absl::StrFormat(
-        "kvtier's llama.cpp payload needs equal K and V rows; this cache has K %s x %d bytes, V %s x %d bytes",
+        "kvtier's llama.cpp payload needs equal K and V rows; this cache has K %s x %d bytes, V %s "
+        "x %d bytes",
         ggml_type_name(tk), spec_.k_row_bytes, ggml_type_name(tv), spec_.v_row_bytes));
   }
   layout_.num_layers = spec_.n_layer;
@@ -209,7 +218,9 @@ absl::Status LlamaEngine::Probe() {
   const uint64_t elems = spec_.k_row_bytes / ggml_type_size(tk) * ggml_blck_size(tk);
   const bool plain = tk == GGML_TYPE_F16 || tk == GGML_TYPE_F32 || tk == GGML_TYPE_BF16;
   if (plain && n_head_kv > 0 && elems % static_cast<uint64_t>(n_head_kv) == 0) {
-    layout_.dtype = tk == GGML_TYPE_F16 ? DType::kF16 : tk == GGML_TYPE_F32 ? DType::kF32 : DType::kBF16;
+    layout_.dtype = tk == GGML_TYPE_F16   ? DType::kF16
+                    : tk == GGML_TYPE_F32 ? DType::kF32
+                                          : DType::kBF16;
     layout_.num_kv_heads = static_cast<uint32_t>(n_head_kv);
     layout_.head_dim = static_cast<uint32_t>(elems / static_cast<uint64_t>(n_head_kv));
   } else {
@@ -229,7 +240,8 @@ bool LlamaEngine::has_vocab() const {
   return llama_vocab_type(llama_model_get_vocab(model_)) != LLAMA_VOCAB_TYPE_NONE;
 }
 
-absl::StatusOr<std::vector<TokenId>> LlamaEngine::Tokenize(std::string_view text, bool add_bos) const {
+absl::StatusOr<std::vector<TokenId>> LlamaEngine::Tokenize(std::string_view text,
+                                                           bool add_bos) const {
   if (!has_vocab()) {
     return absl::FailedPreconditionError(
         "model has no tokenizer (tokenizer.ggml.model = none): drive it with token ids");
@@ -265,8 +277,9 @@ absl::Status LlamaEngine::Prefill(std::span<const TokenId> tokens, uint32_t firs
         "Prefill at position %d but the sequence holds %d tokens", first_pos, seq_tokens()));
   }
   if (uint64_t{first_pos} + tokens.size() > options_.n_ctx) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "prompt of %d tokens exceeds n_ctx %d", uint64_t{first_pos} + tokens.size(), options_.n_ctx));
+    return absl::InvalidArgumentError(absl::StrFormat("prompt of %d tokens exceeds n_ctx %d",
+                                                      uint64_t{first_pos} + tokens.size(),
+                                                      options_.n_ctx));
   }
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < 0 || tokens[i] >= n_vocab_) {
@@ -292,8 +305,8 @@ absl::Status LlamaEngine::Prefill(std::span<const TokenId> tokens, uint32_t firs
     if (last && want_logits) batch.logits[n - 1] = 1;
     const int32_t rc = llama_decode(ctx_, batch);
     if (rc != 0) {
-      status = absl::InternalError(absl::StrFormat(
-          "llama_decode returned %d for tokens [%d, %d)", rc, first_pos + start, first_pos + start + n));
+      status = absl::InternalError(absl::StrFormat("llama_decode returned %d for tokens [%d, %d)",
+                                                   rc, first_pos + start, first_pos + start + n));
       break;
     }
     if (progress) progress(start + n, tokens.size());
@@ -304,7 +317,8 @@ absl::Status LlamaEngine::Prefill(std::span<const TokenId> tokens, uint32_t firs
 }
 
 absl::StatusOr<std::vector<float>> LlamaEngine::Logits() const {
-  if (!logits_valid_) return absl::FailedPreconditionError("no logits: the last Prefill did not request them");
+  if (!logits_valid_)
+    return absl::FailedPreconditionError("no logits: the last Prefill did not request them");
   const float* l = llama_get_logits_ith(ctx_, -1);
   if (l == nullptr) return absl::InternalError("llama_get_logits_ith returned null");
   return std::vector<float>(l, l + n_vocab_);
@@ -314,9 +328,11 @@ absl::StatusOr<std::vector<std::byte>> LlamaEngine::GetSeqState() const {
   const size_t size = llama_state_seq_get_size(ctx_, 0);
   if (size == 0) return absl::InternalError("llama_state_seq_get_size returned 0");
   std::vector<std::byte> blob(size);
-  const size_t got = llama_state_seq_get_data(ctx_, reinterpret_cast<uint8_t*>(blob.data()), size, 0);
+  const size_t got =
+      llama_state_seq_get_data(ctx_, reinterpret_cast<uint8_t*>(blob.data()), size, 0);
   if (got != size) {
-    return absl::InternalError(absl::StrFormat("llama_state_seq_get_data wrote %d of %d bytes", got, size));
+    return absl::InternalError(
+        absl::StrFormat("llama_state_seq_get_data wrote %d of %d bytes", got, size));
   }
   return blob;
 }
@@ -324,20 +340,23 @@ absl::StatusOr<std::vector<std::byte>> LlamaEngine::GetSeqState() const {
 absl::Status LlamaEngine::SetSeqState(std::span<const std::byte> blob) {
   Clear();
   if (absl::StatusOr<SeqStateView> v = ParseSeqState(blob, spec_); !v.ok()) return v.status();
-  const size_t read = llama_state_seq_set_data(ctx_, reinterpret_cast<const uint8_t*>(blob.data()), blob.size(), 0);
+  const size_t read =
+      llama_state_seq_set_data(ctx_, reinterpret_cast<const uint8_t*>(blob.data()), blob.size(), 0);
   if (read != blob.size()) {
     Clear();
-    return absl::InternalError(absl::StrFormat("llama_state_seq_set_data read %d of %d bytes", read, blob.size()));
+    return absl::InternalError(
+        absl::StrFormat("llama_state_seq_set_data read %d of %d bytes", read, blob.size()));
   }
   return absl::OkStatus();
 }
 
 std::string LlamaEngine::engine_extra() const {
-  return absl::StrFormat("llama.cpp=%s;llama-cpp-python=%s;type_k=%s;type_v=%s;flash_attn=%s;v_trans=%d",
-                         LlamaCppCommit(), LlamaCppPackageVersion(),
-                         ggml_type_name(static_cast<ggml_type>(spec_.type_k)),
-                         ggml_type_name(static_cast<ggml_type>(spec_.type_v)),
-                         options_.flash_attn ? "on" : "off", spec_.v_trans ? 1 : 0);
+  return absl::StrFormat(
+      "llama.cpp=%s;llama-cpp-python=%s;type_k=%s;type_v=%s;flash_attn=%s;v_trans=%d",
+      LlamaCppCommit(), LlamaCppPackageVersion(),
+      ggml_type_name(static_cast<ggml_type>(spec_.type_k)),
+      ggml_type_name(static_cast<ggml_type>(spec_.type_v)), options_.flash_attn ? "on" : "off",
+      spec_.v_trans ? 1 : 0);
 }
 
 NamespaceParams LlamaEngine::MakeNamespaceParams(uint32_t chunk_tokens) const {

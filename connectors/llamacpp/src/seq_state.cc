@@ -66,9 +66,9 @@ class Reader {
   KVT_ASSIGN_OR_RETURN_IMPL(KVT_CONCAT(_status_or_, __LINE__), lhs, expr)
 
 absl::Status Mismatch(std::string_view field, uint64_t offset, int64_t got, int64_t expected) {
-  return absl::FailedPreconditionError(absl::StrFormat(
-      "llama.cpp seq state field %s at offset %d is %d, this engine expects %d", field, offset,
-      got, expected));
+  return absl::FailedPreconditionError(
+      absl::StrFormat("llama.cpp seq state field %s at offset %d is %d, this engine expects %d",
+                      field, offset, got, expected));
 }
 
 // Byte offsets of one token range inside a chunk payload.
@@ -77,7 +77,8 @@ struct PayloadLayout {
   uint64_t k_bytes;      // count * k_row
 };
 PayloadLayout PayloadOffsets(const SeqStateSpec& spec, uint32_t count) {
-  return {uint64_t{count} * (spec.k_row_bytes + spec.v_row_bytes), uint64_t{count} * spec.k_row_bytes};
+  return {uint64_t{count} * (spec.k_row_bytes + spec.v_row_bytes),
+          uint64_t{count} * spec.k_row_bytes};
 }
 
 // Header bytes before the first layer's K data, and per-layer header sizes.
@@ -90,7 +91,8 @@ constexpr uint64_t kVTransLayerHeader = 4 + 4 + 4;
 absl::Status SeqStateSpec::Validate() const {
   if (n_layer == 0 || k_row_bytes == 0 || v_row_bytes == 0 || n_embd_v_gqa == 0 ||
       v_elem_bytes == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("SeqStateSpec has a zero field: ", DebugString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("SeqStateSpec has a zero field: ", DebugString()));
   }
   if (v_trans && v_row_bytes != uint64_t{n_embd_v_gqa} * v_elem_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -127,9 +129,9 @@ absl::StatusOr<SeqStateView> ParseSeqState(std::span<const std::byte> blob,
   uint64_t at = r.pos();
   KVT_ASSIGN_OR_RETURN(const uint32_t magic, r.Read<uint32_t>("magic"));
   if (magic != kSeqStateMagic) {
-    return absl::DataLossError(absl::StrFormat(
-        "llama.cpp seq state field magic at offset %d is 0x%08x, expected 0x%08x", at, magic,
-        kSeqStateMagic));
+    return absl::DataLossError(
+        absl::StrFormat("llama.cpp seq state field magic at offset %d is 0x%08x, expected 0x%08x",
+                        at, magic, kSeqStateMagic));
   }
   KVT_ASSIGN_OR_RETURN(view.seq_id, r.Read<int32_t>("seq_id"));
   at = r.pos();
@@ -187,7 +189,8 @@ absl::StatusOr<SeqStateView> ParseSeqState(std::span<const std::byte> blob,
   for (uint32_t l = 0; l < n_layer; ++l) {
     at = r.pos();
     KVT_ASSIGN_OR_RETURN(const int32_t k_type, r.Read<int32_t>("layer.k_type"));
-    if (k_type != expect.type_k) return Mismatch(absl::StrCat("layer[", l, "].k_type"), at, k_type, expect.type_k);
+    if (k_type != expect.type_k)
+      return Mismatch(absl::StrCat("layer[", l, "].k_type"), at, k_type, expect.type_k);
     at = r.pos();
     KVT_ASSIGN_OR_RETURN(const uint64_t k_row, r.Read<uint64_t>("layer.k_row_bytes"));
     if (k_row != expect.k_row_bytes) {
@@ -195,18 +198,20 @@ absl::StatusOr<SeqStateView> ParseSeqState(std::span<const std::byte> blob,
                       static_cast<int64_t>(expect.k_row_bytes));
     }
     view.k_offset[l] = r.pos();
-    if (absl::Status s = r.SkipRows(cells, k_row, absl::StrCat("layer[", l, "].k_rows")); !s.ok()) return s;
+    if (absl::Status s = r.SkipRows(cells, k_row, absl::StrCat("layer[", l, "].k_rows")); !s.ok())
+      return s;
   }
   for (uint32_t l = 0; l < n_layer; ++l) {
     at = r.pos();
     KVT_ASSIGN_OR_RETURN(const int32_t v_type, r.Read<int32_t>("layer.v_type"));
-    if (v_type != expect.type_v) return Mismatch(absl::StrCat("layer[", l, "].v_type"), at, v_type, expect.type_v);
+    if (v_type != expect.type_v)
+      return Mismatch(absl::StrCat("layer[", l, "].v_type"), at, v_type, expect.type_v);
     if (!expect.v_trans) {
       at = r.pos();
       KVT_ASSIGN_OR_RETURN(const uint64_t v_row, r.Read<uint64_t>("layer.v_row_bytes"));
       if (v_row != expect.v_row_bytes) {
-        return Mismatch(absl::StrCat("layer[", l, "].v_row_bytes"), at,
-                        static_cast<int64_t>(v_row), static_cast<int64_t>(expect.v_row_bytes));
+        return Mismatch(absl::StrCat("layer[", l, "].v_row_bytes"), at, static_cast<int64_t>(v_row),
+                        static_cast<int64_t>(expect.v_row_bytes));
       }
     } else {
       at = r.pos();
@@ -217,11 +222,13 @@ absl::StatusOr<SeqStateView> ParseSeqState(std::span<const std::byte> blob,
       at = r.pos();
       KVT_ASSIGN_OR_RETURN(const uint32_t n_embd_v, r.Read<uint32_t>("layer.n_embd_v_gqa"));
       if (n_embd_v != expect.n_embd_v_gqa) {
-        return Mismatch(absl::StrCat("layer[", l, "].n_embd_v_gqa"), at, n_embd_v, expect.n_embd_v_gqa);
+        return Mismatch(absl::StrCat("layer[", l, "].n_embd_v_gqa"), at, n_embd_v,
+                        expect.n_embd_v_gqa);
       }
     }
     view.v_offset[l] = r.pos();
-    if (absl::Status s = r.SkipRows(cells, expect.v_row_bytes, absl::StrCat("layer[", l, "].v_data"));
+    if (absl::Status s =
+            r.SkipRows(cells, expect.v_row_bytes, absl::StrCat("layer[", l, "].v_data"));
         !s.ok()) {
       return s;
     }
@@ -238,35 +245,39 @@ absl::StatusOr<SeqStateSpec> InferSeqStateSpec(std::span<const std::byte> blob) 
   Reader r(blob);
   KVT_ASSIGN_OR_RETURN(const uint32_t magic, r.Read<uint32_t>("magic"));
   if (magic != kSeqStateMagic) {
-    return absl::DataLossError(
-        absl::StrFormat("llama.cpp seq state field magic is 0x%08x, expected 0x%08x", magic, kSeqStateMagic));
+    return absl::DataLossError(absl::StrFormat(
+        "llama.cpp seq state field magic is 0x%08x, expected 0x%08x", magic, kSeqStateMagic));
   }
   KVT_ASSIGN_OR_RETURN(const int32_t seq_id, r.Read<int32_t>("seq_id"));
   (void)seq_id;
   KVT_ASSIGN_OR_RETURN(const uint32_t n_stream, r.Read<uint32_t>("n_stream"));
   if (n_stream != 1) {
-    return absl::DataLossError(absl::StrFormat("llama.cpp seq state field n_stream is %d, expected 1", n_stream));
+    return absl::DataLossError(
+        absl::StrFormat("llama.cpp seq state field n_stream is %d, expected 1", n_stream));
   }
   KVT_ASSIGN_OR_RETURN(const uint32_t cells, r.Read<uint32_t>("cell_count"));
-  if (cells == 0) return absl::DataLossError("llama.cpp seq state field cell_count is 0 (empty sequence)");
+  if (cells == 0)
+    return absl::DataLossError("llama.cpp seq state field cell_count is 0 (empty sequence)");
   if (absl::Status s = r.Skip(uint64_t{cells} * kCellMetaBytes, "cells"); !s.ok()) return s;
   SeqStateSpec spec;
   KVT_ASSIGN_OR_RETURN(const uint32_t v_trans, r.Read<uint32_t>("v_trans"));
-  if (v_trans > 1) return absl::DataLossError(absl::StrFormat("llama.cpp seq state field v_trans is %d", v_trans));
+  if (v_trans > 1)
+    return absl::DataLossError(absl::StrFormat("llama.cpp seq state field v_trans is %d", v_trans));
   spec.v_trans = v_trans == 1;
   KVT_ASSIGN_OR_RETURN(spec.n_layer, r.Read<uint32_t>("n_layer"));
   if (spec.n_layer == 0) return absl::DataLossError("llama.cpp seq state field n_layer is 0");
   KVT_ASSIGN_OR_RETURN(spec.type_k, r.Read<int32_t>("layer.k_type"));
   KVT_ASSIGN_OR_RETURN(spec.k_row_bytes, r.Read<uint64_t>("layer.k_row_bytes"));
-  if (spec.k_row_bytes == 0) return absl::DataLossError("llama.cpp seq state field k_row_bytes is 0");
+  if (spec.k_row_bytes == 0)
+    return absl::DataLossError("llama.cpp seq state field k_row_bytes is 0");
   // Skip all K layers (assumed alike; ParseSeqState below checks it).
   uint64_t k_rows = 0, k_all = 0;
   if (__builtin_mul_overflow(uint64_t{cells}, spec.k_row_bytes, &k_rows) ||
       __builtin_add_overflow(k_rows, kKLayerHeader, &k_rows) ||
       __builtin_mul_overflow(k_rows, uint64_t{spec.n_layer}, &k_all)) {
     return absl::DataLossError(absl::StrFormat(
-        "llama.cpp seq state: %d layers of %d cells x %d-byte K rows overflow 64 bits", spec.n_layer,
-        cells, spec.k_row_bytes));
+        "llama.cpp seq state: %d layers of %d cells x %d-byte K rows overflow 64 bits",
+        spec.n_layer, cells, spec.k_row_bytes));
   }
   if (absl::Status s = r.Skip(k_all - kKLayerHeader, "k_layers"); !s.ok()) return s;
   KVT_ASSIGN_OR_RETURN(spec.type_v, r.Read<int32_t>("layer.v_type"));
@@ -289,14 +300,14 @@ absl::Status ExtractChunkPayload(const SeqStateView& view, uint32_t first, uint3
                                  std::span<std::byte> payload) {
   const SeqStateSpec& spec = view.spec;
   if (uint64_t{first} + count > view.cell_count || count == 0) {
-    return absl::OutOfRangeError(absl::StrFormat(
-        "token range [%d, %d) is outside the %d cells of the state", first,
-        uint64_t{first} + count, view.cell_count));
+    return absl::OutOfRangeError(
+        absl::StrFormat("token range [%d, %d) is outside the %d cells of the state", first,
+                        uint64_t{first} + count, view.cell_count));
   }
   if (payload.size() != uint64_t{count} * spec.payload_bytes_per_token()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "payload is %d bytes, %d tokens need %d", payload.size(), count,
-        uint64_t{count} * spec.payload_bytes_per_token()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("payload is %d bytes, %d tokens need %d", payload.size(), count,
+                        uint64_t{count} * spec.payload_bytes_per_token()));
   }
   const PayloadLayout pl = PayloadOffsets(spec, count);
   const std::byte* src = view.blob.data();
@@ -374,14 +385,14 @@ absl::StatusOr<SeqStateBuilder> SeqStateBuilder::Create(const SeqStateSpec& spec
 absl::Status SeqStateBuilder::PutChunk(uint32_t first, uint32_t count,
                                        std::span<const std::byte> payload) {
   if (count == 0 || uint64_t{first} + count > cell_count_) {
-    return absl::OutOfRangeError(absl::StrFormat(
-        "token range [%d, %d) is outside the %d cells being built", first,
-        uint64_t{first} + count, cell_count_));
+    return absl::OutOfRangeError(
+        absl::StrFormat("token range [%d, %d) is outside the %d cells being built", first,
+                        uint64_t{first} + count, cell_count_));
   }
   if (payload.size() != uint64_t{count} * spec_.payload_bytes_per_token()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "payload is %d bytes, %d tokens need %d", payload.size(), count,
-        uint64_t{count} * spec_.payload_bytes_per_token()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("payload is %d bytes, %d tokens need %d", payload.size(), count,
+                        uint64_t{count} * spec_.payload_bytes_per_token()));
   }
   const PayloadLayout pl = PayloadOffsets(spec_, count);
   std::byte* dst = blob_.data();

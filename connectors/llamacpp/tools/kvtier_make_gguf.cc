@@ -25,7 +25,12 @@ int main(int argc, char** argv) {
   app.add_flag("--no-vocab", no_vocab, "no tokenizer (tokenizer.ggml.model = none)");
   app.add_flag("--f32", f32, "F32 weight matrices instead of F16");
   app.add_option_function<uint64_t>(
-      "--seed", [&](uint64_t v) { seed = v; seed_set = true; }, "weight seed");
+      "--seed",
+      [&](uint64_t v) {
+        seed = v;
+        seed_set = true;
+      },
+      "weight seed");
   CLI11_PARSE(app, argc, argv);
 
   auto spec = kvt::llamacpp::SyntheticModelPreset(size, no_vocab ? "" : vocab);

@@ -47,7 +47,7 @@ struct DaemonConfig {
   // tier accepts); disk_direct_io → disk.direct_io. The server sets disk.dir to
   // data_dir + "/disk" and caps disk.file_bytes at disk.capacity_bytes; every other
   // field keeps the tier's default.
-  HostTierOptions host;  // capacity_bytes default 1 GiB
+  HostTierOptions host;                         // capacity_bytes default 1 GiB
   DiskTierOptions disk = DefaultDiskOptions();  // capacity_bytes default 8 GiB
   Durability durability = Durability::kSync;
   // Verify every record's payload checksum before storing it.

@@ -4,10 +4,9 @@
 #include <hiredis/sds.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
-
-#include <atomic>
 #include <map>
 #include <thread>
 
@@ -30,8 +29,9 @@ absl::Status ClusterClientOptions::Validate() const {
   if (nodes.empty()) return bad("nodes", "at least one \"host:port\" is required");
   for (const auto& n : nodes)
     if (auto a = ParseNodeAddr(n); !a.ok()) return a.status();
-  for (auto [name, v] : {std::pair{"connect_timeout", connect_timeout}, std::pair{"io_timeout", io_timeout},
-                         std::pair{"deadline", deadline}, std::pair{"node_retry", node_retry}})
+  for (auto [name, v] :
+       {std::pair{"connect_timeout", connect_timeout}, std::pair{"io_timeout", io_timeout},
+        std::pair{"deadline", deadline}, std::pair{"node_retry", node_retry}})
     if (v.count() <= 0) return bad(name, absl::StrFormat("%d ms, expected > 0", v.count()));
   if (max_redirects < 1) return bad("max_redirects", "expected >= 1");
   if (!username.empty() && password.empty()) return bad("username", "an ACL user needs a password");
@@ -48,14 +48,15 @@ struct CtxDeleter {
 using Ctx = std::unique_ptr<redisContext, CtxDeleter>;
 
 timeval ToTimeval(std::chrono::milliseconds ms) {
-  return timeval{static_cast<time_t>(ms.count() / 1000), static_cast<suseconds_t>((ms.count() % 1000) * 1000)};
+  return timeval{static_cast<time_t>(ms.count() / 1000),
+                 static_cast<suseconds_t>((ms.count() % 1000) * 1000)};
 }
 
 // Sends `cmds` and reads their replies, at most `window` commands in flight (0 = all
 // written before any reply is read). On an I/O error returns Unavailable (the
 // connection is then unusable).
-absl::StatusOr<std::vector<Reply>> Pipeline(redisContext* c, std::span<const Command> cmds, bool asking,
-                                            const NodeAddr& addr, size_t window = 0) {
+absl::StatusOr<std::vector<Reply>> Pipeline(redisContext* c, std::span<const Command> cmds,
+                                            bool asking, const NodeAddr& addr, size_t window = 0) {
   static constexpr std::string_view kAsking = "ASKING";
   const char* asking_argv[1] = {kAsking.data()};
   const size_t asking_len[1] = {kAsking.size()};
@@ -82,7 +83,8 @@ absl::StatusOr<std::vector<Reply>> Pipeline(redisContext* c, std::span<const Com
       argv.push_back(a.data());
       lens.push_back(a.size());
     }
-    if (redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()) != REDIS_OK)
+    if (redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()) !=
+        REDIS_OK)
       return absl::UnavailableError(absl::StrFormat("redis %s: %s", addr.ToString(), c->errstr));
     if (window > 0 && i + 1 - out.size() >= window)
       if (absl::Status s = read_one(); !s.ok()) return s;
@@ -93,7 +95,8 @@ absl::StatusOr<std::vector<Reply>> Pipeline(redisContext* c, std::span<const Com
 }
 
 std::string_view ErrorText(const redisReply* r) {
-  return (r != nullptr && r->type == REDIS_REPLY_ERROR) ? std::string_view(r->str, r->len) : std::string_view();
+  return (r != nullptr && r->type == REDIS_REPLY_ERROR) ? std::string_view(r->str, r->len)
+                                                        : std::string_view();
 }
 
 }  // namespace
@@ -122,7 +125,8 @@ class ClusterClient::Impl {
     Ctx c(redisConnectWithTimeout(a.host.c_str(), a.port, ToTimeval(opt.connect_timeout)));
     if (c == nullptr) return absl::ResourceExhaustedError("redis: cannot allocate a context");
     if (c->err)
-      return absl::UnavailableError(absl::StrFormat("redis %s: cannot connect: %s", a.ToString(), c->errstr));
+      return absl::UnavailableError(
+          absl::StrFormat("redis %s: cannot connect: %s", a.ToString(), c->errstr));
     redisSetTimeout(c.get(), ToTimeval(opt.io_timeout));
     if (!opt.password.empty()) {
       Command cmd = opt.username.empty() ? Command{"AUTH", opt.password}
@@ -130,7 +134,8 @@ class ClusterClient::Impl {
       auto r = Pipeline(c.get(), std::span(&cmd, 1), false, a);
       if (!r.ok()) return r.status();
       if (std::string_view e = ErrorText((*r)[0].get()); !e.empty())
-        return absl::PermissionDeniedError(absl::StrFormat("redis %s: AUTH refused: %s", a.ToString(), e));
+        return absl::PermissionDeniedError(
+            absl::StrFormat("redis %s: AUTH refused: %s", a.ToString(), e));
     }
     return c;
   }
@@ -149,7 +154,8 @@ class ClusterClient::Impl {
       absl::MutexLock l(&mu);
       Node& n = nodes[a.ToString()];
       if (Clock::now() < n.down_until)
-        return absl::UnavailableError(absl::StrFormat("redis %s: node marked down after a failure", a.ToString()));
+        return absl::UnavailableError(
+            absl::StrFormat("redis %s: node marked down after a failure", a.ToString()));
       if (!n.idle.empty()) {
         Ctx c = std::move(n.idle.back());
         n.idle.pop_back();
@@ -170,8 +176,8 @@ class ClusterClient::Impl {
 
   // Pipeline on a pooled connection; a stale pooled connection (server restarted) is
   // retried once on a fresh one.
-  absl::StatusOr<std::vector<Reply>> Run(const NodeAddr& a, std::span<const Command> cmds, bool asking,
-                                          size_t window = 0) {
+  absl::StatusOr<std::vector<Reply>> Run(const NodeAddr& a, std::span<const Command> cmds,
+                                         bool asking, size_t window = 0) {
     for (int attempt = 0;; ++attempt) {
       auto c = Acquire(a);
       if (!c.ok()) return c.status();
@@ -198,12 +204,14 @@ class ClusterClient::Impl {
             "redis %s is not a Redis Cluster node (cluster-enabled is off): %s", a.ToString(), e));
       if (e.starts_with("NOAUTH") || e.starts_with("NOPERM"))
         return absl::PermissionDeniedError(absl::StrFormat("redis %s: %s", a.ToString(), e));
-      return absl::UnavailableError(absl::StrFormat("redis %s: CLUSTER SLOTS: %s", a.ToString(), e));
+      return absl::UnavailableError(
+          absl::StrFormat("redis %s: CLUSTER SLOTS: %s", a.ToString(), e));
     }
     auto m = SlotMap::FromClusterSlots(rep, a.host);
     if (!m.ok()) return m.status();
     if (m->covered_slots() == 0)
-      return absl::UnavailableError(absl::StrFormat("redis %s: the cluster has no slots assigned", a.ToString()));
+      return absl::UnavailableError(
+          absl::StrFormat("redis %s: the cluster has no slots assigned", a.ToString()));
     slot_refreshes.fetch_add(1, std::memory_order_relaxed);
     absl::MutexLock l(&mu);
     map = std::move(*m);
@@ -215,7 +223,8 @@ class ClusterClient::Impl {
     std::vector<NodeAddr> candidates;
     {
       absl::MutexLock l(&mu);
-      if (!force && Clock::now() - last_refresh < std::chrono::milliseconds(50)) return absl::OkStatus();
+      if (!force && Clock::now() - last_refresh < std::chrono::milliseconds(50))
+        return absl::OkStatus();
       last_refresh = Clock::now();
       candidates = map.masters();
     }
@@ -227,7 +236,8 @@ class ClusterClient::Impl {
       if (absl::IsPermissionDenied(s) || absl::IsFailedPrecondition(s)) return s;
       why.push_back(std::string(s.message()));
     }
-    return absl::UnavailableError("redis cluster: no node answered CLUSTER SLOTS: " + absl::StrJoin(why, "; "));
+    return absl::UnavailableError("redis cluster: no node answered CLUSTER SLOTS: " +
+                                  absl::StrJoin(why, "; "));
   }
 
   std::optional<NodeAddr> MasterOf(int slot) {
@@ -240,7 +250,8 @@ ClusterClient::ClusterClient(std::unique_ptr<Impl> impl, const ClusterClientOpti
     : impl_(std::move(impl)), options_(options) {}
 ClusterClient::~ClusterClient() = default;
 
-absl::StatusOr<std::unique_ptr<ClusterClient>> ClusterClient::Create(const ClusterClientOptions& options) {
+absl::StatusOr<std::unique_ptr<ClusterClient>> ClusterClient::Create(
+    const ClusterClientOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   auto impl = std::make_unique<Impl>(options);
   if (absl::Status s = impl->Refresh(/*force=*/true); !s.ok()) return s;
@@ -259,9 +270,11 @@ ClusterClientStats ClusterClient::stats() const {
                             impl_->node_failures.load(), impl_->slot_refreshes.load()};
 }
 
-absl::StatusOr<std::vector<Reply>> ClusterClient::Exec(int slot, std::span<const Command> cmds, size_t window) {
+absl::StatusOr<std::vector<Reply>> ClusterClient::Exec(int slot, std::span<const Command> cmds,
+                                                       size_t window) {
   if (slot < 0 || slot >= kNumSlots || cmds.empty())
-    return absl::InvalidArgumentError(absl::StrFormat("ClusterClient::Exec: slot %d, %d commands", slot, cmds.size()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("ClusterClient::Exec: slot %d, %d commands", slot, cmds.size()));
   const auto deadline = Clock::now() + options_.deadline;
   auto backoff = std::chrono::milliseconds(2);
   auto wait = [&]() -> bool {  // false once the deadline would pass
@@ -274,7 +287,8 @@ absl::StatusOr<std::vector<Reply>> ClusterClient::Exec(int slot, std::span<const
   for (int redirects = 0; redirects <= options_.max_redirects && Clock::now() < deadline;) {
     std::optional<NodeAddr> addr = impl_->MasterOf(slot);
     if (!addr) {
-      last = absl::UnavailableError(absl::StrFormat("redis cluster: no master serves slot %d", slot));
+      last =
+          absl::UnavailableError(absl::StrFormat("redis cluster: no master serves slot %d", slot));
       (void)impl_->Refresh(false);
       if (!wait()) break;
       continue;
@@ -314,8 +328,8 @@ absl::StatusOr<std::vector<Reply>> ClusterClient::Exec(int slot, std::span<const
         case Redirect::kTryAgain:
         case Redirect::kClusterDown:
           impl_->try_again.fetch_add(1, std::memory_order_relaxed);
-          last = absl::UnavailableError(absl::StrFormat("redis %s: %s", addr->ToString(),
-                                                        ErrorText((*replies)[i].get())));
+          last = absl::UnavailableError(
+              absl::StrFormat("redis %s: %s", addr->ToString(), ErrorText((*replies)[i].get())));
           again = true;
           if (!wait()) return last;
           break;
@@ -341,9 +355,10 @@ absl::StatusOr<std::vector<Reply>> ClusterClient::Exec(int slot, std::span<const
     return replies;
   }
   if (last.message() == "no attempt")
-    last = absl::UnavailableError(absl::StrFormat("redis cluster: slot %d: too many redirections", slot));
-  return absl::UnavailableError(absl::StrFormat("redis cluster: slot %d: %s (deadline %d ms)", slot, last.message(),
-                                                options_.deadline.count()));
+    last = absl::UnavailableError(
+        absl::StrFormat("redis cluster: slot %d: too many redirections", slot));
+  return absl::UnavailableError(absl::StrFormat("redis cluster: slot %d: %s (deadline %d ms)", slot,
+                                                last.message(), options_.deadline.count()));
 }
 
 namespace {
@@ -363,7 +378,8 @@ class DirectReader {
     if (line == "$-1") return 0;
     char* end = nullptr;
     n = std::strtoll(line.c_str() + 1, &end, 10);
-    if (end == nullptr || *end != '\0' || n < 0 || static_cast<uint64_t>(n) != dest.size()) return -1;
+    if (end == nullptr || *end != '\0' || n < 0 || static_cast<uint64_t>(n) != dest.size())
+      return -1;
     size_t have = std::min<size_t>(end_ - start_, dest.size());
     std::memcpy(dest.data(), buf_ + start_, have);
     start_ += have;
@@ -401,7 +417,7 @@ class DirectReader {
         }
       }
       if (end_ - start_ > 512) return false;  // no header is this long
-      if (start_ > 0) {  // keep the partial line at the front
+      if (start_ > 0) {                       // keep the partial line at the front
         std::memmove(buf_, buf_ + start_, end_ - start_);
         end_ -= start_;
         start_ = 0;
@@ -417,10 +433,12 @@ class DirectReader {
 
 }  // namespace
 
-absl::StatusOr<std::vector<bool>> ClusterClient::GetInto(int slot, std::span<const std::string> keys,
-                                                         std::span<const std::span<std::byte>> dests, size_t window) {
+absl::StatusOr<std::vector<bool>> ClusterClient::GetInto(
+    int slot, std::span<const std::string> keys, std::span<const std::span<std::byte>> dests,
+    size_t window) {
   if (keys.size() != dests.size() || window == 0)
-    return absl::InvalidArgumentError("ClusterClient::GetInto: keys and dests differ in size, or window 0");
+    return absl::InvalidArgumentError(
+        "ClusterClient::GetInto: keys and dests differ in size, or window 0");
   std::optional<NodeAddr> addr = impl_->MasterOf(slot);
   if (!addr) return absl::FailedPreconditionError("no master known for the slot");
   auto c = impl_->Acquire(*addr);
@@ -447,18 +465,22 @@ absl::StatusOr<std::vector<bool>> ClusterClient::GetInto(int slot, std::span<con
     // A broken connection (a pooled one to a restarted node, a timeout) is dropped and
     // left to Exec, which reconnects or marks the node down.
     if (!send_up_to(std::min(keys.size(), i + window)))
-      return absl::FailedPreconditionError(absl::StrFormat("redis %s: write failed", addr->ToString()));
+      return absl::FailedPreconditionError(
+          absl::StrFormat("redis %s: write failed", addr->ToString()));
     const int r = reader.ReadBulk(dests[i]);
     if (r == -2)
-      return absl::FailedPreconditionError(absl::StrFormat("redis %s: read failed or timed out", addr->ToString()));
-    if (r == -1) return absl::FailedPreconditionError("reply is not a value of the expected length");
+      return absl::FailedPreconditionError(
+          absl::StrFormat("redis %s: read failed or timed out", addr->ToString()));
+    if (r == -1)
+      return absl::FailedPreconditionError("reply is not a value of the expected length");
     out.push_back(r == 1);
   }
   if (reader.drained()) impl_->Release(*addr, std::move(*c));
   return out;
 }
 
-std::vector<Reply> ClusterClient::ExecMany(std::span<const int> slots, std::span<const Command> cmds) {
+std::vector<Reply> ClusterClient::ExecMany(std::span<const int> slots,
+                                           std::span<const Command> cmds) {
   std::vector<Reply> out(cmds.size());
   // master -> indexes of its commands
   std::map<std::string, std::pair<NodeAddr, std::vector<size_t>>> by_node;
@@ -493,7 +515,8 @@ std::vector<Reply> ClusterClient::ExecMany(std::span<const int> slots, std::span
         argv.push_back(a.data());
         lens.push_back(a.size());
       }
-      ok = ok && redisAppendCommandArgv(p.ctx.get(), static_cast<int>(argv.size()), argv.data(), lens.data()) == REDIS_OK;
+      ok = ok && redisAppendCommandArgv(p.ctx.get(), static_cast<int>(argv.size()), argv.data(),
+                                        lens.data()) == REDIS_OK;
     }
     int done = 0;
     while (ok && !done) ok = redisBufferWrite(p.ctx.get(), &done) == REDIS_OK;
@@ -533,7 +556,8 @@ absl::StatusOr<Reply> ClusterClient::ExecOn(const NodeAddr& node, const Command&
   return std::move((*r)[0]);
 }
 
-std::vector<std::pair<NodeAddr, absl::StatusOr<Reply>>> ClusterClient::ExecOnMasters(const Command& cmd) {
+std::vector<std::pair<NodeAddr, absl::StatusOr<Reply>>> ClusterClient::ExecOnMasters(
+    const Command& cmd) {
   std::vector<std::pair<NodeAddr, absl::StatusOr<Reply>>> out;
   const SlotMap map = slot_map();
   for (const NodeAddr& a : map.masters()) {

@@ -22,7 +22,9 @@ uint16_t Crc16(std::string_view data) {
   uint16_t crc = 0;
   for (unsigned char c : data) {
     crc ^= static_cast<uint16_t>(c) << 8;
-    for (int i = 0; i < 8; ++i) crc = (crc & 0x8000) ? static_cast<uint16_t>((crc << 1) ^ 0x1021) : static_cast<uint16_t>(crc << 1);
+    for (int i = 0; i < 8; ++i)
+      crc = (crc & 0x8000) ? static_cast<uint16_t>((crc << 1) ^ 0x1021)
+                           : static_cast<uint16_t>(crc << 1);
   }
   return crc;
 }
@@ -31,7 +33,8 @@ int KeyHashSlot(std::string_view key) {
   const size_t open = key.find('{');
   if (open != std::string_view::npos) {
     const size_t close = key.find('}', open + 1);
-    if (close != std::string_view::npos && close > open + 1) key = key.substr(open + 1, close - open - 1);
+    if (close != std::string_view::npos && close > open + 1)
+      key = key.substr(open + 1, close - open - 1);
   }
   return Crc16(key) & (kNumSlots - 1);
 }
@@ -50,7 +53,8 @@ absl::StatusOr<NodeAddr> ParseNodeAddr(std::string_view text) {
   std::string_view port_text;
   if (text.starts_with("[")) {
     const size_t close = text.find(']');
-    if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':') return bad();
+    if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':')
+      return bad();
     a.host = std::string(text.substr(1, close - 1));
     port_text = text.substr(close + 2);
   } else {
@@ -63,25 +67,30 @@ absl::StatusOr<NodeAddr> ParseNodeAddr(std::string_view text) {
   return a;
 }
 
-absl::StatusOr<SlotMap> SlotMap::FromClusterSlots(const redisReply* reply, std::string_view fallback_host) {
+absl::StatusOr<SlotMap> SlotMap::FromClusterSlots(const redisReply* reply,
+                                                  std::string_view fallback_host) {
   if (reply == nullptr || reply->type != REDIS_REPLY_ARRAY)
     return absl::DataLossError("CLUSTER SLOTS: reply is not an array");
   SlotMap m;
   for (size_t i = 0; i < reply->elements; ++i) {
     const redisReply* e = reply->element[i];
-    if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 || e->element[0]->type != REDIS_REPLY_INTEGER ||
-        e->element[1]->type != REDIS_REPLY_INTEGER || e->element[2]->type != REDIS_REPLY_ARRAY ||
-        e->element[2]->elements < 2 || e->element[2]->element[0]->type != REDIS_REPLY_STRING ||
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
+        e->element[0]->type != REDIS_REPLY_INTEGER || e->element[1]->type != REDIS_REPLY_INTEGER ||
+        e->element[2]->type != REDIS_REPLY_ARRAY || e->element[2]->elements < 2 ||
+        e->element[2]->element[0]->type != REDIS_REPLY_STRING ||
         e->element[2]->element[1]->type != REDIS_REPLY_INTEGER)
       return absl::DataLossError(absl::StrFormat("CLUSTER SLOTS: entry %d is malformed", i));
     const long long start = e->element[0]->integer, end = e->element[1]->integer;
     if (start < 0 || end >= kNumSlots || start > end)
-      return absl::DataLossError(absl::StrFormat("CLUSTER SLOTS: entry %d has slots %d..%d", i, start, end));
+      return absl::DataLossError(
+          absl::StrFormat("CLUSTER SLOTS: entry %d has slots %d..%d", i, start, end));
     const redisReply* n = e->element[2];
-    NodeAddr addr{std::string(n->element[0]->str, n->element[0]->len), static_cast<int>(n->element[1]->integer)};
+    NodeAddr addr{std::string(n->element[0]->str, n->element[0]->len),
+                  static_cast<int>(n->element[1]->integer)};
     if (addr.host.empty() || addr.host == "?") addr.host = std::string(fallback_host);
     if (addr.port < 1 || addr.port > 65535)
-      return absl::DataLossError(absl::StrFormat("CLUSTER SLOTS: entry %d has port %d", i, addr.port));
+      return absl::DataLossError(
+          absl::StrFormat("CLUSTER SLOTS: entry %d has port %d", i, addr.port));
     auto it = std::find(m.masters_.begin(), m.masters_.end(), addr);
     const int16_t idx = static_cast<int16_t>(it - m.masters_.begin());
     if (it == m.masters_.end()) m.masters_.push_back(addr);
@@ -98,7 +107,8 @@ std::optional<NodeAddr> SlotMap::MasterOf(int slot) const {
 }
 
 int SlotMap::covered_slots() const {
-  return static_cast<int>(std::count_if(slot_master_.begin(), slot_master_.end(), [](int16_t i) { return i >= 0; }));
+  return static_cast<int>(
+      std::count_if(slot_master_.begin(), slot_master_.end(), [](int16_t i) { return i >= 0; }));
 }
 
 void SlotMap::Assign(int slot, const NodeAddr& addr) {

@@ -24,7 +24,9 @@ struct PieceHeader {
 };
 
 template <typename T>
-void Store(std::byte* p, T v) { std::memcpy(p, &v, sizeof(T)); }  // little-endian hosts only (x86-64, arm64)
+void Store(std::byte* p, T v) {
+  std::memcpy(p, &v, sizeof(T));
+}  // little-endian hosts only (x86-64, arm64)
 template <typename T>
 T Load(const std::byte* p) {
   T v;
@@ -53,9 +55,11 @@ std::array<std::byte, kPieceHeaderBytes> EncodePieceHeader(const PieceHeader& h,
 
 // Shape only (the checksum needs piece 1). nullopt for anything that is not a header.
 std::optional<PieceHeader> DecodePieceHeader(const redisReply* r) {
-  if (r == nullptr || r->type != REDIS_REPLY_STRING || r->len != kPieceHeaderBytes) return std::nullopt;
+  if (r == nullptr || r->type != REDIS_REPLY_STRING || r->len != kPieceHeaderBytes)
+    return std::nullopt;
   const auto* p = reinterpret_cast<const std::byte*>(r->str);
-  if (Load<uint32_t>(p) != kPieceMagic || Load<uint16_t>(p + 4) != kPieceVersion) return std::nullopt;
+  if (Load<uint32_t>(p) != kPieceMagic || Load<uint16_t>(p + 4) != kPieceVersion)
+    return std::nullopt;
   PieceHeader h{Load<uint64_t>(p + 8), Load<uint32_t>(p + 16), Load<uint32_t>(p + 20)};
   if (h.piece_bytes == 0 || h.record_bytes < kChunkHeaderBytes ||
       h.piece_count != (h.record_bytes + h.piece_bytes - 1) / h.piece_bytes)
@@ -70,7 +74,8 @@ std::string_view AsView(std::span<const std::byte> s) {
 bool IsError(const redisReply* r) { return r == nullptr || r->type == REDIS_REPLY_ERROR; }
 
 int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
@@ -79,26 +84,30 @@ int64_t NowMs() {
 absl::Status ClusterTierOptions::Validate() const {
   if (absl::Status s = client.Validate(); !s.ok()) return s;
   if (keyspace.empty() || keyspace.size() > 64 ||
-      !std::all_of(keyspace.begin(), keyspace.end(),
-                   [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-'; }))
-    return absl::InvalidArgumentError(
-        absl::StrFormat("cluster keyspace '%s': expected 1..64 characters of [A-Za-z0-9_.-]", keyspace));
+      !std::all_of(keyspace.begin(), keyspace.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
+      }))
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "cluster keyspace '%s': expected 1..64 characters of [A-Za-z0-9_.-]", keyspace));
   if (piece_bytes < (64u << 10) || piece_bytes > (512u << 20))
     return absl::InvalidArgumentError(
         absl::StrFormat("cluster piece_bytes %d: expected 64 KiB .. 512 MiB", piece_bytes));
   if (max_record_bytes < kChunkHeaderBytes)
-    return absl::InvalidArgumentError(absl::StrFormat("cluster max_record_bytes %d: too small", max_record_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("cluster max_record_bytes %d: too small", max_record_bytes));
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<ClusterTier>> ClusterTier::Create(const ClusterTierOptions& options) {
+absl::StatusOr<std::unique_ptr<ClusterTier>> ClusterTier::Create(
+    const ClusterTierOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   auto client = cluster::ClusterClient::Create(options.client);
   if (!client.ok()) return client.status();
   return std::unique_ptr<ClusterTier>(new ClusterTier(options, std::move(*client)));
 }
 
-ClusterTier::ClusterTier(const ClusterTierOptions& options, std::unique_ptr<cluster::ClusterClient> client)
+ClusterTier::ClusterTier(const ClusterTierOptions& options,
+                         std::unique_ptr<cluster::ClusterClient> client)
     : options_(options), client_(std::move(client)) {}
 ClusterTier::~ClusterTier() = default;
 
@@ -110,20 +119,24 @@ absl::Status ClusterTier::Put(std::span<const std::byte> record) {
   auto header = DecodeChunkHeader(record);
   if (!header.ok()) return header.status();
   if (record.size() != header->record_bytes())
-    return absl::InvalidArgumentError(absl::StrFormat("ClusterTier::Put: record is %d bytes, header says %d",
-                                                      record.size(), header->record_bytes()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("ClusterTier::Put: record is %d bytes, header says %d", record.size(),
+                        header->record_bytes()));
   if (record.size() > options_.max_record_bytes)
-    return absl::ResourceExhaustedError(absl::StrFormat("ClusterTier::Put: record of %d bytes exceeds max_record_bytes %d",
-                                                        record.size(), options_.max_record_bytes));
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("ClusterTier::Put: record of %d bytes exceeds max_record_bytes %d",
+                        record.size(), options_.max_record_bytes));
   const uint64_t pb = options_.piece_bytes;
-  PieceHeader ph{record.size(), static_cast<uint32_t>((record.size() + pb - 1) / pb), static_cast<uint32_t>(pb)};
+  PieceHeader ph{record.size(), static_cast<uint32_t>((record.size() + pb - 1) / pb),
+                 static_cast<uint32_t>(pb)};
   const auto hdr = EncodePieceHeader(ph, record);
   std::vector<std::string> keys;
   for (uint32_t i = 0; i <= ph.piece_count; ++i) keys.push_back(PieceKey(header->key, i));
   const std::string ttl = std::to_string(options_.ttl_s);
   std::vector<cluster::Command> cmds;
   auto set = [&](const std::string& k, std::string_view v) {
-    cmds.push_back(options_.ttl_s > 0 ? cluster::Command{"SET", k, v, "EX", ttl} : cluster::Command{"SET", k, v});
+    cmds.push_back(options_.ttl_s > 0 ? cluster::Command{"SET", k, v, "EX", ttl}
+                                      : cluster::Command{"SET", k, v});
   };
   // Data pieces first, the header last: one shard runs one connection's pipeline in
   // order, so a header that can be read has its pieces written before it.
@@ -143,7 +156,8 @@ absl::Status ClusterTier::Put(std::span<const std::byte> record) {
     std::string_view e(r->str, r->len);
     (void)Erase(header->key);  // no half-written record left behind
     if (e.starts_with("OOM"))
-      return absl::ResourceExhaustedError(absl::StrFormat("ClusterTier::Put: redis is full: %s", e));
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("ClusterTier::Put: redis is full: %s", e));
     return absl::UnavailableError(absl::StrFormat("ClusterTier::Put: %s", e));
   }
   puts_.fetch_add(1, std::memory_order_relaxed);
@@ -165,13 +179,16 @@ absl::StatusOr<uint64_t> ClusterTier::Get(const ChunkKey& key, std::span<std::by
   auto replies = client_->Exec(slot, std::span(&hcmd, 1));
   if (!replies.ok()) {
     io_errors_.fetch_add(1, std::memory_order_relaxed);
-    return miss(absl::UnavailableError("ClusterTier::Get: " + std::string(replies.status().message())));
+    return miss(
+        absl::UnavailableError("ClusterTier::Get: " + std::string(replies.status().message())));
   }
   const redisReply* r0 = (*replies)[0].get();
-  if (r0 == nullptr || r0->type == REDIS_REPLY_NIL) return miss(absl::NotFoundError("ClusterTier::Get: miss"));
+  if (r0 == nullptr || r0->type == REDIS_REPLY_NIL)
+    return miss(absl::NotFoundError("ClusterTier::Get: miss"));
   if (IsError(r0)) {
     io_errors_.fetch_add(1, std::memory_order_relaxed);
-    return miss(absl::UnavailableError(absl::StrFormat("ClusterTier::Get: %s", std::string_view(r0->str, r0->len))));
+    return miss(absl::UnavailableError(
+        absl::StrFormat("ClusterTier::Get: %s", std::string_view(r0->str, r0->len))));
   }
   std::optional<PieceHeader> ph = DecodePieceHeader(r0);
   if (!ph) {
@@ -192,7 +209,8 @@ absl::StatusOr<uint64_t> ClusterTier::Get(const ChunkKey& key, std::span<std::by
     return true;
   };
   auto short_piece = [&](uint32_t i) {
-    return miss(absl::NotFoundError(absl::StrFormat("ClusterTier::Get: %s: piece %d missing or short (a miss)", k0, i)));
+    return miss(absl::NotFoundError(
+        absl::StrFormat("ClusterTier::Get: %s: piece %d missing or short (a miss)", k0, i)));
   };
   replies->clear();
   const size_t w = window();
@@ -203,7 +221,8 @@ absl::StatusOr<uint64_t> ClusterTier::Get(const ChunkKey& key, std::span<std::by
     for (uint32_t i = first; i <= last; ++i) {
       names.push_back(PieceKey(key, i));
       const uint64_t off = uint64_t{i - 1} * ph->piece_bytes;
-      dests.push_back(out.subspan(off, std::min<uint64_t>(ph->piece_bytes, ph->record_bytes - off)));
+      dests.push_back(
+          out.subspan(off, std::min<uint64_t>(ph->piece_bytes, ph->record_bytes - off)));
     }
     auto direct = client_->GetInto(slot, names, dests, w);
     if (direct.ok()) {
@@ -213,28 +232,34 @@ absl::StatusOr<uint64_t> ClusterTier::Get(const ChunkKey& key, std::span<std::by
     }
     if (absl::IsUnavailable(direct.status())) {
       io_errors_.fetch_add(1, std::memory_order_relaxed);
-      return miss(absl::UnavailableError("ClusterTier::Get: " + std::string(direct.status().message())));
+      return miss(
+          absl::UnavailableError("ClusterTier::Get: " + std::string(direct.status().message())));
     }
     std::vector<cluster::Command> mc;  // redirects or odd replies: the general path
     for (const auto& n : names) mc.push_back({"GET", n});
     auto mr = client_->Exec(slot, mc);
     if (!mr.ok()) {
       io_errors_.fetch_add(1, std::memory_order_relaxed);
-      return miss(absl::UnavailableError("ClusterTier::Get: " + std::string(mr.status().message())));
+      return miss(
+          absl::UnavailableError("ClusterTier::Get: " + std::string(mr.status().message())));
     }
     for (uint32_t i = first; i <= last; ++i)
       if (!take(i, (*mr)[i - first].get())) return short_piece(i);
   }
   const auto record = out.first(ph->record_bytes);
-  if (Load<uint64_t>(hdr_bytes.data() + 24) != HeaderChecksum(hdr_bytes.data(), record.first(kChunkHeaderBytes)))
+  if (Load<uint64_t>(hdr_bytes.data() + 24) !=
+      HeaderChecksum(hdr_bytes.data(), record.first(kChunkHeaderBytes)))
     // Pieces of another write of the same key (a concurrent re-put): a miss.
-    return miss(absl::NotFoundError(absl::StrFormat("ClusterTier::Get: %s: header and pieces disagree", k0)));
+    return miss(absl::NotFoundError(
+        absl::StrFormat("ClusterTier::Get: %s: header and pieces disagree", k0)));
   auto header = DecodeChunkHeader(record);
-  absl::StatusOr<ChunkHeader> v = header.ok() ? VerifyChunk(record, DecodeExpectations{.ns = header->ns, .key = key})
-                                              : absl::StatusOr<ChunkHeader>(header.status());
+  absl::StatusOr<ChunkHeader> v =
+      header.ok() ? VerifyChunk(record, DecodeExpectations{.ns = header->ns, .key = key})
+                  : absl::StatusOr<ChunkHeader>(header.status());
   if (!v.ok()) {
     integrity_errors_.fetch_add(1, std::memory_order_relaxed);
-    spdlog::warn("cluster tier: record {} failed verification: {}", key.ToHex(), v.status().ToString());
+    spdlog::warn("cluster tier: record {} failed verification: {}", key.ToHex(),
+                 v.status().ToString());
     return miss(absl::DataLossError("ClusterTier::Get: " + v.status().ToString()));
   }
   hits_.fetch_add(1, std::memory_order_relaxed);
@@ -271,16 +296,20 @@ absl::Status ClusterTier::Erase(const ChunkKey& key) {
   const int slot = cluster::KeyHashSlot(k0);
   cluster::Command get{"GET", k0};
   auto r = client_->Exec(slot, std::span(&get, 1));
-  if (!r.ok()) return absl::UnavailableError("ClusterTier::Erase: " + std::string(r.status().message()));
+  if (!r.ok())
+    return absl::UnavailableError("ClusterTier::Erase: " + std::string(r.status().message()));
   std::optional<PieceHeader> ph = DecodePieceHeader((*r)[0].get());
   // Without a readable header, remove the pieces a record of max_record_bytes could have.
-  const uint64_t n = ph ? ph->piece_count : (options_.max_record_bytes + options_.piece_bytes - 1) / options_.piece_bytes;
+  const uint64_t n =
+      ph ? ph->piece_count
+         : (options_.max_record_bytes + options_.piece_bytes - 1) / options_.piece_bytes;
   std::vector<std::string> keys{k0};  // header first: the record stops being readable at once
   for (uint64_t i = 1; i <= n; ++i) keys.push_back(PieceKey(key, static_cast<uint32_t>(i)));
   std::vector<cluster::Command> cmds;
   for (const auto& k : keys) cmds.push_back({"UNLINK", k});
   auto d = client_->Exec(slot, cmds);
-  if (!d.ok()) return absl::UnavailableError("ClusterTier::Erase: " + std::string(d.status().message()));
+  if (!d.ok())
+    return absl::UnavailableError("ClusterTier::Erase: " + std::string(d.status().message()));
   if ((*d)[0] != nullptr && (*d)[0]->type == REDIS_REPLY_INTEGER && (*d)[0]->integer == 1)
     evictions_.fetch_add(1, std::memory_order_relaxed);
   return absl::OkStatus();
@@ -294,8 +323,8 @@ absl::StatusOr<ListPage> ClusterTier::List(const ListOptions& options) {
   if (!options.page_token.empty()) {
     auto k = ChunkKey::FromHex(options.page_token);
     if (!k.ok())
-      return absl::InvalidArgumentError(absl::StrFormat("ClusterTier::List: page_token '%s': %s", options.page_token,
-                                                        k.status().message()));
+      return absl::InvalidArgumentError(absl::StrFormat("ClusterTier::List: page_token '%s': %s",
+                                                        options.page_token, k.status().message()));
     after = *k;
   }
   const std::string prefix = absl::StrFormat("kvt:{%s:", options_.keyspace);
@@ -308,10 +337,12 @@ absl::StatusOr<ListPage> ClusterTier::List(const ListOptions& options) {
       // Routed by node, not by slot: SCAN is per node.
       cluster::Command cmd{"SCAN", cursor, "MATCH", match, "COUNT", "1000"};
       auto r = client_->ExecOn(m, cmd);  // SCAN is per node
-      if (!r.ok()) return absl::UnavailableError("ClusterTier::List: " + std::string(r.status().message()));
+      if (!r.ok())
+        return absl::UnavailableError("ClusterTier::List: " + std::string(r.status().message()));
       const redisReply* rep = r->get();
       if (rep == nullptr || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2)
-        return absl::UnavailableError(absl::StrFormat("ClusterTier::List: bad SCAN reply from %s", m.ToString()));
+        return absl::UnavailableError(
+            absl::StrFormat("ClusterTier::List: bad SCAN reply from %s", m.ToString()));
       cursor = std::string(rep->element[0]->str, rep->element[0]->len);
       for (size_t i = 0; i < rep->element[1]->elements; ++i) {
         std::string_view name(rep->element[1]->element[i]->str, rep->element[1]->element[i]->len);
@@ -338,9 +369,12 @@ absl::StatusOr<ListPage> ClusterTier::List(const ListOptions& options) {
 
 absl::StatusOr<ChunkHeader> ClusterTier::ReadChunkHeader(const ChunkKey& key) {
   const std::string k0 = PieceKey(key, 0), k1 = PieceKey(key, 1);
-  std::vector<cluster::Command> cmds{{"GET", k0}, {"GETRANGE", k1, "0", std::to_string(kChunkHeaderBytes - 1)}};
+  std::vector<cluster::Command> cmds{{"GET", k0},
+                                     {"GETRANGE", k1, "0", std::to_string(kChunkHeaderBytes - 1)}};
   auto r = client_->Exec(cluster::KeyHashSlot(k0), cmds);
-  if (!r.ok()) return absl::UnavailableError("ClusterTier::ReadChunkHeader: " + std::string(r.status().message()));
+  if (!r.ok())
+    return absl::UnavailableError("ClusterTier::ReadChunkHeader: " +
+                                  std::string(r.status().message()));
   std::optional<PieceHeader> ph = DecodePieceHeader((*r)[0].get());
   const redisReply* h = (*r)[1].get();
   if (!ph || h == nullptr || h->type != REDIS_REPLY_STRING || h->len != kChunkHeaderBytes)
@@ -376,7 +410,7 @@ TierStats ClusterTier::stats() const {
   TierStats s;
   s.capacity_bytes = capacity_.load(std::memory_order_relaxed);
   s.used_bytes = used_.load(std::memory_order_relaxed);
-    s.hits = hits_.load(std::memory_order_relaxed);
+  s.hits = hits_.load(std::memory_order_relaxed);
   s.misses = misses_.load(std::memory_order_relaxed);
   s.puts = puts_.load(std::memory_order_relaxed);
   s.bytes_in = bytes_in_.load(std::memory_order_relaxed);
@@ -388,7 +422,8 @@ TierStats ClusterTier::stats() const {
 }
 
 TierCaps ClusterTier::caps() const {
-  RefreshStats();
+  // No call to the service here: caps() is asked at store construction and must not
+  // fail, block or trip the client's circuit breaker. Capacity is the last stats() answer.
   return TierCaps{.name = options_.name,
                   .kind = TierKind::kRemote,
                   .capacity_bytes = capacity_.load(std::memory_order_relaxed),

@@ -65,8 +65,8 @@ struct DecodeExpectations {
 // Verifies a whole record before any byte is handed out: header as above, record
 // length == header + payload (short or long → DataLoss), payload checksum (DataLoss),
 // namespace and key equal to `expect` (FailedPrecondition), layout when given
-// (FailedPrecondition), token count when given (FailedPrecondition). On success returns the header; the payload is
-// record.subspan(kChunkHeaderBytes). Every failure increments IntegrityErrorCount().
+// (FailedPrecondition), token count when given (FailedPrecondition). On success returns the header;
+// the payload is record.subspan(kChunkHeaderBytes). Every failure increments IntegrityErrorCount().
 absl::StatusOr<ChunkHeader> VerifyChunk(std::span<const std::byte> record,
                                         const DecodeExpectations& expect);
 

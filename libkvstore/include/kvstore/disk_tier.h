@@ -93,7 +93,7 @@ struct DiskTierExtraStats {
   // write, once space is back, reopens the index first (not DB::Resume(): see
   // docs/disk-tier.md). Until then puts fail.
   bool index_write_stopped = false;
-  uint64_t index_reopens = 0;  // times the index was reopened after such an error
+  uint64_t index_reopens = 0;             // times the index was reopened after such an error
   uint64_t index_low_space_refusals = 0;  // index writes refused: free < index_reserve_bytes
 };
 

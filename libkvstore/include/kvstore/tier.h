@@ -74,20 +74,21 @@ struct ListPage {
 // owner can demote it. `record` is valid only during the call. Must not call back
 // into the same tier. Set in the tier's options (HostTierOptions, DiskTierOptions);
 // a TieredStore supplies it through a TierFactory.
-using EvictionListener = std::function<void(const ChunkKey& key, std::span<const std::byte> record)>;
+using EvictionListener =
+    std::function<void(const ChunkKey& key, std::span<const std::byte> record)>;
 
 // What a tier is and can do. Callers decide by capability, never by kind.
 // (The model: RocksDB's FileSystem::SupportedOps.)
 struct TierCaps {
-  std::string name;                  // metrics, logs, CLI ("host", "disk", ...)
-  TierKind kind = TierKind::kHost;   // for display and the cost model's bandwidth class only
-  uint64_t capacity_bytes = 0;       // 0 = unknown (a remote tier before its first stats)
-  bool durable = false;              // records survive a restart of this process
-  bool remote = false;               // calls cross a process or network boundary (slow Stat)
-  bool verifies_reads = false;       // Get returns only records it verified with VerifyChunk,
-                                     // because its bytes come from outside the process
-  bool pinnable = false;             // Pin holds a chunk against this tier's own eviction
-  bool evicts = false;               // evicts on its own and reports it to its listener
+  std::string name;                 // metrics, logs, CLI ("host", "disk", ...)
+  TierKind kind = TierKind::kHost;  // for display and the cost model's bandwidth class only
+  uint64_t capacity_bytes = 0;      // 0 = unknown (a remote tier before its first stats)
+  bool durable = false;             // records survive a restart of this process
+  bool remote = false;              // calls cross a process or network boundary (slow Stat)
+  bool verifies_reads = false;      // Get returns only records it verified with VerifyChunk,
+                                    // because its bytes come from outside the process
+  bool pinnable = false;            // Pin holds a chunk against this tier's own eviction
+  bool evicts = false;              // evicts on its own and reports it to its listener
 };
 
 // Presence of one key in a tier.
@@ -147,7 +148,8 @@ class Tier {
  public:
   virtual ~Tier() = default;
 
-  // Name, kind, capacity and capabilities (capacity may change for a remote tier).
+  // Name, kind, capacity and capabilities (capacity may change for a remote tier). Cheap:
+  // never blocks on I/O or a remote call (a remote tier reports its last known capacity).
   virtual TierCaps caps() const = 0;
 
   // Stores a whole record (header verified with DecodeChunkHeader; the key is taken

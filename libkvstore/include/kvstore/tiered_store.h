@@ -11,8 +11,8 @@
 #include <functional>
 #include <memory>
 #include <optional>
-#include <string>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -96,7 +96,7 @@ struct GetOptions {
 };
 
 struct GetInfo {
-  TierIndex tier_index = kNoTier;  // where the record was found
+  TierIndex tier_index = kNoTier;        // where the record was found
   TierKind tier_kind = TierKind::kHost;  // its kind (valid when tier_index != kNoTier)
   bool promoted = false;
   bool from_queue = false;  // served from the write-back queue (tier_index = its target)
@@ -110,8 +110,8 @@ struct StoreListOptions {
   // List only the tiers up to and including this one (e.g. the local tiers at start-up,
   // not a cluster-wide tier whose listing scans every shard); unset = every tier.
   std::optional<TierIndex> through_tier;
-  std::string page_token;  // "" = from the start; else a previous next_page_token
-  size_t page_size = 1000; // REQUIRES: 1..100000
+  std::string page_token;   // "" = from the start; else a previous next_page_token
+  size_t page_size = 1000;  // REQUIRES: 1..100000
 };
 
 struct StoreListPage {
@@ -125,21 +125,21 @@ struct EvictOptions {
 
 // Counters since creation plus current gauges of the write-back machinery.
 struct TieredStoreStats {
-  uint64_t hits = 0;                // Get found the key in some tier
-  uint64_t misses = 0;              // Get found it nowhere
-  uint64_t promotions = 0;          // hits below tier 0 copied into tier 0
-  uint64_t demotions_queued = 0;    // evicted records queued for the next tier
-  uint64_t demotions_dropped = 0;   // evicted records dropped (queue over 2x the limit)
-  uint64_t demotions_skipped = 0;   // evicted records the next tier already held
-  uint64_t writebacks = 0;          // successful Puts into lower tiers by the background thread
-  uint64_t writeback_errors = 0;    // failed Puts into lower tiers (the record stays above)
-  uint64_t writebacks_skipped = 0;  // write-throughs whose record had left tier 0 first
-  uint64_t writes_dropped = 0;      // write-backs not queued because the thread is dead
-  uint64_t integrity_errors = 0;    // records that failed verification in any tier (sum of
-                                    // the tiers' counters: one count every tier feeds)
-  uint64_t explicit_evictions = 0;  // chunks removed by Evict (an operator's eviction)
-  uint64_t queue_hits = 0;          // Gets served from the write-back queue
-  uint64_t pending_write_bytes = 0; // bytes queued or being written now
+  uint64_t hits = 0;                 // Get found the key in some tier
+  uint64_t misses = 0;               // Get found it nowhere
+  uint64_t promotions = 0;           // hits below tier 0 copied into tier 0
+  uint64_t demotions_queued = 0;     // evicted records queued for the next tier
+  uint64_t demotions_dropped = 0;    // evicted records dropped (queue over 2x the limit)
+  uint64_t demotions_skipped = 0;    // evicted records the next tier already held
+  uint64_t writebacks = 0;           // successful Puts into lower tiers by the background thread
+  uint64_t writeback_errors = 0;     // failed Puts into lower tiers (the record stays above)
+  uint64_t writebacks_skipped = 0;   // write-throughs whose record had left tier 0 first
+  uint64_t writes_dropped = 0;       // write-backs not queued because the thread is dead
+  uint64_t integrity_errors = 0;     // records that failed verification in any tier (sum of
+                                     // the tiers' counters: one count every tier feeds)
+  uint64_t explicit_evictions = 0;   // chunks removed by Evict (an operator's eviction)
+  uint64_t queue_hits = 0;           // Gets served from the write-back queue
+  uint64_t pending_write_bytes = 0;  // bytes queued or being written now
 };
 
 // Thread-safe.
@@ -215,7 +215,8 @@ class TieredStore {
   // Evicts what `selector` selects from every tier (kvstore/evict_selector.h).
   // Pinned chunks are not evicted and are reported in `failed`. Evictions are counted
   // in stats().explicit_evictions. InvalidArgument for a bad selector.
-  absl::StatusOr<EvictResult> Evict(const EvictSelector& selector, const EvictOptions& options = {});
+  absl::StatusOr<EvictResult> Evict(const EvictSelector& selector,
+                                    const EvictOptions& options = {});
 
   // Erases `key` from every tier (and cancels its queued write-backs).
   absl::Status Erase(const ChunkKey& key);

@@ -15,31 +15,38 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
 }
 
 absl::Status RemoteClientOptions::Validate() const {
-  if (target.empty()) return absl::InvalidArgumentError("RemoteClientOptions.target: must not be empty");
+  if (target.empty())
+    return absl::InvalidArgumentError("RemoteClientOptions.target: must not be empty");
   if (deadline < std::chrono::milliseconds(1) || deadline > std::chrono::minutes(10))
     return absl::InvalidArgumentError(absl::StrFormat(
         "RemoteClientOptions.deadline: %d ms, expected 1 ms .. 10 min", deadline.count()));
   if (max_attempts < 1 || max_attempts > 10)
     return absl::InvalidArgumentError(
         absl::StrFormat("RemoteClientOptions.max_attempts: %d, expected 1..10", max_attempts));
-  if (initial_backoff.count() <= 0 || initial_backoff > max_backoff || max_backoff > std::chrono::seconds(10))
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "RemoteClientOptions.initial_backoff/max_backoff: %d/%d ms, expected 0 < initial <= max <= 10000",
-        initial_backoff.count(), max_backoff.count()));
+  if (initial_backoff.count() <= 0 || initial_backoff > max_backoff ||
+      max_backoff > std::chrono::seconds(10))
+    return absl::InvalidArgumentError(
+        absl::StrFormat("RemoteClientOptions.initial_backoff/max_backoff: %d/%d ms, expected 0 < "
+                        "initial <= max <= 10000",
+                        initial_backoff.count(), max_backoff.count()));
   if (put_part_bytes < 4096 || put_part_bytes > kKvtierMaxPartBytes)
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "RemoteClientOptions.put_part_bytes: %d, expected 4096..%d", put_part_bytes, kKvtierMaxPartBytes));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("RemoteClientOptions.put_part_bytes: %d, expected 4096..%d", put_part_bytes,
+                        kKvtierMaxPartBytes));
   if (get_part_bytes > kKvtierMaxPartBytes)
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "RemoteClientOptions.get_part_bytes: %d, expected 0..%d", get_part_bytes, kKvtierMaxPartBytes));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("RemoteClientOptions.get_part_bytes: %d, expected 0..%d", get_part_bytes,
+                        kKvtierMaxPartBytes));
   if (rebuild_after_failures < 1)
     return absl::InvalidArgumentError("RemoteClientOptions.rebuild_after_failures: expected >= 1");
   return absl::OkStatus();
 }
-absl::StatusOr<std::unique_ptr<RemoteClient>> RemoteClient::Create(const RemoteClientOptions& options) {
+absl::StatusOr<std::unique_ptr<RemoteClient>> RemoteClient::Create(
+    const RemoteClientOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   absl::BitGen gen;
-  std::string id = absl::StrFormat("%016x%016x", absl::Uniform<uint64_t>(gen), absl::Uniform<uint64_t>(gen));
+  std::string id =
+      absl::StrFormat("%016x%016x", absl::Uniform<uint64_t>(gen), absl::Uniform<uint64_t>(gen));
   auto impl = std::make_unique<Impl>(options, id);
   return std::unique_ptr<RemoteClient>(new RemoteClient(options, std::move(impl)));
 }
@@ -76,8 +83,8 @@ absl::Status RemoteClient::Put(std::span<const std::byte> record) {
 absl::Status RemoteClient::Put(std::span<const std::span<const std::byte>> records) {
   for (const auto& r : records) {
     if (r.size() < 128)
-      return absl::InvalidArgumentError(
-          absl::StrFormat("Put: record of %d bytes is shorter than a chunk header (128)", r.size()));
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "Put: record of %d bytes is shorter than a chunk header (128)", r.size()));
   }
   const size_t part = options_.put_part_bytes;
   return impl_->Call([&](pb::KvTier::Stub& stub, grpc::ClientContext& ctx) {
@@ -102,8 +109,8 @@ absl::Status RemoteClient::Put(std::span<const std::span<const std::byte>> recor
     grpc::Status st = writer->Finish();
     if (st.ok() && resp.records_stored() != records.size())
       return grpc::Status(grpc::StatusCode::INTERNAL,
-                          absl::StrFormat("Put: daemon acknowledged %d of %d records", resp.records_stored(),
-                                          records.size()));
+                          absl::StrFormat("Put: daemon acknowledged %d of %d records",
+                                          resp.records_stored(), records.size()));
     return st;
   });
 }
@@ -150,7 +157,8 @@ absl::StatusOr<EvictResult> RemoteClient::Evict(const EvictSelector& sel, bool d
   return out;
 }
 
-absl::StatusOr<RemoteListPage> RemoteClient::List(std::optional<NamespaceId> ns, const std::string& page_token,
+absl::StatusOr<RemoteListPage> RemoteClient::List(std::optional<NamespaceId> ns,
+                                                  const std::string& page_token,
                                                   uint32_t page_size) {
   pb::ListRequest req;
   req.set_protocol_version(kKvtierProtocolVersion);

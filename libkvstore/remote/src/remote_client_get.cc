@@ -19,7 +19,8 @@ struct RawGetResponse {
 absl::Status ScanGetResponse(grpc::ByteBuffer* bb, RawGetResponse* out) {
   using google::protobuf::internal::WireFormatLite;
   grpc::ProtoBufferReader reader(bb);
-  if (!reader.status().ok()) return absl::InternalError("Get: unreadable response: " + reader.status().error_message());
+  if (!reader.status().ok())
+    return absl::InternalError("Get: unreadable response: " + reader.status().error_message());
   google::protobuf::io::CodedInputStream in(&reader);
   *out = RawGetResponse{};
   for (;;) {
@@ -47,7 +48,8 @@ absl::Status ScanGetResponse(grpc::ByteBuffer* bb, RawGetResponse* out) {
     } else {
       ok = WireFormatLite::SkipField(&in, tag);
     }
-    if (!ok) return absl::InternalError(absl::StrFormat("Get: malformed response (field %d)", field));
+    if (!ok)
+      return absl::InternalError(absl::StrFormat("Get: malformed response (field %d)", field));
   }
   if (!in.ConsumedEntireMessage()) return absl::InternalError("Get: malformed response");
   return absl::OkStatus();
@@ -73,9 +75,10 @@ bool CopyData(grpc::ByteBuffer* bb, const RawGetResponse& msg, std::byte* dest) 
 // Reads a Get stream for one key into the span returned by `dest(record_bytes)`. Each
 // GetResponse is read as raw bytes and its `data` copied from the received slices into
 // the destination directly (no protobuf string in between).
-grpc::Status ReadOneRecord(grpc::ClientReader<grpc::ByteBuffer>* reader, grpc::ClientContext& ctx,
-                           const std::function<absl::StatusOr<std::span<std::byte>>(uint64_t)>& dest,
-                           absl::StatusOr<uint64_t>* result) {
+grpc::Status ReadOneRecord(
+    grpc::ClientReader<grpc::ByteBuffer>* reader, grpc::ClientContext& ctx,
+    const std::function<absl::StatusOr<std::span<std::byte>>(uint64_t)>& dest,
+    absl::StatusOr<uint64_t>* result) {
   grpc::ByteBuffer bb;
   RawGetResponse resp;
   bool seen_header = false;
@@ -134,7 +137,8 @@ grpc::Status ReadOneRecord(grpc::ClientReader<grpc::ByteBuffer>* reader, grpc::C
   }
   grpc::Status st = reader->Finish();
   if (result->ok() && !st.ok()) *result = FromGrpcStatus(st);
-  if (result->ok() && !seen_header) *result = absl::InternalError("Get: stream ended without header");
+  if (result->ok() && !seen_header)
+    *result = absl::InternalError("Get: stream ended without header");
   if (!st.ok() && st.error_code() != grpc::StatusCode::CANCELLED) return st;
   return grpc::Status::OK;
 }
@@ -147,14 +151,15 @@ absl::StatusOr<uint64_t> RemoteClient::Get(const ChunkKey& key, std::span<std::b
   absl::StatusOr<uint64_t> result = absl::NotFoundError("Get: no answer");
   absl::Status s = impl_->Call([&](pb::KvTier::Stub&, grpc::ClientContext& ctx) {
     auto reader = impl_->StartRawGet(ctx, req);
-    return ReadOneRecord(reader.get(), ctx,
-                         [&](uint64_t n) -> absl::StatusOr<std::span<std::byte>> {
-                           if (n > out.size())
-                             return absl::OutOfRangeError(absl::StrFormat(
-                                 "Get: record needs %d bytes, buffer has %d", n, out.size()));
-                           return out.first(n);
-                         },
-                         &result);
+    return ReadOneRecord(
+        reader.get(), ctx,
+        [&](uint64_t n) -> absl::StatusOr<std::span<std::byte>> {
+          if (n > out.size())
+            return absl::OutOfRangeError(
+                absl::StrFormat("Get: record needs %d bytes, buffer has %d", n, out.size()));
+          return out.first(n);
+        },
+        &result);
   });
   if (!s.ok()) return s;
   return result;
@@ -178,13 +183,14 @@ absl::StatusOr<std::vector<std::byte>> RemoteClient::GetRecord(const ChunkKey& k
   absl::StatusOr<uint64_t> result = absl::NotFoundError("Get: no answer");
   absl::Status s = impl_->Call([&](pb::KvTier::Stub&, grpc::ClientContext& ctx) {
     auto reader = impl_->StartRawGet(ctx, req);
-    return ReadOneRecord(reader.get(), ctx,
-                         [&](uint64_t n) -> absl::StatusOr<std::span<std::byte>> {
-                           if (n > (1ull << 30)) return absl::OutOfRangeError("Get: record over 1 GiB");
-                           buf.resize(n);
-                           return std::span<std::byte>(buf);
-                         },
-                         &result);
+    return ReadOneRecord(
+        reader.get(), ctx,
+        [&](uint64_t n) -> absl::StatusOr<std::span<std::byte>> {
+          if (n > (1ull << 30)) return absl::OutOfRangeError("Get: record over 1 GiB");
+          buf.resize(n);
+          return std::span<std::byte>(buf);
+        },
+        &result);
   });
   if (!s.ok()) return s;
   if (!result.ok()) return result.status();

@@ -5,8 +5,6 @@
 #ifndef KVSTORE_REMOTE_SRC_REMOTE_CLIENT_IMPL_H_
 #define KVSTORE_REMOTE_SRC_REMOTE_CLIENT_IMPL_H_
 
-#include "kvstore/remote_client.h"
-
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/wire_format_lite.h>
 #include <grpcpp/grpcpp.h>
@@ -21,6 +19,7 @@
 #include "absl/random/random.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "kvstore/remote_client.h"
 #include "proto/kvtier.grpc.pb.h"
 
 namespace kvt {
@@ -40,10 +39,14 @@ inline NamespaceId NsFromProto(const pb::Key128& k) { return NamespaceId{k.lo(),
 
 inline std::optional<TierKind> TierFromProto(int t) {
   switch (t) {
-    case pb::TIER_HOST: return TierKind::kHost;
-    case pb::TIER_DISK: return TierKind::kDisk;
-    case pb::TIER_REMOTE: return TierKind::kRemote;
-    default: return std::nullopt;
+    case pb::TIER_HOST:
+      return TierKind::kHost;
+    case pb::TIER_DISK:
+      return TierKind::kDisk;
+    case pb::TIER_REMOTE:
+      return TierKind::kRemote;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -63,14 +66,14 @@ inline void StatsFromProto(const pb::TierStatsProto& p, TierStats* s) {
 
 using Clock = std::chrono::system_clock;
 
-
 // Reads one record's GetResponse messages from `reader`: the header message gives the
 // record size, `dest(size)` supplies where the bytes go (its error ends the read), then
 // the data parts (or the shm slice) fill it. *result = record bytes or the error.
 // Defined in remote_client_get.cc; used by Get and GetShm.
-grpc::Status ReadOneRecord(grpc::ClientReader<grpc::ByteBuffer>* reader, grpc::ClientContext& ctx,
-                           const std::function<absl::StatusOr<std::span<std::byte>>(uint64_t)>& dest,
-                           absl::StatusOr<uint64_t>* result);
+grpc::Status ReadOneRecord(
+    grpc::ClientReader<grpc::ByteBuffer>* reader, grpc::ClientContext& ctx,
+    const std::function<absl::StatusOr<std::span<std::byte>>(uint64_t)>& dest,
+    absl::StatusOr<uint64_t>* result);
 
 class RemoteClient::Impl {
  public:
@@ -94,7 +97,8 @@ class RemoteClient::Impl {
     args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, std::min(100, max_backoff_ms));
     // A private subchannel per client so one client's reconnect state is its own.
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    auto channel = grpc::CreateCustomChannel(options_.target, grpc::InsecureChannelCredentials(), args);
+    auto channel =
+        grpc::CreateCustomChannel(options_.target, grpc::InsecureChannelCredentials(), args);
     auto stub = std::make_shared<pb::KvTier::Stub>(channel);
     absl::MutexLock lock(&mu_);
     stub_ = std::move(stub);
@@ -111,7 +115,8 @@ class RemoteClient::Impl {
   std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> StartRawGet(grpc::ClientContext& ctx,
                                                                     const pb::GetRequest& req) {
     std::shared_ptr<grpc::Channel> ch = channel();
-    const grpc::internal::RpcMethod method("/kvtier.v1.KvTier/Get", grpc::internal::RpcMethod::SERVER_STREAMING, ch);
+    const grpc::internal::RpcMethod method("/kvtier.v1.KvTier/Get",
+                                           grpc::internal::RpcMethod::SERVER_STREAMING, ch);
     return std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>>(
         grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(ch.get(), method, &ctx, req));
   }
@@ -129,14 +134,17 @@ class RemoteClient::Impl {
   // channel is rebuilt and, for a cool-down of 4 x max_backoff, calls fail at once
   // (one probe call per cool-down goes through), so a dead daemon costs engines
   // nothing but a miss.
-  absl::Status Call(const std::function<grpc::Status(pb::KvTier::Stub&, grpc::ClientContext&)>& attempt) {
+  absl::Status Call(
+      const std::function<grpc::Status(pb::KvTier::Stub&, grpc::ClientContext&)>& attempt) {
     const Clock::time_point deadline = Clock::now() + options_.deadline;
     {
       absl::MutexLock lock(&mu_);
       if (failures_ >= options_.rebuild_after_failures && Clock::now() < circuit_open_until_) {
-        return absl::UnavailableError("kvtierd unreachable (recent calls failed; retrying after a cool-down)");
+        return absl::UnavailableError(
+            "kvtierd unreachable (recent calls failed; retrying after a cool-down)");
       }
-      if (failures_ >= options_.rebuild_after_failures) circuit_open_until_ = Clock::now() + options_.max_backoff * 4;
+      if (failures_ >= options_.rebuild_after_failures)
+        circuit_open_until_ = Clock::now() + options_.max_backoff * 4;
     }
     auto backoff = options_.initial_backoff;
     absl::Status last;
@@ -158,10 +166,12 @@ class RemoteClient::Impl {
         return last;
       }
       if (Clock::now() >= deadline) {
-        last = absl::DeadlineExceededError("kvtierd did not answer within the deadline: " + last.ToString());
+        last = absl::DeadlineExceededError("kvtierd did not answer within the deadline: " +
+                                           last.ToString());
         break;
       }
-      if (last.code() == absl::StatusCode::kDeadlineExceeded && i == 1) break;  // hung daemon: no retry
+      if (last.code() == absl::StatusCode::kDeadlineExceeded && i == 1)
+        break;  // hung daemon: no retry
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       if (i == options_.max_attempts || left <= backoff) break;
       std::this_thread::sleep_for(backoff);
@@ -171,7 +181,8 @@ class RemoteClient::Impl {
     {
       absl::MutexLock lock(&mu_);
       rebuild = ++failures_ == options_.rebuild_after_failures;
-      if (failures_ >= options_.rebuild_after_failures) circuit_open_until_ = Clock::now() + options_.max_backoff * 4;
+      if (failures_ >= options_.rebuild_after_failures)
+        circuit_open_until_ = Clock::now() + options_.max_backoff * 4;
     }
     if (rebuild) Rebuild();
     return last;

@@ -53,8 +53,8 @@ absl::Status RemoteClient::PutShm(const ShmSession& session, uint64_t offset, ui
   });
 }
 
-absl::StatusOr<uint64_t> RemoteClient::GetShm(const ShmSession& session, const ChunkKey& key, uint64_t offset,
-                                              uint64_t capacity) {
+absl::StatusOr<uint64_t> RemoteClient::GetShm(const ShmSession& session, const ChunkKey& key,
+                                              uint64_t offset, uint64_t capacity) {
   pb::GetRequest req;
   req.set_protocol_version(kKvtierProtocolVersion);
   ToProto(key, req.add_keys());
@@ -64,11 +64,12 @@ absl::StatusOr<uint64_t> RemoteClient::GetShm(const ShmSession& session, const C
   absl::StatusOr<uint64_t> result = absl::NotFoundError("GetShm: no answer");
   absl::Status s = impl_->Call([&](pb::KvTier::Stub&, grpc::ClientContext& ctx) {
     auto reader = impl_->StartRawGet(ctx, req);
-    return ReadOneRecord(reader.get(), ctx,
-                         [](uint64_t) -> absl::StatusOr<std::span<std::byte>> {
-                           return absl::InternalError("GetShm: daemon sent data instead of an shm slice");
-                         },
-                         &result);
+    return ReadOneRecord(
+        reader.get(), ctx,
+        [](uint64_t) -> absl::StatusOr<std::span<std::byte>> {
+          return absl::InternalError("GetShm: daemon sent data instead of an shm slice");
+        },
+        &result);
   });
   if (!s.ok()) return s;
   return result;

@@ -16,7 +16,8 @@ int64_t NowMs() {
 }
 
 bool IsUnreachable(const absl::Status& s) {
-  return s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kDeadlineExceeded;
+  return s.code() == absl::StatusCode::kUnavailable ||
+         s.code() == absl::StatusCode::kDeadlineExceeded;
 }
 
 }  // namespace
@@ -44,8 +45,9 @@ absl::Status RemoteTier::Put(std::span<const std::byte> record) {
   auto header = DecodeChunkHeader(record);
   if (!header.ok()) return header.status();
   if (record.size() != header->record_bytes())
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "RemoteTier::Put: record is %d bytes, header says %d", record.size(), header->record_bytes()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("RemoteTier::Put: record is %d bytes, header says %d", record.size(),
+                        header->record_bytes()));
   absl::Status s = client_->Put(record);
   if (s.ok()) {
     puts_.fetch_add(1, std::memory_order_relaxed);
@@ -160,7 +162,8 @@ TierStats RemoteTier::stats() const {
 }
 
 TierCaps RemoteTier::caps() const {
-  RefreshStats();
+  // No call to the service here: caps() is asked at store construction and must not
+  // fail, block or trip the client's circuit breaker. Capacity is the last stats() answer.
   return TierCaps{.name = name_,
                   .kind = TierKind::kRemote,
                   .capacity_bytes = capacity_.load(std::memory_order_relaxed),

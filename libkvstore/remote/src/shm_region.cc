@@ -17,20 +17,25 @@ namespace {
 absl::Status ErrnoStatus(const char* what, const std::string& subject, int err) {
   std::string msg = absl::StrFormat("%s(%s): %s", what, subject, std::strerror(err));
   switch (err) {
-    case ENOENT: return absl::NotFoundError(msg);
+    case ENOENT:
+      return absl::NotFoundError(msg);
     case EACCES:
-    case EPERM: return absl::PermissionDeniedError(msg);
+    case EPERM:
+      return absl::PermissionDeniedError(msg);
     case ENOMEM:
     case ENOSPC:
     case EMFILE:
-    case ENFILE: return absl::ResourceExhaustedError(msg);
-    default: return absl::InternalError(msg);
+    case ENFILE:
+      return absl::ResourceExhaustedError(msg);
+    default:
+      return absl::InternalError(msg);
   }
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ShmRegion>> ShmRegion::Create(uint64_t bytes, const std::string& name) {
+absl::StatusOr<std::unique_ptr<ShmRegion>> ShmRegion::Create(uint64_t bytes,
+                                                             const std::string& name) {
   if (bytes == 0) return absl::InvalidArgumentError("ShmRegion::Create: bytes must be > 0");
   const uint64_t size = (bytes + 4095) & ~uint64_t{4095};
   int fd = memfd_create(name.c_str(), MFD_CLOEXEC);
@@ -50,7 +55,8 @@ absl::StatusOr<std::unique_ptr<ShmRegion>> ShmRegion::Create(uint64_t bytes, con
   return std::unique_ptr<ShmRegion>(new ShmRegion(fd, static_cast<std::byte*>(p), size, path));
 }
 
-absl::StatusOr<std::unique_ptr<ShmRegion>> ShmRegion::Open(const std::string& path, uint64_t bytes) {
+absl::StatusOr<std::unique_ptr<ShmRegion>> ShmRegion::Open(const std::string& path,
+                                                           uint64_t bytes) {
   if (bytes == 0) return absl::InvalidArgumentError("ShmRegion::Open: bytes must be > 0");
   int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus("open", path, errno);

@@ -15,7 +15,8 @@
 namespace kvt::llamacpp::demo {
 namespace {
 
-constexpr Config kAll[] = {Config::kCold, Config::kServerCache, Config::kHost, Config::kDisk, Config::kKvtierd};
+constexpr Config kAll[] = {Config::kCold, Config::kServerCache, Config::kHost, Config::kDisk,
+                           Config::kKvtierd};
 
 template <typename T>
 std::optional<T> Median(std::vector<T> v) {
@@ -35,17 +36,24 @@ std::string Ratio(std::optional<double> num, std::optional<double> den) {
   return num && den && *den > 0 ? absl::StrFormat("%.2fx", *num / *den) : "-";
 }
 
-bool IsKvtier(Config c) { return c == Config::kHost || c == Config::kDisk || c == Config::kKvtierd; }
+bool IsKvtier(Config c) {
+  return c == Config::kHost || c == Config::kDisk || c == Config::kKvtierd;
+}
 
 }  // namespace
 
 const char* ConfigName(Config c) {
   switch (c) {
-    case Config::kCold: return "cold";
-    case Config::kServerCache: return "server-cache";
-    case Config::kHost: return "host";
-    case Config::kDisk: return "disk";
-    case Config::kKvtierd: return "kvtierd";
+    case Config::kCold:
+      return "cold";
+    case Config::kServerCache:
+      return "server-cache";
+    case Config::kHost:
+      return "host";
+    case Config::kDisk:
+      return "disk";
+    case Config::kKvtierd:
+      return "kvtierd";
   }
   return "?";
 }
@@ -84,14 +92,20 @@ std::optional<bool> Row::Identical() const {
 }
 
 std::string EvidenceLine(const Row& row, Config c, int repeat, const Sample& s) {
-  nlohmann::json j = {{"workload", row.workload}, {"index", row.index},       {"config", ConfigName(c)},
-                      {"repeat", repeat + 1},     {"prompt_tokens", row.tokens.size()}, {"ok", s.ok}};
+  nlohmann::json j = {{"workload", row.workload},
+                      {"index", row.index},
+                      {"config", ConfigName(c)},
+                      {"repeat", repeat + 1},
+                      {"prompt_tokens", row.tokens.size()},
+                      {"ok", s.ok}};
   if (s.ok) {
     j["ttft_ms"] = s.ttft_ms;
     j["cached_tokens"] = s.cache_n;
     j["first_token"] = s.first_token;
-    j["first_probs_xxh64"] = absl::StrFormat("%016x", XXH64(s.first_probs.data(), s.first_probs.size(), 0));
-    j["first_probs"] = nlohmann::json::parse(s.first_probs.empty() ? "null" : s.first_probs, nullptr, false);
+    j["first_probs_xxh64"] =
+        absl::StrFormat("%016x", XXH64(s.first_probs.data(), s.first_probs.size(), 0));
+    j["first_probs"] =
+        nlohmann::json::parse(s.first_probs.empty() ? "null" : s.first_probs, nullptr, false);
   } else {
     j["error"] = s.error;
   }
@@ -100,9 +114,9 @@ std::string EvidenceLine(const Row& row, Config c, int repeat, const Sample& s) 
 
 int Report::Print(const std::string& run_dir, bool json, bool check) const {
   FILE* out = json ? stderr : stdout;
-  std::fprintf(out, "\n%-9s %2s %6s %6s %10s %10s %10s %10s %10s %7s %7s %7s %8s %5s\n", "workload", "#", "prompt",
-               "loaded", "cold ms", "srv-cache", "host ms", "disk ms", "kvtierd ms", "x srv", "x host", "x disk",
-               "x kvtierd", "same");
+  std::fprintf(out, "\n%-9s %2s %6s %6s %10s %10s %10s %10s %10s %7s %7s %7s %8s %5s\n", "workload",
+               "#", "prompt", "loaded", "cold ms", "srv-cache", "host ms", "disk ms", "kvtierd ms",
+               "x srv", "x host", "x disk", "x kvtierd", "same");
   bool any_different = false, noise = false, partial_miss = false;
   for (const Row& r : rows) {
     const auto cold = r.MedianTtft(Config::kCold);
@@ -126,23 +140,38 @@ int Report::Print(const std::string& run_dir, bool json, bool check) const {
         noise = true;
       }
     }
-    std::fprintf(out, "%-9s %2d %6zu %6d %10s %10s %10s %10s %10s %7s %7s %7s %8s %5s\n", r.workload.c_str(),
-                 r.index, r.tokens.size(), loaded, cells[0].c_str(), cells[1].c_str(), cells[2].c_str(),
-                 cells[3].c_str(), cells[4].c_str(), Ratio(cold, r.MedianTtft(Config::kServerCache)).c_str(),
-                 Ratio(cold, r.MedianTtft(Config::kHost)).c_str(), Ratio(cold, r.MedianTtft(Config::kDisk)).c_str(),
+    std::fprintf(out, "%-9s %2d %6zu %6d %10s %10s %10s %10s %10s %7s %7s %7s %8s %5s\n",
+                 r.workload.c_str(), r.index, r.tokens.size(), loaded, cells[0].c_str(),
+                 cells[1].c_str(), cells[2].c_str(), cells[3].c_str(), cells[4].c_str(),
+                 Ratio(cold, r.MedianTtft(Config::kServerCache)).c_str(),
+                 Ratio(cold, r.MedianTtft(Config::kHost)).c_str(),
+                 Ratio(cold, r.MedianTtft(Config::kDisk)).c_str(),
                  Ratio(cold, r.MedianTtft(Config::kKvtierd)).c_str(), flag.c_str());
   }
-  std::fprintf(out, "TTFT = client-side time to the first streamed token, median of each row's repeats; "
-                    "x = cold / config. no-reuse rows: cold = plain llama-server, host = kvtier-llama-server (a miss).\n");
-  if (partial_miss) std::fprintf(out, "* this configuration loaded fewer tokens than the host tier (a miss; see evidence.jsonl)\n");
+  std::fprintf(out,
+               "TTFT = client-side time to the first streamed token, median of each row's repeats; "
+               "x = cold / config. no-reuse rows: cold = plain llama-server, host = "
+               "kvtier-llama-server (a miss).\n");
+  if (partial_miss)
+    std::fprintf(out,
+                 "* this configuration loaded fewer tokens than the host tier (a miss; see "
+                 "evidence.jsonl)\n");
   if (noise) {
-    std::fprintf(out, "noise: a row that loaded 0 tokens should be ~1.00x; it is not, so this machine's timing noise "
-                      "is larger than the differences in that row\n");
+    std::fprintf(out,
+                 "noise: a row that loaded 0 tokens should be ~1.00x; it is not, so this machine's "
+                 "timing noise "
+                 "is larger than the differences in that row\n");
   }
-  if (!kvtierd_note.empty()) std::fprintf(out, "kvtierd column not run: %s\n", kvtierd_note.c_str());
+  if (!kvtierd_note.empty())
+    std::fprintf(out, "kvtierd column not run: %s\n", kvtierd_note.c_str());
 
   // Targets (issue 10), each from medians of this run.
-  struct Target { std::string name; std::optional<double> value; double limit; bool at_most; };
+  struct Target {
+    std::string name;
+    std::optional<double> value;
+    double limit;
+    bool at_most;
+  };
   std::vector<Target> targets;
   {
     double host = 0, srv = 0;
@@ -150,7 +179,8 @@ int Report::Print(const std::string& run_dir, bool json, bool check) const {
     std::optional<double> fresh_disk, fresh_kvtierd;
     for (const Row& r : rows) {
       const int loaded = r.MedianCached(Config::kHost).value_or(0);
-      if (r.workload == "doc-qa" && r.MedianTtft(Config::kHost) && r.MedianTtft(Config::kServerCache)) {
+      if (r.workload == "doc-qa" && r.MedianTtft(Config::kHost) &&
+          r.MedianTtft(Config::kServerCache)) {
         host += *r.MedianTtft(Config::kHost);
         srv += *r.MedianTtft(Config::kServerCache);
       }
@@ -160,7 +190,8 @@ int Report::Print(const std::string& run_dir, bool json, bool check) const {
       }
       const auto cold = r.MedianTtft(Config::kCold);
       if (loaded >= 4096 && cold) {
-        if (auto d = r.MedianTtft(Config::kDisk)) fresh_disk = std::min(fresh_disk.value_or(1e300), *cold / *d);
+        if (auto d = r.MedianTtft(Config::kDisk))
+          fresh_disk = std::min(fresh_disk.value_or(1e300), *cold / *d);
         if (auto k = r.MedianTtft(Config::kKvtierd)) {
           fresh_kvtierd = std::min(fresh_kvtierd.value_or(1e300), *cold / *k);
         }
@@ -168,17 +199,22 @@ int Report::Print(const std::string& run_dir, bool json, bool check) const {
     }
     targets.push_back({"host-tier hit / llama-server RAM-cache hit (doc-qa)",
                        srv > 0 ? std::optional<double>(host / srv) : std::nullopt, 1.3, true});
-    targets.push_back({"cold / fresh server on disk, cached >= 4k prefix", fresh_disk, 10.0, false});
-    targets.push_back({"cold / fresh server on kvtierd, cached >= 4k prefix", fresh_kvtierd, 10.0, false});
+    targets.push_back(
+        {"cold / fresh server on disk, cached >= 4k prefix", fresh_disk, 10.0, false});
+    targets.push_back(
+        {"cold / fresh server on kvtierd, cached >= 4k prefix", fresh_kvtierd, 10.0, false});
     targets.push_back({"no-reuse: kvtier-llama-server / plain llama-server",
-                       nr_plain > 0 ? std::optional<double>(nr_kvt / nr_plain) : std::nullopt, 1.02, true});
+                       nr_plain > 0 ? std::optional<double>(nr_kvt / nr_plain) : std::nullopt, 1.02,
+                       true});
   }
   bool missed = false;
   for (const Target& t : targets) {
     const bool pass = t.value && (t.at_most ? *t.value <= t.limit : *t.value >= t.limit);
     missed = missed || !pass;
-    std::fprintf(out, "target %-55s %s %.2f: %s -> %s\n", t.name.c_str(), t.at_most ? "<=" : ">=", t.limit,
-                 t.value ? absl::StrFormat("%.3f", *t.value).c_str() : "not measured", pass ? "PASS" : "FAIL");
+    std::fprintf(out, "target %-55s %s %.2f: %s -> %s\n", t.name.c_str(),
+                 t.at_most ? "<=" : ">=", t.limit,
+                 t.value ? absl::StrFormat("%.3f", *t.value).c_str() : "not measured",
+                 pass ? "PASS" : "FAIL");
   }
   std::fprintf(out, "identical first-token probabilities through kvtier (every repeat): %s\n",
                any_different ? "NO (see evidence.jsonl)" : "yes");
@@ -196,7 +232,8 @@ int Report::Print(const std::string& run_dir, bool json, bool check) const {
         size_t n = 0;
         for (const Sample& s : r.samples[static_cast<int>(c)]) n += s.ok;
         f << r.workload << "," << r.index << "," << r.tokens.size() << "," << ConfigName(c) << ","
-          << r.MedianCached(c).value_or(0) << "," << absl::StrFormat("%.3f", *m) << "," << n << "\n";
+          << r.MedianCached(c).value_or(0) << "," << absl::StrFormat("%.3f", *m) << "," << n
+          << "\n";
       }
     }
   }

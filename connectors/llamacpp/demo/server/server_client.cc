@@ -20,10 +20,12 @@ absl::StatusOr<std::vector<int>> ServerClient::Tokenize(const std::string& text,
   cli.set_read_timeout(120, 0);
   nlohmann::json body = {{"content", text}, {"add_special", add_special}};
   auto r = cli.Post("/tokenize", body.dump(), "application/json");
-  if (!r) return absl::UnavailableError(absl::StrCat("POST /tokenize: ", httplib::to_string(r.error())));
+  if (!r)
+    return absl::UnavailableError(absl::StrCat("POST /tokenize: ", httplib::to_string(r.error())));
   auto j = nlohmann::json::parse(r->body, nullptr, false);
   if (r->status != 200 || j.is_discarded() || !j.contains("tokens")) {
-    return absl::InternalError(absl::StrCat("POST /tokenize: HTTP ", r->status, ": ", r->body.substr(0, 300)));
+    return absl::InternalError(
+        absl::StrCat("POST /tokenize: HTTP ", r->status, ": ", r->body.substr(0, 300)));
   }
   return j["tokens"].get<std::vector<int>>();
 }
@@ -33,9 +35,10 @@ absl::StatusOr<Completion> ServerClient::Complete(const std::vector<int>& prompt
   httplib::Client cli(host_, port_);
   cli.set_read_timeout(900, 0);
   cli.set_write_timeout(60, 0);
-  nlohmann::json body = {{"prompt", prompt},     {"n_predict", n_predict},   {"temperature", 0.0},
-                         {"n_probs", n_probs},   {"cache_prompt", cache_prompt}, {"stream", true},
-                         {"return_tokens", true}};
+  nlohmann::json body = {
+      {"prompt", prompt},     {"n_predict", n_predict},       {"temperature", 0.0},
+      {"n_probs", n_probs},   {"cache_prompt", cache_prompt}, {"stream", true},
+      {"return_tokens", true}};
   Completion c;
   bool got_token = false;
   std::string buf;
@@ -83,8 +86,10 @@ absl::StatusOr<Completion> ServerClient::Complete(const std::vector<int>& prompt
     return absl::UnavailableError(absl::StrCat("POST /completion: ", httplib::to_string(err)));
   }
   c.total_ms = MsSince(t0);
-  if (res.status != 200) return absl::InternalError(absl::StrCat("POST /completion: HTTP ", res.status, " ", error));
-  if (!got_token) return absl::InternalError(absl::StrCat("POST /completion: no token in the stream ", error));
+  if (res.status != 200)
+    return absl::InternalError(absl::StrCat("POST /completion: HTTP ", res.status, " ", error));
+  if (!got_token)
+    return absl::InternalError(absl::StrCat("POST /completion: no token in the stream ", error));
   return c;
 }
 
@@ -92,7 +97,8 @@ absl::StatusOr<nlohmann::json> ServerClient::GetJson(const std::string& path) {
   httplib::Client cli(host_, port_);
   cli.set_read_timeout(30, 0);
   auto r = cli.Get(path);
-  if (!r) return absl::UnavailableError(absl::StrCat("GET ", path, ": ", httplib::to_string(r.error())));
+  if (!r)
+    return absl::UnavailableError(absl::StrCat("GET ", path, ": ", httplib::to_string(r.error())));
   auto j = nlohmann::json::parse(r->body, nullptr, false);
   if (r->status != 200 || j.is_discarded()) {
     return absl::InternalError(absl::StrCat("GET ", path, ": HTTP ", r->status));

@@ -13,12 +13,12 @@
 namespace kvt::llamacpp::demo {
 
 struct Completion {
-  double ttft_ms = 0;      // client-side: request sent -> first streamed token
-  double total_ms = 0;     // request sent -> end of the stream
-  int prompt_n = 0;        // timings.prompt_n: prompt tokens computed
-  int cache_n = 0;         // timings.cache_n: prompt tokens reused (RAM cache or kvtier)
-  int first_token = -1;    // id of the first generated token
-  std::string first_probs; // completion_probabilities[0] as JSON text (top-n probabilities)
+  double ttft_ms = 0;       // client-side: request sent -> first streamed token
+  double total_ms = 0;      // request sent -> end of the stream
+  int prompt_n = 0;         // timings.prompt_n: prompt tokens computed
+  int cache_n = 0;          // timings.cache_n: prompt tokens reused (RAM cache or kvtier)
+  int first_token = -1;     // id of the first generated token
+  std::string first_probs;  // completion_probabilities[0] as JSON text (top-n probabilities)
 };
 
 // Thread-compatible.

@@ -41,7 +41,9 @@ namespace kvt::llamacpp::demo {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double Seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double Seconds(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 std::vector<std::string> With(std::vector<std::string> a, const std::vector<std::string>& more) {
   a.insert(a.end(), more.begin(), more.end());
   return a;
@@ -72,7 +74,8 @@ std::string DefaultDataDir() {
     return (self.parent_path() / "data").string();
   }
 #ifdef KVT_DEMO_DATA_DIR
-  if (std::filesystem::exists(std::string(KVT_DEMO_DATA_DIR) + "/gpl-3.0.txt")) return KVT_DEMO_DATA_DIR;
+  if (std::filesystem::exists(std::string(KVT_DEMO_DATA_DIR) + "/gpl-3.0.txt"))
+    return KVT_DEMO_DATA_DIR;
 #endif
   return "";
 }
@@ -91,8 +94,8 @@ absl::StatusOr<std::string> EnsureModel(const Flags& f) {
   absl::StatusOr<SyntheticModelSpec> spec = SyntheticModelPreset(size, DefaultVocabPath());
   if (!spec.ok()) return spec.status();
   std::filesystem::create_directories(f.dir + "/models");
-  std::fprintf(stderr, "demo: generating the %s model (seeded random weights) at %s ...\n", size.c_str(),
-               path.c_str());
+  std::fprintf(stderr, "demo: generating the %s model (seeded random weights) at %s ...\n",
+               size.c_str(), path.c_str());
   if (absl::Status s = WriteSyntheticModel(*spec, path); !s.ok()) return s;
   return path;
 }
@@ -151,8 +154,13 @@ class Demo {
 
  private:
   std::vector<std::string> CommonArgs() const {
-    return {"-m", model_, "-t", std::to_string(f_.threads), "-tb", std::to_string(f_.threads), "-c", "8192",
-            "-np", "1", "-ub", std::to_string(f_.chunk), "--no-warmup"};
+    return {"-m",         model_,
+            "-t",         std::to_string(f_.threads),
+            "-tb",        std::to_string(f_.threads),
+            "-c",         "8192",
+            "-np",        "1",
+            "-ub",        std::to_string(f_.chunk),
+            "--no-warmup"};
   }
   std::vector<std::string> KvtierArgs(std::vector<std::string> more) const {
     std::vector<std::string> a = CommonArgs();
@@ -190,9 +198,10 @@ void Demo::Record(size_t row, Config c, int rep, const absl::StatusOr<Completion
     s.error = std::string(r.status().message());
   }
   Row& rr = report_.rows[row];
-  std::fprintf(stderr, "  [%d/%d] %-8s #%d %-12s %s\n", rep + 1, f_.repeats, rr.workload.c_str(), rr.index,
-               ConfigName(c), s.ok ? absl::StrFormat("%9.1f ms  cached %d", s.ttft_ms, s.cache_n).c_str()
-                                   : ("not run: " + s.error.substr(0, 160)).c_str());
+  std::fprintf(stderr, "  [%d/%d] %-8s #%d %-12s %s\n", rep + 1, f_.repeats, rr.workload.c_str(),
+               rr.index, ConfigName(c),
+               s.ok ? absl::StrFormat("%9.1f ms  cached %d", s.ttft_ms, s.cache_n).c_str()
+                    : ("not run: " + s.error.substr(0, 160)).c_str());
   evidence_ << EvidenceLine(rr, c, rep, s) << "\n";
   evidence_.flush();
   rr.samples[static_cast<int>(c)].push_back(std::move(s));
@@ -202,15 +211,18 @@ void Demo::Measure(size_t row, Config c, int rep, const std::vector<int>& tokens
   auto complete = [&](ServerProcess& s, bool cache) {
     return ServerClient("127.0.0.1", s.port()).Complete(tokens, cache);
   };
-  auto filler = [&](ServerProcess& s) { (void)ServerClient("127.0.0.1", s.port()).Complete(filler_, true); };
+  auto filler = [&](ServerProcess& s) {
+    (void)ServerClient("127.0.0.1", s.port()).Complete(filler_, true);
+  };
   switch (c) {
     case Config::kCold:
       if (!plain_) return Record(row, c, rep, absl::UnavailableError("plain server not running"));
       return Record(row, c, rep, complete(*plain_, false));
     case Config::kServerCache:
       if (!plain_) return Record(row, c, rep, absl::UnavailableError("plain server not running"));
-      (void)complete(*plain_, true);  // the slot holds the prompt (usually already: cold ran just before)
-      filler(*plain_);                // ... and is saved to the RAM cache
+      (void)complete(*plain_,
+                     true);  // the slot holds the prompt (usually already: cold ran just before)
+      filler(*plain_);       // ... and is saved to the RAM cache
       return Record(row, c, rep, complete(*plain_, true));
     case Config::kHost:
       if (!kvt_) return Record(row, c, rep, absl::UnavailableError("kvtier server not running"));
@@ -223,9 +235,12 @@ void Demo::Measure(size_t row, Config c, int rep, const std::vector<int>& tokens
     case Config::kDisk:
     case Config::kKvtierd: {
       std::vector<std::string> more;
-      if (c == Config::kDisk) more = {"--kvtier-dir", disk_dir_, "--kvtier-host-mib", "0"};
-      else if (!kvtierd_addr_.empty()) more = {"--kvtier-daemon", kvtierd_addr_, "--kvtier-host-mib", "0"};
-      else return Record(row, c, rep, absl::UnavailableError(report_.kvtierd_note));
+      if (c == Config::kDisk)
+        more = {"--kvtier-dir", disk_dir_, "--kvtier-host-mib", "0"};
+      else if (!kvtierd_addr_.empty())
+        more = {"--kvtier-daemon", kvtierd_addr_, "--kvtier-host-mib", "0"};
+      else
+        return Record(row, c, rep, absl::UnavailableError(report_.kvtierd_note));
       auto s = Start(KvtierArgs(more), std::string(ConfigName(c)));
       if (!s.ok()) return Record(row, c, rep, s.status());
       Record(row, c, rep, complete(**s, true));
@@ -259,7 +274,8 @@ int Demo::Run() {
   if (!f_.kvtierd_address.empty()) {
     kvtierd_addr_ = f_.kvtierd_address;
   } else if (f_.no_kvtierd || f_.kvtierd_bin.empty()) {
-    report_.kvtierd_note = f_.no_kvtierd ? "--no-kvtierd" : "no kvtierd binary (built without the daemon)";
+    report_.kvtierd_note =
+        f_.no_kvtierd ? "--no-kvtierd" : "no kvtierd binary (built without the daemon)";
   } else {
     KvtierdProcessOptions ko;
     ko.binary = f_.kvtierd_bin;
@@ -276,8 +292,8 @@ int Demo::Run() {
       std::fprintf(stderr, "demo: kvtierd column not run: %s\n", report_.kvtierd_note.c_str());
     }
   }
-  std::fprintf(stderr, "demo: model %s, %d threads, chunk %d, %d repeats; servers log to %s\n", model_.c_str(),
-               f_.threads, f_.chunk, f_.repeats, run_dir_.c_str());
+  std::fprintf(stderr, "demo: model %s, %d threads, chunk %d, %d repeats; servers log to %s\n",
+               model_.c_str(), f_.threads, f_.chunk, f_.repeats, run_dir_.c_str());
   auto plain = Start(With(CommonArgs(), {"--cache-ram", "8192"}), "plain");
   if (!plain.ok()) {
     std::fprintf(stderr, "demo: %s\n", plain.status().ToString().c_str());
@@ -323,7 +339,9 @@ int Demo::Run() {
   const size_t n_reuse = texts->reuse.size();
 
   // Prime: one server with the disk tier (and kvtierd) computes each reuse prompt once.
-  std::fprintf(stderr, "demo: storing the prompts' chunks (one cold pass through kvtier-llama-server) ...\n");
+  std::fprintf(
+      stderr,
+      "demo: storing the prompts' chunks (one cold pass through kvtier-llama-server) ...\n");
   {
     std::vector<std::string> more = {"--kvtier-dir", disk_dir_, "--kvtier-host-mib", "0"};
     if (!kvtierd_addr_.empty()) more.insert(more.end(), {"--kvtier-daemon", kvtierd_addr_});
@@ -337,31 +355,42 @@ int Demo::Run() {
       auto r = c.Complete(report_.rows[i].tokens, true);
       std::fprintf(stderr, "  prime %-8s #%d %5zu tokens %s\n", report_.rows[i].workload.c_str(),
                    report_.rows[i].index, report_.rows[i].tokens.size(),
-                   r.ok() ? absl::StrFormat("%.1f s", r->ttft_ms / 1000).c_str() : r.status().ToString().c_str());
+                   r.ok() ? absl::StrFormat("%.1f s", r->ttft_ms / 1000).c_str()
+                          : r.status().ToString().c_str());
     }
     (*p)->Stop();  // flushes the queued stores
   }
   auto kvt = Start(KvtierArgs(kvtierd_addr_.empty()
                                   ? std::vector<std::string>{"--kvtier-host-mib", "4096"}
-                                  : std::vector<std::string>{"--kvtier-host-mib", "4096", "--kvtier-daemon",
-                                                             kvtierd_addr_}),
+                                  : std::vector<std::string>{"--kvtier-host-mib", "4096",
+                                                             "--kvtier-daemon", kvtierd_addr_}),
                    "kvtier");
-  if (kvt.ok()) kvt_ = std::move(*kvt);
-  else std::fprintf(stderr, "demo: kvtier server: %s\n", kvt.status().ToString().c_str());
+  if (kvt.ok())
+    kvt_ = std::move(*kvt);
+  else
+    std::fprintf(stderr, "demo: kvtier server: %s\n", kvt.status().ToString().c_str());
 
   const Config rotating[] = {Config::kServerCache, Config::kHost, Config::kDisk, Config::kKvtierd};
   for (int rep = 0; rep < f_.repeats; ++rep) {
-    std::fprintf(stderr, "demo: repeat %d/%d (%.0f s so far)\n", rep + 1, f_.repeats, Seconds(t_start));
+    std::fprintf(stderr, "demo: repeat %d/%d (%.0f s so far)\n", rep + 1, f_.repeats,
+                 Seconds(t_start));
     for (size_t row = 0; row < report_.rows.size(); ++row) {
       if (row < n_reuse) {
         Measure(row, Config::kCold, rep, report_.rows[row].tokens);
-        for (int k = 0; k < 4; ++k) Measure(row, rotating[(k + rep) % 4], rep, report_.rows[row].tokens);
+        for (int k = 0; k < 4; ++k)
+          Measure(row, rotating[(k + rep) % 4], rep, report_.rows[row].tokens);
       } else {
         const auto& t = no_reuse[row - n_reuse][static_cast<size_t>(rep)];
         const bool plain_first = rep % 2 == 0;
-        if (plain_first) Record(row, Config::kCold, rep, ServerClient("127.0.0.1", plain_->port()).Complete(t, true));
-        if (kvt_) Record(row, Config::kHost, rep, ServerClient("127.0.0.1", kvt_->port()).Complete(t, true));
-        if (!plain_first) Record(row, Config::kCold, rep, ServerClient("127.0.0.1", plain_->port()).Complete(t, true));
+        if (plain_first)
+          Record(row, Config::kCold, rep,
+                 ServerClient("127.0.0.1", plain_->port()).Complete(t, true));
+        if (kvt_)
+          Record(row, Config::kHost, rep,
+                 ServerClient("127.0.0.1", kvt_->port()).Complete(t, true));
+        if (!plain_first)
+          Record(row, Config::kCold, rep,
+                 ServerClient("127.0.0.1", plain_->port()).Complete(t, true));
       }
     }
   }
@@ -382,25 +411,34 @@ int Demo::Run() {
 int main(int argc, char** argv) {
   using kvt::llamacpp::demo::Flags;
   Flags f;
-  CLI::App app{"kvtier-server-demo: llama-server with and without kvtier, TTFT measured by an HTTP client"};
+  CLI::App app{
+      "kvtier-server-demo: llama-server with and without kvtier, TTFT measured by an HTTP client"};
   app.add_option("--model", f.model, "GGUF model (default: generate the 270M demo model in --dir)");
   app.add_flag("--small", f.small, "the tiny generated model (a quick run)");
   app.add_flag("--full", f.full, "the full workload: 3 document questions, 3 no-reuse prompts");
-  app.add_option("--threads", f.threads, "server threads")->check(CLI::Range(1, 256))->capture_default_str();
-  app.add_option("--repeats", f.repeats, "repeats of every measurement (medians)")->check(CLI::Range(1, 50))
+  app.add_option("--threads", f.threads, "server threads")
+      ->check(CLI::Range(1, 256))
       ->capture_default_str();
-  app.add_option("--chunk", f.chunk, "tokens per kvtier chunk")->check(CLI::Range(16, 8192))->capture_default_str();
-  app.add_option("--dir", f.dir, "folder for the model, caches and run files")->capture_default_str();
+  app.add_option("--repeats", f.repeats, "repeats of every measurement (medians)")
+      ->check(CLI::Range(1, 50))
+      ->capture_default_str();
+  app.add_option("--chunk", f.chunk, "tokens per kvtier chunk")
+      ->check(CLI::Range(16, 8192))
+      ->capture_default_str();
+  app.add_option("--dir", f.dir, "folder for the model, caches and run files")
+      ->capture_default_str();
   app.add_option("--data-dir", f.data_dir, "folder with chat.txt, gpl-3.0.txt, apache-2.0.txt");
   app.add_option("--server", f.server_bin, "kvtier-llama-server binary")->capture_default_str();
   app.add_option("--kvtierd", f.kvtierd_bin, "kvtierd binary to start")->capture_default_str();
   app.add_option("--kvtierd-address", f.kvtierd_address,
                  "join a running kvtierd (unix:///path.sock or host:port) instead of starting one");
   app.add_flag("--no-kvtierd", f.no_kvtierd, "skip the kvtierd column");
-  app.add_flag("--json", f.json, "one JSON object per request on stdout (the table goes to stderr)");
+  app.add_flag("--json", f.json,
+               "one JSON object per request on stdout (the table goes to stderr)");
   app.add_flag("--check", f.check, "exit 1 when a target is missed");
   app.footer(
-      "Exit codes: 0 done; 1 a target missed (with --check) or a server could not start; 2 bad flags or data;\n"
+      "Exit codes: 0 done; 1 a target missed (with --check) or a server could not start; 2 bad "
+      "flags or data;\n"
       "3 an answer through kvtier was not identical to the cold answer.");
 #ifdef KVT_SERVER_DEMO_SERVER
   f.server_bin = KVT_SERVER_DEMO_SERVER;

@@ -51,10 +51,9 @@ std::string TailOfFile(const std::string& path, size_t lines) {
   return out;
 }
 
-absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(const std::string& binary,
-                                                                    const std::vector<std::string>& args,
-                                                                    const std::string& log,
-                                                                    std::chrono::seconds timeout) {
+absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
+    const std::string& binary, const std::vector<std::string>& args, const std::string& log,
+    std::chrono::seconds timeout) {
   const int port = FreeLoopbackPort();
   if (port == 0) return absl::InternalError("no free loopback port");
   std::vector<std::string> all = {binary};
@@ -90,14 +89,15 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(const std::s
       s->pid_ = -1;
       s->exit_code_ = ExitCode(st);
       return absl::UnavailableError(absl::StrCat(binary, " exited with code ", ExitCode(st),
-                                                 " before serving; log ", log, ":\n", TailOfFile(log)));
+                                                 " before serving; log ", log, ":\n",
+                                                 TailOfFile(log)));
     }
     if (auto r = cli.Get("/health"); r && r->status == 200) return s;
     std::this_thread::sleep_for(std::chrono::milliseconds(25));
   }
   s->Stop();
-  return absl::UnavailableError(absl::StrCat(binary, " not healthy within ", timeout.count(), " s; log ",
-                                             log, ":\n", TailOfFile(log)));
+  return absl::UnavailableError(absl::StrCat(binary, " not healthy within ", timeout.count(),
+                                             " s; log ", log, ":\n", TailOfFile(log)));
 }
 
 int ServerProcess::Stop() {

@@ -42,7 +42,8 @@ class ServerProcess {
   const std::string& log() const { return log_; }
 
  private:
-  ServerProcess(pid_t pid, int port, std::string log) : pid_(pid), port_(port), log_(std::move(log)) {}
+  ServerProcess(pid_t pid, int port, std::string log)
+      : pid_(pid), port_(port), log_(std::move(log)) {}
   pid_t pid_;
   int port_;
   std::string log_;

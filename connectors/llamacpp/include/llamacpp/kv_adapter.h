@@ -46,18 +46,18 @@ struct RunOptions {
 
 struct RunResult {
   uint64_t prompt_tokens = 0;
-  uint64_t cached_tokens = 0;   // Lookup: leading tokens cached in any tier
-  uint64_t planned_tokens = 0;  // Lookup decision (after max_load_tokens)
-  uint64_t loaded_tokens = 0;   // actually loaded and restored into the engine
-  uint64_t computed_tokens = 0; // prefilled by the engine
+  uint64_t cached_tokens = 0;    // Lookup: leading tokens cached in any tier
+  uint64_t planned_tokens = 0;   // Lookup decision (after max_load_tokens)
+  uint64_t loaded_tokens = 0;    // actually loaded and restored into the engine
+  uint64_t computed_tokens = 0;  // prefilled by the engine
   std::vector<size_t> failed_chunks;
   size_t stored_chunks = 0;
   double lookup_s = 0;
-  double load_s = 0;      // LoadPayloads + building the blob + set_data
-  double prefill_s = 0;    // all prefill (recompute prefix + tail)
+  double load_s = 0;          // LoadPayloads + building the blob + set_data
+  double prefill_s = 0;       // all prefill (recompute prefix + tail)
   double tail_prefill_s = 0;  // prefill of the tokens after the loaded/recomputed prefix
   double ttft_s = 0;
-  double store_s = 0;     // get_data + slicing (async store work not included)
+  double store_s = 0;       // get_data + slicing (async store work not included)
   uint64_t load_bytes = 0;  // payload bytes restored
   // The model file changed under the engine (LlamaEngine::CheckModelFile) so that the
   // connector's namespace no longer names it: no lookup, load or store was done (or,
@@ -80,9 +80,9 @@ class LlamaKvAdapter {
 
   // Runs one prompt (see the file comment). Before the lookup and again before the
   // store, checks the model file (LlamaEngine::CheckModelFile): once it changed, the
-  // connector's namespace is the old model's, so kvtier is skipped (model_changed). InvalidArgument for an empty prompt or ids
-  // outside the vocabulary; errors from the engine. kvtier failures (a tier error, a
-  // chunk that fails verification or a state blob llama.cpp rejects) never fail the
+  // connector's namespace is the old model's, so kvtier is skipped (model_changed). InvalidArgument
+  // for an empty prompt or ids outside the vocabulary; errors from the engine. kvtier failures (a
+  // tier error, a chunk that fails verification or a state blob llama.cpp rejects) never fail the
   // request: the tokens are recomputed instead.
   absl::StatusOr<RunResult> Run(std::span<const TokenId> prompt, const RunOptions& options);
 

@@ -44,16 +44,18 @@ inline constexpr uint32_t kSeqStateMagic = 0xaf143cd8u;  // llama-context.cpp io
 // and row sizes (kvtier's payload layout is uniform across layers). Thread-compatible.
 struct SeqStateSpec {
   uint32_t n_layer = 0;
-  int32_t type_k = 0;  // ggml_type
-  int32_t type_v = 0;  // ggml_type
-  uint64_t k_row_bytes = 0;  // ggml_row_size(type_k, n_embd_k_gqa)
-  uint64_t v_row_bytes = 0;  // ggml_row_size(type_v, n_embd_v_gqa)
+  int32_t type_k = 0;         // ggml_type
+  int32_t type_v = 0;         // ggml_type
+  uint64_t k_row_bytes = 0;   // ggml_row_size(type_k, n_embd_k_gqa)
+  uint64_t v_row_bytes = 0;   // ggml_row_size(type_v, n_embd_v_gqa)
   uint32_t n_embd_v_gqa = 0;  // V elements per token and layer
   uint32_t v_elem_bytes = 0;  // ggml_type_size(type_v); used when v_trans
   bool v_trans = false;
 
   // Payload bytes of one token across all layers: n_layer * (k_row_bytes + v_row_bytes).
-  uint64_t payload_bytes_per_token() const { return uint64_t{n_layer} * (k_row_bytes + v_row_bytes); }
+  uint64_t payload_bytes_per_token() const {
+    return uint64_t{n_layer} * (k_row_bytes + v_row_bytes);
+  }
   // InvalidArgument naming the field (zero sizes; v_trans with v_row_bytes !=
   // n_embd_v_gqa * v_elem_bytes, i.e. a block-quantized transposed V).
   absl::Status Validate() const;

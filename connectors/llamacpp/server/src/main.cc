@@ -28,9 +28,11 @@ bool HasFlag(const std::vector<std::string>& args, std::initializer_list<const c
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv, argv + argc);
   const bool help = HasFlag(args, {"-h", "--help", "--usage"});
-  absl::StatusOr<kvt::llamacpp::ServerKvtierOptions> options = kvt::llamacpp::ExtractKvtierFlags(args);
+  absl::StatusOr<kvt::llamacpp::ServerKvtierOptions> options =
+      kvt::llamacpp::ExtractKvtierFlags(args);
   if (!options.ok()) {
-    std::fprintf(stderr, "kvtier-llama-server: error: %s\n", std::string(options.status().message()).c_str());
+    std::fprintf(stderr, "kvtier-llama-server: error: %s\n",
+                 std::string(options.status().message()).c_str());
     return 2;
   }
   if (help) std::fputs(kvt::llamacpp::KvtierFlagsHelp().c_str(), stdout);
@@ -39,7 +41,8 @@ int main(int argc, char** argv) {
     absl::StatusOr<std::unique_ptr<kvt::llamacpp::ServerKvtier>> k =
         kvt::llamacpp::ServerKvtier::Create(*options);
     if (!k.ok()) {
-      std::fprintf(stderr, "kvtier-llama-server: error: %s\n", std::string(k.status().message()).c_str());
+      std::fprintf(stderr, "kvtier-llama-server: error: %s\n",
+                   std::string(k.status().message()).c_str());
       return 2;
     }
     kvtier = std::move(*k);

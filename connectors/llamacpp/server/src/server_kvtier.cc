@@ -48,10 +48,11 @@ absl::StatusOr<SeqStateSpec> ProbeServerContext(llama_context* ctx, uint32_t* n_
     return absl::InternalError(absl::StrCat("probe decode failed (llama_decode ", rc, ")"));
   }
   std::vector<std::byte> blob(llama_state_seq_get_size_ext(ctx, 0, 0));
-  const size_t got = llama_state_seq_get_data_ext(ctx, reinterpret_cast<uint8_t*>(blob.data()),
-                                                  blob.size(), 0, 0);
+  const size_t got =
+      llama_state_seq_get_data_ext(ctx, reinterpret_cast<uint8_t*>(blob.data()), blob.size(), 0, 0);
   llama_memory_seq_rm(mem, 0, -1, -1);
-  if (got != blob.size()) return absl::InternalError("probe: llama_state_seq_get_data_ext short read");
+  if (got != blob.size())
+    return absl::InternalError("probe: llama_state_seq_get_data_ext short read");
   absl::StatusOr<uint32_t> n = SeqStateStreamCount(blob);
   if (!n.ok()) return n.status();
   *n_stream = *n;
@@ -62,7 +63,8 @@ absl::StatusOr<SeqStateSpec> ProbeServerContext(llama_context* ctx, uint32_t* n_
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ServerKvtier>> ServerKvtier::Create(const ServerKvtierOptions& options) {
+absl::StatusOr<std::unique_ptr<ServerKvtier>> ServerKvtier::Create(
+    const ServerKvtierOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   if (!options.enabled()) return absl::InvalidArgumentError("no kvtier tier configured");
   std::unique_ptr<ServerKvtier> k(new ServerKvtier(options));
@@ -71,8 +73,8 @@ absl::StatusOr<std::unique_ptr<ServerKvtier>> ServerKvtier::Create(const ServerK
   so.host.capacity_bytes = static_cast<uint64_t>(options.effective_host_mib()) << 20;
   if (so.host.capacity_bytes > 0) {
     if (absl::Status s = so.host.Validate(); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("--kvtier-host-mib '", options.effective_host_mib(),
-                                                     "': ", s.message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--kvtier-host-mib '", options.effective_host_mib(), "': ", s.message()));
     }
     names.push_back("host");
   }
@@ -88,7 +90,8 @@ absl::StatusOr<std::unique_ptr<ServerKvtier>> ServerKvtier::Create(const ServerK
     d.capacity_bytes = static_cast<uint64_t>(options.disk_mib) << 20;
     d.file_bytes = std::min<uint64_t>(d.capacity_bytes, 256ull << 20);
     if (absl::Status s = d.Validate(); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("--kvtier-dir '", options.dir, "': ", s.message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--kvtier-dir '", options.dir, "': ", s.message()));
     }
     names.push_back("disk");
   }
@@ -100,12 +103,14 @@ absl::StatusOr<std::unique_ptr<ServerKvtier>> ServerKvtier::Create(const ServerK
     r.client.deadline = std::chrono::milliseconds(options.daemon_timeout_ms);
     r.client.max_attempts = 1;  // a dead daemon is a quick miss; the next request tries again
     if (absl::Status s = r.Validate(); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("--kvtier-daemon '", options.daemon, "': ", s.message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--kvtier-daemon '", options.daemon, "': ", s.message()));
     }
     so.lower.push_back(RemoteTier::Factory(r));
     names.push_back("kvtierd");
 #else
-    return absl::InvalidArgumentError("--kvtier-daemon: this build has no remote tier (KVT_BUILD_DAEMON=OFF)");
+    return absl::InvalidArgumentError(
+        "--kvtier-daemon: this build has no remote tier (KVT_BUILD_DAEMON=OFF)");
 #endif
   }
   k->tiers_ = absl::StrJoin(names, "+");
@@ -132,7 +137,8 @@ void ServerKvtier::Flush() {
 bool ServerKvtier::OnContextReady(llama_context* ctx, const char* model_path) {
   absl::StatusOr<SeqStateSpec> probed = ProbeServerContext(ctx, &n_stream_);
   if (!probed.ok()) {
-    spdlog::error("kvtier: cannot read this context's sequence state: {}", probed.status().ToString());
+    spdlog::error("kvtier: cannot read this context's sequence state: {}",
+                  probed.status().ToString());
     return false;
   }
   const uint32_t chunk = static_cast<uint32_t>(options_.chunk_tokens);
@@ -160,7 +166,8 @@ bool ServerKvtier::OnContextReady(llama_context* ctx, const char* model_path) {
   absl::StatusOr<std::unique_ptr<LlamaEngine>> engine = LlamaEngine::Create(eo);
   llama_log_set(saved_cb, saved_ud);
   if (!engine.ok()) {
-    spdlog::error("kvtier: cannot open the model for its namespace: {}", engine.status().ToString());
+    spdlog::error("kvtier: cannot open the model for its namespace: {}",
+                  engine.status().ToString());
     return false;
   }
   const SeqStateSpec& es = (*engine)->state_spec();
@@ -184,8 +191,8 @@ bool ServerKvtier::OnContextReady(llama_context* ctx, const char* model_path) {
   connector_ = std::shared_ptr<KVConnector>(std::move(*c));
   ns_hex_ = connector_->ns().ToHex();
   ready_.store(true, std::memory_order_release);
-  spdlog::info("kvtier: tiers {}, chunk {} tokens, namespace {} ({}), {} B/token",
-               tiers_, chunk, ns_hex_, co.ns.engine_extra, spec_.payload_bytes_per_token());
+  spdlog::info("kvtier: tiers {}, chunk {} tokens, namespace {} ({}), {} B/token", tiers_, chunk,
+               ns_hex_, co.ns.engine_extra, spec_.payload_bytes_per_token());
   return true;
 }
 
@@ -263,7 +270,8 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
   const size_t set = llama_state_seq_set_data_ext(
       ctx, reinterpret_cast<const uint8_t*>(blob.data()), blob.size(), seq_id, 0);
   if (set != blob.size()) {
-    spdlog::warn("kvtier: llama.cpp refused a {}-token state for seq {}; recomputing", loaded, seq_id);
+    spdlog::warn("kvtier: llama.cpp refused a {}-token state for seq {}; recomputing", loaded,
+                 seq_id);
     llama_memory_seq_rm(llama_get_memory(ctx), seq_id, -1, -1);
     load_failures_.fetch_add(1, std::memory_order_relaxed);
     misses_.fetch_add(1, std::memory_order_relaxed);
@@ -288,7 +296,8 @@ size_t ServerKvtier::StoreSeq(llama_context* ctx, int32_t seq_id, std::span<cons
           std::vector<std::byte> b(llama_state_seq_get_size_ext(ctx, seq_id, 0));
           const size_t got = llama_state_seq_get_data_ext(ctx, reinterpret_cast<uint8_t*>(b.data()),
                                                           b.size(), seq_id, 0);
-          if (got != b.size()) return absl::InternalError("llama_state_seq_get_data_ext short read");
+          if (got != b.size())
+            return absl::InternalError("llama_state_seq_get_data_ext short read");
           absl::StatusOr<std::vector<std::byte>> single = ToSingleStream(b);
           if (!single.ok()) return single.status();
           blob = std::move(*single);
@@ -296,7 +305,8 @@ size_t ServerKvtier::StoreSeq(llama_context* ctx, int32_t seq_id, std::span<cons
           if (!v.ok()) return v.status();
           view = std::move(*v);
         }
-        return ExtractChunkPayload(*view, static_cast<uint32_t>(chunk_index * chunk), chunk, payload);
+        return ExtractChunkPayload(*view, static_cast<uint32_t>(chunk_index * chunk), chunk,
+                                   payload);
       });
   if (!stored.ok()) {
     store_errors_.fetch_add(1, std::memory_order_relaxed);
@@ -340,18 +350,25 @@ std::string ServerKvtier::MetricsText() const {
     absl::StrAppend(&out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n", name, " ",
                     absl::StrFormat("%.17g", v), "\n");
   };
-  line("kvtier_requests_total", "prompts that had complete chunks to gain from kvtier", "counter", requests_);
-  line("kvtier_hits_total", "prompts that restored at least one chunk from kvtier", "counter", hits_);
+  line("kvtier_requests_total", "prompts that had complete chunks to gain from kvtier", "counter",
+       requests_);
+  line("kvtier_hits_total", "prompts that restored at least one chunk from kvtier", "counter",
+       hits_);
   line("kvtier_misses_total", "prompts that restored nothing from kvtier", "counter", misses_);
-  line("kvtier_cost_skips_total", "prompts whose cached chunks the cost model chose to recompute", "counter", cost_skips_);
+  line("kvtier_cost_skips_total", "prompts whose cached chunks the cost model chose to recompute",
+       "counter", cost_skips_);
   line("kvtier_loaded_tokens_total", "tokens restored from kvtier", "counter", loaded_tokens_);
   line("kvtier_load_bytes_total", "KV payload bytes restored from kvtier", "counter", load_bytes_);
-  line("kvtier_load_failures_total", "restores cut short (chunk missing, corrupt, or refused)", "counter", load_failures_);
-  line("kvtier_load_seconds_total", "time spent restoring from kvtier", "counter", load_seconds_.load());
+  line("kvtier_load_failures_total", "restores cut short (chunk missing, corrupt, or refused)",
+       "counter", load_failures_);
+  line("kvtier_load_seconds_total", "time spent restoring from kvtier", "counter",
+       load_seconds_.load());
   line("kvtier_stored_chunks_total", "chunks taken for storing", "counter", stored_chunks_);
   line("kvtier_store_errors_total", "stores that failed", "counter", store_errors_);
-  line("kvtier_chunks_put_total", "chunks that reached the tiers", "counter", static_cast<double>(cs.store_chunks_put));
-  line("kvtier_chunk_integrity_errors_total", "chunks that failed verification on load", "counter", static_cast<double>(cs.load_data_loss));
+  line("kvtier_chunks_put_total", "chunks that reached the tiers", "counter",
+       static_cast<double>(cs.store_chunks_put));
+  line("kvtier_chunk_integrity_errors_total", "chunks that failed verification on load", "counter",
+       static_cast<double>(cs.load_data_loss));
   return out;
 }
 

@@ -37,10 +37,12 @@ absl::Status ServerKvtierOptions::Validate() const {
   if (!daemon.empty()) {
 #ifdef KVT_SERVER_HAVE_DAEMON_CLI
     if (absl::Status s = cli::ValidateDaemonAddress(daemon); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("--kvtier-daemon '", daemon, "': ", s.message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--kvtier-daemon '", daemon, "': ", s.message()));
     }
 #else
-    return absl::InvalidArgumentError("--kvtier-daemon: this build has no daemon support (KVT_BUILD_DAEMON=OFF)");
+    return absl::InvalidArgumentError(
+        "--kvtier-daemon: this build has no daemon support (KVT_BUILD_DAEMON=OFF)");
 #endif
   }
   if (host_mib < -1 || host_mib > (int64_t{1} << 22)) {
@@ -60,7 +62,8 @@ absl::Status ServerKvtierOptions::Validate() const {
         absl::StrCat("--kvtier-timeout-ms '", daemon_timeout_ms, "': expected 1..600000"));
   }
   if (!token.empty() && daemon.empty()) {
-    return absl::InvalidArgumentError("--kvtier-token: needs --kvtier-daemon (the token is kvtierd's)");
+    return absl::InvalidArgumentError(
+        "--kvtier-token: needs --kvtier-daemon (the token is kvtierd's)");
   }
   if (!tenant.empty() && !enabled()) {
     return absl::InvalidArgumentError(
@@ -92,9 +95,9 @@ absl::StatusOr<ServerKvtierOptions> ExtractKvtierFlags(std::vector<std::string>&
       o.cost_model = false;
       continue;
     }
-    static const char* kValued[] = {"--kvtier-daemon",     "--kvtier-dir",   "--kvtier-host-mib",
-                                    "--kvtier-disk-mib",   "--kvtier-token", "--kvtier-tenant",
-                                    "--kvtier-chunk-tokens", "--kvtier-timeout-ms"};
+    static const char* kValued[] = {
+        "--kvtier-daemon", "--kvtier-dir",    "--kvtier-host-mib",     "--kvtier-disk-mib",
+        "--kvtier-token",  "--kvtier-tenant", "--kvtier-chunk-tokens", "--kvtier-timeout-ms"};
     bool known = false;
     for (const char* k : kValued) known = known || flag == k;
     if (!known) {
@@ -102,7 +105,8 @@ absl::StatusOr<ServerKvtierOptions> ExtractKvtierFlags(std::vector<std::string>&
           absl::StrCat(flag, ": unknown kvtier flag (see --help for the --kvtier-* flags)"));
     }
     if (!has_value) {
-      if (i + 1 >= args.size()) return absl::InvalidArgumentError(absl::StrCat(flag, ": missing value"));
+      if (i + 1 >= args.size())
+        return absl::InvalidArgumentError(absl::StrCat(flag, ": missing value"));
       value = args[++i];
     }
     if (flag == "--kvtier-daemon") {
@@ -118,7 +122,9 @@ absl::StatusOr<ServerKvtierOptions> ExtractKvtierFlags(std::vector<std::string>&
       absl::StatusOr<int64_t> v = ParseInt(flag, value);
       if (!v.ok()) return v.status();
       if (flag == "--kvtier-host-mib") {
-        if (*v < 0) return absl::InvalidArgumentError(absl::StrCat("--kvtier-host-mib '", value, "': expected >= 0"));
+        if (*v < 0)
+          return absl::InvalidArgumentError(
+              absl::StrCat("--kvtier-host-mib '", value, "': expected >= 0"));
         o.host_mib = *v;
       } else if (flag == "--kvtier-disk-mib") {
         o.disk_mib = *v;

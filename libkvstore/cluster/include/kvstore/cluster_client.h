@@ -62,11 +62,11 @@ using Command = std::vector<std::string_view>;
 
 // Counters since creation.
 struct ClusterClientStats {
-  uint64_t moved = 0;       // MOVED replies followed
-  uint64_t ask = 0;         // ASK replies followed
-  uint64_t try_again = 0;   // TRYAGAIN / CLUSTERDOWN replies waited out
-  uint64_t node_failures = 0;  // connections that failed or broke
-  uint64_t slot_refreshes = 0; // CLUSTER SLOTS loads
+  uint64_t moved = 0;           // MOVED replies followed
+  uint64_t ask = 0;             // ASK replies followed
+  uint64_t try_again = 0;       // TRYAGAIN / CLUSTERDOWN replies waited out
+  uint64_t node_failures = 0;   // connections that failed or broke
+  uint64_t slot_refreshes = 0;  // CLUSTER SLOTS loads
 };
 
 // Thread-safe.
@@ -92,17 +92,20 @@ class ClusterClient {
   // batch written before any reply is read). Redis moves multi-MiB values slower when
   // several are pipelined (measured: redis-benchmark -d 4MiB GET -P 9 at half of -P 1),
   // so large values want a small window; commands still run in order on one connection.
-  absl::StatusOr<std::vector<Reply>> Exec(int slot, std::span<const Command> cmds, size_t window = 0);
+  absl::StatusOr<std::vector<Reply>> Exec(int slot, std::span<const Command> cmds,
+                                          size_t window = 0);
 
   // GET of `keys` (all hashing to `slot`) with each value read from the socket straight
   // into its destination, no intermediate copy; at most `window` GETs in flight. Per key:
   // true when the value had exactly the destination's length, false when the key is
   // absent (nil). FailedPrecondition when this path cannot answer (a redirect, an error
   // reply, a value of another length, no master known, a broken or refused connection):
-  // the caller then uses Exec, which follows redirects and handles failures. Bytes of a destination are unspecified unless
-  // its key answered true. REQUIRES: keys.size() == dests.size(), window >= 1.
+  // the caller then uses Exec, which follows redirects and handles failures. Bytes of a destination
+  // are unspecified unless its key answered true. REQUIRES: keys.size() == dests.size(), window
+  // >= 1.
   absl::StatusOr<std::vector<bool>> GetInto(int slot, std::span<const std::string> keys,
-                                            std::span<const std::span<std::byte>> dests, size_t window);
+                                            std::span<const std::span<std::byte>> dests,
+                                            size_t window);
 
   // Commands on any slots, one per entry of `slots`: grouped by master, every master's
   // pipeline written before any is read (one round trip per shard, shards in

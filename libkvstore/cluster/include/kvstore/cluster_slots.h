@@ -45,7 +45,8 @@ class SlotMap {
   // Parses a CLUSTER SLOTS reply: an array of [start, end, [ip, port, id...], replicas...].
   // An empty ip (a node that does not know its own address) is replaced by `fallback_host`.
   // DataLoss (naming the entry) for a malformed reply.
-  static absl::StatusOr<SlotMap> FromClusterSlots(const redisReply* reply, std::string_view fallback_host);
+  static absl::StatusOr<SlotMap> FromClusterSlots(const redisReply* reply,
+                                                  std::string_view fallback_host);
 
   // Master serving `slot`, or nullopt when no master covers it.
   // REQUIRES: 0 <= slot < kNumSlots.
@@ -66,8 +67,8 @@ class SlotMap {
 struct Redirect {
   enum Kind : uint8_t { kMoved, kAsk, kTryAgain, kClusterDown };
   Kind kind;
-  int slot = -1;   // kMoved/kAsk only
-  NodeAddr node;   // kMoved/kAsk only
+  int slot = -1;  // kMoved/kAsk only
+  NodeAddr node;  // kMoved/kAsk only
 };
 
 // Parses "MOVED 3999 127.0.0.1:6381", "ASK 3999 127.0.0.1:6381", "TRYAGAIN ...",

@@ -104,7 +104,8 @@ class ClusterTier final : public Tier {
   ClusterTier(const ClusterTierOptions& options, std::unique_ptr<cluster::ClusterClient> client);
   void RefreshStats() const;
   size_t window() const {
-    return static_cast<size_t>(std::max<uint64_t>(1, options_.max_pipelined_bytes / options_.piece_bytes));
+    return static_cast<size_t>(
+        std::max<uint64_t>(1, options_.max_pipelined_bytes / options_.piece_bytes));
   }
 
   const ClusterTierOptions options_;

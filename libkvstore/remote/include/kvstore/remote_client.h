@@ -26,8 +26,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "kvstore/shm_region.h"
 #include "kvstore/evict_selector.h"
+#include "kvstore/shm_region.h"
 #include "kvstore/tier.h"
 #include "kvstore/types.h"
 

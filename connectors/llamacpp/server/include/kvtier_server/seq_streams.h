@@ -31,7 +31,8 @@ absl::StatusOr<std::vector<std::byte>> ToSingleStream(std::span<const std::byte>
 // The inverse for a context with `n_stream` streams: the single stream first, then
 // n_stream - 1 empty streams. REQUIRES: `blob` has one stream. InvalidArgument otherwise
 // or for n_stream == 0.
-absl::StatusOr<std::vector<std::byte>> ToStreams(std::span<const std::byte> blob, uint32_t n_stream);
+absl::StatusOr<std::vector<std::byte>> ToStreams(std::span<const std::byte> blob,
+                                                 uint32_t n_stream);
 
 }  // namespace kvt::llamacpp
 

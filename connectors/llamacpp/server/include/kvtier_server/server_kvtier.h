@@ -28,9 +28,9 @@
 #include "absl/status/statusor.h"
 #include "connectors/kv_connector.h"
 #include "kvstore/tiered_store.h"
-#include "server-kvtier-hooks.h"  // from llama-server.patch (tools/server/)
 #include "kvtier_server/server_options.h"
 #include "llamacpp/seq_state.h"
+#include "server-kvtier-hooks.h"  // from llama-server.patch (tools/server/)
 
 namespace kvt::llamacpp {
 
@@ -72,17 +72,17 @@ class ServerKvtier final : public KvtierServerHooks {
   // Set (release) once OnContextReady has finished: HTTP threads answer /kvtier while the
   // model is still loading, and read connector_, spec_, ns_hex_ only after this (acquire).
   std::atomic<bool> ready_{false};
-  std::string tiers_;                       // "host+disk+kvtierd"
+  std::string tiers_;  // "host+disk+kvtierd"
   SeqStateSpec spec_;
   uint32_t n_stream_ = 1;  // KV streams of the server's context (non-unified: one per slot)
   std::string ns_hex_;
-  std::map<int32_t, PromptStart> prompt_start_;       // task-loop thread only
-  std::map<int32_t, size_t> last_prompt_tokens_;      // task-loop thread only
+  std::map<int32_t, PromptStart> prompt_start_;   // task-loop thread only
+  std::map<int32_t, size_t> last_prompt_tokens_;  // task-loop thread only
 
-  std::atomic<uint64_t> requests_{0};       // OnPromptStart calls with a chunk to gain
-  std::atomic<uint64_t> hits_{0};           // requests that restored >= 1 chunk
-  std::atomic<uint64_t> misses_{0};         // requests that restored nothing
-  std::atomic<uint64_t> cost_skips_{0};     // cached chunks the cost model chose not to load
+  std::atomic<uint64_t> requests_{0};    // OnPromptStart calls with a chunk to gain
+  std::atomic<uint64_t> hits_{0};        // requests that restored >= 1 chunk
+  std::atomic<uint64_t> misses_{0};      // requests that restored nothing
+  std::atomic<uint64_t> cost_skips_{0};  // cached chunks the cost model chose not to load
   std::atomic<uint64_t> loaded_tokens_{0};
   std::atomic<uint64_t> load_bytes_{0};
   std::atomic<uint64_t> load_failures_{0};  // restores that failed (chunk or set_data)
