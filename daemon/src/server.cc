@@ -62,18 +62,6 @@ absl::Status PrepareUnixSocket(const std::string& path) {
   return absl::OkStatus();
 }
 
-const char* TierLabel(TierKind k) {
-  switch (k) {
-    case TierKind::kHost:
-      return "host";
-    case TierKind::kDisk:
-      return "disk";
-    case TierKind::kRemote:
-      return "remote";
-  }
-  return "unknown";
-}
-
 }  // namespace
 
 class KvtierServer::Impl {
@@ -106,7 +94,7 @@ class KvtierServer::Impl {
         "# TYPE kvtier_tier_io_errors_total counter\n");
     for (size_t t = 0; t < store->num_tiers(); ++t) {
       TierStats s = store->tier_stats(MakeTierIndex(t));
-      const char* l = TierLabel(store->tier_caps(MakeTierIndex(t)).kind);
+      const std::string_view l = TierKindName(store->tier_caps(MakeTierIndex(t)).kind);
       absl::StrAppendFormat(
           &out,
           "kvtier_tier_capacity_bytes{tier=\"%s\"} %d\nkvtier_tier_used_bytes{tier=\"%s\"} %d\n"

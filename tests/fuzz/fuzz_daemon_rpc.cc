@@ -67,10 +67,10 @@ void Start() {
   kvt::daemon::DaemonConfig c = kvt::daemon::DefaultDaemonConfig();
   c.listen = {"unix://" + g->dir + "/kvtierd.sock"};
   c.data_dir = g->dir + "/data";
-  c.host_capacity_bytes = 8ull << 20;
-  c.disk_capacity_bytes = 32ull << 20;
-  c.disk_file_bytes = 8ull << 20;
-  c.disk_direct_io = false;
+  c.host.capacity_bytes = 8ull << 20;
+  c.disk.capacity_bytes = 32ull << 20;
+  c.disk.file_bytes = 8ull << 20;
+  c.disk.direct_io = false;
   c.durability = kvt::daemon::Durability::kAsync;
   c.workers = 2;
   c.max_record_bytes = 4ull << 20;
