@@ -51,7 +51,12 @@ for pass in $passes; do
       cmake --build build/tsan -j "$jobs"
       logs=$root/build/tsan/sanitizer-logs
       rm -rf "$logs" && mkdir -p "$logs"
-      export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/sanitizers/tsan.supp:log_path=$logs/tsan"
+      # ignore_noninstrumented_modules: memcpy/free called from inside Debian's
+      # uninstrumented gRPC (slice recycling between threads, synchronised by gRPC's own
+      # invisible atomics) otherwise records accesses that TSan then pairs with kvtier's
+      # reads of the recycled slice (seen once: remote_client_get.cc CopyData vs a freed
+      # Put slice). kvtier's own code stays fully instrumented.
+      export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1:suppressions=$root/tests/sanitizers/tsan.supp:log_path=$logs/tsan"
       run_ctest tsan "$labels"
       check_logs "$logs"
       unset TSAN_OPTIONS
