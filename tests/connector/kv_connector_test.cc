@@ -67,6 +67,26 @@ class ScopedTempDir {
   std::string path_;
 };
 
+DiskTierOptions DiskOptions(const std::string& dir) {
+  DiskTierOptions o;
+  o.dir = dir;
+  o.capacity_bytes = 16 << 20;
+  o.file_bytes = 4 << 20;
+  return o;
+}
+
+// A store over a disk tier in `dir` (16 MiB, 4 MiB files), under a host tier of
+// `host_bytes` when non-zero; *disk points at the disk tier (owned by the store).
+std::shared_ptr<TieredStore> DiskStore(const std::string& dir, uint64_t host_bytes,
+                                       DiskTier** disk) {
+  std::vector<TierFactory> tiers;
+  if (host_bytes > 0) tiers.push_back(HostTier::Factory({.capacity_bytes = host_bytes}));
+  tiers.push_back(kvt::testing::Capturing(DiskTier::Factory(DiskOptions(dir)), disk));
+  auto created = TieredStore::Create(std::move(tiers), TieredStoreOptions{});
+  EXPECT_TRUE(created.ok()) << created.status();
+  return created.ok() ? std::shared_ptr<TieredStore>(std::move(*created)) : nullptr;
+}
+
 std::unique_ptr<Tier> MakeHost() {
   HostTierOptions o;
   o.capacity_bytes = 4 << 20;
@@ -308,15 +328,8 @@ ChunkHeader HeaderFor(const KVConnector& conn, const std::vector<ChunkKey>& keys
 TEST(KVConnectorTest, CorruptedChunkFailsVerificationAndItsBytesNeverReachConsume) {
   ScopedTempDir dir;
   DiskTier* disk = nullptr;
-  DiskTierOptions dopt;
-  dopt.dir = dir.path() + "/disk";
-  dopt.capacity_bytes = 16 << 20;
-  dopt.file_bytes = 4 << 20;
-  std::vector<TierFactory> tiers;
-  tiers.push_back(kvt::testing::Capturing(DiskTier::Factory(dopt), &disk));
-  auto created = TieredStore::Create(std::move(tiers), TieredStoreOptions{});
-  ASSERT_TRUE(created.ok()) << created.status();
-  std::shared_ptr<TieredStore> store(std::move(*created));
+  std::shared_ptr<TieredStore> store = DiskStore(dir.path() + "/disk", /*host_bytes=*/0, &disk);
+  ASSERT_NE(store, nullptr);
   auto conn = MakeConnector(store);
   std::vector<TokenId> tokens = Prompt(4 * kChunk + 1);
   Filler fill;
@@ -328,7 +341,7 @@ TEST(KVConnectorTest, CorruptedChunkFailsVerificationAndItsBytesNeverReachConsum
   // Records land in the first record file in store order, each padded to 4 KiB.
   const uint64_t padded = (kChunkHeaderBytes + conn->chunk_payload_bytes() + 4095) / 4096 * 4096;
   {
-    const std::string file = dopt.dir + "/records/rec-000000.dat";
+    const std::string file = dir.path() + "/disk/records/rec-000000.dat";
     std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
     ASSERT_TRUE(f.good()) << file;
     const std::streamoff at = static_cast<std::streamoff>(padded + kChunkHeaderBytes + 100);
@@ -360,18 +373,9 @@ TEST(KVConnectorTest, CorruptedChunkFailsVerificationAndItsBytesNeverReachConsum
 TEST(KVConnectorTest, FlushWaitsUntilEveryChunkIsOnDisk) {
   ScopedTempDir dir;
   DiskTier* disk = nullptr;
-  DiskTierOptions dopt;
-  dopt.dir = dir.path() + "/disk";
-  dopt.capacity_bytes = 16 << 20;
-  dopt.file_bytes = 4 << 20;
-  HostTierOptions hopt;
-  hopt.capacity_bytes = 1 << 20;
-  std::vector<TierFactory> tiers;
-  tiers.push_back(HostTier::Factory(hopt));
-  tiers.push_back(kvt::testing::Capturing(DiskTier::Factory(dopt), &disk));
-  auto created = TieredStore::Create(std::move(tiers), TieredStoreOptions{});
-  ASSERT_TRUE(created.ok()) << created.status();
-  std::shared_ptr<TieredStore> store(std::move(*created));
+  std::shared_ptr<TieredStore> store =
+      DiskStore(dir.path() + "/disk", /*host_bytes=*/1 << 20, &disk);
+  ASSERT_NE(store, nullptr);
   auto conn = MakeConnector(store);
   std::vector<TokenId> tokens = Prompt(24 * kChunk + 1);
   Filler fill;

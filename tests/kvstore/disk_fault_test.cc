@@ -34,15 +34,13 @@ using ::kvt::testing::FsOp;
 using ::kvt::testing::MakeRecord;
 using ::kvt::testing::TestKey;
 
-constexpr uint64_t kPadded = ((256 * 1024 + kChunkHeaderBytes) + 4095) / 4096 * 4096;
+constexpr uint64_t kPadded = kvt::testing::kPaddedRecordBytes;
 
 class DiskFaultTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* base = std::getenv("TEST_TMPDIR");
-    std::string tmpl = std::string(base ? base : "/tmp") + "/kvt-fault-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr) << std::strerror(errno);
-    dir_ = tmpl;
+    dir_ = kvt::testing::MakeScratchDir("kvt-fault");
+    ASSERT_FALSE(dir_.empty()) << std::strerror(errno);
     faults_ = std::make_shared<FaultInjectionFs>();
   }
   void TearDown() override {
@@ -64,13 +62,8 @@ class DiskFaultTest : public ::testing::Test {
     EXPECT_TRUE(t.ok()) << t.status();
     return t.ok() ? std::move(*t) : nullptr;
   }
-  static absl::StatusOr<std::vector<std::byte>> Read(DiskTier& t, const ChunkKey& key) {
-    auto n = kvt::testing::RecordSize(t, key);
-    if (!n.ok()) return n.status();
-    std::vector<std::byte> out(*n);
-    auto got = t.Get(key, out);
-    if (!got.ok()) return got.status();
-    return out;
+  static absl::StatusOr<std::vector<std::byte>> Read(Tier& t, const ChunkKey& key) {
+    return kvt::testing::ReadRecord(t, key);
   }
   std::string dir_;
   std::shared_ptr<FaultInjectionFs> faults_;

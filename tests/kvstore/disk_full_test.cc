@@ -35,10 +35,8 @@ using ::kvt::testing::TestKey;
 class DiskFullTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* base = std::getenv("TEST_TMPDIR");
-    std::string tmpl = std::string(base ? base : "/tmp") + "/kvt-full-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr) << std::strerror(errno);
-    mnt_ = tmpl;
+    mnt_ = kvt::testing::MakeScratchDir("kvt-full");
+    ASSERT_FALSE(mnt_.empty()) << std::strerror(errno);
     if (::mount("tmpfs", mnt_.c_str(), "tmpfs", 0, "size=40m") != 0) {
       const int err = errno;
       fs::remove(mnt_);
@@ -83,13 +81,8 @@ class DiskFullTest : public ::testing::Test {
     return o;
   }
 
-  static absl::StatusOr<std::vector<std::byte>> Read(DiskTier& t, const ChunkKey& key) {
-    auto n = kvt::testing::RecordSize(t, key);
-    if (!n.ok()) return n.status();
-    std::vector<std::byte> out(*n);
-    auto got = t.Get(key, out);
-    if (!got.ok()) return got.status();
-    return out;
+  static absl::StatusOr<std::vector<std::byte>> Read(Tier& t, const ChunkKey& key) {
+    return kvt::testing::ReadRecord(t, key);
   }
 
   // Runs the fill / full / freed / close / reopen sequence in a child process.

@@ -30,16 +30,13 @@ namespace fs = std::filesystem;
 using ::kvt::testing::MakeRecord;
 using ::kvt::testing::TestKey;
 
-// 256 tokens x 1 KiB + 128 B header, padded to 4 KiB on disk.
-constexpr uint64_t kPadded = ((256 * 1024 + kChunkHeaderBytes) + 4095) / 4096 * 4096;
+constexpr uint64_t kPadded = kvt::testing::kPaddedRecordBytes;
 
 class DiskRepairTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* base = std::getenv("TEST_TMPDIR");
-    std::string tmpl = std::string(base ? base : "/tmp") + "/kvt-repair-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr) << std::strerror(errno);
-    dir_ = tmpl;
+    dir_ = kvt::testing::MakeScratchDir("kvt-repair");
+    ASSERT_FALSE(dir_.empty()) << std::strerror(errno);
   }
   void TearDown() override {
     std::error_code ec;
@@ -54,13 +51,8 @@ class DiskRepairTest : public ::testing::Test {
     o.queue_depth = 4;
     return o;
   }
-  static absl::StatusOr<std::vector<std::byte>> Read(DiskTier& t, const ChunkKey& key) {
-    auto n = kvt::testing::RecordSize(t, key);
-    if (!n.ok()) return n.status();
-    std::vector<std::byte> out(*n);
-    auto got = t.Get(key, out);
-    if (!got.ok()) return got.status();
-    return out;
+  static absl::StatusOr<std::vector<std::byte>> Read(Tier& t, const ChunkKey& key) {
+    return kvt::testing::ReadRecord(t, key);
   }
   std::string RecordFile(int id) const {
     char name[32];

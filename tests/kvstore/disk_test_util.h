@@ -25,6 +25,11 @@ inline KvLayout SmallLayout() {
   return l;
 }
 
+// On-disk size of a MakeRecord() record of the default 256 tokens: 256 x 1 KiB payload +
+// the 128-byte header, padded to the disk tier's 4 KiB blocks.
+inline constexpr uint64_t kPaddedRecordBytes =
+    ((256 * 1024 + kChunkHeaderBytes) + 4095) / 4096 * 4096;
+
 inline NamespaceId TestNamespace(uint64_t n = 1) { return NamespaceId{0x1234 + n, 0xabcd00 + n}; }
 
 inline ChunkKey TestKey(uint64_t seed, uint64_t ns = 1) {

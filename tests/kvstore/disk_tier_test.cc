@@ -39,10 +39,8 @@ constexpr uint64_t kPadded = ((kRecordTokens * 1024 + kChunkHeaderBytes) + 4095)
 class DiskTierTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* base = std::getenv("TEST_TMPDIR");
-    std::string tmpl = std::string(base ? base : "/tmp") + "/kvt-disk-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr) << std::strerror(errno);
-    dir_ = tmpl;
+    dir_ = kvt::testing::MakeScratchDir("kvt-disk");
+    ASSERT_FALSE(dir_.empty()) << std::strerror(errno);
   }
   void TearDown() override {
     std::error_code ec;
@@ -66,14 +64,8 @@ class DiskTierTest : public ::testing::Test {
   }
 
   // Reads `key` and returns its bytes, or the status.
-  static absl::StatusOr<std::vector<std::byte>> Read(DiskTier& t, const ChunkKey& key) {
-    auto n = kvt::testing::RecordSize(t, key);
-    if (!n.ok()) return n.status();
-    std::vector<std::byte> out(*n);
-    auto got = t.Get(key, out);
-    if (!got.ok()) return got.status();
-    if (*got != out.size()) return absl::InternalError("length mismatch");
-    return out;
+  static absl::StatusOr<std::vector<std::byte>> Read(Tier& t, const ChunkKey& key) {
+    return kvt::testing::ReadRecord(t, key);
   }
 
   static std::string RecordFile(const std::string& dir, int id) {

@@ -3,8 +3,12 @@
 #ifndef KVT_TESTS_KVSTORE_STORE_TEST_UTIL_H_
 #define KVT_TESTS_KVSTORE_STORE_TEST_UTIL_H_
 
+#include <stdlib.h>
+
+#include <cstdlib>
 #include <memory>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -63,6 +67,25 @@ inline absl::StatusOr<uint64_t> RecordSize(Tier& tier, const ChunkKey& key) {
   std::vector<ChunkStat> st = tier.Stat(std::span<const ChunkKey>(&key, 1));
   if (st.empty() || !st[0].present) return absl::NotFoundError("not in the tier: " + key.ToHex());
   return st[0].record_bytes;
+}
+
+// The whole record of `key` read from `tier` (sized by Stat): the bytes, or the tier's
+// status (NotFound when absent).
+inline absl::StatusOr<std::vector<std::byte>> ReadRecord(Tier& tier, const ChunkKey& key) {
+  absl::StatusOr<uint64_t> n = RecordSize(tier, key);
+  if (!n.ok()) return n.status();
+  std::vector<std::byte> out(*n);
+  absl::StatusOr<uint64_t> got = tier.Get(key, out);
+  if (!got.ok()) return got.status();
+  if (*got != out.size()) return absl::InternalError("record length changed while reading");
+  return out;
+}
+
+// A fresh directory `<$TEST_TMPDIR or /tmp>/<tag>-XXXXXX`; "" if it cannot be made.
+inline std::string MakeScratchDir(const std::string& tag) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  std::string tmpl = std::string(base ? base : "/tmp") + "/" + tag + "-XXXXXX";
+  return ::mkdtemp(tmpl.data()) != nullptr ? tmpl : std::string();
 }
 
 }  // namespace kvt::testing
