@@ -4,6 +4,8 @@
 #ifndef KVT_BENCH_BENCH_MODE_H_
 #define KVT_BENCH_BENCH_MODE_H_
 
+#include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <string>
@@ -25,6 +27,21 @@ struct ModeRegistrar {
     Modes()[name] = Mode{help, std::move(run)};
   }
 };
+
+// The kvtierd binary a mode starts: `flag` when given, else $KVTIERD, else the one built
+// beside kvtier-bench (build/release/daemon/kvtierd), else "kvtierd" from PATH.
+inline std::string FindKvtierd(const std::string& flag) {
+  if (!flag.empty()) return flag;
+  if (const char* env = std::getenv("KVTIERD"); env != nullptr && *env) return env;
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (auto cand :
+         {self.parent_path() / "kvtierd", self.parent_path().parent_path() / "daemon" / "kvtierd"})
+      if (std::filesystem::exists(cand)) return cand.string();
+  }
+  return "kvtierd";
+}
 
 }  // namespace kvt::bench
 

@@ -63,19 +63,6 @@ double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-std::string FindKvtierd(const std::string& flag) {
-  if (!flag.empty()) return flag;
-  if (const char* env = std::getenv("KVTIERD"); env != nullptr && *env) return env;
-  std::error_code ec;
-  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    for (auto cand :
-         {self.parent_path() / "kvtierd", self.parent_path().parent_path() / "daemon" / "kvtierd"})
-      if (std::filesystem::exists(cand)) return cand.string();
-  }
-  return "kvtierd";  // PATH
-}
-
 [[maybe_unused]] int FreePort() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};

@@ -64,19 +64,6 @@ struct ClientResult {
   std::string first_error;
 };
 
-std::string FindKvtierdBinary(const std::string& flag) {
-  if (!flag.empty()) return flag;
-  if (const char* env = std::getenv("KVTIERD"); env != nullptr && *env) return env;
-  std::error_code ec;
-  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    for (auto cand :
-         {self.parent_path() / "kvtierd", self.parent_path().parent_path() / "daemon" / "kvtierd"})
-      if (std::filesystem::exists(cand)) return cand.string();
-  }
-  return "kvtierd";
-}
-
 uint64_t ProcStatusKiB(pid_t pid, const char* field) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   std::string line;
@@ -274,7 +261,7 @@ int RunSoak(int argc, char** argv) {
         << "/ready.json\n";
   }
   const uint64_t budget = o.host_bytes + o.inflight_bytes + (128ull << 20);
-  const std::string bin = FindKvtierdBinary(o.kvtierd);
+  const std::string bin = FindKvtierd(o.kvtierd);
   pid_t daemon = SpawnDaemon(bin, dir);
   bool ready = false;
   for (int i = 0; i < 3000 && !ready; ++i) {

@@ -147,12 +147,12 @@ absl::Status ClusterTier::Put(std::span<const std::byte> record) {
   set(keys[0], AsView(hdr));
   auto replies = client_->Exec(cluster::KeyHashSlot(keys[0]), cmds, window());
   if (!replies.ok()) {
-    io_errors_.fetch_add(1, std::memory_order_relaxed);
+    AtomicTierCounters::Add(counters_.io_errors, 1);
     return absl::UnavailableError("ClusterTier::Put: " + std::string(replies.status().message()));
   }
   for (const auto& r : *replies) {
     if (!IsError(r.get())) continue;
-    io_errors_.fetch_add(1, std::memory_order_relaxed);
+    AtomicTierCounters::Add(counters_.io_errors, 1);
     std::string_view e(r->str, r->len);
     (void)Erase(header->key);  // no half-written record left behind
     if (e.starts_with("OOM"))
@@ -160,8 +160,8 @@ absl::Status ClusterTier::Put(std::span<const std::byte> record) {
           absl::StrFormat("ClusterTier::Put: redis is full: %s", e));
     return absl::UnavailableError(absl::StrFormat("ClusterTier::Put: %s", e));
   }
-  puts_.fetch_add(1, std::memory_order_relaxed);
-  bytes_in_.fetch_add(record.size(), std::memory_order_relaxed);
+  AtomicTierCounters::Add(counters_.puts, 1);
+  AtomicTierCounters::Add(counters_.bytes_in, record.size());
   return absl::OkStatus();
 }
 
@@ -169,7 +169,7 @@ absl::StatusOr<uint64_t> ClusterTier::Get(const ChunkKey& key, std::span<std::by
   const std::string k0 = PieceKey(key, 0);
   const int slot = cluster::KeyHashSlot(k0);
   auto miss = [&](absl::Status s) -> absl::Status {
-    misses_.fetch_add(1, std::memory_order_relaxed);
+    AtomicTierCounters::Add(counters_.misses, 1);
     return s;
   };
   // The header, then the pieces `window()` at a time, read from the socket straight
@@ -178,7 +178,7 @@ absl::StatusOr<uint64_t> ClusterTier::Get(const ChunkKey& key, std::span<std::by
   cluster::Command hcmd{"GET", k0};
   auto replies = client_->Exec(slot, std::span(&hcmd, 1));
   if (!replies.ok()) {
-    io_errors_.fetch_add(1, std::memory_order_relaxed);
+    AtomicTierCounters::Add(counters_.io_errors, 1);
     return miss(
         absl::UnavailableError("ClusterTier::Get: " + std::string(replies.status().message())));
   }
@@ -186,13 +186,13 @@ absl::StatusOr<uint64_t> ClusterTier::Get(const ChunkKey& key, std::span<std::by
   if (r0 == nullptr || r0->type == REDIS_REPLY_NIL)
     return miss(absl::NotFoundError("ClusterTier::Get: miss"));
   if (IsError(r0)) {
-    io_errors_.fetch_add(1, std::memory_order_relaxed);
+    AtomicTierCounters::Add(counters_.io_errors, 1);
     return miss(absl::UnavailableError(
         absl::StrFormat("ClusterTier::Get: %s", std::string_view(r0->str, r0->len))));
   }
   std::optional<PieceHeader> ph = DecodePieceHeader(r0);
   if (!ph) {
-    integrity_errors_.fetch_add(1, std::memory_order_relaxed);
+    AtomicTierCounters::Add(counters_.integrity_errors, 1);
     return miss(absl::DataLossError(absl::StrFormat("ClusterTier::Get: %s: bad piece header", k0)));
   }
   if (ph->record_bytes > out.size())
@@ -231,7 +231,7 @@ absl::StatusOr<uint64_t> ClusterTier::Get(const ChunkKey& key, std::span<std::by
       continue;
     }
     if (absl::IsUnavailable(direct.status())) {
-      io_errors_.fetch_add(1, std::memory_order_relaxed);
+      AtomicTierCounters::Add(counters_.io_errors, 1);
       return miss(
           absl::UnavailableError("ClusterTier::Get: " + std::string(direct.status().message())));
     }
@@ -239,7 +239,7 @@ absl::StatusOr<uint64_t> ClusterTier::Get(const ChunkKey& key, std::span<std::by
     for (const auto& n : names) mc.push_back({"GET", n});
     auto mr = client_->Exec(slot, mc);
     if (!mr.ok()) {
-      io_errors_.fetch_add(1, std::memory_order_relaxed);
+      AtomicTierCounters::Add(counters_.io_errors, 1);
       return miss(
           absl::UnavailableError("ClusterTier::Get: " + std::string(mr.status().message())));
     }
@@ -257,13 +257,13 @@ absl::StatusOr<uint64_t> ClusterTier::Get(const ChunkKey& key, std::span<std::by
       header.ok() ? VerifyChunk(record, DecodeExpectations{.ns = header->ns, .key = key})
                   : absl::StatusOr<ChunkHeader>(header.status());
   if (!v.ok()) {
-    integrity_errors_.fetch_add(1, std::memory_order_relaxed);
+    AtomicTierCounters::Add(counters_.integrity_errors, 1);
     spdlog::warn("cluster tier: record {} failed verification: {}", key.ToHex(),
                  v.status().ToString());
     return miss(absl::DataLossError("ClusterTier::Get: " + v.status().ToString()));
   }
-  hits_.fetch_add(1, std::memory_order_relaxed);
-  bytes_out_.fetch_add(record.size(), std::memory_order_relaxed);
+  AtomicTierCounters::Add(counters_.hits, 1);
+  AtomicTierCounters::Add(counters_.bytes_out, record.size());
   return record.size();
 }
 
@@ -281,7 +281,7 @@ std::vector<ChunkStat> ClusterTier::Stat(std::span<const ChunkKey> keys) {
   std::vector<ChunkStat> out(keys.size());
   for (size_t i = 0; i < keys.size() && i < r.size(); ++i) {
     if (r[i] == nullptr) {
-      io_errors_.fetch_add(1, std::memory_order_relaxed);
+      AtomicTierCounters::Add(counters_.io_errors, 1);
       continue;
     }
     if (r[i]->type == REDIS_REPLY_NIL) continue;
@@ -311,7 +311,7 @@ absl::Status ClusterTier::Erase(const ChunkKey& key) {
   if (!d.ok())
     return absl::UnavailableError("ClusterTier::Erase: " + std::string(d.status().message()));
   if ((*d)[0] != nullptr && (*d)[0]->type == REDIS_REPLY_INTEGER && (*d)[0]->integer == 1)
-    evictions_.fetch_add(1, std::memory_order_relaxed);
+    AtomicTierCounters::Add(counters_.evictions, 1);
   return absl::OkStatus();
 }
 
@@ -410,14 +410,7 @@ TierStats ClusterTier::stats() const {
   TierStats s;
   s.capacity_bytes = capacity_.load(std::memory_order_relaxed);
   s.used_bytes = used_.load(std::memory_order_relaxed);
-  s.hits = hits_.load(std::memory_order_relaxed);
-  s.misses = misses_.load(std::memory_order_relaxed);
-  s.puts = puts_.load(std::memory_order_relaxed);
-  s.bytes_in = bytes_in_.load(std::memory_order_relaxed);
-  s.bytes_out = bytes_out_.load(std::memory_order_relaxed);
-  s.evictions = evictions_.load(std::memory_order_relaxed);
-  s.integrity_errors = integrity_errors_.load(std::memory_order_relaxed);
-  s.io_errors = io_errors_.load(std::memory_order_relaxed);
+  counters_.CopyTo(s);
   return s;
 }
 

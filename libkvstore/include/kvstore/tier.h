@@ -13,6 +13,7 @@
 #ifndef KVSTORE_TIER_H_
 #define KVSTORE_TIER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -47,6 +48,28 @@ struct TierStats {
   uint64_t evictions = 0;
   uint64_t integrity_errors = 0;
   uint64_t io_errors = 0;
+};
+
+// The counters of TierStats as relaxed atomics, for tiers that count without a lock
+// (RemoteTier, ClusterTier). Thread-safe.
+struct AtomicTierCounters {
+  std::atomic<uint64_t> hits{0}, misses{0}, puts{0}, bytes_in{0}, bytes_out{0}, evictions{0},
+      integrity_errors{0}, io_errors{0};
+
+  static void Add(std::atomic<uint64_t>& counter, uint64_t n = 1) {
+    counter.fetch_add(n, std::memory_order_relaxed);
+  }
+  // Copies the counters into `s`; its gauges (capacity, used, chunks, pinned) are untouched.
+  void CopyTo(TierStats& s) const {
+    s.hits = hits.load(std::memory_order_relaxed);
+    s.misses = misses.load(std::memory_order_relaxed);
+    s.puts = puts.load(std::memory_order_relaxed);
+    s.bytes_in = bytes_in.load(std::memory_order_relaxed);
+    s.bytes_out = bytes_out.load(std::memory_order_relaxed);
+    s.evictions = evictions.load(std::memory_order_relaxed);
+    s.integrity_errors = integrity_errors.load(std::memory_order_relaxed);
+    s.io_errors = io_errors.load(std::memory_order_relaxed);
+  }
 };
 
 // One cached chunk as listed by a tier.

@@ -50,10 +50,10 @@ absl::Status RemoteTier::Put(std::span<const std::byte> record) {
                         header->record_bytes()));
   absl::Status s = client_->Put(record);
   if (s.ok()) {
-    puts_.fetch_add(1, std::memory_order_relaxed);
-    bytes_in_.fetch_add(record.size(), std::memory_order_relaxed);
+    AtomicTierCounters::Add(counters_.puts, 1);
+    AtomicTierCounters::Add(counters_.bytes_in, record.size());
   } else {
-    io_errors_.fetch_add(1, std::memory_order_relaxed);
+    AtomicTierCounters::Add(counters_.io_errors, 1);
     if (IsUnreachable(s)) return absl::UnavailableError("RemoteTier::Put: " + s.ToString());
   }
   return s;
@@ -63,10 +63,10 @@ absl::StatusOr<uint64_t> RemoteTier::Get(const ChunkKey& key, std::span<std::byt
   auto n = client_->Get(key, out);
   if (!n.ok()) {
     if (n.status().code() == absl::StatusCode::kNotFound) {
-      misses_.fetch_add(1, std::memory_order_relaxed);
+      AtomicTierCounters::Add(counters_.misses, 1);
     } else if (IsUnreachable(n.status())) {
-      misses_.fetch_add(1, std::memory_order_relaxed);
-      io_errors_.fetch_add(1, std::memory_order_relaxed);
+      AtomicTierCounters::Add(counters_.misses, 1);
+      AtomicTierCounters::Add(counters_.io_errors, 1);
       return absl::UnavailableError("RemoteTier::Get: " + n.status().ToString());
     }
     return n.status();
@@ -76,14 +76,14 @@ absl::StatusOr<uint64_t> RemoteTier::Get(const ChunkKey& key, std::span<std::byt
       header.ok() ? VerifyChunk(out.first(*n), DecodeExpectations{.ns = header->ns, .key = key})
                   : absl::StatusOr<ChunkHeader>(header.status());
   if (!verified.ok()) {
-    integrity_errors_.fetch_add(1, std::memory_order_relaxed);
-    misses_.fetch_add(1, std::memory_order_relaxed);
+    AtomicTierCounters::Add(counters_.integrity_errors, 1);
+    AtomicTierCounters::Add(counters_.misses, 1);
     spdlog::warn("remote tier: record {} from the daemon failed verification: {}", key.ToHex(),
                  verified.status().ToString());
     return absl::DataLossError("RemoteTier::Get: " + verified.status().ToString());
   }
-  hits_.fetch_add(1, std::memory_order_relaxed);
-  bytes_out_.fetch_add(*n, std::memory_order_relaxed);
+  AtomicTierCounters::Add(counters_.hits, 1);
+  AtomicTierCounters::Add(counters_.bytes_out, *n);
   return *n;
 }
 
@@ -93,7 +93,7 @@ std::vector<ChunkStat> RemoteTier::Stat(std::span<const ChunkKey> keys) {
     size_t n = std::min<size_t>(kKvtierMaxBatchKeys, keys.size() - i);
     auto r = client_->Lookup(keys.subspan(i, n), /*per_key=*/true);
     if (!r.ok()) {
-      io_errors_.fetch_add(1, std::memory_order_relaxed);
+      AtomicTierCounters::Add(counters_.io_errors, 1);
       return out;  // unreachable: the rest reads as absent
     }
     for (size_t j = 0; j < n && j < r->tier.size(); ++j) {
@@ -110,7 +110,7 @@ absl::Status RemoteTier::Erase(const ChunkKey& key) {
   sel.keys.push_back(key);
   auto r = client_->Evict(sel);
   if (!r.ok()) return r.status();
-  evictions_.fetch_add(r->chunks, std::memory_order_relaxed);
+  AtomicTierCounters::Add(counters_.evictions, r->chunks);
   return absl::OkStatus();
 }
 
@@ -150,14 +150,7 @@ TierStats RemoteTier::stats() const {
   s.capacity_bytes = capacity_.load(std::memory_order_relaxed);
   s.used_bytes = used_.load(std::memory_order_relaxed);
   s.chunks = chunks_.load(std::memory_order_relaxed);
-  s.hits = hits_.load(std::memory_order_relaxed);
-  s.misses = misses_.load(std::memory_order_relaxed);
-  s.puts = puts_.load(std::memory_order_relaxed);
-  s.bytes_in = bytes_in_.load(std::memory_order_relaxed);
-  s.bytes_out = bytes_out_.load(std::memory_order_relaxed);
-  s.evictions = evictions_.load(std::memory_order_relaxed);
-  s.integrity_errors = integrity_errors_.load(std::memory_order_relaxed);
-  s.io_errors = io_errors_.load(std::memory_order_relaxed);
+  counters_.CopyTo(s);
   return s;
 }
 

@@ -110,8 +110,7 @@ class ClusterTier final : public Tier {
 
   const ClusterTierOptions options_;
   std::unique_ptr<cluster::ClusterClient> client_;
-  mutable std::atomic<uint64_t> hits_{0}, misses_{0}, puts_{0}, bytes_in_{0}, bytes_out_{0},
-      integrity_errors_{0}, io_errors_{0}, evictions_{0};
+  mutable AtomicTierCounters counters_;
   mutable std::atomic<uint64_t> capacity_{0}, used_{0};
   mutable std::atomic<int64_t> stats_at_ms_{-1000000};
 };
