@@ -148,6 +148,12 @@ class KvtierServer::Impl {
           "metrics.listen: '%s' is not loopback; set allow_remote: true to expose it",
           config.metrics_listen));
     http = std::make_unique<httplib::Server>();
+    // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT, which let a second
+    // kvtierd bind the same metrics port and answer scrapes at random.
+    http->set_socket_options([](socket_t sock) {
+      int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    });
     http->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(RenderMetrics(), "text/plain; version=0.0.4");
     });

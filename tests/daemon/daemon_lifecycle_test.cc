@@ -77,6 +77,24 @@ TEST(DaemonLifecycleTest, ReadyFileThatCannotBeWrittenFailsStartupWithExitOne) {
       << "the socket is removed on the failed start";
 }
 
+// Two daemons on one metrics address used to both bind it (cpp-httplib's default
+// SO_REUSEPORT), so scrapes landed on either daemon at random. The second must refuse.
+TEST(DaemonLifecycleTest, SecondDaemonOnTheSameMetricsPortFailsToStart) {
+  TempDir dir;
+  std::filesystem::create_directories(dir.path() + "/a");
+  Daemon first(dir.path() + "/a");
+  std::string err;
+  ASSERT_TRUE(first.Start(&err)) << err;
+  ASSERT_GT(first.metrics_port(), 0);
+  const std::string d = dir.path() + "/b";
+  std::filesystem::create_directories(d);
+  auto [rc, out] =
+      RunKvtierd(d, absl::StrFormat("--listen unix://%s/k.sock --metrics-listen 127.0.0.1:%d", d,
+                                    first.metrics_port()));
+  EXPECT_EQ(rc, 1) << out;  // 124 (killed by timeout) = it served on the taken port
+  EXPECT_NE(out.find("metrics.listen: cannot bind"), std::string::npos) << out;
+}
+
 TEST(DaemonLifecycleTest, ChunksStoredByOneProcessAreLoadedByAnother) {
   TempDir dir;
   Daemon d(dir.path());
