@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <thread>
 
 #include "daemon_harness.h"
 #include "kvstore/host_tier.h"
@@ -195,7 +196,15 @@ TEST(DaemonLifecycleTest, PausedDaemonGivesMissesWithinDeadline) {
   EXPECT_FALSE(client->Put(chain.records[1]).ok());
   EXPECT_LT(Clock::now() - t0, milliseconds(2500));
   d.Kill(SIGCONT);
-  auto again = client->Get(chain.keys[0]);
+  // Resumed, the daemon first works off the calls that queued while it was stopped; on a
+  // loaded 2-core machine one 400 ms call can still miss that (seen in CI). It must serve
+  // the chunk again soon after, intact.
+  absl::StatusOr<std::vector<std::byte>> again = absl::UnavailableError("not tried");
+  for (const auto until = Clock::now() + std::chrono::seconds(10); Clock::now() < until;) {
+    again = client->Get(chain.keys[0]);
+    if (again.ok()) break;
+    std::this_thread::sleep_for(milliseconds(200));
+  }
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(*again, chain.records[0]);
 }
