@@ -90,7 +90,6 @@ int RunOverhead(int argc, char** argv) {
   opts.ns.layout = KvLayout{layers, heads, head_dim, DType::kBF16, LayoutKind::kFlashAttnNHD};
   opts.ns.chunk_tokens = chunk_tokens;
   opts.max_pending_store_bytes = 0;  // take every chunk: measure the full copy-out
-  opts.store_buffer_pool_bytes = pool_mib << 20;
   if (absl::Status s = opts.Validate(); !s.ok()) {
     std::fprintf(stderr, "overhead: %s\n", s.ToString().c_str());
     return 2;
@@ -101,6 +100,7 @@ int RunOverhead(int argc, char** argv) {
   host.capacity_bytes = (store_chunks + 2) * (payload + kChunkHeaderBytes) + (1 << 20);
   StoreOptions so;
   so.host = host;
+  so.store.buffer_pool_bytes = pool_mib << 20;
   auto store_or = OpenTieredStore(so);
   if (!store_or.ok()) {
     std::fprintf(stderr, "overhead: %s\n", store_or.status().ToString().c_str());
