@@ -59,8 +59,47 @@ absl::Status RemoteTier::Put(std::span<const std::byte> record) {
   return s;
 }
 
+PinHandle RemoteTier::Pin(const ChunkKey& key) {
+  auto r = client_->Lookup(std::span<const ChunkKey>(&key, 1), /*per_key=*/true, /*pin=*/true);
+  if (!r.ok()) {
+    if (IsUnreachable(r.status())) AtomicTierCounters::Add(counters_.io_errors, 1);
+    return PinHandle();
+  }
+  if (r->num_leading_hits == 0 || r->record_bytes.empty() || r->record_bytes[0] == 0)
+    return PinHandle();    // gone since the store's Stat
+  if (r->lease_id != 0) {  // 0: a daemon without leases (trusted as found)
+    absl::MutexLock lock(&lease_mu_);
+    leases_[key].push_back(r->lease_id);
+  }
+  return PinHandle(&RemoteTier::ReleasePin, this, key, r->record_bytes[0]);
+}
+
+void RemoteTier::ReleasePin(void* owner, const ChunkKey& key) {
+  // Forgets the oldest lease of `key` (if a Get has not used it): the daemon ends it at
+  // its lease timeout.
+  (void)static_cast<RemoteTier*>(owner)->TakeLease(key);
+}
+
+uint64_t RemoteTier::TakeLease(const ChunkKey& key) {
+  absl::MutexLock lock(&lease_mu_);
+  auto it = leases_.find(key);
+  if (it == leases_.end()) return 0;
+  const uint64_t id = it->second.front();
+  it->second.erase(it->second.begin());
+  if (it->second.empty()) leases_.erase(it);
+  return id;
+}
+
+size_t RemoteTier::held_leases() const {
+  absl::MutexLock lock(&lease_mu_);
+  size_t n = 0;
+  for (const auto& [k, v] : leases_) n += v.size();
+  return n;
+}
+
 absl::StatusOr<uint64_t> RemoteTier::Get(const ChunkKey& key, std::span<std::byte> out) {
-  auto n = client_->Get(key, out);
+  // A lease Pin took for this key is released by the daemon when this Get finishes.
+  auto n = client_->Get(key, out, TakeLease(key));
   if (!n.ok()) {
     if (n.status().code() == absl::StatusCode::kNotFound) {
       AtomicTierCounters::Add(counters_.misses, 1);
@@ -163,7 +202,7 @@ TierCaps RemoteTier::caps() const {
                   .durable = true,
                   .remote = true,
                   .verifies_reads = true,
-                  .pinnable = false,
+                  .pinnable = true,
                   .evicts = false};
 }
 

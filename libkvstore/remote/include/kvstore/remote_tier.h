@@ -7,15 +7,24 @@
 // an exception. Records read back are verified with VerifyChunk (header, length,
 // payload checksum, key) before Get returns OK; a bad one is DataLoss and counted.
 //
-// caps(): durable, remote, verifies reads, not pinnable (Pin returns an empty handle:
-// the daemon evicts on its own), does not report evictions.
+// caps(): durable, remote, verifies reads, pinnable, does not report evictions.
+// Pin asks the daemon for a lease on the chunk (a Lookup with pin: one RPC per key), so
+// a TieredStore Lookup with LookupOptions{.pin} holds remote chunks too: the daemon
+// evicts neither by capacity nor by Evict until the lease ends. The next Get of that key
+// through this tier names the lease, and the daemon releases it when that Get finishes;
+// a lease never followed by a Get ends at the daemon's lease_timeout_ms (releasing the
+// PinHandle only forgets it here). An unreachable daemon, or a chunk gone from it:
+// empty handle (the store's leading run ends there).
 #ifndef KVSTORE_REMOTE_TIER_H_
 #define KVSTORE_REMOTE_TIER_H_
 
 #include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "kvstore/remote_client.h"
 #include "kvstore/tier.h"
 
@@ -51,13 +60,17 @@ class RemoteTier final : public Tier {
   absl::StatusOr<ListPage> List(const ListOptions& options) override;
   // Client-side counters; capacity/used/chunks from the daemon's last Stats answer.
   TierStats stats() const override;
-  PinHandle Pin(const ChunkKey&) override { return PinHandle(); }
+  PinHandle Pin(const ChunkKey& key) override;
+  // Leases held here (taken by Pin, not yet used by a Get or released).
+  size_t held_leases() const;
 
   RemoteClient& client() { return *client_; }
 
  private:
   RemoteTier(const RemoteTierOptions& options, std::unique_ptr<RemoteClient> client);
   void RefreshStats() const;
+  static void ReleasePin(void* owner, const ChunkKey& key);
+  uint64_t TakeLease(const ChunkKey& key);
 
   const std::string name_;
   const RemoteTierOptions options_;
@@ -65,6 +78,9 @@ class RemoteTier final : public Tier {
   mutable AtomicTierCounters counters_;
   mutable std::atomic<uint64_t> capacity_{0}, used_{0}, chunks_{0};
   mutable std::atomic<int64_t> stats_at_ms_{0};
+  mutable absl::Mutex lease_mu_;
+  // Daemon lease ids per pinned key, oldest first.
+  absl::flat_hash_map<ChunkKey, std::vector<uint64_t>> leases_ ABSL_GUARDED_BY(lease_mu_);
 };
 
 }  // namespace kvt
