@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "kvstore/chunk_codec.h"
 #include "kvstore/remote_client.h"
+#include "record_buffers.h"
 #include "service.h"
 #include "spdlog/spdlog.h"
 
@@ -17,7 +18,7 @@ namespace pb = ::kvtier::v1;
 namespace {
 
 struct AlignedFree {
-  void operator()(std::byte* p) const { std::free(p); }
+  void operator()(std::byte* p) const { GiveRecordBuffer(p); }
 };
 using AlignedBuf = std::unique_ptr<std::byte, AlignedFree>;
 
@@ -35,11 +36,9 @@ void AppendVarint(std::string* out, uint64_t v) {
   out->push_back(static_cast<char>(v));
 }
 
-// Uninitialised 4096-aligned buffer (the disk tier reads/writes O_DIRECT without a bounce).
-AlignedBuf AllocRecord(uint64_t bytes) {
-  const uint64_t n = (bytes + 4095) & ~uint64_t{4095};
-  return AlignedBuf(static_cast<std::byte*>(std::aligned_alloc(4096, n == 0 ? 4096 : n)));
-}
+// Uninitialised 4096-aligned buffer (the disk tier reads/writes O_DIRECT without a bounce),
+// reused across calls (record_buffers.h).
+AlignedBuf AllocRecord(uint64_t bytes) { return AlignedBuf(TakeRecordBuffer(bytes)); }
 
 // ---------------------------------------------------------------------------------------
 class PutReactor final : public grpc::ServerReadReactor<pb::PutRequest> {
