@@ -48,6 +48,23 @@ bool LeaseTable::Release(uint64_t id, std::span<const ChunkKey> keys, const std:
   return true;
 }
 
+bool LeaseTable::Drop(uint64_t id, const std::string& tenant) {
+  if (id == 0) return false;
+  LeaseId lease;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = leases_.find(id);
+    if (it == leases_.end() || it->second.tenant != tenant) return false;
+    const bool live = it->second.deadline > std::chrono::steady_clock::now();
+    lease = it->second.lease;
+    leases_.erase(it);
+    if (!live) return false;
+    ++released_;
+  }
+  store_->ReleaseLease(lease);
+  return true;
+}
+
 LeaseCounts LeaseTable::counts() {
   LeaseCounts c;
   {

@@ -45,6 +45,8 @@ class LeaseTable {
   // of the lease is done with, its pins are released (counted as released; returns
   // true). Nothing happens for 0, an unknown, expired or another tenant's lease.
   bool Release(uint64_t id, std::span<const ChunkKey> keys, const std::string& tenant);
+  // Releases lease `id` now (the client no longer needs it); same conditions as Release.
+  bool Drop(uint64_t id, const std::string& tenant);
   LeaseCounts counts();
   std::chrono::milliseconds timeout() const { return timeout_; }
 

@@ -191,6 +191,11 @@ grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx
                                                 pb::LookupResponse* resp) {
   return RunUnary(
       ctx, Rpc::kLookup, req->protocol_version(), [this, req, resp](const std::string& tenant) {
+        if (req->release_leases_size() > static_cast<int>(kKvtierMaxBatchKeys))
+          return absl::InvalidArgumentError(
+              absl::StrFormat("release_leases: %d, expected at most %d", req->release_leases_size(),
+                              kKvtierMaxBatchKeys));
+        for (uint64_t id : req->release_leases()) leases_.Drop(id, tenant);
         auto keys = KeysFromProto(req->keys(), "keys");
         if (!keys.ok()) return keys.status();
         TieredStore& store = *deps_.store;

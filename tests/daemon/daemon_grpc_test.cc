@@ -1,12 +1,14 @@
 // kvtierd's gRPC path against a real daemon process: leases (Lookup with pin, released
 // by the Get or by timeout, counted), the outcome of a Put stream that fails part-way,
 // the bounded key catalog, and the ready file's removal on a clean shutdown.
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 
 #include "daemon_harness.h"
 #include "kvstore/remote_tier.h"
 #include "kvstore/tiered_store.h"
+#include "proto/kvtier.grpc.pb.h"
 #include "store_test_util.h"
 
 namespace kvt::testing {
@@ -174,6 +176,37 @@ TEST_F(DaemonGrpcTest, LeasesNeverFollowedByAGetExpireAndAreCounted) {
   EXPECT_EQ(client->Stats()->leases_released, 0u);
 }
 
+TEST_F(DaemonGrpcTest, LeaseFieldsAreValidatedAndUnknownLeasesIgnored) {
+  StartDaemon();
+  auto client = Connect(daemon_->target());
+  Chain chain = MakeChain(TestNamespace("m"), 1, 16, 10);
+  ASSERT_TRUE(client->Put(chain.records[0]).ok());
+  auto stub = ::kvtier::v1::KvTier::NewStub(
+      grpc::CreateChannel(daemon_->target(), grpc::InsecureChannelCredentials()));
+  ::kvtier::v1::LookupRequest req;
+  req.set_protocol_version(1);
+  req.set_pin(true);
+  req.add_keys()->set_lo(chain.keys[0].lo);
+  req.mutable_keys(0)->set_hi(chain.keys[0].hi);
+  for (int i = 0; i < 4097; ++i) req.add_release_leases(i + 1);
+  ::kvtier::v1::LookupResponse resp;
+  grpc::ClientContext ctx;
+  grpc::Status st = stub->Lookup(&ctx, req, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("release_leases: 4097"), std::string::npos)
+      << st.error_message();
+  // Made-up lease ids: ignored, by Lookup and by Get; nothing is counted.
+  std::vector<uint64_t> junk = {1, 2, 0xdeadbeef};
+  auto lk = client->Lookup(chain.keys, false, false, junk);
+  ASSERT_TRUE(lk.ok()) << lk.status();
+  EXPECT_EQ(lk->lease_id, 0u);
+  std::vector<std::byte> buf(1 << 20);
+  EXPECT_TRUE(client->Get(chain.keys[0], buf, 0x1234567).ok());
+  auto s = client->Stats();
+  EXPECT_EQ(s->leases_granted, 0u);
+  EXPECT_EQ(s->leases_released, 0u);
+}
+
 TEST_F(DaemonGrpcTest, RemoteTierPinsThroughTheDaemonWhenTheStoreLookupPins) {
   StartDaemon();
   auto client = Connect(daemon_->target());
@@ -205,6 +238,21 @@ TEST_F(DaemonGrpcTest, RemoteTierPinsThroughTheDaemonWhenTheStoreLookupPins) {
   auto st = client->Stats();
   EXPECT_EQ(st->leases_released, 3u);
   EXPECT_EQ(st->leases_active, 0u);
+
+  // A lookup whose load never comes: releasing the store's lease queues the daemon
+  // leases, and the tier's next Lookup RPC releases them (not the 10 s timeout).
+  lr = store->Lookup(chain.keys, LookupOptions{.pin = true});
+  EXPECT_EQ(client->Stats()->leases_active, 3u);
+  store->ReleaseLease(lr.lease);
+  EXPECT_EQ(remote->held_leases(), 0u);
+  EXPECT_EQ(remote->leases_to_release(), 3u);
+  EXPECT_EQ(client->Evict(sel)->chunks, 0u);  // still pinned at the daemon
+  EXPECT_EQ(store->Lookup(chain.keys).num_leading_hits, 3u);
+  EXPECT_EQ(remote->leases_to_release(), 0u);
+  st = client->Stats();
+  EXPECT_EQ(st->leases_active, 0u);
+  EXPECT_EQ(st->leases_released, 6u);
+  EXPECT_EQ(st->leases_expired, 0u);
   EXPECT_EQ(client->Evict(sel)->chunks, 3u);
 }
 

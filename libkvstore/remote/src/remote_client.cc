@@ -57,7 +57,7 @@ RemoteClient::RemoteClient(const RemoteClientOptions& options, std::unique_ptr<I
 RemoteClient::~RemoteClient() = default;
 
 absl::StatusOr<RemoteLookup> RemoteClient::Lookup(std::span<const ChunkKey> keys, bool per_key,
-                                                  bool pin) {
+                                                  bool pin, std::span<const uint64_t> release) {
   if (keys.empty() || keys.size() > kKvtierMaxBatchKeys)
     return absl::InvalidArgumentError(
         absl::StrFormat("Lookup: %d keys, expected 1..%d", keys.size(), kKvtierMaxBatchKeys));
@@ -65,6 +65,10 @@ absl::StatusOr<RemoteLookup> RemoteClient::Lookup(std::span<const ChunkKey> keys
   req.set_protocol_version(kKvtierProtocolVersion);
   req.set_per_key(per_key);
   req.set_pin(pin);
+  if (release.size() > kKvtierMaxBatchKeys)
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "Lookup: %d leases to release, expected at most %d", release.size(), kKvtierMaxBatchKeys));
+  for (uint64_t id : release) req.add_release_leases(id);
   for (const ChunkKey& k : keys) ToProto(k, req.add_keys());
   pb::LookupResponse resp;
   absl::Status s = impl_->Call([&](pb::KvTier::Stub& stub, grpc::ClientContext& ctx) {

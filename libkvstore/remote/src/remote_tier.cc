@@ -60,7 +60,9 @@ absl::Status RemoteTier::Put(std::span<const std::byte> record) {
 }
 
 PinHandle RemoteTier::Pin(const ChunkKey& key) {
-  auto r = client_->Lookup(std::span<const ChunkKey>(&key, 1), /*per_key=*/true, /*pin=*/true);
+  const std::vector<uint64_t> release = TakeReleases();
+  auto r =
+      client_->Lookup(std::span<const ChunkKey>(&key, 1), /*per_key=*/true, /*pin=*/true, release);
   if (!r.ok()) {
     if (IsUnreachable(r.status())) AtomicTierCounters::Add(counters_.io_errors, 1);
     return PinHandle();
@@ -75,9 +77,25 @@ PinHandle RemoteTier::Pin(const ChunkKey& key) {
 }
 
 void RemoteTier::ReleasePin(void* owner, const ChunkKey& key) {
-  // Forgets the oldest lease of `key` (if a Get has not used it): the daemon ends it at
-  // its lease timeout.
-  (void)static_cast<RemoteTier*>(owner)->TakeLease(key);
+  // The oldest lease of `key`, if no Get has used it: released with the next Lookup RPC.
+  auto* self = static_cast<RemoteTier*>(owner);
+  const uint64_t id = self->TakeLease(key);
+  if (id == 0) return;
+  absl::MutexLock lock(&self->lease_mu_);
+  if (self->to_release_.size() < 4 * kKvtierMaxBatchKeys) self->to_release_.push_back(id);
+}
+
+std::vector<uint64_t> RemoteTier::TakeReleases() {
+  absl::MutexLock lock(&lease_mu_);
+  const size_t n = std::min<size_t>(to_release_.size(), kKvtierMaxBatchKeys);
+  std::vector<uint64_t> out(to_release_.end() - n, to_release_.end());
+  to_release_.resize(to_release_.size() - n);
+  return out;
+}
+
+size_t RemoteTier::leases_to_release() const {
+  absl::MutexLock lock(&lease_mu_);
+  return to_release_.size();
 }
 
 uint64_t RemoteTier::TakeLease(const ChunkKey& key) {
@@ -130,7 +148,8 @@ std::vector<ChunkStat> RemoteTier::Stat(std::span<const ChunkKey> keys) {
   std::vector<ChunkStat> out(keys.size());
   for (size_t i = 0; i < keys.size(); i += kKvtierMaxBatchKeys) {
     size_t n = std::min<size_t>(kKvtierMaxBatchKeys, keys.size() - i);
-    auto r = client_->Lookup(keys.subspan(i, n), /*per_key=*/true);
+    const std::vector<uint64_t> release = TakeReleases();
+    auto r = client_->Lookup(keys.subspan(i, n), /*per_key=*/true, /*pin=*/false, release);
     if (!r.ok()) {
       AtomicTierCounters::Add(counters_.io_errors, 1);
       return out;  // unreachable: the rest reads as absent

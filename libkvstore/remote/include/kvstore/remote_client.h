@@ -151,8 +151,10 @@ class RemoteClient {
   // With `pin`, the daemon pins the leading hits under a lease (RemoteLookup::lease_id)
   // until a Get naming it finishes or lease_timeout passes: until then neither capacity
   // pressure nor Evict removes them; num_leading_hits counts only what was pinned.
+  // `release`: earlier lease ids no longer needed (at most kKvtierMaxBatchKeys), released
+  // by the daemon before it answers.
   absl::StatusOr<RemoteLookup> Lookup(std::span<const ChunkKey> keys, bool per_key = false,
-                                      bool pin = false);
+                                      bool pin = false, std::span<const uint64_t> release = {});
   // Stores whole records (each verified by the daemon) in one Put stream, in order. OK
   // means every record was acknowledged. A record the daemon refuses ends the stream
   // with its error; the records before it stay stored, and *stored (when given) is

@@ -12,9 +12,11 @@
 // a TieredStore Lookup with LookupOptions{.pin} holds remote chunks too: the daemon
 // evicts neither by capacity nor by Evict until the lease ends. The next Get of that key
 // through this tier names the lease, and the daemon releases it when that Get finishes;
-// a lease never followed by a Get ends at the daemon's lease_timeout_ms (releasing the
-// PinHandle only forgets it here). An unreachable daemon, or a chunk gone from it:
-// empty handle (the store's leading run ends there).
+// releasing the PinHandle before any Get queues the lease, and the next Lookup RPC of
+// this tier (Stat or Pin) asks the daemon to release it (LookupRequest.release_leases;
+// nothing blocks on it); otherwise it ends at the daemon's lease_timeout_ms. An
+// unreachable daemon, or a chunk gone from it: empty handle (the store's leading run
+// ends there).
 #ifndef KVSTORE_REMOTE_TIER_H_
 #define KVSTORE_REMOTE_TIER_H_
 
@@ -61,8 +63,10 @@ class RemoteTier final : public Tier {
   // Client-side counters; capacity/used/chunks from the daemon's last Stats answer.
   TierStats stats() const override;
   PinHandle Pin(const ChunkKey& key) override;
-  // Leases held here (taken by Pin, not yet used by a Get or released).
+  // Leases held here (taken by Pin, not yet used by a Get or released), and released
+  // ones not yet sent to the daemon.
   size_t held_leases() const;
+  size_t leases_to_release() const;
 
   RemoteClient& client() { return *client_; }
 
@@ -71,6 +75,8 @@ class RemoteTier final : public Tier {
   void RefreshStats() const;
   static void ReleasePin(void* owner, const ChunkKey& key);
   uint64_t TakeLease(const ChunkKey& key);
+  // The queued releases to send with the next Lookup RPC (at most kKvtierMaxBatchKeys).
+  std::vector<uint64_t> TakeReleases();
 
   const std::string name_;
   const RemoteTierOptions options_;
@@ -81,6 +87,7 @@ class RemoteTier final : public Tier {
   mutable absl::Mutex lease_mu_;
   // Daemon lease ids per pinned key, oldest first.
   absl::flat_hash_map<ChunkKey, std::vector<uint64_t>> leases_ ABSL_GUARDED_BY(lease_mu_);
+  std::vector<uint64_t> to_release_ ABSL_GUARDED_BY(lease_mu_);
 };
 
 }  // namespace kvt
