@@ -6,11 +6,14 @@
 //  * chunk key → namespace, learnt from record headers on Put and rebuilt on start from
 //    the disk tier's index. A key is a prefix hash seeded by its namespace, so the
 //    mapping of a stored key never changes; entries of evicted chunks are dropped when
-//    a lookup misses them.
+//    a lookup misses them. The map holds at most `max_keys` entries: noting one more
+//    drops the oldest noted key (FIFO). A dropped key is unknown, so it reads as a miss
+//    (invisible to every tenant, never another tenant's chunk) until it is noted again.
 #ifndef KVT_DAEMON_CATALOG_H_
 #define KVT_DAEMON_CATALOG_H_
 
 #include <cstdio>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -26,7 +29,9 @@ namespace kvt::daemon {
 // Thread-safe.
 class Catalog {
  public:
-  static absl::StatusOr<std::unique_ptr<Catalog>> Open(const std::string& log_path);
+  // REQUIRES: max_keys >= 1.
+  static absl::StatusOr<std::unique_ptr<Catalog>> Open(const std::string& log_path,
+                                                       uint64_t max_keys = 1ull << 20);
   ~Catalog();
 
   // Registers `ns` to `tenant` if it has no owner (appends + fsyncs the log).
@@ -35,7 +40,8 @@ class Catalog {
   std::optional<std::string> Owner(const NamespaceId& ns) const;
   bool NsVisible(const NamespaceId& ns, const std::string& tenant) const;
 
-  // Records that `key` belongs to `ns` (replacing a stale entry).
+  // Records that `key` belongs to `ns` (replacing a stale entry); drops the oldest noted
+  // key when the catalog holds max_keys.
   void NoteKey(const ChunkKey& key, const NamespaceId& ns);
   std::optional<NamespaceId> NsOf(const ChunkKey& key) const;
   void ForgetKey(const ChunkKey& key);
@@ -49,13 +55,27 @@ class Catalog {
   void SetSharedLookup(std::function<std::optional<NamespaceId>(const ChunkKey&)> lookup,
                        std::optional<std::string> adopt_tenant);
   size_t num_keys() const;
+  // Keys dropped because the catalog was full, since Open.
+  uint64_t dropped_keys() const;
 
  private:
-  explicit Catalog(std::FILE* log) : log_(log) {}
+  struct KeyEntry {
+    NamespaceId ns;
+    uint64_t seq = 0;  // when it was (last) noted: matches its place in order_
+  };
+  Catalog(std::FILE* log, uint64_t max_keys) : log_(log), max_keys_(max_keys) {}
+  void NoteKeyLocked(const ChunkKey& key, const NamespaceId& ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   mutable absl::Mutex mu_;
   std::FILE* log_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<NamespaceId, std::string> owners_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<ChunkKey, NamespaceId> keys_ ABSL_GUARDED_BY(mu_);
+  const uint64_t max_keys_;
+  absl::flat_hash_map<ChunkKey, KeyEntry> keys_ ABSL_GUARDED_BY(mu_);
+  // Noting order, oldest first; an element whose seq no longer matches keys_ is stale
+  // (forgotten or noted again) and skipped. Compacted when it grows past 2 x max_keys.
+  std::deque<std::pair<ChunkKey, uint64_t>> order_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
   std::function<std::optional<NamespaceId>(const ChunkKey&)> shared_lookup_;  // set before serving
   std::optional<std::string> adopt_tenant_;
 };

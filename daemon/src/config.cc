@@ -92,6 +92,12 @@ absl::Status DaemonConfig::Validate() const {
     return bad("log_level", "expected trace|debug|info|warn|error|off");
   if (shutdown_grace.count() < 0)
     return bad("shutdown_grace_ms", absl::StrFormat("%d, expected >= 0", shutdown_grace.count()));
+  if (lease_timeout.count() < 1 || lease_timeout > std::chrono::minutes(10))
+    return bad("lease_timeout_ms",
+               absl::StrFormat("%d, expected 1..600000", lease_timeout.count()));
+  if (catalog_max_keys < 1 || catalog_max_keys > (1ull << 30))
+    return bad("catalog_max_keys",
+               absl::StrFormat("%d, expected 1..%d", catalog_max_keys, 1ull << 30));
   if (cluster) {
     if (absl::Status s = cluster->Validate(); !s.ok())
       return absl::InvalidArgumentError("config " + std::string(s.message()));
@@ -208,6 +214,8 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
                             "log_level",
                             "ready_file",
                             "shutdown_grace_ms",
+                            "lease_timeout_ms",
+                            "catalog_max_keys",
                             "cluster"});
         !s.ok())
       return s;
@@ -277,6 +285,18 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
         return s;
       c.shutdown_grace = std::chrono::milliseconds(ms);
     }
+    if (root["lease_timeout_ms"]) {
+      int64_t ms = 0;
+      if (auto s = Get(root["lease_timeout_ms"], "lease_timeout_ms", "milliseconds 1..600000", &ms);
+          !s.ok())
+        return s;
+      c.lease_timeout = std::chrono::milliseconds(ms);
+    }
+    if (root["catalog_max_keys"])
+      if (auto s = Get(root["catalog_max_keys"], "catalog_max_keys", "an integer 1..2^30",
+                       &c.catalog_max_keys);
+          !s.ok())
+        return s;
     if (const auto shm = root["shm"]) {
       if (auto s = CheckKeys(shm, "shm", {"enabled", "max_region_bytes", "max_regions"}); !s.ok())
         return s;

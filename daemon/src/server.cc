@@ -77,6 +77,7 @@ class KvtierServer::Impl {
   std::thread http_thread;
   std::vector<std::string> bound;
   int metrics_port = 0;
+  bool wrote_ready_file = false;
   absl::Mutex shutdown_mu;
   bool shut_down ABSL_GUARDED_BY(shutdown_mu) = false;
 
@@ -130,6 +131,22 @@ class KvtierServer::Impl {
         ss.hits, ss.misses, ss.promotions, ss.writeback_errors, ss.pending_write_bytes,
         store->pinned_bytes(), ss.integrity_errors, service->shm_regions(), pool->task_failures(),
         ok ? 1 : 0);
+    const LeaseCounts lc = service->leases().counts();
+    absl::StrAppendFormat(
+        &out,
+        "# HELP kvtier_leases_granted_total Lookups with pin that pinned chunks.\n"
+        "# TYPE kvtier_leases_granted_total counter\nkvtier_leases_granted_total %d\n"
+        "# HELP kvtier_leases_released_total Leases released by the Get naming them.\n"
+        "# TYPE kvtier_leases_released_total counter\nkvtier_leases_released_total %d\n"
+        "# HELP kvtier_leases_expired_total Leases that reached lease_timeout_ms without a Get.\n"
+        "# TYPE kvtier_leases_expired_total counter\nkvtier_leases_expired_total %d\n"
+        "# TYPE kvtier_leases_active gauge\nkvtier_leases_active %d\n"
+        "# TYPE kvtier_catalog_keys gauge\nkvtier_catalog_keys %d\n"
+        "# HELP kvtier_catalog_dropped_keys_total Keys dropped from the full key catalog.\n"
+        "# TYPE kvtier_catalog_dropped_keys_total counter\nkvtier_catalog_dropped_keys_total "
+        "%d\n",
+        lc.granted, lc.released, lc.expired, lc.active, catalog->num_keys(),
+        catalog->dropped_keys());
     return out;
   }
 
@@ -214,6 +231,7 @@ class KvtierServer::Impl {
     store.reset();  // drains and closes the tiers (the disk tier writes its access times)
     for (const auto& a : bound)
       if (std::string p = UnixPath(a); !p.empty()) unlink(p.c_str());
+    if (wrote_ready_file) unlink(config.ready_file.c_str());  // no longer serving
     spdlog::info("kvtierd: stopped; every acknowledged put is on disk");
   }
 };
@@ -253,11 +271,12 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonCo
   // in the service); the background writes the rest: with a cluster, every put is written
   // through to it too (once: the durable ack already wrote the disk).
   so.store.placement.write_through = config.cluster ? WriteThrough::kAll : WriteThrough::kLocal;
+  so.store.lease_timeout = config.lease_timeout;
   auto store = OpenTieredStore(so);
   if (!store.ok()) return store.status();
   impl->store = std::move(*store);
 
-  auto catalog = Catalog::Open(config.data_dir + "/namespaces.log");
+  auto catalog = Catalog::Open(config.data_dir + "/namespaces.log", config.catalog_max_keys);
   if (!catalog.ok()) return catalog.status();
   impl->catalog = std::move(*catalog);
   if (cluster != nullptr) {
@@ -283,6 +302,11 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonCo
       lo.page_token = page->next_page_token;
     }
     spdlog::info("kvtierd: {} chunks on disk in {}", impl->catalog->num_keys(), dopt.dir);
+    if (impl->catalog->dropped_keys() > 0)
+      spdlog::warn(
+          "kvtierd: catalog_max_keys ({}) is below the chunks on disk: {} of them read as "
+          "misses until put again",
+          config.catalog_max_keys, impl->catalog->dropped_keys());
   }
 
   impl->pool = std::make_unique<WorkerPool>(config.workers);
@@ -341,6 +365,7 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonCo
       written = out.good();
     }
     if (written) std::filesystem::rename(tmp, config.ready_file, ec);
+    impl->wrote_ready_file = written && !ec;
     if (!written || ec) {
       const std::string why = written ? ec.message() : std::string(std::strerror(errno));
       std::filesystem::remove(tmp, ec);

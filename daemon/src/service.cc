@@ -67,7 +67,8 @@ void KeyToProto(const ChunkKey& k, pb::Key128* out) {
 
 }  // namespace
 
-KvTierService::KvTierService(const ServiceDeps& deps) : deps_(deps) {
+KvTierService::KvTierService(const ServiceDeps& deps)
+    : deps_(deps), leases_(deps.store, deps.config->lease_timeout) {
   for (const auto& t : deps_.config->tenants)
     for (const auto& tok : t.tokens) token_to_tenant_[tok] = t.name;
 }
@@ -190,16 +191,41 @@ grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx
                                                 pb::LookupResponse* resp) {
   return RunUnary(
       ctx, Rpc::kLookup, req->protocol_version(), [this, req, resp](const std::string& tenant) {
+        if (req->release_leases_size() > static_cast<int>(kKvtierMaxBatchKeys))
+          return absl::InvalidArgumentError(
+              absl::StrFormat("release_leases: %d, expected at most %d", req->release_leases_size(),
+                              kKvtierMaxBatchKeys));
+        for (uint64_t id : req->release_leases()) leases_.Drop(id, tenant);
         auto keys = KeysFromProto(req->keys(), "keys");
         if (!keys.ok()) return keys.status();
         TieredStore& store = *deps_.store;
+        const auto issued = std::chrono::steady_clock::now();
+        if (req->pin())
+          resp->set_lease_timeout_ms(static_cast<uint32_t>(leases_.timeout().count()));
+        // Pins the first `n` keys (all visible hits) under a lease; returns how many
+        // were pinned (a key that left its tier meanwhile ends the run there).
+        auto pin_leading = [&](size_t n) -> size_t {
+          if (n == 0) return 0;
+          LookupResult p =
+              store.Lookup(std::span<const ChunkKey>(keys->data(), n), LookupOptions{.pin = true});
+          if (p.lease != kNoLease)
+            resp->set_lease_id(
+                leases_.Add(p.lease, std::span<const ChunkKey>(keys->data(), p.num_leading_hits),
+                            tenant, issued));
+          return p.num_leading_hits;
+        };
         if (!req->per_key()) {
           size_t visible = 0;
           while (visible < keys->size() && deps_.catalog->KeyVisible((*keys)[visible], tenant))
             ++visible;
           LookupResult r = visible == 0
                                ? LookupResult{}
-                               : store.Lookup(std::span<const ChunkKey>(keys->data(), visible));
+                               : store.Lookup(std::span<const ChunkKey>(keys->data(), visible),
+                                              LookupOptions{.pin = req->pin()});
+          if (r.lease != kNoLease)
+            resp->set_lease_id(
+                leases_.Add(r.lease, std::span<const ChunkKey>(keys->data(), r.num_leading_hits),
+                            tenant, issued));
           resp->set_num_leading_hits(static_cast<uint32_t>(r.num_leading_hits));
           for (size_t i = 0; i < r.num_leading_hits; ++i)
             resp->add_tier(TierToProto(r.tier_kind[i]));
@@ -207,7 +233,7 @@ grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx
         }
         LookupResult r = store.Lookup(*keys, LookupOptions{.per_key = true});
         bool leading = true;
-        uint32_t n = 0;
+        size_t n = 0;
         for (size_t i = 0; i < keys->size(); ++i) {
           // Another tenant's chunk reads as a miss.
           const bool hit =
@@ -217,7 +243,8 @@ grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx
           resp->add_tier(hit ? TierToProto(r.tier_kind[i]) : pb::TIER_NONE);
           resp->add_record_bytes(hit ? r.record_bytes[i] : 0);
         }
-        resp->set_num_leading_hits(n);
+        if (req->pin()) n = pin_leading(n);  // only the visible leading hits are pinned
+        resp->set_num_leading_hits(static_cast<uint32_t>(n));
         return absl::OkStatus();
       });
 }
@@ -362,6 +389,12 @@ grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
                     resp->set_connected_clients(deps_.metrics->ConnectedClients());
                     resp->set_pending_write_bytes(ss.pending_write_bytes);
                     resp->set_explicit_evictions(ss.explicit_evictions);
+                    const LeaseCounts lc = leases_.counts();
+                    resp->set_leases_granted(lc.granted);
+                    resp->set_leases_released(lc.released);
+                    resp->set_leases_expired(lc.expired);
+                    resp->set_leases_active(lc.active);
+                    resp->set_pinned_bytes(store.pinned_bytes());
                     resp->set_tenant(tenant);
                     return absl::OkStatus();
                   });

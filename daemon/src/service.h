@@ -17,6 +17,7 @@
 #include "daemon/config.h"
 #include "kvstore/shm_region.h"
 #include "kvstore/tiered_store.h"
+#include "leases.h"
 #include "metrics.h"
 #include "proto/kvtier.grpc.pb.h"
 #include "worker_pool.h"
@@ -87,6 +88,8 @@ class KvTierService final : public ::kvtier::v1::KvTier::WithRawCallbackMethod_G
   // Region owned by `tenant`, or nullptr.
   std::shared_ptr<ShmRegion> FindRegion(uint64_t id, const std::string& tenant);
   std::atomic<uint64_t>& inflight_bytes() { return inflight_bytes_; }
+  // The gRPC leases (Lookup with pin; released by the Get naming them or by timeout).
+  LeaseTable& leases() { return leases_; }
 
   // Graceful shutdown: after BeginDrain new calls are refused with UNAVAILABLE;
   // active_calls() counts the calls not finished yet.
@@ -103,6 +106,7 @@ class KvTierService final : public ::kvtier::v1::KvTier::WithRawCallbackMethod_G
                                      std::function<absl::Status(const std::string& tenant)> fn);
 
   const ServiceDeps deps_;
+  LeaseTable leases_;
   absl::flat_hash_map<std::string, std::string> token_to_tenant_;
   std::atomic<uint64_t> inflight_bytes_{0};
   std::atomic<bool> draining_{false};

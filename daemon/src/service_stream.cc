@@ -1,10 +1,13 @@
 // The streaming RPCs of KvTierService: Put (client streaming) and Get (server streaming).
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <utility>
 
 #include "absl/strings/str_format.h"
 #include "kvstore/chunk_codec.h"
 #include "kvstore/remote_client.h"
+#include "record_buffers.h"
 #include "service.h"
 #include "spdlog/spdlog.h"
 
@@ -15,7 +18,7 @@ namespace pb = ::kvtier::v1;
 namespace {
 
 struct AlignedFree {
-  void operator()(std::byte* p) const { std::free(p); }
+  void operator()(std::byte* p) const { GiveRecordBuffer(p); }
 };
 using AlignedBuf = std::unique_ptr<std::byte, AlignedFree>;
 
@@ -33,17 +36,15 @@ void AppendVarint(std::string* out, uint64_t v) {
   out->push_back(static_cast<char>(v));
 }
 
-// Uninitialised 4096-aligned buffer (the disk tier reads/writes O_DIRECT without a bounce).
-AlignedBuf AllocRecord(uint64_t bytes) {
-  const uint64_t n = (bytes + 4095) & ~uint64_t{4095};
-  return AlignedBuf(static_cast<std::byte*>(std::aligned_alloc(4096, n == 0 ? 4096 : n)));
-}
+// Uninitialised 4096-aligned buffer (the disk tier reads/writes O_DIRECT without a bounce),
+// reused across calls (record_buffers.h).
+AlignedBuf AllocRecord(uint64_t bytes) { return AlignedBuf(TakeRecordBuffer(bytes)); }
 
 // ---------------------------------------------------------------------------------------
 class PutReactor final : public grpc::ServerReadReactor<pb::PutRequest> {
  public:
   PutReactor(KvTierService* svc, grpc::CallbackServerContext* ctx, pb::PutResponse* resp)
-      : svc_(svc), resp_(resp), start_(std::chrono::steady_clock::now()) {
+      : svc_(svc), ctx_(ctx), resp_(resp), start_(std::chrono::steady_clock::now()) {
     svc_->CallStarted();
     if (svc_->draining()) {
       Done(absl::UnavailableError("kvtierd is shutting down"));
@@ -178,14 +179,25 @@ class PutReactor final : public grpc::ServerReadReactor<pb::PutRequest> {
     expected_ = received_ = 0;
   }
 
+  // Records are stored one by one: a failure leaves the ones before it stored. Their
+  // count travels in trailing metadata (and in the message), OK or not.
   void Done(const absl::Status& s) {
     Release();
     svc_->deps().metrics->RecordRpc(Rpc::kPut, static_cast<int>(s.code()),
                                     std::chrono::steady_clock::now() - start_);
-    Finish(ToGrpcStatus(s));
+    const uint32_t stored = resp_->records_stored();
+    ctx_->AddTrailingMetadata(kKvtierRecordsStoredKey, std::to_string(stored));
+    if (s.ok()) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    Finish(ToGrpcStatus(absl::Status(
+        s.code(),
+        absl::StrFormat("%s [%d records of this stream stored before it]", s.message(), stored))));
   }
 
   KvTierService* const svc_;
+  grpc::CallbackServerContext* const ctx_;
   pb::PutResponse* const resp_;
   const std::chrono::steady_clock::time_point start_;
   std::string tenant_;
@@ -255,6 +267,7 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     auto tenant = svc_->Authenticate(ctx);
     if (!tenant.ok()) return tenant.status();
     tenant_ = *tenant;
+    lease_id_ = req_->lease_id();  // its keys are done with in Done, whatever the outcome
     if (absl::Status s = CheckVersion(req_->protocol_version()); !s.ok()) return s;
     auto keys = KeysFromProto(req_->keys(), "keys");
     if (!keys.ok()) return keys.status();
@@ -394,6 +407,7 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
   void Done(const absl::Status& s) {
     buf_.reset();
+    if (lease_id_ != 0) svc_->leases().Release(std::exchange(lease_id_, 0), keys_, tenant_);
     svc_->deps().metrics->RecordRpc(Rpc::kGet, static_cast<int>(s.code()),
                                     std::chrono::steady_clock::now() - start_);
     Finish(ToGrpcStatus(s));
@@ -404,6 +418,7 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   const pb::GetRequest* const req_ = &req_storage_;
   const std::chrono::steady_clock::time_point start_;
   std::string tenant_;
+  uint64_t lease_id_ = 0;  // GetRequest.lease_id, once the caller is authenticated
   std::vector<ChunkKey> keys_;
   size_t index_ = 0;
   uint32_t part_ = 4u << 20;

@@ -1,5 +1,6 @@
 // RemoteClient: options, status conversion, and the control calls (Lookup, Put, Evict,
 // List, Stats, Health). Record reads: remote_client_get.cc; shm: remote_client_shm.cc.
+#include "absl/strings/numbers.h"
 #include "remote_client_impl.h"
 
 namespace kvt {
@@ -55,13 +56,19 @@ RemoteClient::RemoteClient(const RemoteClientOptions& options, std::unique_ptr<I
     : options_(options), client_id_(impl->client_id_), impl_(std::move(impl)) {}
 RemoteClient::~RemoteClient() = default;
 
-absl::StatusOr<RemoteLookup> RemoteClient::Lookup(std::span<const ChunkKey> keys, bool per_key) {
+absl::StatusOr<RemoteLookup> RemoteClient::Lookup(std::span<const ChunkKey> keys, bool per_key,
+                                                  bool pin, std::span<const uint64_t> release) {
   if (keys.empty() || keys.size() > kKvtierMaxBatchKeys)
     return absl::InvalidArgumentError(
         absl::StrFormat("Lookup: %d keys, expected 1..%d", keys.size(), kKvtierMaxBatchKeys));
   pb::LookupRequest req;
   req.set_protocol_version(kKvtierProtocolVersion);
   req.set_per_key(per_key);
+  req.set_pin(pin);
+  if (release.size() > kKvtierMaxBatchKeys)
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "Lookup: %d leases to release, expected at most %d", release.size(), kKvtierMaxBatchKeys));
+  for (uint64_t id : release) req.add_release_leases(id);
   for (const ChunkKey& k : keys) ToProto(k, req.add_keys());
   pb::LookupResponse resp;
   absl::Status s = impl_->Call([&](pb::KvTier::Stub& stub, grpc::ClientContext& ctx) {
@@ -72,6 +79,8 @@ absl::StatusOr<RemoteLookup> RemoteClient::Lookup(std::span<const ChunkKey> keys
   out.num_leading_hits = std::min<size_t>(resp.num_leading_hits(), keys.size());
   for (int t : resp.tier()) out.tier.push_back(TierFromProto(t));
   out.record_bytes.assign(resp.record_bytes().begin(), resp.record_bytes().end());
+  out.lease_id = resp.lease_id();
+  out.lease_timeout = std::chrono::milliseconds(resp.lease_timeout_ms());
   return out;
 }
 
@@ -80,7 +89,9 @@ absl::Status RemoteClient::Put(std::span<const std::byte> record) {
   return Put(std::span<const std::span<const std::byte>>(one, 1));
 }
 
-absl::Status RemoteClient::Put(std::span<const std::span<const std::byte>> records) {
+absl::Status RemoteClient::Put(std::span<const std::span<const std::byte>> records,
+                               size_t* stored) {
+  if (stored != nullptr) *stored = 0;
   for (const auto& r : records) {
     if (r.size() < 128)
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -107,6 +118,15 @@ absl::Status RemoteClient::Put(std::span<const std::span<const std::byte>> recor
     }
     if (ok) writer->WritesDone();
     grpc::Status st = writer->Finish();
+    if (stored != nullptr) {  // the daemon's count, OK or not (a retry overwrites it)
+      *stored = st.ok() ? resp.records_stored() : 0;
+      const auto& md = ctx.GetServerTrailingMetadata();
+      if (auto it = md.find(kKvtierRecordsStoredKey); it != md.end()) {
+        uint64_t n = 0;
+        if (absl::SimpleAtoi(absl::string_view(it->second.data(), it->second.size()), &n))
+          *stored = static_cast<size_t>(std::min<uint64_t>(n, records.size()));
+      }
+    }
     if (st.ok() && resp.records_stored() != records.size())
       return grpc::Status(grpc::StatusCode::INTERNAL,
                           absl::StrFormat("Put: daemon acknowledged %d of %d records",
@@ -208,6 +228,11 @@ absl::StatusOr<RemoteStats> RemoteClient::Stats() {
   out.connected_clients = resp.connected_clients();
   out.pending_write_bytes = resp.pending_write_bytes();
   out.explicit_evictions = resp.explicit_evictions();
+  out.leases_granted = resp.leases_granted();
+  out.leases_released = resp.leases_released();
+  out.leases_expired = resp.leases_expired();
+  out.leases_active = resp.leases_active();
+  out.pinned_bytes = resp.pinned_bytes();
   out.tenant = resp.tenant();
   return out;
 }

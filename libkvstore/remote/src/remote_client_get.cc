@@ -143,11 +143,13 @@ grpc::Status ReadOneRecord(
   return grpc::Status::OK;
 }
 
-absl::StatusOr<uint64_t> RemoteClient::Get(const ChunkKey& key, std::span<std::byte> out) {
+absl::StatusOr<uint64_t> RemoteClient::Get(const ChunkKey& key, std::span<std::byte> out,
+                                           uint64_t lease_id) {
   pb::GetRequest req;
   req.set_protocol_version(kKvtierProtocolVersion);
   ToProto(key, req.add_keys());
   req.set_max_part_bytes(options_.get_part_bytes);
+  req.set_lease_id(lease_id);
   absl::StatusOr<uint64_t> result = absl::NotFoundError("Get: no answer");
   absl::Status s = impl_->Call([&](pb::KvTier::Stub&, grpc::ClientContext& ctx) {
     auto reader = impl_->StartRawGet(ctx, req);

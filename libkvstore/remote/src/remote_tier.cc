@@ -59,8 +59,65 @@ absl::Status RemoteTier::Put(std::span<const std::byte> record) {
   return s;
 }
 
+PinHandle RemoteTier::Pin(const ChunkKey& key) {
+  const std::vector<uint64_t> release = TakeReleases();
+  auto r =
+      client_->Lookup(std::span<const ChunkKey>(&key, 1), /*per_key=*/true, /*pin=*/true, release);
+  if (!r.ok()) {
+    if (IsUnreachable(r.status())) AtomicTierCounters::Add(counters_.io_errors, 1);
+    return PinHandle();
+  }
+  if (r->num_leading_hits == 0 || r->record_bytes.empty() || r->record_bytes[0] == 0)
+    return PinHandle();    // gone since the store's Stat
+  if (r->lease_id != 0) {  // 0: a daemon without leases (trusted as found)
+    absl::MutexLock lock(&lease_mu_);
+    leases_[key].push_back(r->lease_id);
+  }
+  return PinHandle(&RemoteTier::ReleasePin, this, key, r->record_bytes[0]);
+}
+
+void RemoteTier::ReleasePin(void* owner, const ChunkKey& key) {
+  // The oldest lease of `key`, if no Get has used it: released with the next Lookup RPC.
+  auto* self = static_cast<RemoteTier*>(owner);
+  const uint64_t id = self->TakeLease(key);
+  if (id == 0) return;
+  absl::MutexLock lock(&self->lease_mu_);
+  if (self->to_release_.size() < 4 * kKvtierMaxBatchKeys) self->to_release_.push_back(id);
+}
+
+std::vector<uint64_t> RemoteTier::TakeReleases() {
+  absl::MutexLock lock(&lease_mu_);
+  const size_t n = std::min<size_t>(to_release_.size(), kKvtierMaxBatchKeys);
+  std::vector<uint64_t> out(to_release_.end() - n, to_release_.end());
+  to_release_.resize(to_release_.size() - n);
+  return out;
+}
+
+size_t RemoteTier::leases_to_release() const {
+  absl::MutexLock lock(&lease_mu_);
+  return to_release_.size();
+}
+
+uint64_t RemoteTier::TakeLease(const ChunkKey& key) {
+  absl::MutexLock lock(&lease_mu_);
+  auto it = leases_.find(key);
+  if (it == leases_.end()) return 0;
+  const uint64_t id = it->second.front();
+  it->second.erase(it->second.begin());
+  if (it->second.empty()) leases_.erase(it);
+  return id;
+}
+
+size_t RemoteTier::held_leases() const {
+  absl::MutexLock lock(&lease_mu_);
+  size_t n = 0;
+  for (const auto& [k, v] : leases_) n += v.size();
+  return n;
+}
+
 absl::StatusOr<uint64_t> RemoteTier::Get(const ChunkKey& key, std::span<std::byte> out) {
-  auto n = client_->Get(key, out);
+  // A lease Pin took for this key is released by the daemon when this Get finishes.
+  auto n = client_->Get(key, out, TakeLease(key));
   if (!n.ok()) {
     if (n.status().code() == absl::StatusCode::kNotFound) {
       AtomicTierCounters::Add(counters_.misses, 1);
@@ -91,7 +148,8 @@ std::vector<ChunkStat> RemoteTier::Stat(std::span<const ChunkKey> keys) {
   std::vector<ChunkStat> out(keys.size());
   for (size_t i = 0; i < keys.size(); i += kKvtierMaxBatchKeys) {
     size_t n = std::min<size_t>(kKvtierMaxBatchKeys, keys.size() - i);
-    auto r = client_->Lookup(keys.subspan(i, n), /*per_key=*/true);
+    const std::vector<uint64_t> release = TakeReleases();
+    auto r = client_->Lookup(keys.subspan(i, n), /*per_key=*/true, /*pin=*/false, release);
     if (!r.ok()) {
       AtomicTierCounters::Add(counters_.io_errors, 1);
       return out;  // unreachable: the rest reads as absent
@@ -163,7 +221,7 @@ TierCaps RemoteTier::caps() const {
                   .durable = true,
                   .remote = true,
                   .verifies_reads = true,
-                  .pinnable = false,
+                  .pinnable = true,
                   .evicts = false};
 }
 

@@ -50,6 +50,9 @@ inline constexpr int kKvtierMaxMessageBytes = 9 << 20;
 inline constexpr uint32_t kKvtierMaxPartBytes = 8u << 20;
 // Most keys in one Lookup/Get/Evict request.
 inline constexpr uint32_t kKvtierMaxBatchKeys = 4096;
+// Trailing metadata of every Put: records of the stream stored (decimal), also when the
+// stream failed part-way (the records before the refused one stay stored).
+inline constexpr char kKvtierRecordsStoredKey[] = "kvtier-records-stored";
 
 struct RemoteClientOptions {
   // gRPC target: "unix:///path/to/kvtierd.sock" or "127.0.0.1:7470".
@@ -86,6 +89,10 @@ struct RemoteLookup {
   std::vector<std::optional<TierKind>> tier;
   // With per_key: record bytes of every key (0 for a miss).
   std::vector<uint64_t> record_bytes;
+  // With pin: the lease holding the leading hits (0 = nothing pinned; an old daemon
+  // that does not know `pin` also answers 0), to pass to Get, and its lifetime.
+  uint64_t lease_id = 0;
+  std::chrono::milliseconds lease_timeout{0};
 };
 
 struct RemoteChunkInfo {
@@ -112,6 +119,9 @@ struct RemoteStats {
   uint64_t connected_clients = 0;
   uint64_t pending_write_bytes = 0;
   uint64_t explicit_evictions = 0;
+  // Leases of Lookups with pin (see RemoteClient::Lookup), since the daemon started.
+  uint64_t leases_granted = 0, leases_released = 0, leases_expired = 0, leases_active = 0;
+  uint64_t pinned_bytes = 0;
   std::string tenant;
 };
 
@@ -138,14 +148,26 @@ class RemoteClient {
   ~RemoteClient();
 
   // Leading hits of `keys` (1..kKvtierMaxBatchKeys) and their tiers at the daemon.
-  absl::StatusOr<RemoteLookup> Lookup(std::span<const ChunkKey> keys, bool per_key = false);
-  // Stores whole records (each verified by the daemon) in one Put stream. OK means every
-  // record was acknowledged. InvalidArgument for a record shorter than a header.
-  absl::Status Put(std::span<const std::span<const std::byte>> records);
+  // With `pin`, the daemon pins the leading hits under a lease (RemoteLookup::lease_id)
+  // until a Get naming it finishes or lease_timeout passes: until then neither capacity
+  // pressure nor Evict removes them; num_leading_hits counts only what was pinned.
+  // `release`: earlier lease ids no longer needed (at most kKvtierMaxBatchKeys), released
+  // by the daemon before it answers.
+  absl::StatusOr<RemoteLookup> Lookup(std::span<const ChunkKey> keys, bool per_key = false,
+                                      bool pin = false, std::span<const uint64_t> release = {});
+  // Stores whole records (each verified by the daemon) in one Put stream, in order. OK
+  // means every record was acknowledged. A record the daemon refuses ends the stream
+  // with its error; the records before it stay stored, and *stored (when given) is
+  // their count (from the daemon's `kvtier-records-stored` trailing metadata; 0 when
+  // the daemon could not be reached). InvalidArgument for a record shorter than a
+  // header (nothing sent).
+  absl::Status Put(std::span<const std::span<const std::byte>> records, size_t* stored = nullptr);
   absl::Status Put(std::span<const std::byte> record);
   // Copies the record of `key` into `out` and returns its length. NotFound on a miss;
   // OutOfRange when `out` is too small. The caller verifies the record (VerifyChunk).
-  absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out);
+  // `lease_id` (from Lookup with pin; 0 = none) is released when the call finishes.
+  absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out,
+                               uint64_t lease_id = 0);
   // Allocating variant.
   absl::StatusOr<std::vector<std::byte>> Get(const ChunkKey& key);
   // An inspection: like Get, but the daemon neither promotes nor counts it (the CLI).

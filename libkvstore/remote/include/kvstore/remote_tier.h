@@ -7,15 +7,26 @@
 // an exception. Records read back are verified with VerifyChunk (header, length,
 // payload checksum, key) before Get returns OK; a bad one is DataLoss and counted.
 //
-// caps(): durable, remote, verifies reads, not pinnable (Pin returns an empty handle:
-// the daemon evicts on its own), does not report evictions.
+// caps(): durable, remote, verifies reads, pinnable, does not report evictions.
+// Pin asks the daemon for a lease on the chunk (a Lookup with pin: one RPC per key), so
+// a TieredStore Lookup with LookupOptions{.pin} holds remote chunks too: the daemon
+// evicts neither by capacity nor by Evict until the lease ends. The next Get of that key
+// through this tier names the lease, and the daemon releases it when that Get finishes;
+// releasing the PinHandle before any Get queues the lease, and the next Lookup RPC of
+// this tier (Stat or Pin) asks the daemon to release it (LookupRequest.release_leases;
+// nothing blocks on it); otherwise it ends at the daemon's lease_timeout_ms. An
+// unreachable daemon, or a chunk gone from it: empty handle (the store's leading run
+// ends there).
 #ifndef KVSTORE_REMOTE_TIER_H_
 #define KVSTORE_REMOTE_TIER_H_
 
 #include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "kvstore/remote_client.h"
 #include "kvstore/tier.h"
 
@@ -51,13 +62,21 @@ class RemoteTier final : public Tier {
   absl::StatusOr<ListPage> List(const ListOptions& options) override;
   // Client-side counters; capacity/used/chunks from the daemon's last Stats answer.
   TierStats stats() const override;
-  PinHandle Pin(const ChunkKey&) override { return PinHandle(); }
+  PinHandle Pin(const ChunkKey& key) override;
+  // Leases held here (taken by Pin, not yet used by a Get or released), and released
+  // ones not yet sent to the daemon.
+  size_t held_leases() const;
+  size_t leases_to_release() const;
 
   RemoteClient& client() { return *client_; }
 
  private:
   RemoteTier(const RemoteTierOptions& options, std::unique_ptr<RemoteClient> client);
   void RefreshStats() const;
+  static void ReleasePin(void* owner, const ChunkKey& key);
+  uint64_t TakeLease(const ChunkKey& key);
+  // The queued releases to send with the next Lookup RPC (at most kKvtierMaxBatchKeys).
+  std::vector<uint64_t> TakeReleases();
 
   const std::string name_;
   const RemoteTierOptions options_;
@@ -65,6 +84,10 @@ class RemoteTier final : public Tier {
   mutable AtomicTierCounters counters_;
   mutable std::atomic<uint64_t> capacity_{0}, used_{0}, chunks_{0};
   mutable std::atomic<int64_t> stats_at_ms_{0};
+  mutable absl::Mutex lease_mu_;
+  // Daemon lease ids per pinned key, oldest first.
+  absl::flat_hash_map<ChunkKey, std::vector<uint64_t>> leases_ ABSL_GUARDED_BY(lease_mu_);
+  std::vector<uint64_t> to_release_ ABSL_GUARDED_BY(lease_mu_);
 };
 
 }  // namespace kvt

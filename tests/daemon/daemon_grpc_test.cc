@@ -1,0 +1,338 @@
+// kvtierd's gRPC path against a real daemon process: leases (Lookup with pin, released
+// by the Get or by timeout, counted), the outcome of a Put stream that fails part-way,
+// the bounded key catalog, and the ready file's removal on a clean shutdown.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include "daemon_harness.h"
+#include "kvstore/remote_tier.h"
+#include "kvstore/tiered_store.h"
+#include "proto/kvtier.grpc.pb.h"
+#include "store_test_util.h"
+
+namespace kvt::testing {
+namespace {
+
+class DaemonGrpcTest : public ::testing::Test {
+ protected:
+  void StartDaemon(const std::string& extra = "") {
+    daemon_ = std::make_unique<Daemon>(dir_.path(), extra);
+    std::string err;
+    ASSERT_TRUE(daemon_->Start(&err)) << err;
+  }
+  std::string Metrics() {
+    httplib::Client http("127.0.0.1", daemon_->metrics_port());
+    auto res = http.Get("/metrics");
+    return res ? res->body : std::string();
+  }
+  // The value of an unlabelled metric line "name value" (-1 when absent).
+  int64_t Metric(const std::string& name) {
+    const std::string body = Metrics();
+    const size_t at = body.find("\n" + name + " ");
+    if (at == std::string::npos) return -1;
+    return std::strtoll(body.c_str() + at + name.size() + 2, nullptr, 10);
+  }
+  TempDir dir_;
+  std::unique_ptr<Daemon> daemon_;
+};
+
+// A record read back is the stored one, byte for byte, and verifies as that key.
+void ExpectVerifiedCopy(const std::vector<std::byte>& got, const std::vector<std::byte>& want,
+                        const ChunkKey& key) {
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_TRUE(got == want);
+  auto h = DecodeChunkHeader(got);
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_TRUE(VerifyChunk(got, DecodeExpectations{.ns = h->ns, .key = key}).ok());
+}
+
+TEST_F(DaemonGrpcTest, LeaseHoldsChunksAgainstEvictUntilTheGetThatReadsThem) {
+  StartDaemon(
+      "tenants:\n  - name: alice\n    tokens: [alice-token-1]\n  - name: bob\n    tokens: "
+      "[bob-token-12]\n");
+  auto alice = Connect(daemon_->target(), "alice-token-1");
+  auto bob = Connect(daemon_->target(), "bob-token-12");
+  Chain chain = MakeChain(TestNamespace("m", "alice"), 4, 16, 1);
+  for (auto& r : chain.records) ASSERT_TRUE(alice->Put(r).ok());
+
+  auto lk = alice->Lookup(chain.keys, /*per_key=*/false, /*pin=*/true);
+  ASSERT_TRUE(lk.ok()) << lk.status();
+  EXPECT_EQ(lk->num_leading_hits, 4u);
+  ASSERT_NE(lk->lease_id, 0u);
+  EXPECT_EQ(lk->lease_timeout.count(), 10000);
+
+  // An explicit Evict between the lookup and the load: the pinned chunks stay.
+  EvictSelector sel;
+  sel.keys = chain.keys;
+  auto ev = alice->Evict(sel);
+  ASSERT_TRUE(ev.ok()) << ev.status();
+  EXPECT_EQ(ev->chunks, 0u);
+  EXPECT_EQ(ev->failed.size(), 4u);
+
+  // Another tenant naming the lease neither reads nor releases anything.
+  std::vector<std::byte> buf(1 << 20);
+  EXPECT_EQ(bob->Get(chain.keys[0], buf, lk->lease_id).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(alice->Stats()->leases_active, 1u);
+
+  // The load: every chunk whole and verified. The lease ends once all 4 keys were read.
+  for (size_t i = 0; i < chain.keys.size(); ++i) {
+    auto n = alice->Get(chain.keys[i], buf, lk->lease_id);
+    ASSERT_TRUE(n.ok()) << i << ": " << n.status();
+    ExpectVerifiedCopy(std::vector<std::byte>(buf.begin(), buf.begin() + *n), chain.records[i],
+                       chain.keys[i]);
+    EXPECT_EQ(alice->Stats()->leases_active, i + 1 < chain.keys.size() ? 1u : 0u) << i;
+  }
+  auto st = alice->Stats();
+  EXPECT_EQ(st->leases_granted, 1u);
+  EXPECT_EQ(st->leases_released, 1u);
+  EXPECT_EQ(st->leases_expired, 0u);
+  EXPECT_EQ(st->pinned_bytes, 0u);
+
+  // Released: now Evict removes them, and a Get is a clean miss.
+  ev = alice->Evict(sel);
+  EXPECT_EQ(ev->chunks, 4u);
+  EXPECT_EQ(alice->Get(chain.keys[0], buf).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Metric("kvtier_leases_granted_total"), 1);
+  EXPECT_EQ(Metric("kvtier_leases_released_total"), 1);
+}
+
+TEST_F(DaemonGrpcTest, LeaseHoldsChunksAgainstCapacityPressure) {
+  // Host 8 MiB over a 16 MiB disk; 80 records of 512 KiB push everything older out.
+  StartDaemon(
+      "host_capacity: 8MiB\ndisk_capacity: 16MiB\ndisk_file_bytes: 4MiB\n"
+      "max_record_bytes: 2MiB\nmax_inflight_bytes: 64MiB\n");
+  auto client = Connect(daemon_->target(), "", std::chrono::milliseconds(20000));
+  Chain pinned = MakeChain(TestNamespace("pinned"), 4, 512, 2);
+  Chain unpinned = MakeChain(TestNamespace("unpinned"), 4, 512, 3);
+  Chain filler = MakeChain(TestNamespace("filler"), 80, 512, 4);
+  for (auto& r : pinned.records) ASSERT_TRUE(client->Put(r).ok());
+  for (auto& r : unpinned.records) ASSERT_TRUE(client->Put(r).ok());
+  auto lk = client->Lookup(pinned.keys, false, /*pin=*/true);
+  ASSERT_TRUE(lk.ok());
+  ASSERT_EQ(lk->num_leading_hits, 4u);
+  EXPECT_EQ(client->Lookup(unpinned.keys)->num_leading_hits, 4u);
+  for (auto& r : filler.records) ASSERT_TRUE(client->Put(r).ok()) << "filler";
+  EXPECT_GT(client->Stats()->pinned_bytes, 4u * (512u << 10));
+
+  std::vector<std::byte> buf(1 << 20);
+  for (size_t i = 0; i < pinned.keys.size(); ++i) {
+    auto n = client->Get(pinned.keys[i], buf, lk->lease_id);
+    ASSERT_TRUE(n.ok()) << i << ": " << n.status();
+    ExpectVerifiedCopy(std::vector<std::byte>(buf.begin(), buf.begin() + *n), pinned.records[i],
+                       pinned.keys[i]);
+  }
+  // The same pressure without a lease: gone (clean misses), so the pressure was real.
+  size_t misses = 0;
+  for (size_t i = 0; i < unpinned.keys.size(); ++i) {
+    auto n = client->Get(unpinned.keys[i], buf);
+    if (!n.ok()) {
+      EXPECT_EQ(n.status().code(), absl::StatusCode::kNotFound);
+      ++misses;
+    } else {
+      ExpectVerifiedCopy(std::vector<std::byte>(buf.begin(), buf.begin() + *n), unpinned.records[i],
+                         unpinned.keys[i]);
+    }
+  }
+  EXPECT_EQ(misses, 4u);
+  auto st = client->Stats();
+  EXPECT_EQ(st->leases_released, 1u);
+  EXPECT_EQ(st->leases_active, 0u);
+}
+
+TEST_F(DaemonGrpcTest, LeasesNeverFollowedByAGetExpireAndAreCounted) {
+  StartDaemon("lease_timeout_ms: 300\n");
+  auto client = Connect(daemon_->target());
+  Chain chain = MakeChain(TestNamespace("m"), 3, 16, 5);
+  for (auto& r : chain.records) ASSERT_TRUE(client->Put(r).ok());
+  auto a = client->Lookup(chain.keys, false, true);
+  auto b = client->Lookup(chain.keys, true, true);  // per_key with pin
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->lease_timeout.count(), 300);
+  EXPECT_EQ(b->num_leading_hits, 3u);
+  ASSERT_NE(a->lease_id, 0u);
+  ASSERT_NE(b->lease_id, 0u);
+  EXPECT_NE(a->lease_id, b->lease_id);
+  EvictSelector sel;
+  sel.keys = chain.keys;
+  EXPECT_EQ(client->Evict(sel)->chunks, 0u);
+  EXPECT_EQ(client->Stats()->leases_active, 2u);
+
+  std::this_thread::sleep_for(std::chrono::milliseconds(900));
+  auto st = client->Stats();
+  EXPECT_EQ(st->leases_granted, 2u);
+  EXPECT_EQ(st->leases_expired, 2u);
+  EXPECT_EQ(st->leases_released, 0u);
+  EXPECT_EQ(st->leases_active, 0u);
+  EXPECT_EQ(st->pinned_bytes, 0u);
+  EXPECT_EQ(Metric("kvtier_leases_expired_total"), 2);
+  EXPECT_EQ(Metric("kvtier_leases_active"), 0);
+  EXPECT_EQ(client->Evict(sel)->chunks, 3u);
+  // A Get naming an expired lease: a clean miss, and no release is counted.
+  std::vector<std::byte> buf(1 << 20);
+  EXPECT_EQ(client->Get(chain.keys[0], buf, a->lease_id).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(client->Stats()->leases_released, 0u);
+}
+
+TEST_F(DaemonGrpcTest, LeaseFieldsAreValidatedAndUnknownLeasesIgnored) {
+  StartDaemon();
+  auto client = Connect(daemon_->target());
+  Chain chain = MakeChain(TestNamespace("m"), 1, 16, 10);
+  ASSERT_TRUE(client->Put(chain.records[0]).ok());
+  auto stub = ::kvtier::v1::KvTier::NewStub(
+      grpc::CreateChannel(daemon_->target(), grpc::InsecureChannelCredentials()));
+  ::kvtier::v1::LookupRequest req;
+  req.set_protocol_version(1);
+  req.set_pin(true);
+  req.add_keys()->set_lo(chain.keys[0].lo);
+  req.mutable_keys(0)->set_hi(chain.keys[0].hi);
+  for (int i = 0; i < 4097; ++i) req.add_release_leases(i + 1);
+  ::kvtier::v1::LookupResponse resp;
+  grpc::ClientContext ctx;
+  grpc::Status st = stub->Lookup(&ctx, req, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("release_leases: 4097"), std::string::npos)
+      << st.error_message();
+  // Made-up lease ids: ignored, by Lookup and by Get; nothing is counted.
+  std::vector<uint64_t> junk = {1, 2, 0xdeadbeef};
+  auto lk = client->Lookup(chain.keys, false, false, junk);
+  ASSERT_TRUE(lk.ok()) << lk.status();
+  EXPECT_EQ(lk->lease_id, 0u);
+  std::vector<std::byte> buf(1 << 20);
+  EXPECT_TRUE(client->Get(chain.keys[0], buf, 0x1234567).ok());
+  auto s = client->Stats();
+  EXPECT_EQ(s->leases_granted, 0u);
+  EXPECT_EQ(s->leases_released, 0u);
+}
+
+TEST_F(DaemonGrpcTest, RemoteTierPinsThroughTheDaemonWhenTheStoreLookupPins) {
+  StartDaemon();
+  auto client = Connect(daemon_->target());
+  Chain chain = MakeChain(TestNamespace("tiered"), 3, 16, 6);
+  for (auto& r : chain.records) ASSERT_TRUE(client->Put(r).ok());
+  RemoteTierOptions rto;
+  rto.client.target = daemon_->target();
+  RemoteTier* remote = nullptr;
+  std::vector<TierFactory> tiers;
+  tiers.push_back(Capturing(RemoteTier::Factory(rto), &remote));
+  auto store = *TieredStore::Create(std::move(tiers), TieredStoreOptions{});
+  EXPECT_TRUE(remote->caps().pinnable);
+  LookupResult lr = store->Lookup(chain.keys, LookupOptions{.pin = true});
+  EXPECT_EQ(lr.num_leading_hits, 3u);
+  EXPECT_NE(lr.lease, kNoLease);
+  EXPECT_EQ(remote->held_leases(), 3u);
+  EXPECT_EQ(client->Stats()->leases_active, 3u);  // one daemon lease per key
+
+  EvictSelector sel;
+  sel.keys = chain.keys;
+  EXPECT_EQ(client->Evict(sel)->failed.size(), 3u);
+  for (size_t i = 0; i < chain.keys.size(); ++i) {
+    auto got = store->Get(chain.keys[i]);
+    ASSERT_TRUE(got.ok()) << i << ": " << got.status();
+    EXPECT_TRUE(*got == chain.records[i]);
+  }
+  store->ReleaseLease(lr.lease);
+  EXPECT_EQ(remote->held_leases(), 0u);
+  auto st = client->Stats();
+  EXPECT_EQ(st->leases_released, 3u);
+  EXPECT_EQ(st->leases_active, 0u);
+
+  // A lookup whose load never comes: releasing the store's lease queues the daemon
+  // leases, and the tier's next Lookup RPC releases them (not the 10 s timeout).
+  lr = store->Lookup(chain.keys, LookupOptions{.pin = true});
+  EXPECT_EQ(client->Stats()->leases_active, 3u);
+  store->ReleaseLease(lr.lease);
+  EXPECT_EQ(remote->held_leases(), 0u);
+  EXPECT_EQ(remote->leases_to_release(), 3u);
+  EXPECT_EQ(client->Evict(sel)->chunks, 0u);  // still pinned at the daemon
+  EXPECT_EQ(store->Lookup(chain.keys).num_leading_hits, 3u);
+  EXPECT_EQ(remote->leases_to_release(), 0u);
+  st = client->Stats();
+  EXPECT_EQ(st->leases_active, 0u);
+  EXPECT_EQ(st->leases_released, 6u);
+  EXPECT_EQ(st->leases_expired, 0u);
+  EXPECT_EQ(client->Evict(sel)->chunks, 3u);
+}
+
+TEST_F(DaemonGrpcTest, PutStreamFailingHalfwayReportsHowManyRecordsWereStored) {
+  StartDaemon();
+  auto client = Connect(daemon_->target());
+  Chain chain = MakeChain(TestNamespace("m"), 5, 16, 7);
+  std::vector<std::byte> bad = chain.records[2];
+  bad[bad.size() - 1] ^= std::byte{0x5a};  // payload checksum no longer matches
+  std::vector<std::span<const std::byte>> recs = {chain.records[0], chain.records[1], bad,
+                                                  chain.records[3], chain.records[4]};
+  size_t stored = 99;
+  absl::Status s = client->Put(recs, &stored);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(stored, 2u);
+  EXPECT_NE(s.message().find("2 records of this stream stored before it"), std::string::npos) << s;
+  std::vector<std::byte> buf(1 << 20);
+  for (int i = 0; i < 2; ++i) EXPECT_TRUE(client->Get(chain.keys[i], buf).ok()) << i;
+  for (int i = 2; i < 5; ++i)
+    EXPECT_EQ(client->Get(chain.keys[i], buf).status().code(), absl::StatusCode::kNotFound) << i;
+
+  // A clean stream reports every record.
+  std::vector<std::span<const std::byte>> rest = {chain.records[2], chain.records[3]};
+  EXPECT_TRUE(client->Put(rest, &stored).ok());
+  EXPECT_EQ(stored, 2u);
+  // A failure on the first record: nothing stored, and it says so.
+  std::vector<std::span<const std::byte>> first_bad = {bad, chain.records[4]};
+  EXPECT_EQ(client->Put(first_bad, &stored).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(stored, 0u);
+}
+
+TEST_F(DaemonGrpcTest, CatalogIsBoundedDropsTheOldestAndNeverAnswersForAnotherTenant) {
+  StartDaemon(
+      "catalog_max_keys: 8\ntenants:\n  - name: alice\n    tokens: [alice-token-1]\n"
+      "  - name: bob\n    tokens: [bob-token-12]\n");
+  auto alice = Connect(daemon_->target(), "alice-token-1");
+  auto bob = Connect(daemon_->target(), "bob-token-12");
+  Chain a = MakeChain(TestNamespace("m", "alice"), 12, 16, 8);
+  Chain b = MakeChain(TestNamespace("m", "bob"), 12, 16, 9);
+  for (auto& r : a.records) ASSERT_TRUE(alice->Put(r).ok());
+  for (auto& r : b.records) ASSERT_TRUE(bob->Put(r).ok());
+  EXPECT_EQ(Metric("kvtier_catalog_keys"), 8);
+  EXPECT_EQ(Metric("kvtier_catalog_dropped_keys_total"), 16);
+
+  std::vector<std::byte> buf(1 << 20);
+  auto check = [&](RemoteClient& owner, RemoteClient& other, const Chain& c, size_t i) -> bool {
+    // The other tenant never sees it; the owner gets the exact bytes or a clean miss.
+    EXPECT_EQ(other.Get(c.keys[i], buf).status().code(), absl::StatusCode::kNotFound);
+    EXPECT_EQ(other.Lookup(std::span<const ChunkKey>(&c.keys[i], 1))->num_leading_hits, 0u);
+    auto n = owner.Get(c.keys[i], buf);
+    if (!n.ok()) {
+      EXPECT_EQ(n.status().code(), absl::StatusCode::kNotFound);
+      return false;
+    }
+    EXPECT_TRUE(std::vector<std::byte>(buf.begin(), buf.begin() + *n) == c.records[i]);
+    return true;
+  };
+  size_t hits = 0;
+  for (size_t i = 0; i < 12; ++i) hits += check(*alice, *bob, a, i);
+  for (size_t i = 0; i < 12; ++i) {
+    const bool hit = check(*bob, *alice, b, i);
+    hits += hit;
+    EXPECT_EQ(hit, i >= 4) << "bob's key " << i << ": the 8 newest keys are known";
+  }
+  EXPECT_EQ(hits, 8u);
+  EXPECT_LE(Metric("kvtier_catalog_keys"), 8);
+  // Put again: known again.
+  ASSERT_TRUE(alice->Put(a.records[0]).ok());
+  EXPECT_TRUE(check(*alice, *bob, a, 0));
+}
+
+TEST_F(DaemonGrpcTest, CleanShutdownRemovesTheReadyFile) {
+  StartDaemon();
+  const std::string ready = dir_.path() + "/ready.json";
+  ASSERT_TRUE(std::filesystem::exists(ready));
+  const int status = daemon_->Kill(SIGTERM);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << daemon_->Log();
+  EXPECT_FALSE(std::filesystem::exists(ready));
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/kvtierd.sock"));
+}
+
+}  // namespace
+}  // namespace kvt::testing
