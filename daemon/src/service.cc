@@ -1,5 +1,6 @@
 #include "service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 
@@ -67,7 +68,10 @@ void KeyToProto(const ChunkKey& k, pb::Key128* out) {
 
 }  // namespace
 
-KvTierService::KvTierService(const ServiceDeps& deps) : deps_(deps) {
+// Staging buffers cached for reuse: at most the in-flight budget, and 256 MiB.
+KvTierService::KvTierService(const ServiceDeps& deps)
+    : deps_(deps),
+      staging_(std::min<uint64_t>(deps.config->max_inflight_bytes, uint64_t{256} << 20)) {
   for (const auto& t : deps_.config->tenants)
     for (const auto& tok : t.tokens) token_to_tenant_[tok] = t.name;
 }

@@ -20,6 +20,7 @@
 #include "kvstore/tiered_store.h"
 #include "metrics.h"
 #include "proto/kvtier.grpc.pb.h"
+#include "staging_pool.h"
 #include "worker_pool.h"
 
 namespace kvt::daemon {
@@ -93,6 +94,8 @@ class KvTierService final : public ::kvtier::v1::KvTier::WithRawCallbackMethod_G
   // Region owned by `tenant`, or nullptr.
   std::shared_ptr<ShmRegion> FindRegion(uint64_t id, const std::string& tenant);
   std::atomic<uint64_t>& inflight_bytes() { return inflight_bytes_; }
+  // Buffers shm Puts copy their record into before checking it (kept for reuse).
+  StagingPool& staging() { return staging_; }
 
   // Graceful shutdown: after BeginDrain new calls are refused with UNAVAILABLE;
   // active_calls() counts the calls not finished yet.
@@ -111,6 +114,7 @@ class KvTierService final : public ::kvtier::v1::KvTier::WithRawCallbackMethod_G
   const ServiceDeps deps_;
   absl::flat_hash_map<std::string, std::string> token_to_tenant_;
   std::atomic<uint64_t> inflight_bytes_{0};
+  StagingPool staging_;
   std::atomic<bool> draining_{false};
   std::atomic<int64_t> active_calls_{0};
   absl::Mutex shm_mu_;

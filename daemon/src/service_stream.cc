@@ -163,7 +163,7 @@ class PutReactor final : public grpc::ServerReadReactor<pb::PutRequest> {
           return;
         }
       }
-      std::span<const std::byte> record(buf_.get(), expected_);
+      std::span<const std::byte> record(shm ? staging_.data() : buf_.get(), expected_);
       ChunkKey key;
       absl::Status s = svc_->StoreRecord(record, tenant_, &key, payload_checksum);
       if (s.ok()) {
@@ -187,11 +187,11 @@ class PutReactor final : public grpc::ServerReadReactor<pb::PutRequest> {
   // payload checksum, the tenant's claim, the host and disk copies) reads only that copy
   // (issue 11 #7). With verify_on_put the payload is hashed in the same pass.
   absl::Status CopyFromRegion(std::optional<uint64_t>* payload_checksum) {
-    buf_ = AllocRecord(expected_);
-    if (buf_ == nullptr)
+    staging_ = svc_->staging().Take(expected_);
+    if (!staging_)
       return absl::ResourceExhaustedError("record_bytes: cannot allocate the record buffer");
     std::span<const std::byte> src(region_->data() + shm_offset_, expected_);
-    std::span<std::byte> dst(buf_.get(), expected_);
+    std::span<std::byte> dst(staging_.data(), expected_);
     if (svc_->deps().config->verify_on_put)
       *payload_checksum = CopyRecordHashingPayload(src, dst);
     else
@@ -202,6 +202,7 @@ class PutReactor final : public grpc::ServerReadReactor<pb::PutRequest> {
 
   void Release() {
     buf_.reset();
+    staging_.reset();
     region_.reset();
     if (reserved_ > 0) svc_->inflight_bytes().fetch_sub(reserved_);
     reserved_ = 0;
@@ -222,6 +223,7 @@ class PutReactor final : public grpc::ServerReadReactor<pb::PutRequest> {
   pb::PutRequest req_;
   AlignedBuf buf_;
   std::shared_ptr<ShmRegion> region_;
+  StagingPool::Buffer staging_;  // shm: the daemon's copy of the record
   uint64_t shm_offset_ = 0;
   uint64_t expected_ = 0, received_ = 0, reserved_ = 0;
 };
