@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <mutex>
 #include <set>
 
 #include "daemon_harness.h"
@@ -24,7 +25,11 @@ class Rewriter {
   explicit Rewriter(std::function<void(uint64_t)> step)
       : thread_([this, step = std::move(step)] {
           for (uint64_t i = 0; !stop_.load(std::memory_order_relaxed); ++i) {
-            step(i);
+            {
+              std::lock_guard<std::mutex> lock(mu_);
+              step(i);
+            }
+            steps_.fetch_add(1, std::memory_order_release);
             const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(2);
             while (std::chrono::steady_clock::now() < until) {
             }
@@ -34,9 +39,19 @@ class Rewriter {
     stop_.store(true);
     thread_.join();
   }
+  // Holds the rewriting while the test itself writes the region (no race in this process:
+  // the races under test are with the daemon, another process).
+  std::unique_lock<std::mutex> Hold() { return std::unique_lock<std::mutex>(mu_); }
+  // Returns once the thread has taken `n` more steps (it is running, not parked on the lock).
+  void AwaitSteps(uint64_t n) {
+    const uint64_t target = steps_.load(std::memory_order_acquire) + n;
+    while (steps_.load(std::memory_order_acquire) < target) std::this_thread::yield();
+  }
 
  private:
+  std::mutex mu_;
   std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> steps_{0};
   std::thread thread_;
 };
 
@@ -114,6 +129,7 @@ TEST_F(DaemonShmTest, HeaderSwappedDuringPutNeverLandsInAnotherTenantsNamespace)
       std::memcpy(region, (i % 2 ? forged : own.records[0]).data(), kChunkHeaderBytes);
     });
     for (int i = 0; i < kPuts; ++i) {
+      swap.AwaitSteps(3);  // swapping while the Put runs, not parked by the scheduler
       absl::Status s = mallory->PutShm(**session, 0, bytes);
       if (s.ok()) {
         ++ok;
@@ -175,8 +191,11 @@ TEST_F(DaemonShmTest, PayloadFlippedDuringPutStoresOnlyVerifiedIdenticalCopies) 
     });
     for (int round = 0; round * chain.records.size() < kPuts; ++round) {
       for (size_t i = 0; i < chain.records.size(); ++i) {
-        // The copy races with the flips too: whatever the region holds is what is put.
-        std::memcpy(region, chain.records[i].data(), bytes);
+        {
+          auto hold = flip.Hold();
+          std::memcpy(region, chain.records[i].data(), bytes);
+        }
+        flip.AwaitSteps(3);  // flipping again before the Put starts
         absl::Status s = client->PutShm(**session, 0, bytes);
         if (s.ok()) {
           ++ok;
