@@ -14,7 +14,7 @@ namespace kvt::testing {
 namespace {
 
 constexpr uint32_t kTokens = 256;  // 256 KiB payloads (SmallLayout: 1 KiB per token)
-constexpr int kPuts = 300;
+constexpr int kPuts = 200;
 
 // Keeps rewriting a region on its own thread until destroyed: `step` is called in a loop
 // with an increasing counter, about every 2 us (a busy wait), so each state is stable for
@@ -174,7 +174,7 @@ TEST_F(DaemonShmTest, HeaderSwappedDuringPutNeverLandsInAnotherTenantsNamespace)
 TEST_F(DaemonShmTest, PayloadFlippedDuringPutStoresOnlyVerifiedIdenticalCopies) {
   StartDaemon("durability: sync\n");
   auto client = Connect(daemon_->target(), "", std::chrono::seconds(30));
-  Chain chain = MakeChain(TestNamespace("m"), 60, kTokens, 23);
+  Chain chain = MakeChain(TestNamespace("m"), 40, kTokens, 23);
   const size_t bytes = chain.records[0].size();
   auto session = client->AttachShm(4 << 20);
   ASSERT_TRUE(session.ok()) << session.status();
