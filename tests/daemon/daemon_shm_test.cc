@@ -91,7 +91,7 @@ class DaemonShmTest : public ::testing::Test {
   // Graceful restart: the write-back is drained, the host tier starts empty, so every Get
   // after it reads the disk copy.
   void Restart() {
-    ASSERT_EQ(daemon_->Kill(SIGTERM), 0);
+    ASSERT_EQ(daemon_->Kill(SIGTERM), 0) << daemon_->Log();
     std::string err;
     ASSERT_TRUE(daemon_->Start(&err)) << err;
   }
