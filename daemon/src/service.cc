@@ -1,5 +1,6 @@
 #include "service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 
@@ -124,7 +125,8 @@ std::shared_ptr<ShmRegion> KvTierService::FindRegion(uint64_t id, const std::str
 }
 
 absl::Status KvTierService::StoreRecord(std::span<const std::byte> record,
-                                        const std::string& tenant, ChunkKey* key_out) {
+                                        const std::string& tenant, ChunkKey* key_out,
+                                        std::optional<uint64_t> payload_checksum) {
   auto header = DecodeChunkHeader(record);
   if (!header.ok())
     return absl::InvalidArgumentError("data: not a valid chunk record: " +
@@ -134,7 +136,11 @@ absl::Status KvTierService::StoreRecord(std::span<const std::byte> record,
                                                       record.size(), header->record_bytes()));
   if (header->key.is_zero()) return absl::InvalidArgumentError("data: record key is zero");
   if (deps_.config->verify_on_put) {
-    auto v = VerifyChunk(record, DecodeExpectations{.ns = header->ns, .key = header->key});
+    const DecodeExpectations expect{.ns = header->ns, .key = header->key};
+    auto v = payload_checksum ? CheckChunkHeader(record, expect) : VerifyChunk(record, expect);
+    // A mismatch is re-checked by VerifyChunk, which names it and counts the integrity error.
+    if (v.ok() && payload_checksum && *payload_checksum != v->payload_checksum)
+      v = VerifyChunk(record, expect);
     if (!v.ok())
       return absl::InvalidArgumentError("data: record failed verification: " +
                                         v.status().ToString());

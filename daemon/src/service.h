@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
@@ -83,8 +84,13 @@ class KvTierService final : public ::kvtier::v1::KvTier::WithRawCallbackMethod_G
   // Tenant of the caller, or UNAUTHENTICATED. Also notes the client id.
   absl::StatusOr<std::string> Authenticate(grpc::CallbackServerContext* ctx);
   // Validates, checks tenancy and stores one whole record (runs on a worker).
+  // REQUIRES: `record` is daemon-owned memory nobody else writes (never a client's shm
+  // region: every check and the store must read the same bytes). `payload_checksum`,
+  // when set, is the XXH3-64 of record's payload computed while copying it there
+  // (CopyRecordHashingPayload); verification then compares it instead of hashing again.
   absl::Status StoreRecord(std::span<const std::byte> record, const std::string& tenant,
-                           ChunkKey* key_out);
+                           ChunkKey* key_out,
+                           std::optional<uint64_t> payload_checksum = std::nullopt);
   // Region owned by `tenant`, or nullptr.
   std::shared_ptr<ShmRegion> FindRegion(uint64_t id, const std::string& tenant);
   std::atomic<uint64_t>& inflight_bytes() { return inflight_bytes_; }

@@ -58,6 +58,8 @@ class Daemon {
   std::string target() const { return "unix://" + dir_ + "/kvtierd.sock"; }
   int metrics_port() const { return metrics_port_; }
   pid_t pid() const { return pid_; }
+  // Command-line flags passed after `--config <file>` (e.g. "--no-shm").
+  void set_extra_args(std::vector<std::string> args) { extra_args_ = std::move(args); }
 
   // The base config with any top-level key that `extra_yaml` sets removed, then extra.
   std::string Config() const {
@@ -98,7 +100,10 @@ class Daemon {
         dup2(fd, 1);
         dup2(fd, 2);
       }
-      execl(KVTIERD_BIN, KVTIERD_BIN, "--config", cfg.c_str(), static_cast<char*>(nullptr));
+      std::vector<const char*> argv = {KVTIERD_BIN, "--config", cfg.c_str()};
+      for (const auto& a : extra_args_) argv.push_back(a.c_str());
+      argv.push_back(nullptr);
+      execv(KVTIERD_BIN, const_cast<char* const*>(argv.data()));
       _exit(127);
     }
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
@@ -165,6 +170,7 @@ class Daemon {
 
  private:
   std::string dir_, extra_;
+  std::vector<std::string> extra_args_;
   pid_t pid_ = -1;
   int metrics_port_ = 0;
 };

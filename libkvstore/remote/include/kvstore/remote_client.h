@@ -187,7 +187,10 @@ class RemoteClient {
   absl::StatusOr<std::unique_ptr<ShmSession>> AttachShm(uint64_t bytes);
   absl::Status DetachShm(const ShmSession& session);
   // Stores the record at [offset, offset + length) of the region (written there by the
-  // caller). REQUIRES: the bytes stay unchanged until this returns.
+  // caller). REQUIRES: the bytes stay unchanged until this returns. If they do change,
+  // the daemon (which copies the slice before checking it) stores exactly the bytes it
+  // copied and checked, or refuses them (INVALID_ARGUMENT, PERMISSION_DENIED); never a
+  // mix, in any tier.
   absl::Status PutShm(const ShmSession& session, uint64_t offset, uint64_t length);
   // Has the daemon copy the record of `key` into the region at `offset` (at most
   // `capacity` bytes); returns its length. NotFound on a miss; OutOfRange when it does
