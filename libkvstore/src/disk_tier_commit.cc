@@ -5,6 +5,7 @@
 #include <set>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "disk_tier_impl.h"
@@ -58,18 +59,22 @@ void DiskTier::Impl::CommitLoop() {
 absl::Status DiskTier::Impl::CommitPending() {
   if (options_.commit != DiskCommit::kGrouped) return absl::OkStatus();
   absl::MutexLock cl(&commit_mu_);
-  std::vector<std::pair<ChunkKey, uint64_t>> batch;
+  std::vector<std::pair<ChunkKey, uint64_t>> batch, deferred;
   std::map<uint32_t, std::shared_ptr<RecordFile>> files;
   {
     absl::MutexLock l(&mu_);
+    // Extents deferred for replacements that were removed since: freed below even when
+    // nothing is pending.
+    if (pending_.empty() && deferred_free_.empty()) return absl::OkStatus();
     batch.swap(pending_);
+    // Taken with the batch: each of these was deferred by a replacement in `batch`.
+    deferred.swap(deferred_free_);
     for (const auto& [key, gen] : batch) {
       auto it = map_.find(key);
       if (it == map_.end() || it->second.gen != gen) continue;
       if (auto f = files_.find(it->second.idx.file_id); f != files_.end()) files.insert(*f);
     }
   }
-  if (batch.empty()) return absl::OkStatus();
 
   // 1. The data: one fdatasync per file, no tier lock held (puts and gets go on).
   std::set<uint32_t> failed_files;
@@ -105,9 +110,18 @@ absl::Status DiskTier::Impl::CommitPending() {
       entries.emplace_back(key, it->second.idx);
       written.emplace_back(key, gen);
     }
-    // Every replacement published before this commit is in it (or was removed, and its
-    // removal deleted the key's index entry under index_mu_).
-    to_free.swap(deferred_free_);
+    // An old extent may go once the index no longer points at it: its key's current
+    // entry is written by this commit, or its key was removed (eviction, erase and drop
+    // delete the key's index entry under index_mu_). Else (replaced again meanwhile by
+    // a put this commit does not cover) it waits for a later commit.
+    absl::flat_hash_set<ChunkKey> committing;
+    for (const auto& w : written) committing.insert(w.first);
+    for (const auto& d : deferred) {
+      auto it = map_.find(d.first);
+      const bool free_now =
+          it == map_.end() || (committing.contains(d.first) && it->second.committed);
+      (free_now ? to_free : deferred_free_).push_back(d);
+    }
   }
   absl::Status s = entries.empty() ? absl::OkStatus() : index_->PutMany(entries, /*sync=*/true);
   if (s.ok() && !dropped.empty()) s = index_->Delete(dropped, /*sync=*/true);

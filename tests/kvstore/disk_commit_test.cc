@@ -282,5 +282,46 @@ TEST_F(DiskCommitTest, FailedSyncAndTornWriteAreNeverServed) {
   }
 }
 
+// A committed record replaced twice: once before a commit starts (v2, in the commit)
+// and again while that commit's fdatasync runs (v3, not in it). The commit skips v2 and
+// the index keeps pointing at v1, so v1's extent must stay reserved: with a capacity of
+// four records, two more puts fit and a third has to evict (it would not, were v1's
+// extent freed early and reusable while the index still points at it).
+TEST_F(DiskCommitTest, ReplacedTwiceDuringACommitKeepsTheIndexedExtent) {
+  using ::kvt::testing::FaultInjectionFs;
+  using ::kvt::testing::FsOp;
+  auto faults = std::make_shared<FaultInjectionFs>();
+  // 253, 254 and 255 tokens all pad to q bytes: no fragmentation in the count below.
+  constexpr uint64_t q = 64 * 4096;
+  DiskTierOptions o = Options(DiskCommit::kGrouped, 60000, /*capacity=*/4 * q);
+  o.file_bytes = 4 * q;
+  o.file_system = faults;
+  auto t = OpenTier(o);
+  ASSERT_NE(t, nullptr);
+  ASSERT_TRUE(t->Put(MakeRecord(0, 253)).ok());  // v1
+  ASSERT_TRUE(t->Sync().ok());
+  ASSERT_TRUE(t->Put(MakeRecord(0, 254)).ok());  // v2
+  faults->AddRule({.op = FsOp::kSync, .times = 1, .delay = std::chrono::milliseconds(2000)});
+  std::thread commit([&] { EXPECT_TRUE(t->Sync().ok()); });
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (faults->injected(FsOp::kSync) == 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(faults->injected(FsOp::kSync), 1u);
+  ASSERT_TRUE(t->Put(MakeRecord(0, 255)).ok());  // v3, while the commit's fdatasync runs
+  commit.join();
+  EXPECT_EQ(t->extra_stats().uncommitted, 1u);  // v3
+  ASSERT_TRUE(t->Put(MakeRecord(1, 255)).ok());
+  ASSERT_TRUE(t->Put(MakeRecord(2, 255)).ok());
+  EXPECT_EQ(t->stats().evictions, 0u);
+  ASSERT_TRUE(t->Put(MakeRecord(3, 255)).ok());
+  EXPECT_EQ(t->stats().evictions, 1u) << "v1's extent was reusable while indexed";
+  for (uint64_t i = 1; i < 4; ++i) {
+    auto got = Read(*t, TestKey(i));
+    ASSERT_TRUE(got.ok()) << i << ": " << got.status();
+    EXPECT_EQ(*got, MakeRecord(i, 255));
+  }
+}
+
 }  // namespace
 }  // namespace kvt
