@@ -3,6 +3,11 @@
 
 #include <unistd.h>
 #include <xxhash.h>
+#if defined(__x86_64__)
+// XXH3 with run-time dispatch (AVX2/AVX-512 where the CPU has them; Debian's libxxhash
+// ships it): the Get path hashes every byte it reads. Replaces the XXH3_64bits* calls.
+#include <xxh_x86dispatch.h>
+#endif
 
 #include <algorithm>
 #include <cerrno>
