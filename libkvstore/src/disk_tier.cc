@@ -3,6 +3,11 @@
 
 #include <unistd.h>
 #include <xxhash.h>
+#if defined(__x86_64__)
+// XXH3 with run-time dispatch (AVX2/AVX-512 where the CPU has them; Debian's libxxhash
+// ships it): the Get path hashes every byte it reads. Replaces the XXH3_64bits* calls.
+#include <xxh_x86dispatch.h>
+#endif
 
 #include <algorithm>
 #include <cerrno>
@@ -71,6 +76,7 @@ void DiskTier::Impl::ReleaseRing(std::unique_ptr<IoRing> ring) {
 DiskTier::Impl::Entry DiskTier::Impl::DetachLocked(
     absl::flat_hash_map<ChunkKey, Entry>::iterator it) {
   Entry e = it->second;
+  if (!e.committed) --uncommitted_;
   lru_.Remove(e.lru);
   dirty_access_.erase(it->first);
   used_bytes_ -= e.padded;
@@ -148,6 +154,7 @@ absl::Status DiskTier::Impl::Put(std::span<const std::byte> record) {
     auto f = files_.find(ext->file_id);
     if (f != files_.end()) file = f->second;
   }
+  const bool grouped = options_.commit == DiskCommit::kGrouped;
   absl::Status s;
   if (!file) {
     s = absl::UnavailableError("record file removed during the write");
@@ -159,7 +166,8 @@ absl::Status DiskTier::Impl::Put(std::span<const std::byte> record) {
       RingLease lease(this, std::move(*ring));
       s = fs_->Write(lease.ring(), Ref(*file), ext->offset, record);
     }
-    if (s.ok()) s = fs_->Sync(Ref(*file));
+    // kGrouped: the committer fdatasyncs the file before it writes the index entry.
+    if (s.ok() && !grouped) s = fs_->Sync(Ref(*file));
   }
   if (s.ok()) {
     IndexEntry e;
@@ -171,30 +179,57 @@ absl::Status DiskTier::Impl::Put(std::span<const std::byte> record) {
     e.ns = hdr->ns;
     e.parent = hdr->parent;
     e.token_count = hdr->token_count;
-    absl::MutexLock il(&index_mu_);
-    {
-      absl::MutexLock l(&mu_);
-      if (files_.count(ext->file_id) == 0)
-        s = absl::UnavailableError("record file removed during the write");
-    }
-    // The record is durable; only now may the index point at it.
-    if (s.ok()) s = index_->Put(hdr->key, e, /*sync=*/true);
-    if (s.ok()) {
-      absl::MutexLock l(&mu_);
+    // Publishes the entry in memory (readable from now on); REQUIRES mu_.
+    auto publish = [&](bool committed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       Entry en;
       en.idx = e;
       en.padded = padded;
       en.gen = next_gen_++;
+      en.committed = committed;
       if (auto old = map_.find(hdr->key); old != map_.end()) {
         en.pins = old->second.pins;  // pins follow the key
-        ReleaseExtentLocked(DetachLocked(old));
+        Entry o = DetachLocked(old);
+        if (!committed && o.committed) {
+          // The index still points at the old extent until the new entry is committed.
+          ++o.readers;
+          deferred_free_.emplace_back(hdr->key, o.gen);
+        }
+        ReleaseExtentLocked(o);
       }
       en.lru = lru_.Insert(hdr->key);
       used_bytes_ += padded;
       map_.emplace(hdr->key, en);
       ++counters_.puts;
       counters_.bytes_in += record.size();
-      return absl::OkStatus();
+      if (!committed) {
+        ++uncommitted_;
+        if (pending_.empty()) first_pending_ = absl::Now();
+        pending_.emplace_back(hdr->key, en.gen);
+        commit_cv_.Signal();
+      }
+    };
+    if (grouped) {
+      absl::MutexLock l(&mu_);
+      if (files_.count(ext->file_id) == 0) {
+        s = absl::UnavailableError("record file removed during the write");
+      } else {
+        publish(/*committed=*/false);
+        return absl::OkStatus();
+      }
+    } else {
+      absl::MutexLock il(&index_mu_);
+      {
+        absl::MutexLock l(&mu_);
+        if (files_.count(ext->file_id) == 0)
+          s = absl::UnavailableError("record file removed during the write");
+      }
+      // The record is durable; only now may the index point at it.
+      if (s.ok()) s = index_->Put(hdr->key, e, /*sync=*/true);
+      if (s.ok()) {
+        absl::MutexLock l(&mu_);
+        publish(/*committed=*/true);
+        return absl::OkStatus();
+      }
     }
   }
   absl::MutexLock l(&mu_);
@@ -320,7 +355,8 @@ absl::Status DiskTier::Impl::FlushAccessTimes() {
     batch.reserve(dirty_access_.size());
     for (const ChunkKey& k : dirty_access_) {
       auto it = map_.find(k);
-      if (it != map_.end()) batch.emplace_back(k, it->second.idx);
+      // An uncommitted record's index entry is written by its commit, after its fdatasync.
+      if (it != map_.end() && it->second.committed) batch.emplace_back(k, it->second.idx);
     }
     dirty_access_.clear();
   }
@@ -379,6 +415,8 @@ absl::StatusOr<ListPage> DiskTier::Impl::List(const ListOptions& options) {
     after = *k;
     start = internal::EncodeIndexKey(*k);
   }
+  // The listing comes from the index: commit what is written first (kGrouped).
+  if (absl::Status c = CommitPending(); !c.ok()) return c;
   ListPage page;
   bool more = false;
   absl::Status s = index_->Scan(
@@ -435,6 +473,7 @@ DiskTierExtraStats DiskTier::Impl::extra_stats() const {
   x.index_write_stopped = is.write_stopped;
   x.index_reopens = is.reopens;
   x.index_low_space_refusals = is.low_space_refusals;
+  x.uncommitted = uncommitted_;
   return x;
 }
 
@@ -493,5 +532,6 @@ DiskIoBackend DiskTier::backend() const {
 bool DiskTier::direct_io() const { return impl_->direct_io_.load(); }
 DiskTierExtraStats DiskTier::extra_stats() const { return impl_->extra_stats(); }
 absl::Status DiskTier::FlushAccessTimes() { return impl_->FlushAccessTimes(); }
+absl::Status DiskTier::Sync() { return impl_->CommitPending(); }
 
 }  // namespace kvt

@@ -61,6 +61,11 @@ void DiskTier::Impl::FinishEviction(std::vector<std::pair<ChunkKey, Entry>> vict
 
 absl::StatusOr<Extent> DiskTier::Impl::Reserve(uint64_t padded) {
   while (true) {
+    {
+      // Free space needs no index write: do not wait behind one (a group commit).
+      absl::MutexLock l(&mu_);
+      if (auto ext = alloc_.Allocate(padded)) return *ext;
+    }
     std::vector<std::pair<ChunkKey, Entry>> victims;
     {
       absl::MutexLock il(&index_mu_);

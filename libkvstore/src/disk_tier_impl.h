@@ -11,12 +11,14 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "disk_file_system.h"
 #include "disk_tier_index.h"
 #include "extent_allocator.h"
@@ -68,12 +70,27 @@ class DiskTier::Impl {
   static void Unpin(void* self, const ChunkKey& key);
   absl::Status FlushAccessTimes() ABSL_LOCKS_EXCLUDED(index_mu_, mu_);
 
+  // --- disk_tier_commit.cc (DiskCommit::kGrouped) ---
+  // Starts the committer thread (kGrouped only).
+  void StartCommitter() ABSL_LOCKS_EXCLUDED(mu_);
+  // Stops it and commits what is pending (destruction).
+  void StopCommitter() ABSL_LOCKS_EXCLUDED(commit_mu_, index_mu_, mu_);
+  // Makes every record published before the call durable: fdatasync of their files
+  // (no tier lock held), then one synced index batch under index_mu_.
+  absl::Status CommitPending() ABSL_LOCKS_EXCLUDED(commit_mu_, index_mu_, mu_);
+  void CommitLoop() ABSL_LOCKS_EXCLUDED(commit_mu_, index_mu_, mu_);
+
   struct Entry {
     internal::IndexEntry idx;
     uint64_t padded = 0;  // extent length on disk
     uint64_t gen = 0;     // unique per stored record
     uint32_t pins = 0;
     uint32_t readers = 0;
+    // kGrouped: false until a commit has written (or is writing) its index entry. An
+    // uncommitted entry's index entry is never written by anything else (last-access
+    // flushes skip it), and an entry that replaces a committed one keeps the old extent
+    // reserved until the next commit.
+    bool committed = true;
     internal::LruList<ChunkKey>::Handle lru;  // position in lru_
   };
   // An entry removed while readers were copying it: its extent is freed by the last one.
@@ -116,6 +133,8 @@ class DiskTier::Impl {
   internal::IoBackend backend_ = internal::IoBackend::kIoUring;
   std::atomic<bool> direct_io_{true};
 
+  // Lock order: commit_mu_ before index_mu_ before mu_. commit_mu_ serializes commits.
+  absl::Mutex commit_mu_ ABSL_ACQUIRED_BEFORE(index_mu_);
   // Lock order: index_mu_ before mu_. index_mu_ serializes every index write (and the
   // map change that goes with it) so the map and RocksDB change in the same order.
   absl::Mutex index_mu_ ABSL_ACQUIRED_BEFORE(mu_);
@@ -135,6 +154,19 @@ class DiskTier::Impl {
   uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   TierStats counters_ ABSL_GUARDED_BY(mu_);
   DiskTierExtraStats extra_ ABSL_GUARDED_BY(mu_);
+
+  // kGrouped: records written and published but not yet committed (key, gen), in
+  // publish order; the time the oldest was published; extents of committed entries
+  // replaced by uncommitted ones (key, gen of the replaced entry: released through
+  // FinishReadLocked once the commit that covers the replacement is durable).
+  std::vector<std::pair<ChunkKey, uint64_t>> pending_ ABSL_GUARDED_BY(mu_);
+  absl::Time first_pending_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<ChunkKey, uint64_t>> deferred_free_ ABSL_GUARDED_BY(mu_);
+  bool stop_committer_ ABSL_GUARDED_BY(mu_) = false;
+  // Entries written but not yet durable (committed == false, or in a commit under way).
+  uint64_t uncommitted_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::CondVar commit_cv_;
+  std::thread committer_;
 
   absl::Mutex ring_mu_;
   std::vector<std::unique_ptr<internal::IoRing>> rings_ ABSL_GUARDED_BY(ring_mu_);

@@ -47,6 +47,14 @@ absl::Status DiskTierOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat("DiskTierOptions.io_bytes = ", io_bytes,
                                                    ", expected a multiple of 4096 in (0, 1 GiB]"));
   }
+  if (commit_delay_ms == 0 || commit_delay_ms > 60000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DiskTierOptions.commit_delay_ms = ", commit_delay_ms, ", expected 1..60000"));
+  }
+  if (commit != DiskCommit::kEachPut && commit != DiskCommit::kGrouped) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DiskTierOptions.commit = ", static_cast<int>(commit), ", expected kEachPut or kGrouped"));
+  }
   if (access_flush_batch == 0) {
     return absl::InvalidArgumentError("DiskTierOptions.access_flush_batch = 0, expected >= 1");
   }
@@ -176,6 +184,7 @@ void DiskTier::Impl::RepairTruncatedFile(const std::shared_ptr<RecordFile>& f) {
 }
 
 DiskTier::Impl::~Impl() {
+  StopCommitter();
   if (index_) {
     if (absl::Status s = FlushAccessTimes(); !s.ok()) {
       spdlog::warn("disk tier: last-access flush on close failed: {}", s.ToString());
@@ -322,6 +331,7 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& 
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   auto impl = std::make_unique<Impl>(options);
   if (absl::Status s = impl->Init(); !s.ok()) return s;
+  impl->StartCommitter();
   return std::unique_ptr<DiskTier>(new DiskTier(std::move(impl)));
 }
 

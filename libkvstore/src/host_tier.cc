@@ -127,6 +127,7 @@ bool HostTier::CanFitAfterEviction(uint64_t bytes) const {
   uint64_t run_start = 0;
   for (const auto& [offset, entry] : extents_) {
     if (Evictable(*entry)) continue;
+    if (entry->evicting && entry->pins == 0 && entry->readers == 1) continue;
     if (offset - run_start >= bytes) return true;
     run_start = offset + entry->extent_bytes;
   }
@@ -149,7 +150,25 @@ void HostTier::Unlink(Entry* e) {
 
 void HostTier::EvictOne(Entry* e) {
   if (listener_) {
-    listener_(e->key, std::span<const std::byte>(arena_ + e->offset, e->record_bytes));
+    // The listener copies the record (demotion) without the tier's lock: a reader count
+    // keeps the extent alive and unevictable, and the entry stays visible to Get.
+    ++e->readers;
+    e->evicting = true;
+    ++evictions_in_flight_;
+    const ChunkKey key = e->key;
+    const std::span<const std::byte> bytes(arena_ + e->offset, e->record_bytes);
+    mu_.Unlock();
+    listener_(key, bytes);
+    mu_.Lock();
+    --evictions_in_flight_;
+    e->evicting = false;
+    --e->readers;
+    evict_cv_.SignalAll();
+    if (e->state == State::kZombie) {  // replaced or erased meanwhile
+      if (e->readers == 0) Destroy(e);
+      return;
+    }
+    if (e->pins > 0) return;  // pinned meanwhile: it stays (the listener has a copy)
   }
   ++evictions_;
   Unlink(e);
@@ -193,11 +212,17 @@ absl::Status HostTier::Put(std::span<const std::byte> record) {
             break;
           }
         }
-        if (victim == nullptr) {  // unreachable after CanFitAfterEviction; be safe
-          return absl::ResourceExhaustedError(
-              absl::StrFormat("HostTier '%s': nothing evictable for %d bytes", name_, need));
+        if (victim != nullptr) {
+          EvictOne(victim);
+        } else if (evictions_in_flight_ > 0) {
+          // Other Puts' listeners hold the rest: wait for one of them to finish.
+          evict_cv_.Wait(&mu_);
+        } else {
+          return absl::ResourceExhaustedError(absl::StrFormat(
+              "HostTier '%s': no room for %d bytes: %d of %d bytes pinned or in use by "
+              "readers/writers",
+              name_, need, used_bytes_, capacity_));
         }
-        EvictOne(victim);
         offset = AllocExtent(need);
       }
     }

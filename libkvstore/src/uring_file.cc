@@ -143,6 +143,16 @@ absl::Status IoRing::Run(int fd, uint64_t offset, uint64_t len, bool write, cons
   size_t next_submit = 0, next_cb = 0;
   uint32_t inflight = 0, queued = 0;
 
+  // Hands the completed prefix to `in_order`. Called once the queue has been refilled,
+  // so hashing overlaps a full queue of I/O instead of delaying the next submission.
+  auto run_in_order = [&] {
+    if (write || !in_order || !first_error.ok()) return;
+    while (next_cb < n && pieces[next_cb].done) {
+      in_order(std::span<const std::byte>(rdst + pieces[next_cb].rec_off, pieces[next_cb].mem_len));
+      ++next_cb;
+    }
+  };
+
   auto issue = [&](size_t idx) -> absl::Status {
     Piece& p = pieces[idx];
     std::byte* buf = p.io_buf + p.progress;
@@ -207,6 +217,7 @@ absl::Status IoRing::Run(int fd, uint64_t offset, uint64_t len, bool write, cons
         queued = 0;
       }
     }
+    run_in_order();
     // Reap one completion.
     size_t idx;
     int res;
@@ -269,15 +280,9 @@ absl::Status IoRing::Run(int fd, uint64_t offset, uint64_t len, bool write, cons
         p.bounce = -1;
         p.io_buf = nullptr;
       }
-      if (!write && in_order && first_error.ok()) {
-        while (next_cb < n && pieces[next_cb].done) {
-          in_order(
-              std::span<const std::byte>(rdst + pieces[next_cb].rec_off, pieces[next_cb].mem_len));
-          ++next_cb;
-        }
-      }
     }
   }
+  run_in_order();
   return first_error;
 }
 

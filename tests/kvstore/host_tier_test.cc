@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kvstore/chunk_codec.h"
@@ -275,6 +277,95 @@ TEST(HostTierTest, EvictionListenerReceivesTheExactEvictedRecords) {
     EXPECT_FALSE(Has(*tier, i));
   }
   EXPECT_EQ(evicted.size() + tier->stats().chunks, 200u);
+}
+
+// Issue 11 #13: the eviction listener runs without the tier's lock. While one Put's
+// listener is blocked, other callers' Get, Stat, Pin and Put (with its own eviction) still
+// complete, and the victim stays readable with its exact bytes until the listener returns.
+// Before the fix every one of them waited for the listener (the bound below fails).
+TEST(HostTierTest, BlockedEvictionListenerDoesNotBlockOtherCallers) {
+  const uint64_t rec = RecordBytes(8);  // 384 B, a multiple of the 64 B alignment
+  absl::Notification entered, release;
+  absl::Mutex mu;
+  std::map<uint64_t, std::vector<std::byte>> evicted;
+  auto tier = MakeTier(4 * rec, [&](const ChunkKey& k, std::span<const std::byte> r) {
+    if (k == KeyOf(0)) {
+      entered.Notify();
+      release.WaitForNotification();
+    }
+    absl::MutexLock l(&mu);
+    evicted[k.lo].assign(r.begin(), r.end());
+  });
+  for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(tier->Put(MakeRecord(i, 8)).ok());
+  // The evicting Put: its listener blocks on key 0 (the least recently used).
+  std::thread evictor([&] { EXPECT_TRUE(tier->Put(MakeRecord(4, 8)).ok()); });
+  ASSERT_TRUE(entered.WaitForNotificationWithTimeout(absl::Seconds(60)));
+
+  absl::Notification done;
+  std::thread prober([&] {
+    std::vector<std::byte> out(rec);
+    auto n = tier->Get(KeyOf(1), out);  // an unrelated hit
+    EXPECT_TRUE(n.ok()) << n.status();
+    EXPECT_EQ(out, MakeRecord(1, 8));
+    n = tier->Get(KeyOf(0), out);  // the victim, still being handed over
+    EXPECT_TRUE(n.ok()) << n.status();
+    EXPECT_EQ(out, MakeRecord(0, 8));
+    EXPECT_TRUE(Has(*tier, 3));
+    EXPECT_TRUE(static_cast<bool>(tier->Pin(KeyOf(3))));
+    // A Put that must evict too (key 2, the coldest evictable one): it completes.
+    EXPECT_TRUE(tier->Put(MakeRecord(5, 8)).ok());
+    done.Notify();
+  });
+  const bool progressed = done.WaitForNotificationWithTimeout(absl::Seconds(30));
+  release.Notify();
+  prober.join();
+  evictor.join();
+  EXPECT_TRUE(progressed) << "Get/Stat/Pin/Put waited for another Put's eviction listener";
+
+  EXPECT_FALSE(Has(*tier, 0));
+  EXPECT_FALSE(Has(*tier, 2));
+  for (uint64_t i : {1u, 3u, 4u, 5u}) EXPECT_TRUE(Has(*tier, i)) << i;
+  EXPECT_EQ(tier->stats().evictions, 2u);
+  EXPECT_EQ(tier->stats().used_bytes, 4 * rec);
+  absl::MutexLock l(&mu);
+  ASSERT_EQ(evicted.size(), 2u);
+  EXPECT_EQ(evicted[KeyOf(0).lo], MakeRecord(0, 8));
+  EXPECT_EQ(evicted[KeyOf(2).lo], MakeRecord(2, 8));
+}
+
+// A victim pinned (or replaced) while its listener runs: pinned stays, replaced ends with
+// the new bytes; capacity is never exceeded and the evicting Put still succeeds.
+TEST(HostTierTest, VictimPinnedOrReplacedDuringListenerStaysConsistent) {
+  const uint64_t rec = RecordBytes(8);
+  for (bool replace : {false, true}) {
+    absl::Notification entered, release;
+    auto tier = MakeTier(4 * rec, [&](const ChunkKey& k, std::span<const std::byte>) {
+      if (k == KeyOf(0) && !entered.HasBeenNotified()) {
+        entered.Notify();
+        release.WaitForNotification();
+      }
+    });
+    for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(tier->Put(MakeRecord(i, 8)).ok());
+    std::thread evictor([&] { EXPECT_TRUE(tier->Put(MakeRecord(4, 8)).ok()); });
+    ASSERT_TRUE(entered.WaitForNotificationWithTimeout(absl::Seconds(60)));
+    PinHandle pin;
+    if (replace) {
+      // Same key, other bytes (16 tokens): room comes from evicting key 1.
+      EXPECT_TRUE(tier->Put(MakeRecord(0, 4)).ok());
+    } else {
+      pin = tier->Pin(KeyOf(0));
+      EXPECT_TRUE(static_cast<bool>(pin));
+    }
+    release.Notify();
+    evictor.join();
+    std::vector<std::byte> out(rec);
+    auto n = tier->Get(KeyOf(0), out);
+    ASSERT_TRUE(n.ok()) << (replace ? "replaced: " : "pinned: ") << n.status();
+    out.resize(*n);
+    EXPECT_EQ(out, MakeRecord(0, replace ? 4 : 8));
+    EXPECT_TRUE(Has(*tier, 4));
+    EXPECT_LE(tier->stats().used_bytes, 4 * rec);
+  }
 }
 
 TEST(HostTierTest, ListIsOrderedByKeyAndPaginated) {

@@ -8,12 +8,16 @@
 // token count) is a RocksDB database in `<dir>/index`.
 //
 // Write order: the record is written and fdatasync'd BEFORE its index entry is written
-// (RocksDB, synced WAL), so every acknowledged Put survives a crash of the process or
-// the machine, and a record whose write was interrupted has no index entry and is
-// never read back. Index deletions are synced before their extent is reused. Every Get
-// re-verifies the record's header and payload checksum against the index; a record
-// that fails (or whose file was truncated or deleted behind the tier's back) counts an
-// integrity error, loses its index entry and reads as NotFound.
+// (RocksDB, synced WAL), so a record whose write was interrupted has no index entry and
+// is never read back. With `commit = kEachPut` (default) Put returns after both, so every
+// acknowledged Put survives a crash of the process or the machine. With `kGrouped` Put
+// returns once the record is written (readable from then on) and a background commit
+// makes it durable within `commit_delay_ms` (one fdatasync per file and one synced index
+// batch for every record written meanwhile); Sync() waits for it. A crash loses at most
+// the puts of the last commit window, never leaves a torn record indexed. Index deletions are
+// synced before their extent is reused. Every Get re-verifies the record's header and payload
+// checksum against the index; a record that fails (or whose file was truncated or deleted behind
+// the tier's back) counts an integrity error, loses its index entry and reads as NotFound.
 //
 // Space: `capacity_bytes` bounds the total size of the record files (strict). Files are
 // created on demand (file_bytes each, the last one smaller); when no extent fits and no
@@ -43,6 +47,12 @@ class DiskFileSystem;
 enum class DiskIoBackend : uint8_t { kIoUring = 0, kPread = 1 };
 std::string_view DiskIoBackendName(DiskIoBackend backend);
 
+// When a Put is durable (see the file comment).
+enum class DiskCommit : uint8_t {
+  kEachPut = 0,  // Put returns after fdatasync + synced index write of its own record
+  kGrouped = 1,  // Put returns after the write; a group commit follows within commit_delay_ms
+};
+
 struct DiskTierOptions {
   // Directory owned by this tier (created if missing). Holds records/ and index/.
   std::string dir;
@@ -71,6 +81,12 @@ struct DiskTierOptions {
   // Last-access times are kept in memory and written to the index in batches of this
   // many (and on destruction). REQUIRES: >= 1.
   uint32_t access_flush_batch = 256;
+  // Durability of an acknowledged Put (DiskCommit). kGrouped trades the last
+  // commit_delay_ms of acknowledged puts on a crash for one commit per group.
+  DiskCommit commit = DiskCommit::kEachPut;
+  // kGrouped: the longest a written record waits for its commit to start, ms.
+  // REQUIRES: 1..60000.
+  uint32_t commit_delay_ms = 10;
   // The layer every record-file allocate/write/sync/read goes through; null = the real
   // one (io_uring or pread, and the syscalls). Tests pass a fault-injecting wrapper.
   std::shared_ptr<DiskFileSystem> file_system;
@@ -95,6 +111,9 @@ struct DiskTierExtraStats {
   bool index_write_stopped = false;
   uint64_t index_reopens = 0;             // times the index was reopened after such an error
   uint64_t index_low_space_refusals = 0;  // index writes refused: free < index_reserve_bytes
+  uint64_t group_commits = 0;             // kGrouped: commits that wrote index entries
+  uint64_t group_committed_records = 0;   // kGrouped: records those commits made durable
+  uint64_t uncommitted = 0;               // kGrouped: written records awaiting their commit
 };
 
 // Thread-safe. All methods may be called concurrently; I/O runs outside the tier's
@@ -134,6 +153,12 @@ class DiskTier final : public Tier {
   DiskTierExtraStats extra_stats() const;
   // Writes batched last-access times to the index now.
   absl::Status FlushAccessTimes();
+  // kGrouped: commits every record written before the call now (fdatasync of their
+  // files, one synced index batch) and returns when they are durable. OK at once with
+  // kEachPut. On failure (e.g. ResourceExhausted: the index's reserve) the records stay
+  // readable and are retried by the next commit; a record whose fdatasync failed is
+  // dropped (it reads as NotFound), counted in stats().io_errors.
+  absl::Status Sync();
 
   class Impl;
 

@@ -29,8 +29,10 @@
 // while holding a reader count on the extent, which keeps the extent from being
 // evicted or reused; a replaced or erased record's extent is freed by its last reader.
 //
-// The EvictionListener is called with the tier's lock held, before the evicted bytes
-// are freed; it must not call into this tier and should be quick (copy and queue).
+// The EvictionListener is called WITHOUT the tier's lock, before the evicted bytes are
+// freed: a reader count keeps the victim's extent alive (and the record readable by Get)
+// until it returns, so a slow listener delays only the Put that evicts, never other
+// callers. Should the victim be pinned while the listener runs, it stays.
 #ifndef KVSTORE_HOST_TIER_H_
 #define KVSTORE_HOST_TIER_H_
 
@@ -70,8 +72,8 @@ struct HostTierOptions {
   bool use_pinned_memory = true;
   // Name reported in caps() (metrics, CLI).
   std::string name = "host";
-  // Receives each evicted record before its bytes are freed (for demotion); called with
-  // the tier's lock held: it must not call into this tier and should copy and queue.
+  // Receives each evicted record before its bytes are freed (for demotion); called
+  // without the tier's lock, on the thread of the Put that evicts (see the file comment).
   EvictionListener eviction_listener;
 
   // OK, or InvalidArgument naming the bad field and the expected range.
@@ -127,6 +129,7 @@ class HostTier final : public Tier {
     uint32_t pins = 0;
     uint32_t readers = 0;
     State state = State::kWriting;
+    bool evicting = false;  // a Put is handing it to the listener (holds one reader count)
     std::list<Entry*>::iterator lru_it;  // internal::LruList handle; valid when kLive
   };
 
@@ -145,6 +148,8 @@ class HostTier final : public Tier {
   void Unlink(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Frees the extent and destroys the entry. REQUIRES: readers == 0.
   void Destroy(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hands a victim to the listener with mu_ RELEASED meanwhile (re-acquired before it
+  // returns), then unlinks it unless it was pinned meanwhile.
   void EvictOne(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Touch(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // PinHandle's release: unpin of an absent or unpinned key is a no-op.
@@ -177,6 +182,9 @@ class HostTier final : public Tier {
   uint64_t bytes_in_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t bytes_out_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
+  // Listener calls running (mu_ released); evict_cv_ is signalled as each ends.
+  uint32_t evictions_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::CondVar evict_cv_;
 };
 
 }  // namespace kvt
