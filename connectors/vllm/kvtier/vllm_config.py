@@ -22,6 +22,13 @@ names the key, raised from the connector's constructor, so the engine does not s
   daemon_deadline_ms   deadline of one kvtierd call incl. retries (default 2000).
   load_failure_policy  "recompute" (default; vLLM's own default is "fail") or "fail":
                        what vLLM does with blocks whose load failed.
+  load_async           "auto" (default), true or false. true: a request whose prefix
+                       kvtier holds waits (vLLM's WAITING_FOR_REMOTE_KVS) while the
+                       worker loads it in the background; other requests keep running,
+                       so a slow or stalled cache delays only the requests that load.
+                       false: loads complete inside the step, before the forward pass
+                       (no extra engine step). auto: true with kvtierd or a disk tier
+                       (loads that wait on I/O), false for the embedded host tier.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from dataclasses import dataclass
 
 KEYS = {"kvtierd", "token", "token_file", "tenant", "chunk_tokens", "host_capacity",
         "disk_dir", "disk_capacity", "model_id", "use_cost_model", "daemon_deadline_ms",
-        "load_failure_policy"}
+        "load_failure_policy", "load_async"}
 
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "m": 1000**2, "mb": 1000**2,
           "mib": 1 << 20, "g": 1000**3, "gb": 1000**3, "gib": 1 << 30, "t": 1000**4,
@@ -99,10 +106,18 @@ class KVTierConfig:
     use_cost_model: bool = True
     daemon_deadline_ms: int = 2000
     load_failure_policy: str = "recompute"
+    load_async: bool | None = None  # None = auto (see the module docstring)
 
     @property
     def embedded(self) -> bool:
         return self.daemon_address is None
+
+    @property
+    def loads_async(self) -> bool:
+        """Whether loads run in the background (load_async resolved for "auto")."""
+        if self.load_async is not None:
+            return self.load_async
+        return not self.embedded or self.disk_dir is not None
 
 
 def parse_extra_config(extra: dict | None) -> KVTierConfig:
@@ -168,6 +183,11 @@ def parse_extra_config(extra: dict | None) -> KVTierConfig:
         if v not in ("recompute", "fail"):
             raise _err("load_failure_policy", v, "\"recompute\" or \"fail\"")
         c.load_failure_policy = v
+    if "load_async" in extra:
+        v = extra["load_async"]
+        if v != "auto" and not (isinstance(v, bool) or str(v).lower() in ("true", "false")):
+            raise _err("load_async", v, "\"auto\", true or false")
+        c.load_async = None if v == "auto" else _bool("load_async", v)
     return c
 
 
