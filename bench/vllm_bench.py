@@ -11,18 +11,25 @@ enforce_eager, the same for all) and measures TTFT = wall time of a 1-token requ
 
   cold           no connector, enable_prefix_caching=False: full prefill
   kvtier_host    KVTierConnector, embedded host tier: 2nd request of the same prompt
+                 (load_async auto = sync: the load runs inside the step)
+  kvtier_host_async  the same with load_async true (the request waits for its load in
+                 WAITING_FOR_REMOTE_KVS; a load may cover the whole prompt)
   kvtier_disk    embedded host+disk: a fresh process whose host tier is empty loads
-                 what an earlier process stored on disk
+                 what an earlier process stored on disk (auto = async)
   kvtier_daemon  kvtierd (unix socket): the 2nd of two processes, loading over gRPC/shm
+                 (auto = async); kvtier_daemon_sync: the same with load_async false
   example        vLLM's ExampleConnector (safetensors files): 2nd request
   prefix_cache   vLLM's own in-memory prefix cache (no connector): 2nd request, the
-                 upper bound
+                 upper bound of an in-memory cache that recomputes the last block
   no_reuse_ratio TTFT of fresh prompts with KVTierConnector (lookups miss, stores run) /
-                 TTFT of the same prompts without a connector (2 alternating rounds each)
+                 TTFT of the same prompts without a connector: --noreuse-rounds
+                 alternating rounds (none, kvtier, none, kvtier, ...), medians over all;
+                 no_reuse_spread = [min, max] of the per-round ratios
 
 --json prints one JSON object per prompt length (longest last) with the keys
 ttft_cold_ms, ttft_kvtier_host_ms, ttft_kvtier_disk_ms, ttft_kvtier_daemon_ms,
-ttft_example_ms, ttft_prefix_cache_ms, prompt_tokens, no_reuse_ratio (medians over reps).
+ttft_example_ms, ttft_prefix_cache_ms, prompt_tokens, no_reuse_ratio (medians over reps),
+and ttft_kvtier_host_async_ms, ttft_kvtier_daemon_sync_ms, no_reuse_spread.
 """
 
 from __future__ import annotations
@@ -120,6 +127,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--lengths", default="512,1024,2048,3968")
     ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--noreuse-rounds", type=int, default=3)
     ap.add_argument("--model-dir", default=os.path.join(tempfile.gettempdir(), "kvtier-bench-245m"))
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     a = ap.parse_args()
@@ -149,6 +157,10 @@ def main() -> int:
         log("kvtier host ...")
         results["kvtier_host"] = run(dict(base, kv=kvtier_kv(dict(chunk, host_capacity="2GiB")),
                                           phases=["store", "measure"]), work, "host")
+        log("kvtier host, async loads ...")
+        results["kvtier_host_async"] = run(dict(base, kv=kvtier_kv(dict(
+            chunk, host_capacity="2GiB", load_async=True)), phases=["store", "measure"]),
+            work, "host-async")
         disk = os.path.join(work, "disk")
         log("kvtier disk ...")
         run(dict(base, kv=kvtier_kv(dict(chunk, host_capacity="2GiB", disk_dir=disk,
@@ -170,6 +182,9 @@ def main() -> int:
         dkv = kvtier_kv(dict(chunk, kvtierd="unix://" + sock, daemon_deadline_ms=30000))
         run(dict(base, kv=dkv, phases=["store"]), work, "daemon-store")
         results["kvtier_daemon"] = run(dict(base, kv=dkv, phases=["measure"]), work, "daemon")
+        results["kvtier_daemon_sync"] = run(dict(base, kv=kvtier_kv(dict(
+            chunk, kvtierd="unix://" + sock, daemon_deadline_ms=30000, load_async=False)),
+            phases=["measure"]), work, "daemon-sync")
         log("example connector ...")
         ekv = {"kv_connector": "ExampleConnector", "kv_role": "kv_both",
                "kv_connector_extra_config": {"shared_storage_path": os.path.join(work, "example")}}
@@ -178,12 +193,14 @@ def main() -> int:
         # Alternating rounds (none, kvtier, none, kvtier) so that a change in machine load
         # during the run hits both sides alike; medians over all rounds.
         results["noreuse_kvtier"], results["noreuse_none"] = [], []
-        for r in range(2):
-            results["noreuse_none"] += run(dict(base, prompts=fresh, phases=["measure"]), work,
-                                           f"noreuse-none-{r}")
-            results["noreuse_kvtier"] += run(dict(base, prompts=fresh,
-                                                  kv=kvtier_kv(dict(chunk, host_capacity="2GiB")),
-                                                  phases=["measure"]), work, f"noreuse-kvtier-{r}")
+        for r in range(a.noreuse_rounds):
+            for row in run(dict(base, prompts=fresh, phases=["measure"]), work,
+                           f"noreuse-none-{r}"):
+                results["noreuse_none"].append(dict(row, round=r))
+            for row in run(dict(base, prompts=fresh,
+                                kv=kvtier_kv(dict(chunk, host_capacity="2GiB")),
+                                phases=["measure"]), work, f"noreuse-kvtier-{r}"):
+                results["noreuse_kvtier"].append(dict(row, round=r))
     finally:
         if daemon is not None:
             daemon.send_signal(signal.SIGTERM)
@@ -193,30 +210,41 @@ def main() -> int:
 
     out = []
     for n in lengths:
-        def med(key, field="ms"):
-            return statistics.median(r[field] for r in results[key] if r["tokens"] == n)
+        def med(key, field="ms", rnd=None):
+            return statistics.median(r[field] for r in results[key] if r["tokens"] == n
+                                     and (rnd is None or r["round"] == rnd))
+        per_round = [med("noreuse_kvtier", rnd=r) / med("noreuse_none", rnd=r)
+                     for r in range(a.noreuse_rounds)]
         row = {"prompt_tokens": n, "ttft_cold_ms": round(med("cold"), 1),
                "ttft_kvtier_host_ms": round(med("kvtier_host"), 1),
                "ttft_kvtier_disk_ms": round(med("kvtier_disk"), 1),
                "ttft_kvtier_daemon_ms": round(med("kvtier_daemon"), 1),
+               "ttft_kvtier_host_async_ms": round(med("kvtier_host_async"), 1),
+               "ttft_kvtier_daemon_sync_ms": round(med("kvtier_daemon_sync"), 1),
                "ttft_example_ms": round(med("example"), 1),
                "ttft_prefix_cache_ms": round(med("prefix_cache"), 1),
                "no_reuse_ratio": round(med("noreuse_kvtier") / med("noreuse_none"), 3),
+               "no_reuse_spread": [round(min(per_round), 3), round(max(per_round), 3)],
                "kvtier_cached_tokens": {k: med(k, "cached") for k in
-                                        ("kvtier_host", "kvtier_disk", "kvtier_daemon")}}
+                                        ("kvtier_host", "kvtier_host_async", "kvtier_disk",
+                                         "kvtier_daemon", "kvtier_daemon_sync")}}
         out.append(row)
     if a.json:
         for row in out:
             print(json.dumps(row))
         return 0
-    print(f"{'prompt':>6} {'cold':>9} {'host':>9} {'disk':>9} {'kvtierd':>9} {'example':>9} "
-          f"{'prefix$':>9}  {'host/prefix':>11} {'host/example':>12} {'no-reuse':>8}")
+    print(f"{'prompt':>6} {'cold':>8} {'host':>8} {'host-as':>8} {'disk':>8} {'kvtierd':>8} "
+          f"{'kvtd-syn':>8} {'example':>8} {'prefix$':>8}  {'host/prefix':>11} "
+          f"{'host/example':>12} {'async/example':>13} {'no-reuse':>8} {'spread':>13}")
     for r in out:
-        print(f"{r['prompt_tokens']:>6} {r['ttft_cold_ms']:>9.1f} {r['ttft_kvtier_host_ms']:>9.1f} "
-              f"{r['ttft_kvtier_disk_ms']:>9.1f} {r['ttft_kvtier_daemon_ms']:>9.1f} "
-              f"{r['ttft_example_ms']:>9.1f} {r['ttft_prefix_cache_ms']:>9.1f}  "
+        print(f"{r['prompt_tokens']:>6} {r['ttft_cold_ms']:>8.1f} {r['ttft_kvtier_host_ms']:>8.1f} "
+              f"{r['ttft_kvtier_host_async_ms']:>8.1f} {r['ttft_kvtier_disk_ms']:>8.1f} "
+              f"{r['ttft_kvtier_daemon_ms']:>8.1f} {r['ttft_kvtier_daemon_sync_ms']:>8.1f} "
+              f"{r['ttft_example_ms']:>8.1f} {r['ttft_prefix_cache_ms']:>8.1f}  "
               f"{r['ttft_kvtier_host_ms'] / r['ttft_prefix_cache_ms']:>11.2f} "
-              f"{r['ttft_kvtier_host_ms'] / r['ttft_example_ms']:>12.2f} {r['no_reuse_ratio']:>8.3f}")
+              f"{r['ttft_kvtier_host_ms'] / r['ttft_example_ms']:>12.2f} "
+              f"{r['ttft_kvtier_host_async_ms'] / r['ttft_example_ms']:>13.2f} "
+              f"{r['no_reuse_ratio']:>8.3f} {str(r['no_reuse_spread']):>13}")
     print("targets: kvtier warm <= 1.3 x prefix cache and <= 0.5 x ExampleConnector at >= 2k "
           "tokens; no-reuse ratio <= 1.02 (times in ms; TTFT of a 1-token request)")
     print("cached tokens (kvtier): " + ", ".join(

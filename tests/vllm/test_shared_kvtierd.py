@@ -35,7 +35,9 @@ class SharedKvtierdTest(unittest.TestCase):
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="kvt-vllm-")
         cls.model = harness.tiny_model("tiny", seed=0)
+        # P5 ends on a chunk boundary: its async load covers the whole prompt.
         cls.prompts = [harness.prompt(i, PROMPT_TOKENS) for i in range(1, 6)]
+        cls.prompts.append(harness.prompt(6, 2 * 256))
         cls.daemon = harness.Kvtierd(cls.dir).start()
         cls.conn_cfg = {"kvtierd": cls.daemon.address, "use_cost_model": False,
                         "daemon_deadline_ms": 1000, "tenant": "tests"}
@@ -113,6 +115,13 @@ class SharedKvtierdTest(unittest.TestCase):
                                                 m, re.M))
         self.assertGreaterEqual(hits, 2, "kvtierd's metrics count the 2 chunks served")
 
+    def test_1b_whole_prompt_load_recomputes_only_the_last_token(self):
+        before = self.worker_stats()
+        row = self.generate(5)
+        self.assertEqual(row["num_cached_tokens"], 512, "all 512 prompt tokens loaded")
+        self.assertSameOutput(row, 5)
+        self.assertEqual(self.worker_stats()["load_chunks_ok"] - before["load_chunks_ok"], 2)
+
     def test_2_restarted_kvtierd_serves_from_disk(self):
         self.daemon.stop()
         self.daemon.start()
@@ -145,9 +154,20 @@ class SharedKvtierdTest(unittest.TestCase):
         self.assertEqual(row["num_cached_tokens"], LOADABLE)
         self.assertSameOutput(row, 2)
 
+    def stop_daemon(self):
+        """SIGSTOPs kvtierd and returns once it is stopped (signals are asynchronous)."""
+        self.daemon.proc.send_signal(signal.SIGSTOP)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            with open(f"/proc/{self.daemon.proc.pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "T":
+                    return
+            time.sleep(0.01)
+        raise AssertionError("kvtierd did not stop within 10 s of SIGSTOP")
+
     def test_4_kvtierd_sigstop_between_lookup_and_load_recomputes(self):
         t0 = time.time()
-        self._failed_load(3, lambda: self.daemon.proc.send_signal(signal.SIGSTOP),
+        self._failed_load(3, self.stop_daemon,
                           after=lambda: self.daemon.proc.send_signal(signal.SIGCONT))
         self.assertLess(time.time() - t0, 120)
         time.sleep(1.5)  # past the client's cool-down after failed calls (4 x 250 ms)

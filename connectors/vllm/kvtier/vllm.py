@@ -287,8 +287,14 @@ class KVTierConnector(KVConnectorBase_V1):
         if rid in self._no_reload:  # its async load failed: vLLM recomputes it
             return 0, False
         tokens = list(request.prompt_token_ids or [])
+        # kvtier's Lookup leaves the last prompt token to compute, so a prompt that ends
+        # on a chunk boundary loads one chunk less. An async load may cover the whole
+        # prompt: vLLM then recomputes only its last token (the scheduler's
+        # _update_waiting_for_remote_kv), so the lookup sees one token more (chunk keys
+        # depend on the complete chunks' tokens only).
+        probe = tokens + tokens[-1:] if self._cfg.loads_async else tokens
         try:
-            load, _ = self._native.lookup(tokens, num_computed_tokens)
+            load, _ = self._native.lookup(probe, num_computed_tokens)
         except KvtError as e:  # a broken cache never fails a request: it is a miss
             logger.warning("kvtier: lookup failed (%s); computing request %s", e, rid)
             load = 0
