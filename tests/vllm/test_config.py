@@ -39,7 +39,7 @@ class ExtraConfigTest(unittest.TestCase):
                            "token_file", "/nonexistent/t")
         self.assertRefused({"load_failure_policy": "retry"}, "load_failure_policy", "'retry'")
         self.assertRefused({"daemon_deadline_ms": 0}, "daemon_deadline_ms")
-        self.assertRefused({"load_async": "maybe"}, "load_async", "'maybe'", "auto")
+        self.assertRefused({"load_async": "maybe"}, "load_async", "'maybe'")
 
     def test_good_values(self):
         c = parse_extra_config({"kvtierd": "unix:///run/k.sock", "token": "t0k3n-123",
@@ -50,13 +50,10 @@ class ExtraConfigTest(unittest.TestCase):
                                 "disk_capacity": "2GiB"})
         self.assertEqual((c.host_capacity_bytes, c.disk_capacity_bytes, c.embedded),
                          (512 << 20, 2 << 30, True))
-        # load_async "auto": background loads where a load waits on I/O (kvtierd, disk).
-        self.assertTrue(c.loads_async)
-        self.assertFalse(parse_extra_config({}).loads_async)
-        self.assertTrue(parse_extra_config({"kvtierd": "unix:///k.sock"}).loads_async)
+        self.assertTrue(c.loads_async)  # the default
         self.assertFalse(parse_extra_config({"kvtierd": "unix:///k.sock",
                                              "load_async": False}).loads_async)
-        self.assertTrue(parse_extra_config({"load_async": "true"}).loads_async)
+        self.assertFalse(parse_extra_config({"load_async": "false"}).loads_async)
 
     def test_block_size_not_dividing_chunk_names_both(self):
         from vllm.engine.arg_utils import EngineArgs
@@ -127,12 +124,13 @@ class EmbeddedStoreTest(unittest.TestCase):
             model = harness.tiny_model()
             cfg = {"host_capacity": "64MiB", "disk_dir": os.path.join(d, "disk"),
                    "disk_capacity": "256MiB", "use_cost_model": False}
+            sync = dict(cfg, load_async=False)  # in process: sync loads; fresh: async
             llm = LLM(model=model, enable_prefix_caching=False, max_model_len=2048,
                       dtype="bfloat16", enforce_eager=True, seed=0,
                       kv_transfer_config={"kv_connector": "KVTierConnector",
                                           "kv_connector_module_path": "kvtier.vllm",
                                           "kv_role": "kv_both",
-                                          "kv_connector_extra_config": cfg})
+                                          "kv_connector_extra_config": sync})
             p = harness.prompt(42, 700)
             cold, warm = harness.generate(llm, [p, p])
             self.assertEqual(cold["num_cached_tokens"], 0)
@@ -164,7 +162,7 @@ class EmbeddedStoreTest(unittest.TestCase):
                         f.seek(off)
                         f.write(bytes([b[0] ^ 0x5A]))
             bad = harness.engine_result(harness.run_engine(
-                {"model": model, "connector": dict(cfg, load_async=False), "prompts": [p],
+                {"model": model, "connector": sync, "prompts": [p],
                  "connector_module": "hooked_connector",
                  "connector_class": "HookedKVTierConnector"}, d, "damaged"))
             self.assertEqual(bad["hooks"], {"loads_seen": 1, "async_loads_seen": 0})

@@ -6,7 +6,7 @@ vLLM instance B (in-process engine, the hookable connector of hooked_connector.p
 checks, in order: hits from A's stores with identical greedy tokens and logprobs; hits
 after a kvtierd restart (disk tier); kvtierd SIGKILLed and SIGSTOPped between lookup and
 load (recompute, identical, no hang); corrupted records (recompute, identical). With
-kvtierd, loads are asynchronous (load_async "auto"): B's requests wait for their load
+the default load_async, loads are asynchronous: B's requests wait for their load
 (WAITING_FOR_REMOTE_KVS), failures come back as failed blocks with finished_recving.
 Other processes run against the same kvtierd with a different block size (F) and a
 different dtype (G): no hit; configs with a different model derive namespaces that

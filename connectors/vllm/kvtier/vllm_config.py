@@ -22,13 +22,13 @@ names the key, raised from the connector's constructor, so the engine does not s
   daemon_deadline_ms   deadline of one kvtierd call incl. retries (default 2000).
   load_failure_policy  "recompute" (default; vLLM's own default is "fail") or "fail":
                        what vLLM does with blocks whose load failed.
-  load_async           "auto" (default), true or false. true: a request whose prefix
-                       kvtier holds waits (vLLM's WAITING_FOR_REMOTE_KVS) while the
-                       worker loads it in the background; other requests keep running,
-                       so a slow or stalled cache delays only the requests that load.
-                       false: loads complete inside the step, before the forward pass
-                       (no extra engine step). auto: true with kvtierd or a disk tier
-                       (loads that wait on I/O), false for the embedded host tier.
+  load_async           true (default) or false. true: a request whose prefix kvtier
+                       holds waits (vLLM's WAITING_FOR_REMOTE_KVS) while a worker thread
+                       loads it: other requests keep running, so a slow or stalled cache
+                       delays only the requests that load, and the load may cover the
+                       whole prompt (vLLM recomputes its last token only). false: loads
+                       complete inside the step, before the forward pass, and leave the
+                       chunk holding the last prompt token to compute.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ class KVTierConfig:
     use_cost_model: bool = True
     daemon_deadline_ms: int = 2000
     load_failure_policy: str = "recompute"
-    load_async: bool | None = None  # None = auto (see the module docstring)
+    load_async: bool = True
 
     @property
     def embedded(self) -> bool:
@@ -114,10 +114,8 @@ class KVTierConfig:
 
     @property
     def loads_async(self) -> bool:
-        """Whether loads run in the background (load_async resolved for "auto")."""
-        if self.load_async is not None:
-            return self.load_async
-        return not self.embedded or self.disk_dir is not None
+        """Whether loads run in the background (see load_async above)."""
+        return self.load_async
 
 
 def parse_extra_config(extra: dict | None) -> KVTierConfig:
@@ -184,10 +182,7 @@ def parse_extra_config(extra: dict | None) -> KVTierConfig:
             raise _err("load_failure_policy", v, "\"recompute\" or \"fail\"")
         c.load_failure_policy = v
     if "load_async" in extra:
-        v = extra["load_async"]
-        if v != "auto" and not (isinstance(v, bool) or str(v).lower() in ("true", "false")):
-            raise _err("load_async", v, "\"auto\", true or false")
-        c.load_async = None if v == "auto" else _bool("load_async", v)
+        c.load_async = _bool("load_async", extra["load_async"])
     return c
 
 
