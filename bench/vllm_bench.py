@@ -11,18 +11,30 @@ enforce_eager, the same for all) and measures TTFT = wall time of a 1-token requ
 
   cold           no connector, enable_prefix_caching=False: full prefill
   kvtier_host    KVTierConnector, embedded host tier: 2nd request of the same prompt
+                 (async load, the default: the request waits in WAITING_FOR_REMOTE_KVS
+                 and the load may cover the whole prompt; vLLM recomputes its last token)
+  kvtier_host_sync  the same with load_async false (the load runs inside the step and
+                 leaves the last chunk to compute, as vLLM's prefix cache leaves the
+                 last block)
   kvtier_disk    embedded host+disk: a fresh process whose host tier is empty loads
                  what an earlier process stored on disk
-  kvtier_daemon  kvtierd (unix socket): the 2nd of two processes, loading over gRPC/shm
+  kvtier_daemon  kvtierd (unix socket): the 2nd of two processes, loading over gRPC/shm;
+                 kvtier_daemon_sync: the same with load_async false
   example        vLLM's ExampleConnector (safetensors files): 2nd request
   prefix_cache   vLLM's own in-memory prefix cache (no connector): 2nd request, the
-                 upper bound
+                 upper bound of an in-memory cache that recomputes the last block
   no_reuse_ratio TTFT of fresh prompts with KVTierConnector (lookups miss, stores run) /
-                 TTFT of the same prompts without a connector (2 alternating rounds each)
+                 TTFT of the same prompts without a connector: --noreuse-rounds
+                 alternating rounds (none, kvtier, none, kvtier, ...), medians over all;
+                 no_reuse_spread = [min, max] of the per-round ratios; no_reuse_cpu_ratio:
+                 the same ratio of the engine process's CPU time (all threads) per
+                 request, less sensitive to other jobs on a shared machine
 
 --json prints one JSON object per prompt length (longest last) with the keys
 ttft_cold_ms, ttft_kvtier_host_ms, ttft_kvtier_disk_ms, ttft_kvtier_daemon_ms,
-ttft_example_ms, ttft_prefix_cache_ms, prompt_tokens, no_reuse_ratio (medians over reps).
+ttft_example_ms, ttft_prefix_cache_ms, prompt_tokens, no_reuse_ratio (medians over reps),
+and ttft_kvtier_host_sync_ms, ttft_kvtier_daemon_sync_ms, no_reuse_spread,
+no_reuse_cpu_ratio. --only-noreuse runs the no-reuse rounds alone (their keys only).
 """
 
 from __future__ import annotations
@@ -65,17 +77,18 @@ def worker(spec_path: str, out_path: str) -> None:
     sp = SamplingParams(max_tokens=1, temperature=0)
 
     def ttft(p):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         o = llm.generate([TokensPrompt(prompt_token_ids=p)], sp, use_tqdm=False)[0]
-        return (time.perf_counter() - t) * 1000, o.num_cached_tokens or 0
+        return ((time.perf_counter() - t) * 1000, o.num_cached_tokens or 0,
+                (time.process_time() - c) * 1000)
 
     ttft(prompt(999, 64))  # warm-up: first-call costs are no part of any figure
     rows = []
     for phase in spec["phases"]:  # "store" (run, not reported) or "measure"
         for p in spec["prompts"]:
-            ms, cached = ttft(p)
+            ms, cached, cpu_ms = ttft(p)
             if phase == "measure":
-                rows.append({"tokens": len(p), "ms": ms, "cached": cached})
+                rows.append({"tokens": len(p), "ms": ms, "cached": cached, "cpu_ms": cpu_ms})
         if kv is not None and phase == "store":
             try:
                 from vllm.distributed.kv_transfer import get_kv_transfer_group
@@ -120,6 +133,8 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--lengths", default="512,1024,2048,3968")
     ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--noreuse-rounds", type=int, default=3)
+    ap.add_argument("--only-noreuse", action="store_true")
     ap.add_argument("--model-dir", default=os.path.join(tempfile.gettempdir(), "kvtier-bench-245m"))
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     a = ap.parse_args()
@@ -135,55 +150,66 @@ def main() -> int:
     prompts = [prompt(1000 * r + i + 1, n) for r in range(a.reps) for i, n in enumerate(lengths)]
     fresh = [prompt(777000 + 1000 * r + i, n) for r in range(a.reps) for i, n in enumerate(lengths)]
     base = {"model": model, "max_model_len": max_len, "prompts": prompts}
-    # chunk_tokens = the CPU block size (128): kvtier then leaves the same last block to
-    # compute as vLLM's prefix cache does, so warm TTFTs compare like for like.
+    # chunk_tokens = the CPU block size (128): a sync load then leaves the same last block
+    # to compute as vLLM's prefix cache and ExampleConnector do; an async load (the
+    # default) covers a prompt that ends on a chunk boundary whole (these lengths do).
     chunk = {"use_cost_model": True, "chunk_tokens": 128}
     log = (lambda *x: None) if a.json else (lambda *x: print(*x, file=sys.stderr, flush=True))
     results = {}
     daemon = None
     try:
-        log("cold ..."); results["cold"] = run(dict(base, phases=["measure"]), work, "cold")
-        log("prefix cache ...")
-        results["prefix_cache"] = run(dict(base, prefix_cache=True, phases=["store", "measure"]),
-                                      work, "prefix")
-        log("kvtier host ...")
-        results["kvtier_host"] = run(dict(base, kv=kvtier_kv(dict(chunk, host_capacity="2GiB")),
-                                          phases=["store", "measure"]), work, "host")
-        disk = os.path.join(work, "disk")
-        log("kvtier disk ...")
-        run(dict(base, kv=kvtier_kv(dict(chunk, host_capacity="2GiB", disk_dir=disk,
-                                         disk_capacity="4GiB")), phases=["store"]), work, "disk-store")
-        results["kvtier_disk"] = run(dict(base, kv=kvtier_kv(dict(chunk, host_capacity="2GiB",
-                                                                  disk_dir=disk, disk_capacity="4GiB")),
-                                          phases=["measure"]), work, "disk")
-        log("kvtier daemon ...")
-        sock = os.path.join(work, "kvtierd.sock")
-        ready = os.path.join(work, "ready.json")
-        daemon = subprocess.Popen([os.environ["KVTIERD"], "--listen", "unix://" + sock, "--data-dir",
-                                   os.path.join(work, "kvtierd"), "--ready-file", ready,
-                                   "--metrics-listen", "", "--host-capacity", "2GiB",
-                                   "--disk-capacity", "4GiB", "--log-level", "warn"])
-        for _ in range(600):
-            if os.path.exists(ready):
-                break
-            time.sleep(0.05)
-        dkv = kvtier_kv(dict(chunk, kvtierd="unix://" + sock, daemon_deadline_ms=30000))
-        run(dict(base, kv=dkv, phases=["store"]), work, "daemon-store")
-        results["kvtier_daemon"] = run(dict(base, kv=dkv, phases=["measure"]), work, "daemon")
-        log("example connector ...")
-        ekv = {"kv_connector": "ExampleConnector", "kv_role": "kv_both",
-               "kv_connector_extra_config": {"shared_storage_path": os.path.join(work, "example")}}
-        results["example"] = run(dict(base, kv=ekv, phases=["store", "measure"]), work, "example")
+        if not a.only_noreuse:
+            log("cold ..."); results["cold"] = run(dict(base, phases=["measure"]), work, "cold")
+            log("prefix cache ...")
+            results["prefix_cache"] = run(dict(base, prefix_cache=True, phases=["store", "measure"]),
+                                          work, "prefix")
+            log("kvtier host ...")
+            results["kvtier_host"] = run(dict(base, kv=kvtier_kv(dict(chunk, host_capacity="2GiB")),
+                                              phases=["store", "measure"]), work, "host")
+            log("kvtier host, sync loads ...")
+            results["kvtier_host_sync"] = run(dict(base, kv=kvtier_kv(dict(
+                chunk, host_capacity="2GiB", load_async=False)), phases=["store", "measure"]),
+                work, "host-sync")
+            disk = os.path.join(work, "disk")
+            log("kvtier disk ...")
+            run(dict(base, kv=kvtier_kv(dict(chunk, host_capacity="2GiB", disk_dir=disk,
+                                             disk_capacity="4GiB")), phases=["store"]), work, "disk-store")
+            results["kvtier_disk"] = run(dict(base, kv=kvtier_kv(dict(chunk, host_capacity="2GiB",
+                                                                      disk_dir=disk, disk_capacity="4GiB")),
+                                              phases=["measure"]), work, "disk")
+            log("kvtier daemon ...")
+            sock = os.path.join(work, "kvtierd.sock")
+            ready = os.path.join(work, "ready.json")
+            daemon = subprocess.Popen([os.environ["KVTIERD"], "--listen", "unix://" + sock, "--data-dir",
+                                       os.path.join(work, "kvtierd"), "--ready-file", ready,
+                                       "--metrics-listen", "", "--host-capacity", "2GiB",
+                                       "--disk-capacity", "4GiB", "--log-level", "warn"])
+            for _ in range(600):
+                if os.path.exists(ready):
+                    break
+                time.sleep(0.05)
+            dkv = kvtier_kv(dict(chunk, kvtierd="unix://" + sock, daemon_deadline_ms=30000))
+            run(dict(base, kv=dkv, phases=["store"]), work, "daemon-store")
+            results["kvtier_daemon"] = run(dict(base, kv=dkv, phases=["measure"]), work, "daemon")
+            results["kvtier_daemon_sync"] = run(dict(base, kv=kvtier_kv(dict(
+                chunk, kvtierd="unix://" + sock, daemon_deadline_ms=30000, load_async=False)),
+                phases=["measure"]), work, "daemon-sync")
+            log("example connector ...")
+            ekv = {"kv_connector": "ExampleConnector", "kv_role": "kv_both",
+                   "kv_connector_extra_config": {"shared_storage_path": os.path.join(work, "example")}}
+            results["example"] = run(dict(base, kv=ekv, phases=["store", "measure"]), work, "example")
         log("no reuse ...")
         # Alternating rounds (none, kvtier, none, kvtier) so that a change in machine load
         # during the run hits both sides alike; medians over all rounds.
         results["noreuse_kvtier"], results["noreuse_none"] = [], []
-        for r in range(2):
-            results["noreuse_none"] += run(dict(base, prompts=fresh, phases=["measure"]), work,
-                                           f"noreuse-none-{r}")
-            results["noreuse_kvtier"] += run(dict(base, prompts=fresh,
-                                                  kv=kvtier_kv(dict(chunk, host_capacity="2GiB")),
-                                                  phases=["measure"]), work, f"noreuse-kvtier-{r}")
+        for r in range(a.noreuse_rounds):
+            for row in run(dict(base, prompts=fresh, phases=["measure"]), work,
+                           f"noreuse-none-{r}"):
+                results["noreuse_none"].append(dict(row, round=r))
+            for row in run(dict(base, prompts=fresh,
+                                kv=kvtier_kv(dict(chunk, host_capacity="2GiB")),
+                                phases=["measure"]), work, f"noreuse-kvtier-{r}"):
+                results["noreuse_kvtier"].append(dict(row, round=r))
     finally:
         if daemon is not None:
             daemon.send_signal(signal.SIGTERM)
@@ -193,30 +219,52 @@ def main() -> int:
 
     out = []
     for n in lengths:
-        def med(key, field="ms"):
-            return statistics.median(r[field] for r in results[key] if r["tokens"] == n)
+        def med(key, field="ms", rnd=None):
+            return statistics.median(r[field] for r in results[key] if r["tokens"] == n
+                                     and (rnd is None or r["round"] == rnd))
+        per_round = [med("noreuse_kvtier", rnd=r) / med("noreuse_none", rnd=r)
+                     for r in range(a.noreuse_rounds)]
+        noreuse = {
+            "prompt_tokens": n,
+            "no_reuse_ratio": round(med("noreuse_kvtier") / med("noreuse_none"), 3),
+            "no_reuse_spread": [round(min(per_round), 3), round(max(per_round), 3)],
+            "no_reuse_cpu_ratio": round(med("noreuse_kvtier", "cpu_ms") /
+                                        med("noreuse_none", "cpu_ms"), 3),
+            "no_reuse_ms": [round(med("noreuse_none"), 1), round(med("noreuse_kvtier"), 1)]}
+        if a.only_noreuse:
+            out.append(noreuse)
+            continue
         row = {"prompt_tokens": n, "ttft_cold_ms": round(med("cold"), 1),
                "ttft_kvtier_host_ms": round(med("kvtier_host"), 1),
                "ttft_kvtier_disk_ms": round(med("kvtier_disk"), 1),
                "ttft_kvtier_daemon_ms": round(med("kvtier_daemon"), 1),
+               "ttft_kvtier_host_sync_ms": round(med("kvtier_host_sync"), 1),
+               "ttft_kvtier_daemon_sync_ms": round(med("kvtier_daemon_sync"), 1),
                "ttft_example_ms": round(med("example"), 1),
                "ttft_prefix_cache_ms": round(med("prefix_cache"), 1),
-               "no_reuse_ratio": round(med("noreuse_kvtier") / med("noreuse_none"), 3),
+               **noreuse,
                "kvtier_cached_tokens": {k: med(k, "cached") for k in
-                                        ("kvtier_host", "kvtier_disk", "kvtier_daemon")}}
+                                        ("kvtier_host", "kvtier_host_sync", "kvtier_disk",
+                                         "kvtier_daemon", "kvtier_daemon_sync")}}
         out.append(row)
-    if a.json:
+    if a.json or a.only_noreuse:
         for row in out:
             print(json.dumps(row))
         return 0
-    print(f"{'prompt':>6} {'cold':>9} {'host':>9} {'disk':>9} {'kvtierd':>9} {'example':>9} "
-          f"{'prefix$':>9}  {'host/prefix':>11} {'host/example':>12} {'no-reuse':>8}")
+    print(f"{'prompt':>6} {'cold':>8} {'host':>8} {'host-syn':>8} {'disk':>8} {'kvtierd':>8} "
+          f"{'kvtd-syn':>8} {'example':>8} {'prefix$':>8}  {'host/prefix':>11} "
+          f"{'host/example':>12} {'sync/example':>12} {'no-reuse':>8} {'spread':>13} "
+          f"{'cpu':>7}")
     for r in out:
-        print(f"{r['prompt_tokens']:>6} {r['ttft_cold_ms']:>9.1f} {r['ttft_kvtier_host_ms']:>9.1f} "
-              f"{r['ttft_kvtier_disk_ms']:>9.1f} {r['ttft_kvtier_daemon_ms']:>9.1f} "
-              f"{r['ttft_example_ms']:>9.1f} {r['ttft_prefix_cache_ms']:>9.1f}  "
+        print(f"{r['prompt_tokens']:>6} {r['ttft_cold_ms']:>8.1f} {r['ttft_kvtier_host_ms']:>8.1f} "
+              f"{r['ttft_kvtier_host_sync_ms']:>8.1f} {r['ttft_kvtier_disk_ms']:>8.1f} "
+              f"{r['ttft_kvtier_daemon_ms']:>8.1f} {r['ttft_kvtier_daemon_sync_ms']:>8.1f} "
+              f"{r['ttft_example_ms']:>8.1f} {r['ttft_prefix_cache_ms']:>8.1f}  "
               f"{r['ttft_kvtier_host_ms'] / r['ttft_prefix_cache_ms']:>11.2f} "
-              f"{r['ttft_kvtier_host_ms'] / r['ttft_example_ms']:>12.2f} {r['no_reuse_ratio']:>8.3f}")
+              f"{r['ttft_kvtier_host_ms'] / r['ttft_example_ms']:>12.2f} "
+              f"{r['ttft_kvtier_host_sync_ms'] / r['ttft_example_ms']:>12.2f} "
+              f"{r['no_reuse_ratio']:>8.3f} {str(r['no_reuse_spread']):>13} "
+              f"{r['no_reuse_cpu_ratio']:>7.3f}")
     print("targets: kvtier warm <= 1.3 x prefix cache and <= 0.5 x ExampleConnector at >= 2k "
           "tokens; no-reuse ratio <= 1.02 (times in ms; TTFT of a 1-token request)")
     print("cached tokens (kvtier): " + ", ".join(

@@ -11,7 +11,15 @@
 # torch==2.13.0, then `pip freeze --all | grep -v '^pip=='`.
 #
 # Prints the venv's python on the last line. Exit 0 ok, 1 install failed.
+#
+# --official-tree: also fetches the official (CUDA) vllm==0.32.0 wheel, pinned by its
+# sha256, and keeps only its Python files in $KVT_VLLM_OFFICIAL (default
+# /opt/kvtier-vllm-official-0.32.0, ~50 MB; the 327 MB wheel is deleted after). Reused
+# when its stamp matches. Prints that tree's directory on the last line instead (the
+# vllm test `test_official_wheel` imports the connector against it; it does not run it).
 set -euo pipefail
+official=0
+if [[ "${1:-}" == "--official-tree" ]]; then official=1; fi
 here="$(cd "$(dirname "$0")" && pwd)"
 lock="$here/install-vllm.lock"
 venv="${KVT_VLLM_VENV:-/opt/kvtier-vllm-venv}"
@@ -24,8 +32,38 @@ mkdir -p "$(dirname "$venv")"
 exec 9>"$venv.install-lock"
 flock 9
 
+official_tree() {
+  local dir="${KVT_VLLM_OFFICIAL:-/opt/kvtier-vllm-official-0.32.0}"
+  local whl=vllm-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl
+  local sha=5e2ecdc5b0baf72921c288486417ca82778456a448e4fe60b62ee43c0dfc8611
+  if [[ "$(cat "$dir/.kvtier-stamp" 2>/dev/null)" == "$whl $sha" && -f "$dir/tree/vllm/__init__.py" ]]; then
+    echo "install-vllm: $dir/tree (official $whl, Python files) is complete; reusing it" >&2
+    echo "$dir/tree"
+    return 0
+  fi
+  echo "install-vllm: fetching the official $whl into $dir" >&2
+  rm -rf "$dir" && mkdir -p "$dir/dl"
+  "$venv/bin/pip" download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+    -d "$dir/dl" vllm==0.32.0 >&2
+  if [[ ! -f "$dir/dl/$whl" ]] || ! echo "$sha  $dir/dl/$whl" | sha256sum -c --quiet - >&2; then
+    echo "install-vllm: $dir/dl/$whl is missing or its sha256 is not $sha" >&2
+    return 1
+  fi
+  "$venv/bin/python" - "$dir/dl/$whl" "$dir/tree" >&2 <<'PY'
+import sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z:
+    names = [n for n in z.namelist() if n.startswith("vllm/") and n.endswith(".py")]
+    z.extractall(sys.argv[2], names)
+print(f"install-vllm: {len(names)} Python files of the official wheel")
+PY
+  rm -rf "$dir/dl"
+  echo "$whl $sha" > "$dir/.kvtier-stamp"
+  echo "$dir/tree"
+}
+
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" && -x "$venv/bin/python" ]]; then
   echo "install-vllm: $venv is complete (lock unchanged); reusing it" >&2
+  if (( official )); then official_tree; exit $?; fi
   echo "$venv/bin/python"
   exit 0
 fi
@@ -47,4 +85,5 @@ rm -rf "$venv"
 "$venv/bin/python" -c 'import vllm, torch, transformers, openai' >&2
 echo "$want" > "$stamp"
 echo "install-vllm: done in $(( $(date +%s) - start )) s" >&2
+if (( official )); then official_tree; exit $?; fi
 echo "$venv/bin/python"

@@ -4,7 +4,9 @@ user would compare (token ids, logprobs, num_cached_tokens, kvtier counters) as 
     python engine_run.py SPEC.json OUT.json
 
 SPEC: {"model": dir, "connector": extra_config | null, "prompts": [[ids...], ...],
-       "max_tokens": 8, "block_size": null, "dtype": "bfloat16",
+       "max_tokens": 8, "block_size": null, "dtype": "bfloat16", "max_model_len": 2048,
+       "num_gpu_blocks_override": null, "env": {name: value} (set before the engine starts),
+       "flush_before": [prompt indices] (wait for the connector's stores first),
        "connector_module": "kvtier.vllm", "connector_class": "KVTierConnector"}
 Greedy sampling with logprobs=1; enable_prefix_caching=False so every hit is kvtier's.
 """
@@ -29,6 +31,8 @@ def build_llm(spec):
                 enforce_eager=True, kv_transfer_config=kv, seed=0)
     if spec.get("block_size"):
         args["block_size"] = spec["block_size"]
+    if spec.get("num_gpu_blocks_override"):
+        args["num_gpu_blocks_override"] = spec["num_gpu_blocks_override"]
     return LLM(**args)
 
 
@@ -43,16 +47,23 @@ def connector_of(llm):
 
 def main():
     spec = json.load(open(sys.argv[1]))
+    os.environ.update(spec.get("env", {}))
     llm = build_llm(spec)
-    rows = generate(llm, spec["prompts"], spec.get("max_tokens", 8))
     conn = connector_of(llm)
+    rows = []
+    for i, p in enumerate(spec["prompts"]):
+        if i in spec.get("flush_before", ()) and conn is not None:
+            conn.flush()
+        rows += generate(llm, [p], spec.get("max_tokens", 8))
     stats = {}
     if conn is not None and hasattr(conn, "kvtier_stats"):
         conn.flush()
         stats = conn.kvtier_stats()
         conn.shutdown()  # drain stores down to the disk tier before the hard exit below
+    hooks = {k: getattr(type(conn), k) for k in ("loads_seen", "async_loads_seen")
+             if hasattr(type(conn), k)}
     with open(sys.argv[2], "w") as f:
-        json.dump({"rows": rows, "kvtier": stats}, f)
+        json.dump({"rows": rows, "kvtier": stats, "hooks": hooks}, f)
     os._exit(0)  # skip vLLM's slow interpreter teardown
 
 

@@ -6,6 +6,7 @@ embedded store hits in-process (host tier) and from a fresh process (disk tier) 
 output identical to computing the prompt.
 """
 
+import glob
 import os
 import shutil
 import subprocess
@@ -38,6 +39,7 @@ class ExtraConfigTest(unittest.TestCase):
                            "token_file", "/nonexistent/t")
         self.assertRefused({"load_failure_policy": "retry"}, "load_failure_policy", "'retry'")
         self.assertRefused({"daemon_deadline_ms": 0}, "daemon_deadline_ms")
+        self.assertRefused({"load_async": "maybe"}, "load_async", "'maybe'")
 
     def test_good_values(self):
         c = parse_extra_config({"kvtierd": "unix:///run/k.sock", "token": "t0k3n-123",
@@ -48,6 +50,10 @@ class ExtraConfigTest(unittest.TestCase):
                                 "disk_capacity": "2GiB"})
         self.assertEqual((c.host_capacity_bytes, c.disk_capacity_bytes, c.embedded),
                          (512 << 20, 2 << 30, True))
+        self.assertTrue(c.loads_async)  # the default
+        self.assertFalse(parse_extra_config({"kvtierd": "unix:///k.sock",
+                                             "load_async": False}).loads_async)
+        self.assertFalse(parse_extra_config({"load_async": "false"}).loads_async)
 
     def test_block_size_not_dividing_chunk_names_both(self):
         from vllm.engine.arg_utils import EngineArgs
@@ -118,12 +124,13 @@ class EmbeddedStoreTest(unittest.TestCase):
             model = harness.tiny_model()
             cfg = {"host_capacity": "64MiB", "disk_dir": os.path.join(d, "disk"),
                    "disk_capacity": "256MiB", "use_cost_model": False}
+            sync = dict(cfg, load_async=False)  # in process: sync loads; fresh: async
             llm = LLM(model=model, enable_prefix_caching=False, max_model_len=2048,
                       dtype="bfloat16", enforce_eager=True, seed=0,
                       kv_transfer_config={"kv_connector": "KVTierConnector",
                                           "kv_connector_module_path": "kvtier.vllm",
                                           "kv_role": "kv_both",
-                                          "kv_connector_extra_config": cfg})
+                                          "kv_connector_extra_config": sync})
             p = harness.prompt(42, 700)
             cold, warm = harness.generate(llm, [p, p])
             self.assertEqual(cold["num_cached_tokens"], 0)
@@ -142,6 +149,62 @@ class EmbeddedStoreTest(unittest.TestCase):
             self.assertEqual(row["num_cached_tokens"], 512)
             self.assertEqual(row["token_ids"], cold["token_ids"])
             self.assertEqual(row["logprobs"], cold["logprobs"])
+            self.assertEqual(fresh["kvtier"]["load_chunks_ok"], 2)
+            # Damaged records, loaded synchronously (the async path's failures are in
+            # test_shared_kvtierd): the blocks are recomputed, the output is identical.
+            files = glob.glob(os.path.join(d, "disk", "**", "rec-*.dat"), recursive=True)
+            self.assertTrue(files, "the embedded disk tier wrote record files")
+            for path in files:
+                with open(path, "r+b") as f:
+                    for off in range(2048, os.path.getsize(path), 4096):
+                        f.seek(off)
+                        b = f.read(1)
+                        f.seek(off)
+                        f.write(bytes([b[0] ^ 0x5A]))
+            bad = harness.engine_result(harness.run_engine(
+                {"model": model, "connector": sync, "prompts": [p],
+                 "connector_module": "hooked_connector",
+                 "connector_class": "HookedKVTierConnector"}, d, "damaged"))
+            self.assertEqual(bad["hooks"], {"loads_seen": 1, "async_loads_seen": 0})
+            self.assertEqual(bad["rows"][0]["token_ids"], cold["token_ids"])
+            self.assertEqual(bad["rows"][0]["logprobs"], cold["logprobs"])
+            self.assertEqual(bad["kvtier"]["load_chunks_ok"], 0)
+            self.assertGreater(bad["kvtier"]["load_chunks_failed"], 0)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+class DelayedFreeTest(unittest.TestCase):
+    """A finished request's blocks stay allocated until its store copied them.
+
+    The KV cache has room for one request only (5 blocks of 128 tokens), and the store
+    thread sleeps 2 s before it copies (a slow store). Prompt P finishes, Q (another
+    prompt) needs P's blocks: were they freed at once, Q's prefill would overwrite them
+    before P's store copied them, kvtier would hold Q's KV under P's tokens, and P's
+    repeat would load it. With request_finished delaying the free (finished_sending),
+    Q waits for the blocks and P's repeat loads P's own KV: identical output.
+    (KVT_TEST_BREAK_DELAYED_FREE=1 in the engine's env makes this test fail.)"""
+
+    def test_store_copies_blocks_before_vllm_reuses_them(self):
+        d = tempfile.mkdtemp(prefix="kvt-vllm-delayed-free-")
+        try:
+            p, q = harness.prompt(61, 600), harness.prompt(62, 600)
+            env = {"KVT_TEST_STORE_DELAY_S": "2"}
+            env.update({k: v for k, v in os.environ.items()
+                        if k == "KVT_TEST_BREAK_DELAYED_FREE"})
+            out = harness.engine_result(harness.run_engine(
+                {"model": harness.tiny_model(), "prompts": [p, q, p], "flush_before": [2],
+                 "connector": {"host_capacity": "64MiB", "use_cost_model": False},
+                 "connector_module": "hooked_connector",
+                 "connector_class": "HookedKVTierConnector",
+                 "num_gpu_blocks_override": 6, "max_model_len": 640, "env": env},
+                d, "delayed-free"))
+            cold, other, warm = out["rows"]
+            self.assertEqual((cold["num_cached_tokens"], other["num_cached_tokens"]), (0, 0))
+            self.assertEqual(warm["num_cached_tokens"], 512)
+            self.assertEqual(warm["token_ids"], cold["token_ids"])
+            self.assertEqual(warm["logprobs"], cold["logprobs"])
+            self.assertEqual(out["kvtier"]["store_chunks_put"], 4)
         finally:
             shutil.rmtree(d, ignore_errors=True)
 

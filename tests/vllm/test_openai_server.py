@@ -3,7 +3,8 @@
 The server runs with the embedded host store (one server process, one cache) and
 --no-enable-prefix-caching, so cached tokens in `usage` are kvtier's. A repeat of a
 prompt reports 512 cached prompt tokens and returns the same completion and logprobs as
-the first request and as vLLM without any connector (computed in this process).
+the first request and as vLLM without any connector (computed in this process); the
+server's /metrics shows kvtier's counters (vllm:kvtier_*_total).
 """
 
 import json
@@ -24,6 +25,17 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def metric_values(text: str) -> dict[str, float]:
+    """Prometheus text -> {sample name: value summed over its label sets}."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
 
 
 class OpenAIServerTest(unittest.TestCase):
@@ -77,6 +89,18 @@ class OpenAIServerTest(unittest.TestCase):
             self.assertEqual(warm_lp, cold_lp)
             self.assertEqual(cold_text, ref["text"])
             self.assertEqual(cold_lp, ref["logprobs"])
+            # kvtier's counters on vLLM's own Prometheus endpoint (build_prom_metrics).
+            deadline = time.time() + 30
+            while True:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as m:
+                    got = metric_values(m.read().decode())
+                if got.get("vllm:kvtier_load_chunks_ok_total") == 2 or time.time() > deadline:
+                    break
+                time.sleep(0.5)
+            self.assertEqual(got.get("vllm:kvtier_load_chunks_ok_total"), 2)
+            self.assertEqual(got.get("vllm:kvtier_load_chunks_failed_total"), 0)
+            self.assertEqual(got.get("vllm:kvtier_lookup_hit_tokens_total"), 512)
+            self.assertEqual(got.get("vllm:kvtier_lookups_total"), 2)
         finally:
             server.terminate()
             try:

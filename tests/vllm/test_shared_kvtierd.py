@@ -5,9 +5,12 @@ a reference process (no connector) runs the same prompts. This test process is a
 vLLM instance B (in-process engine, the hookable connector of hooked_connector.py) and
 checks, in order: hits from A's stores with identical greedy tokens and logprobs; hits
 after a kvtierd restart (disk tier); kvtierd SIGKILLed and SIGSTOPped between lookup and
-load (recompute, identical, no hang); corrupted records (recompute, identical). Another
-process F runs with a different block size against the same kvtierd (no hit), and
-configs with a different model or dtype derive namespaces that miss.
+load (recompute, identical, no hang); corrupted records (recompute, identical). With
+the default load_async, loads are asynchronous: B's requests wait for their load
+(WAITING_FOR_REMOTE_KVS), failures come back as failed blocks with finished_recving.
+Other processes run against the same kvtierd with a different block size (F) and a
+different dtype (G): no hit; configs with a different model derive namespaces that
+miss. kvtier's counters reach vLLM's Prometheus metrics (vllm:kvtier_*).
 enable_prefix_caching=False everywhere: every hit is kvtier's.
 """
 
@@ -32,7 +35,9 @@ class SharedKvtierdTest(unittest.TestCase):
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="kvt-vllm-")
         cls.model = harness.tiny_model("tiny", seed=0)
+        # P5 ends on a chunk boundary: its async load covers the whole prompt.
         cls.prompts = [harness.prompt(i, PROMPT_TOKENS) for i in range(1, 6)]
+        cls.prompts.append(harness.prompt(6, 2 * 256))
         cls.daemon = harness.Kvtierd(cls.dir).start()
         cls.conn_cfg = {"kvtierd": cls.daemon.address, "use_cost_model": False,
                         "daemon_deadline_ms": 1000, "tenant": "tests"}
@@ -44,11 +49,14 @@ class SharedKvtierdTest(unittest.TestCase):
         # F: same model and kvtierd, block size 32 (chunk 256 still divisible): no hit.
         cls.f = harness.run_engine(dict(base, connector=cls.conn_cfg, block_size=32,
                                         prompts=cls.prompts[:1]), cls.dir, "F")
+        # G: same model, prompt and kvtierd, float32 instead of bfloat16: no hit.
+        cls.g = harness.run_engine(dict(base, connector=cls.conn_cfg, dtype="float32",
+                                        prompts=cls.prompts[:1]), cls.dir, "G")
         from vllm import LLM
         import hooked_connector
         cls.hooks = hooked_connector.HookedKVTierConnector
         cls.llm = LLM(model=cls.model, enable_prefix_caching=False, max_model_len=2048,
-                      dtype="bfloat16", enforce_eager=True, seed=0,
+                      dtype="bfloat16", enforce_eager=True, seed=0, disable_log_stats=False,
                       kv_transfer_config={"kv_connector": "HookedKVTierConnector",
                                           "kv_connector_module_path": "hooked_connector",
                                           "kv_role": "kv_both",
@@ -94,13 +102,25 @@ class SharedKvtierdTest(unittest.TestCase):
         self.assertEqual(self.a["kvtier"]["store_put_errors"], 0)
 
     def test_1_second_process_hits_with_identical_output(self):
+        seen, waits = self.hooks.async_loads_seen, self.hooks.layer_waits
         row = self.generate(0)
         self.assertEqual(row["num_cached_tokens"], LOADABLE)
         self.assertSameOutput(row, 0)
+        self.assertEqual(self.hooks.async_loads_seen, seen + 1, "the load ran asynchronously")
+        # vLLM's CPU attention calls wait_for_layer_load once per layer and forward.
+        self.assertGreater(self.hooks.layer_waits, waits)
+        self.assertEqual((self.hooks.layer_waits - waits) % 2, 0, "2 layers per forward")
         m = self.daemon.metrics()
         hits = sum(float(v) for v in re.findall(r"^kvtier_store_hits_total(?:\{[^}]*\})? (\S+)$",
                                                 m, re.M))
         self.assertGreaterEqual(hits, 2, "kvtierd's metrics count the 2 chunks served")
+
+    def test_1b_whole_prompt_load_recomputes_only_the_last_token(self):
+        before = self.worker_stats()
+        row = self.generate(5)
+        self.assertEqual(row["num_cached_tokens"], 512, "all 512 prompt tokens loaded")
+        self.assertSameOutput(row, 5)
+        self.assertEqual(self.worker_stats()["load_chunks_ok"] - before["load_chunks_ok"], 2)
 
     def test_2_restarted_kvtierd_serves_from_disk(self):
         self.daemon.stop()
@@ -134,9 +154,20 @@ class SharedKvtierdTest(unittest.TestCase):
         self.assertEqual(row["num_cached_tokens"], LOADABLE)
         self.assertSameOutput(row, 2)
 
+    def stop_daemon(self):
+        """SIGSTOPs kvtierd and returns once it is stopped (signals are asynchronous)."""
+        self.daemon.proc.send_signal(signal.SIGSTOP)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            with open(f"/proc/{self.daemon.proc.pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "T":
+                    return
+            time.sleep(0.01)
+        raise AssertionError("kvtierd did not stop within 10 s of SIGSTOP")
+
     def test_4_kvtierd_sigstop_between_lookup_and_load_recomputes(self):
         t0 = time.time()
-        self._failed_load(3, lambda: self.daemon.proc.send_signal(signal.SIGSTOP),
+        self._failed_load(3, self.stop_daemon,
                           after=lambda: self.daemon.proc.send_signal(signal.SIGCONT))
         self.assertLess(time.time() - t0, 120)
         time.sleep(1.5)  # past the client's cool-down after failed calls (4 x 250 ms)
@@ -177,6 +208,23 @@ class SharedKvtierdTest(unittest.TestCase):
         out = harness.engine_result(self.f)
         self.assertEqual(out["rows"][0]["num_cached_tokens"], 0)
         self.assertEqual(out["kvtier"]["load_chunks_ok"], 0)
+
+    def test_6b_different_dtype_gets_no_hit(self):
+        out = harness.engine_result(self.g)
+        self.assertEqual(out["rows"][0]["num_cached_tokens"], 0)
+        self.assertEqual(out["kvtier"]["load_chunks_ok"], 0)
+        self.assertEqual(out["kvtier"]["store_chunks_put"], 2, "G stored under its own dtype")
+
+    def test_8_kvtier_counters_reach_vllm_prometheus_metrics(self):
+        def metric(name):
+            return sum(getattr(m, "value", 0) for m in self.llm.get_metrics()
+                       if m.name in (name, name + "_total"))
+        w = self.worker_stats()
+        self.assertGreater(w["load_chunks_ok"], 0)
+        self.assertEqual(metric("vllm:kvtier_load_chunks_ok"), w["load_chunks_ok"])
+        self.assertEqual(metric("vllm:kvtier_load_chunks_failed"), w["load_chunks_failed"])
+        self.assertGreater(metric("vllm:kvtier_load_chunks_failed"), 0)  # tests 3-5
+        self.assertGreaterEqual(metric("vllm:kvtier_lookup_hit_tokens"), 4 * LOADABLE)
 
     def test_7_different_model_or_dtype_namespace_misses(self):
         from kvtier.vllm import _open_native

@@ -206,7 +206,14 @@ class Connector:
         self.chunk_payload_bytes = L.kvt_chunk_payload_bytes(h)
         self._views = []  # pointer arrays kept alive while registered
 
+    def _live(self) -> C.c_void_p:
+        """The handle; KvtError FAILED_PRECONDITION once closed (never a NULL call)."""
+        if not self._h:
+            raise KvtError(9, "kvtier connector is closed")
+        return self._h
+
     def close(self) -> None:
+        """Destroys the handle. REQUIRES: no other call on it in flight (kvt_destroy)."""
         if self._h:
             lib().kvt_destroy(self._h)
             self._h = None
@@ -220,7 +227,7 @@ class Connector:
     def lookup(self, tokens: list[int], num_computed_tokens: int = 0) -> tuple[int, int]:
         """(load_tokens, cached_tokens) for a prompt; see kvt_lookup."""
         load, cached = C.c_uint64(), C.c_uint64()
-        _check(lib().kvt_lookup(self._h, _i32(tokens), len(tokens), num_computed_tokens,
+        _check(lib().kvt_lookup(self._live(), _i32(tokens), len(tokens), num_computed_tokens,
                                 C.byref(load), C.byref(cached)))
         return load.value, cached.value
 
@@ -228,19 +235,19 @@ class Connector:
                             block_bytes: int) -> None:
         arr = (C.c_void_p * len(layer_ptrs))(*layer_ptrs)
         v = _BlockView(len(layer_ptrs), block_size, num_blocks, block_bytes, arr, len(layer_ptrs))
-        _check(lib().kvt_register_block_view(self._h, C.byref(v)))
+        _check(lib().kvt_register_block_view(self._live(), C.byref(v)))
         self._views = [arr]
 
     def store_blocks(self, tokens: list[int], block_ids: list[int]) -> int:
         taken = C.c_size_t()
-        _check(lib().kvt_store_blocks(self._h, _i32(tokens), len(tokens), _i32(block_ids),
+        _check(lib().kvt_store_blocks(self._live(), _i32(tokens), len(tokens), _i32(block_ids),
                                       len(block_ids), C.byref(taken)))
         return taken.value
 
     def load_blocks(self, tokens: list[int], num_tokens: int, block_ids: list[int],
                     skip_tokens: int = 0) -> int:
         loaded = C.c_uint64()
-        _check(lib().kvt_load_blocks(self._h, _i32(tokens), len(tokens), num_tokens,
+        _check(lib().kvt_load_blocks(self._live(), _i32(tokens), len(tokens), num_tokens,
                                      _i32(block_ids), len(block_ids), skip_tokens, C.byref(loaded)))
         return loaded.value
 
@@ -250,30 +257,32 @@ class Connector:
         arr = (C.c_void_p * len(layer_ptrs))(*layer_ptrs)
         v = _KvView(device, num_layers, num_kv_heads, head_dim, DTYPE[dtype], LAYOUT[layout],
                     block_size, num_blocks, arr, len(layer_ptrs), None, None, 0)
-        _check(lib().kvt_register_kv_view(self._h, C.byref(v)))
+        _check(lib().kvt_register_kv_view(self._live(), C.byref(v)))
         self._views = [arr]
 
     def store_slots(self, tokens: list[int], slots: list[int]) -> int:
         taken = C.c_size_t()
         s = (C.c_int64 * len(slots))(*slots)
-        _check(lib().kvt_store(self._h, _i32(tokens), len(tokens), s, len(slots), C.byref(taken)))
+        _check(lib().kvt_store(self._live(), _i32(tokens), len(tokens), s, len(slots), C.byref(taken)))
         return taken.value
 
     def load_slots(self, tokens: list[int], num_tokens: int, slots: list[int],
                    num_computed_tokens: int = 0) -> int:
         loaded = C.c_uint64()
         s = (C.c_int64 * len(slots))(*slots)
-        _check(lib().kvt_load(self._h, _i32(tokens), len(tokens), num_tokens, s, len(slots),
+        _check(lib().kvt_load(self._live(), _i32(tokens), len(tokens), num_tokens, s, len(slots),
                               num_computed_tokens, C.byref(loaded)))
         return loaded.value
 
     def observe_prefill(self, new_tokens: int, context_tokens: int, seconds: float) -> None:
-        lib().kvt_observe_prefill(self._h, new_tokens, context_tokens, seconds)
+        if self._h:
+            lib().kvt_observe_prefill(self._h, new_tokens, context_tokens, seconds)
 
     def flush(self) -> None:
-        lib().kvt_flush(self._h)
+        if self._h:
+            lib().kvt_flush(self._h)
 
     def stats(self) -> dict[str, int]:
         s = _Stats()
-        _check(lib().kvt_get_stats(self._h, C.byref(s), C.sizeof(s)))
+        _check(lib().kvt_get_stats(self._live(), C.byref(s), C.sizeof(s)))
         return {f: getattr(s, f) for f in STAT_FIELDS}

@@ -12,18 +12,28 @@ runs in libkvtier (kvtier._native, ctypes, GIL released); this module only maps 
 requests and blocks onto kvtier's token chunks.
 
 Flow per engine step:
-  scheduler  get_num_new_matched_tokens -> kvtier Lookup (cost model): tokens to load
-             update_state_after_alloc   -> remembers the request's load
-             build_connector_meta       -> per request: tokens, block ids, what to load,
-                                           whether its prefill completes this step (store)
-  worker     start_load_kv              -> copies verified chunks into the request's blocks
-                                           before the forward; blocks that could not be
-                                           loaded go to get_block_ids_with_load_errors and
-                                           vLLM recomputes them (never wrong KV)
-             wait_for_save              -> after the forward: copies the prompt's complete
-                                           chunks out of the blocks (synchronously, so the
-                                           blocks may be freed right after the step) and
-                                           stores them in the background
+  scheduler  get_num_new_matched_tokens -> kvtier Lookup (cost model): tokens to load, and
+                                           whether the load is asynchronous (load_async)
+             update_state_after_alloc   -> remembers the request's load and, for an async
+                                           load, its blocks
+             build_connector_meta       -> per request: tokens, block ids, what to load
+                                           (sync or async), whether its prefill completes
+                                           this step (store); the step's preempted requests
+             request_finished           -> True (blocks stay allocated) while the request's
+                                           store may still be copying its blocks
+  worker     handle_preemptions         -> waits until stores of preempted requests copied
+                                           their blocks (before vLLM reuses them)
+             start_load_kv              -> sync loads: copies verified chunks into the
+                                           request's blocks before the forward; async loads:
+                                           starts them on a background thread
+             wait_for_save              -> after the forward: hands the prompt's complete
+                                           chunks to a background store thread, which copies
+                                           them out of the blocks and stores them
+             get_finished               -> finished_recving: async loads that ended (failed
+                                           blocks go to get_block_ids_with_load_errors in
+                                           the same step, and vLLM recomputes them: never
+                                           wrong KV); finished_sending: finished requests
+                                           whose store copied their blocks (vLLM frees them)
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -41,10 +52,20 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorMetadata,
     KVConnectorRole,
 )
-from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
+from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
+    KVConnectorPromMetrics,
+    KVConnectorStats,
+)
 from vllm.logger import init_logger
 
-from kvtier._native import DEVICE_CPU, DEVICE_CUDA, Connector, ConnectorOptions, KvtError
+from kvtier._native import (
+    DEVICE_CPU,
+    DEVICE_CUDA,
+    STAT_FIELDS,
+    Connector,
+    ConnectorOptions,
+    KvtError,
+)
 from kvtier.vllm_config import KVTierConfig, Namespace, derive_namespace, parse_extra_config
 
 if TYPE_CHECKING:
@@ -69,11 +90,18 @@ class ReqMeta:
     load_tokens: int = 0   # leading tokens to load from kvtier (0 = none)
     skip_tokens: int = 0   # leading tokens vLLM already holds (its prefix cache)
     store: bool = False    # the prompt's prefill completes in this step: store its chunks
+    async_load: bool = False  # load in the background; report through get_finished
 
 
 @dataclass
 class KVTierConnectorMetadata(KVConnectorMetadata):
     requests: list[ReqMeta] = field(default_factory=list)
+    preempted: set[str] = field(default_factory=set)  # requests vLLM preempted this step
+
+
+# Counters each half reports to vLLM (so that an embedded store, shared by both halves,
+# is not counted twice): the scheduler looks up, the worker loads and stores.
+_SCHEDULER_STATS = ("lookups", "lookup_hit_tokens", "lookup_load_tokens")
 
 
 @dataclass
@@ -95,8 +123,31 @@ class KVTierStats(KVConnectorStats):
         return not any(self.data.values())
 
 
-# Embedded stores shared by the scheduler and worker halves of one process.
-_SHARED: dict[tuple, Connector] = {}
+class KVTierPromMetrics(KVConnectorPromMetrics):
+    """kvtier's counters on vLLM's Prometheus endpoint: vllm:kvtier_<counter>_total for
+    every kvt_stats field (kvtier_c.h), summed over the engine's workers and scheduler,
+    labelled like vLLM's own metrics (model_name, engine)."""
+
+    def __init__(self, vllm_config, metric_types, labelnames, per_engine_labelvalues):
+        super().__init__(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+        from vllm.v1.metrics.utils import create_metric_per_engine
+        self._counters = {}
+        for f in STAT_FIELDS:
+            c = self._counter_cls(name=f"vllm:kvtier_{f}",
+                                  documentation=f"kvtier connector counter {f} (kvt_stats)",
+                                  labelnames=labelnames)
+            self._counters[f"kvtier_{f}"] = create_metric_per_engine(c, per_engine_labelvalues)
+
+    def observe(self, transfer_stats_data: dict[str, Any], engine_idx: int = 0):
+        for k, v in (transfer_stats_data or {}).items():
+            per_engine = self._counters.get(k)
+            if per_engine is not None and v > 0:
+                per_engine[engine_idx].inc(v)
+
+
+# Embedded stores shared by the scheduler and worker halves of one process:
+# options -> [store, halves using it]; the last half to shut down closes it.
+_SHARED: dict[tuple, list] = {}
 _SHARED_LOCK = threading.Lock()
 
 
@@ -129,8 +180,9 @@ def _open_native(cfg: KVTierConfig, ns: Namespace) -> Connector:
     key = tuple(sorted(vars(o).items()))
     with _SHARED_LOCK:
         if key not in _SHARED:
-            _SHARED[key] = Connector(o)
-        return _SHARED[key]
+            _SHARED[key] = [Connector(o), 0]
+        _SHARED[key][1] += 1
+        return _SHARED[key][0]
 
 
 def _layer_index(name: str) -> int:
@@ -197,13 +249,28 @@ class KVTierConnector(KVConnectorBase_V1):
         # req -> (tokens to load, tokens vLLM holds, prompt tokens), from the lookup
         self._pending_loads: dict[str, tuple[int, int, list[int]]] = {}
         self._tracked: dict[str, ReqMeta] = {}                 # req -> tokens/blocks so far
-        # Worker state.
+        self._async_out: list[ReqMeta] = []     # async loads for the next metadata
+        self._async_blocks: dict[str, set[int]] = {}  # req -> blocks of its async load
+        self._no_reload: set[str] = set()       # reqs whose async load failed: no retry
+        self._storing: set[str] = set()         # reqs with a store (worker reports them)
+        # Worker state (the engine thread only; futures run on the two pools).
         self._view: str | None = None
         self._failed_blocks: set[int] = set()
         self._load_failed_reqs: set[str] = set()
+        self._loads: dict[str, tuple[Future, ReqMeta]] = {}  # async loads in flight
+        self._stores: dict[str, Future] = {}    # req -> its latest store (copy of blocks)
+        self._finished: set[str] = set()        # finished reqs whose store is not reported
+        self._load_pool: ThreadPoolExecutor | None = None
+        self._store_pool: ThreadPoolExecutor | None = None
+        if role == KVConnectorRole.WORKER:
+            self._load_pool = ThreadPoolExecutor(1, thread_name_prefix="kvtier-load")
+            self._store_pool = ThreadPoolExecutor(1, thread_name_prefix="kvtier-store")
         self._last_stats: dict[str, int] = {}
+        self._stat_fields = (_SCHEDULER_STATS if role == KVConnectorRole.SCHEDULER else
+                             tuple(f for f in STAT_FIELDS if f not in _SCHEDULER_STATS))
         logger.info("kvtier: %s connector, %s, namespace model=%s layers=%d kv_heads=%d "
-                    "head_dim=%d dtype=%s packing=%s block=%d chunk=%d tp=%d/%d tenant=%r",
+                    "head_dim=%d dtype=%s packing=%s block=%d chunk=%d tp=%d/%d tenant=%r "
+                    "loads=%s",
                     role.name.lower(),
                     f"kvtierd {self._cfg.daemon_address}" if not self._cfg.embedded else
                     f"embedded host {self._cfg.host_capacity_bytes} B"
@@ -211,31 +278,52 @@ class KVTierConnector(KVConnectorBase_V1):
                     self._ns.model_id, self._ns.num_layers, self._ns.num_kv_heads,
                     self._ns.head_dim, self._ns.dtype, self._ns.packing, self._block_size,
                     self._cfg.chunk_tokens, self._ns.tp_rank, self._ns.tp_world_size,
-                    self._cfg.tenant)
+                    self._cfg.tenant, "async" if self._cfg.loads_async else "sync")
 
     # ---------------------------------------------------------------- scheduler half
     def get_num_new_matched_tokens(self, request: "Request",
                                    num_computed_tokens: int) -> tuple[int | None, bool]:
+        rid = request.request_id
+        if rid in self._no_reload:  # its async load failed: vLLM recomputes it
+            return 0, False
         tokens = list(request.prompt_token_ids or [])
+        # kvtier's Lookup leaves the last prompt token to compute, so a prompt that ends
+        # on a chunk boundary loads one chunk less. An async load may cover the whole
+        # prompt: vLLM then recomputes only its last token (the scheduler's
+        # _update_waiting_for_remote_kv), so the lookup sees one token more (chunk keys
+        # depend on the complete chunks' tokens only).
+        probe = tokens + tokens[-1:] if self._cfg.loads_async else tokens
         try:
-            load, _ = self._native.lookup(tokens, num_computed_tokens)
+            load, _ = self._native.lookup(probe, num_computed_tokens)
         except KvtError as e:  # a broken cache never fails a request: it is a miss
-            logger.warning("kvtier: lookup failed (%s); computing request %s", e,
-                           request.request_id)
+            logger.warning("kvtier: lookup failed (%s); computing request %s", e, rid)
             load = 0
         if load <= num_computed_tokens:
-            self._pending_loads.pop(request.request_id, None)
+            self._pending_loads.pop(rid, None)
             return 0, False
-        self._pending_loads[request.request_id] = (load, num_computed_tokens, tokens)
-        return load - num_computed_tokens, False
+        self._pending_loads[rid] = (load, num_computed_tokens, tokens)
+        return load - num_computed_tokens, self._cfg.loads_async
 
     def update_state_after_alloc(self, request: "Request", blocks: "KVCacheBlocks",
                                  num_external_tokens: int):
+        rid = request.request_id
         if num_external_tokens == 0:
-            self._pending_loads.pop(request.request_id, None)
+            self._pending_loads.pop(rid, None)
+            return
+        if self._cfg.loads_async and rid in self._pending_loads:
+            # The request waits (WAITING_FOR_REMOTE_KVS) with these blocks allocated and
+            # is not scheduled: its load goes out with the next metadata on its own.
+            load, local, tokens = self._pending_loads.pop(rid)
+            ids = list(blocks.get_block_ids()[0])
+            self._async_out.append(ReqMeta(rid, tokens, ids, load_tokens=load,
+                                           skip_tokens=local, async_load=True))
+            self._async_blocks[rid] = set(ids[local // self._block_size:
+                                              load // self._block_size])
 
     def build_connector_meta(self, scheduler_output: "SchedulerOutput") -> KVConnectorMetadata:
-        meta = KVTierConnectorMetadata()
+        meta = KVTierConnectorMetadata(requests=self._async_out,
+                                       preempted=set(scheduler_output.preempted_req_ids or ()))
+        self._async_out = []
         n_sched = scheduler_output.num_scheduled_tokens
         for nr in scheduler_output.scheduled_new_reqs:
             tokens = list(nr.prompt_token_ids or [])
@@ -270,14 +358,29 @@ class KVTierConnector(KVConnectorBase_V1):
                 if len(t.token_ids) >= self._cfg.chunk_tokens:
                     meta.requests.append(ReqMeta(req_id, t.token_ids, list(t.block_ids),
                                                  store=True))
+        # Every store handed to the worker is reported back by it (finished_sending)
+        # once the request finished and the store copied its blocks.
+        self._storing.update(rm.req_id for rm in meta.requests if rm.store)
         return meta
+
+    def update_connector_output(self, connector_output) -> None:
+        bad = connector_output.invalid_block_ids or set()
+        for rid in connector_output.finished_recving or ():
+            blocks = self._async_blocks.pop(rid, None)
+            if blocks and bad & blocks:
+                self._no_reload.add(rid)  # a fresh lookup could promise the same load
 
     def request_finished(self, request: "Request",
                          block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
-        # Stores copy their blocks inside the step that completes the prefill (before the
-        # step returns), so the blocks are free to reuse as soon as vLLM frees them.
-        self._tracked.pop(request.request_id, None)
-        self._pending_loads.pop(request.request_id, None)
+        rid = request.request_id
+        self._tracked.pop(rid, None)
+        self._pending_loads.pop(rid, None)
+        self._no_reload.discard(rid)
+        # A store copies the request's blocks on the worker's store thread: vLLM keeps
+        # them allocated until the worker reports the request in finished_sending.
+        if rid in self._storing:
+            self._storing.discard(rid)
+            return True, None
         return False, None
 
     # ---------------------------------------------------------------- worker half
@@ -315,36 +418,74 @@ class KVTierConnector(KVConnectorBase_V1):
         B = self._block_size
         return [block_ids[i // B] * B + i % B for i in range(n)]
 
+    def _load(self, rm: ReqMeta) -> int:
+        """Loads rm's promised tokens into its blocks; the leading tokens now held (a
+        failure of the cache is 0 loaded, never an exception: vLLM recomputes)."""
+        try:
+            if self._view == "cpu-blocks":
+                return self._native.load_blocks(rm.token_ids, rm.load_tokens, rm.block_ids,
+                                                rm.skip_tokens)
+            return self._native.load_slots(rm.token_ids, rm.load_tokens,
+                                           self._slots(rm.block_ids, rm.load_tokens),
+                                           rm.skip_tokens)
+        except KvtError as e:
+            logger.warning("kvtier: load for request %s failed (%s)", rm.req_id, e)
+            return 0
+
+    def _loaded(self, rm: ReqMeta, loaded: int) -> None:
+        """Records a load's outcome: blocks not loaded go to get_block_ids_with_load_errors."""
+        if loaded >= rm.load_tokens:
+            return
+        B = self._block_size
+        bad = rm.block_ids[max(loaded, rm.skip_tokens) // B:rm.load_tokens // B]
+        self._failed_blocks.update(bad)
+        logger.warning("kvtier: request %s: %d of %d tokens loaded; %d blocks to recompute",
+                       rm.req_id, loaded, rm.load_tokens, len(bad))
+
+    def _store(self, rm: ReqMeta) -> None:
+        C = self._cfg.chunk_tokens
+        n = len(rm.token_ids) // C * C
+        try:
+            if self._view == "cpu-blocks":
+                self._native.store_blocks(rm.token_ids[:n], rm.block_ids)
+            else:
+                self._native.store_slots(rm.token_ids[:n], self._slots(rm.block_ids, n))
+        except KvtError as e:
+            logger.warning("kvtier: store for request %s failed (%s)", rm.req_id, e)
+
+    def handle_preemptions(self, kv_connector_metadata: KVConnectorMetadata) -> None:
+        # vLLM freed the blocks of requests it preempted in this step's schedule and may
+        # hand them to other requests in this step: their stores must be done reading.
+        for rid in getattr(kv_connector_metadata, "preempted", ()):
+            f = self._stores.get(rid)
+            if f is not None:
+                f.result()
+
     def start_load_kv(self, forward_context: "ForwardContext", **kwargs: Any) -> None:
         meta = self._get_connector_metadata()
         assert isinstance(meta, KVTierConnectorMetadata)
-        B = self._block_size
         for rm in meta.requests:
             if rm.load_tokens <= 0:
                 continue
-            try:
-                if self._view == "cpu-blocks":
-                    loaded = self._native.load_blocks(rm.token_ids, rm.load_tokens,
-                                                      rm.block_ids, rm.skip_tokens)
-                else:
-                    loaded = self._native.load_slots(rm.token_ids, rm.load_tokens,
-                                                     self._slots(rm.block_ids, rm.load_tokens),
-                                                     rm.skip_tokens)
-            except KvtError as e:
-                logger.warning("kvtier: load for request %s failed (%s)", rm.req_id, e)
-                loaded = 0
+            if rm.async_load:
+                # The request is not scheduled until get_finished reports it; vLLM keeps
+                # its blocks allocated until then, even if it is aborted meanwhile.
+                self._loads[rm.req_id] = (self._load_pool.submit(self._load, rm), rm)
+                continue
+            loaded = self._load(rm)
             if loaded < rm.load_tokens:
-                # vLLM recomputes these blocks; until then they hold no valid KV, so the
-                # request's store of this step (if any) is dropped (wait_for_save).
+                # vLLM recomputes these blocks in a later step; until then they hold no
+                # valid KV, so the request's store of this step (if any) is dropped.
                 self._load_failed_reqs.add(rm.req_id)
-                first = max(loaded, rm.skip_tokens) // B
-                bad = rm.block_ids[first:rm.load_tokens // B]
-                self._failed_blocks.update(bad)
-                logger.warning("kvtier: request %s: %d of %d tokens loaded; %d blocks to "
-                               "recompute", rm.req_id, loaded, rm.load_tokens, len(bad))
+            self._loaded(rm, loaded)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
-        # start_load_kv completes every load (verified) before the forward starts.
+        # vLLM calls this per layer on the CPU backend too (attention's
+        # maybe_transfer_kv_layer). Nothing to wait for: a sync load is complete (every
+        # chunk verified, then copied) before the forward starts, and an async load's
+        # request is not in the batch until it is complete. kvtier's chunk holds all
+        # layers and is verified as a whole, so a layer can be written only after its
+        # whole chunk verified (see docs/vllm.md, "Per-layer loading").
         return
 
     def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor,
@@ -355,22 +496,30 @@ class KVTierConnector(KVConnectorBase_V1):
     def wait_for_save(self):
         meta = self._get_connector_metadata()
         assert isinstance(meta, KVTierConnectorMetadata)
-        C = self._cfg.chunk_tokens
         failed, self._load_failed_reqs = self._load_failed_reqs, set()
         for rm in meta.requests:
-            if not rm.store or rm.req_id in failed:
+            if not rm.store:
                 continue
-            n = len(rm.token_ids) // C * C
-            try:
-                if self._view == "cpu-blocks":
-                    self._native.store_blocks(rm.token_ids[:n], rm.block_ids)
-                else:
-                    self._native.store_slots(rm.token_ids[:n], self._slots(rm.block_ids, n))
-            except KvtError as e:
-                logger.warning("kvtier: store for request %s failed (%s)", rm.req_id, e)
+            if rm.req_id in failed:  # never store blocks that were not loaded
+                f = Future()
+                f.set_result(None)
+            else:
+                f = self._store_pool.submit(self._store, rm)
+            self._stores[rm.req_id] = f  # reported in finished_sending (request_finished)
 
     def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
-        return None, None
+        recving = set()
+        for rid, (f, rm) in list(self._loads.items()):
+            if f.done():
+                del self._loads[rid]
+                self._loaded(rm, f.result())
+                recving.add(rid)
+        self._finished.update(r for r in finished_req_ids if r in self._stores)
+        sending = {r for r in self._finished if self._stores[r].done()}
+        for r in sending:
+            self._finished.discard(r)
+            del self._stores[r]
+        return sending or None, recving or None
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         bad, self._failed_blocks = self._failed_blocks, set()
@@ -382,8 +531,14 @@ class KVTierConnector(KVConnectorBase_V1):
         return self._native.stats()
 
     def get_kv_connector_stats(self) -> KVConnectorStats | None:
-        now = self._native.stats()
-        delta = {f"kvtier_{k}": v - self._last_stats.get(k, 0) for k, v in now.items()}
+        """kvtier's counters since the last call (this half's fields only: the scheduler
+        reports lookups, the worker loads and stores), or None when none moved."""
+        try:
+            now = self._native.stats()
+        except KvtError:  # shut down
+            return None
+        delta = {f"kvtier_{k}": now[k] - self._last_stats.get(k, 0) for k in self._stat_fields
+                 if k in now}
         self._last_stats = now
         if not any(delta.values()):
             return None
@@ -393,18 +548,33 @@ class KVTierConnector(KVConnectorBase_V1):
     def build_kv_connector_stats(cls, data: dict[str, Any] | None = None) -> KVConnectorStats | None:
         return KVTierStats(data=dict(data)) if data is not None else KVTierStats()
 
+    @classmethod
+    def build_prom_metrics(cls, vllm_config, metric_types, labelnames, per_engine_labelvalues):
+        return KVTierPromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+
     def flush(self) -> None:
         """Waits until every background store reached the cache (tests, shutdown)."""
+        for f in list(self._stores.values()):
+            f.result()
         self._native.flush()
 
     def shutdown(self):
         """Drains pending stores (down to the disk tier) and closes the native store."""
+        for pool in (self._load_pool, self._store_pool):
+            if pool is not None:
+                pool.shutdown(wait=True)  # in-flight copies finish before the store closes
         native, self._native = self._native, _CLOSED
         if native is _CLOSED:
             return None
         with _SHARED_LOCK:
             for k, v in list(_SHARED.items()):
-                if v is native:
+                if v[0] is native:
+                    v[1] -= 1
+                    # The scheduler half only looks up: it leaves the store open for the
+                    # worker's copies. The worker half (pools drained above) closes it;
+                    # a later lookup by the scheduler is then a miss (KvtError).
+                    if v[1] > 0 and self._load_pool is None:
+                        return None
                     del _SHARED[k]
         native.close()
         return None

@@ -22,6 +22,13 @@ names the key, raised from the connector's constructor, so the engine does not s
   daemon_deadline_ms   deadline of one kvtierd call incl. retries (default 2000).
   load_failure_policy  "recompute" (default; vLLM's own default is "fail") or "fail":
                        what vLLM does with blocks whose load failed.
+  load_async           true (default) or false. true: a request whose prefix kvtier
+                       holds waits (vLLM's WAITING_FOR_REMOTE_KVS) while a worker thread
+                       loads it: other requests keep running, so a slow or stalled cache
+                       delays only the requests that load, and the load may cover the
+                       whole prompt (vLLM recomputes its last token only). false: loads
+                       complete inside the step, before the forward pass, and leave the
+                       chunk holding the last prompt token to compute.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from dataclasses import dataclass
 
 KEYS = {"kvtierd", "token", "token_file", "tenant", "chunk_tokens", "host_capacity",
         "disk_dir", "disk_capacity", "model_id", "use_cost_model", "daemon_deadline_ms",
-        "load_failure_policy"}
+        "load_failure_policy", "load_async"}
 
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "m": 1000**2, "mb": 1000**2,
           "mib": 1 << 20, "g": 1000**3, "gb": 1000**3, "gib": 1 << 30, "t": 1000**4,
@@ -99,10 +106,16 @@ class KVTierConfig:
     use_cost_model: bool = True
     daemon_deadline_ms: int = 2000
     load_failure_policy: str = "recompute"
+    load_async: bool = True
 
     @property
     def embedded(self) -> bool:
         return self.daemon_address is None
+
+    @property
+    def loads_async(self) -> bool:
+        """Whether loads run in the background (see load_async above)."""
+        return self.load_async
 
 
 def parse_extra_config(extra: dict | None) -> KVTierConfig:
@@ -168,6 +181,8 @@ def parse_extra_config(extra: dict | None) -> KVTierConfig:
         if v not in ("recompute", "fail"):
             raise _err("load_failure_policy", v, "\"recompute\" or \"fail\"")
         c.load_failure_policy = v
+    if "load_async" in extra:
+        c.load_async = _bool("load_async", extra["load_async"])
     return c
 
 
