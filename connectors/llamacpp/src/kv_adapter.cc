@@ -4,6 +4,8 @@
 #include <optional>
 
 #include "absl/strings/str_format.h"
+#include "kvstore/chunk_codec.h"
+#include "llamacpp/overlap_load.h"
 #include "spdlog/spdlog.h"
 
 namespace kvt::llamacpp {
@@ -12,7 +14,24 @@ using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
+constexpr double kJoinEwmaAlpha = 0.25;
+double Ewma(double old, double sample) {
+  return (1 - kJoinEwmaAlpha) * old + kJoinEwmaAlpha * sample;
+}
 }  // namespace
+
+LlamaKvAdapter::LlamaKvAdapter(LlamaEngine* engine, std::shared_ptr<KVConnector> connector)
+    : engine_(engine), connector_(std::move(connector)) {
+  const double bytes = static_cast<double>(engine_->state_spec().payload_bytes_per_token());
+  join_cost_.s_per_restored_token = bytes / 4e9;
+  join_cost_.s_per_front_token = bytes / 2e9;
+}
+
+void LlamaKvAdapter::ObserveRestore(uint64_t tokens, double seconds) {
+  if (tokens == 0 || !(seconds > 0)) return;
+  join_cost_.s_per_restored_token =
+      Ewma(join_cost_.s_per_restored_token, seconds / static_cast<double>(tokens));
+}
 
 absl::StatusOr<std::unique_ptr<LlamaKvAdapter>> LlamaKvAdapter::Create(
     LlamaEngine* engine, std::shared_ptr<KVConnector> connector) {
@@ -81,6 +100,7 @@ uint64_t LlamaKvAdapter::LoadPrefix(std::span<const TokenId> prompt, uint64_t to
   loaded -= loaded % chunk;
   if (loaded == 0) return 0;
   absl::Status set;
+  const auto t_set = Clock::now();
   if (loaded == tokens) {
     set = engine_->SetSeqState(builder->blob());
   } else {
@@ -93,8 +113,89 @@ uint64_t LlamaKvAdapter::LoadPrefix(std::span<const TokenId> prompt, uint64_t to
     engine_->Clear();
     return 0;
   }
+  ObserveRestore(loaded, Since(t_set));
   result->load_bytes = loaded * spec.payload_bytes_per_token();
   return loaded;
+}
+
+uint64_t LlamaKvAdapter::PickOverlapFront(const ConnectorLookup& lookup, uint64_t usable,
+                                          uint64_t* want, const RunOptions& options,
+                                          RunResult* result) {
+  const uint32_t chunk = connector_->chunk_tokens();
+  if (options.overlap == OverlapMode::kOff || usable < 2 * uint64_t{chunk}) return 0;
+  if (options.overlap_front_tokens > 0) {
+    return options.overlap_front_tokens < usable ? options.overlap_front_tokens : 0;
+  }
+  if (options.overlap == OverlapMode::kWhenLoadSlower && *want >= usable) return 0;
+  const size_t chunks = usable / chunk;
+  if (lookup.chunk_tiers.size() < chunks) return 0;
+  result->overlap_plan = connector_->cost_model().PlanOverlap(
+      std::span<const TierKind>(lookup.chunk_tiers).first(chunks), chunk,
+      connector_->chunk_payload_bytes() + kChunkHeaderBytes, join_cost_);
+  const OverlapPlan& plan = result->overlap_plan;
+  // Compute only: overrides a Lookup that wanted everything (it does not count the
+  // restore); a partial Lookup decision already weighed computing against loading.
+  if (plan.front_chunks == plan.total_chunks && *want >= usable) *want = 0;
+  return plan.overlap() ? uint64_t{plan.front_chunks} * chunk : 0;
+}
+
+absl::StatusOr<std::optional<uint64_t>> LlamaKvAdapter::RunOverlap(std::span<const TokenId> prompt,
+                                                                   uint64_t front, uint64_t end,
+                                                                   const RunOptions& options,
+                                                                   RunResult* result) {
+  absl::StatusOr<std::unique_ptr<BackLoader>> loader =
+      BackLoader::Start(*connector_, prompt, front, end, engine_->state_spec());
+  if (!loader.ok()) {
+    spdlog::warn("kvtier llama.cpp: cannot start the back loader, not overlapping: {}",
+                 loader.status().ToString());
+    return std::optional<uint64_t>();
+  }
+  result->overlap_front_tokens = front;
+  result->planned_tokens = end - front;
+  const auto tf = Clock::now();
+  PrefillProgress progress;
+  if (options.progress) {
+    progress = [&](uint64_t d, uint64_t) { options.progress(d, prompt.size()); };
+  }
+  // Same batches as a recompute of [0, front): bit-identical KV.
+  if (absl::Status s = engine_->Prefill(prompt.first(front), 0, /*want_logits=*/false, progress);
+      !s.ok()) {
+    return s;  // the loader's destructor waits for its thread
+  }
+  result->front_prefill_s = Since(tf);
+  connector_->ObservePrefill(front, 0, std::chrono::duration<double>(result->front_prefill_s));
+  const BackLoader::Result& got = (*loader)->Wait();
+  result->load_s = got.load_s;
+  result->failed_chunks = got.failed_chunks;
+  if (got.loaded_end <= front) return std::optional<uint64_t>(front);
+
+  const auto tj = Clock::now();
+  absl::StatusOr<std::vector<std::byte>> front_blob = engine_->GetSeqState();
+  absl::StatusOr<std::vector<std::byte>> joined =
+      front_blob.ok() ? (*loader)->Join(*front_blob) : front_blob.status();
+  if (!joined.ok()) {
+    spdlog::warn(
+        "kvtier llama.cpp: joining the computed front with the loaded back failed, "
+        "computing the back: {}",
+        joined.status().ToString());
+    return std::optional<uint64_t>(front);  // seq 0 still holds the front
+  }
+  const double join_front_s = Since(tj);
+  const auto ts = Clock::now();
+  if (absl::Status set = engine_->SetSeqState(*joined); !set.ok()) {
+    spdlog::warn("kvtier llama.cpp: restoring the joined {}-token state failed, recomputing: {}",
+                 got.loaded_end, set.ToString());
+    engine_->Clear();
+    return std::optional<uint64_t>(0);
+  }
+  const double set_s = Since(ts);
+  result->join_s = Since(tj);
+  ObserveRestore(got.loaded_end, set_s);
+  join_cost_.s_per_front_token =
+      Ewma(join_cost_.s_per_front_token, join_front_s / static_cast<double>(front));
+  result->loaded_tokens = got.loaded_end - front;
+  result->load_bytes = result->loaded_tokens * engine_->state_spec().payload_bytes_per_token();
+  return std::optional<uint64_t>(got.loaded_end);
 }
 
 size_t LlamaKvAdapter::StoreChunks(std::span<const TokenId> prompt) {
@@ -135,6 +236,14 @@ absl::StatusOr<RunResult> LlamaKvAdapter::Run(std::span<const TokenId> prompt,
         "recompute_prefix_tokens %d needs a cold run and must be < the %d prompt tokens",
         *options.recompute_prefix_tokens, prompt.size()));
   }
+  if (options.overlap_front_tokens > 0 &&
+      (options.overlap == OverlapMode::kOff || connector_ == nullptr ||
+       options.overlap_front_tokens % connector_->chunk_tokens() != 0)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "overlap_front_tokens %d must be a multiple of the chunk size (%d) and needs an overlap "
+        "mode other than kOff",
+        options.overlap_front_tokens, connector_ == nullptr ? 0 : connector_->chunk_tokens()));
+  }
   RunResult r;
   r.prompt_tokens = prompt.size();
   const auto t0 = Clock::now();
@@ -156,17 +265,31 @@ absl::StatusOr<RunResult> LlamaKvAdapter::Run(std::span<const TokenId> prompt,
       want = std::min<uint64_t>(want, prompt.size() - 1);
       want -= want % chunk;
       r.planned_tokens = want;
-      if (want > 0) {
-        const auto t_load = Clock::now();
-        done = LoadPrefix(prompt, want, &r);
-        r.load_s = Since(t_load);
+      uint64_t usable = std::min<uint64_t>(lookup->cached_tokens, options.max_load_tokens);
+      usable = std::min<uint64_t>(usable, prompt.size() - 1);
+      usable -= usable % chunk;
+      std::optional<uint64_t> overlapped;
+      if (const uint64_t front = PickOverlapFront(*lookup, usable, &want, options, &r); front > 0) {
+        absl::StatusOr<std::optional<uint64_t>> o = RunOverlap(prompt, front, usable, options, &r);
+        if (!o.ok()) return o.status();
+        overlapped = *o;
+      }
+      if (overlapped.has_value()) {
+        done = *overlapped;
+      } else {
+        r.planned_tokens = want;
+        if (want > 0) {
+          const auto t_load = Clock::now();
+          done = LoadPrefix(prompt, want, &r);
+          r.load_s = Since(t_load);
+          r.loaded_tokens = done;
+        }
       }
     } else {
       spdlog::warn("kvtier llama.cpp: Lookup failed, computing the whole prompt: {}",
                    lookup.status().ToString());
     }
   }
-  r.loaded_tokens = done;
 
   const auto tp = Clock::now();
   if (options.recompute_prefix_tokens.has_value() && *options.recompute_prefix_tokens > 0) {
@@ -194,14 +317,14 @@ absl::StatusOr<RunResult> LlamaKvAdapter::Run(std::span<const TokenId> prompt,
   r.tail_prefill_s = Since(tt);
   absl::StatusOr<std::vector<float>> logits = engine_->Logits();
   if (!logits.ok()) return logits.status();
-  r.prefill_s = Since(tp);
+  r.prefill_s = Since(tp) + r.front_prefill_s;
   r.ttft_s = Since(t0);
   r.computed_tokens = prompt.size() - r.loaded_tokens;
   r.logits = std::move(*logits);
 
   if (kvtier) {
-    connector_->ObservePrefill(rest.size(), r.loaded_tokens,
-                               std::chrono::duration<double>(r.prefill_s));
+    connector_->ObservePrefill(rest.size(), prompt.size() - rest.size(),
+                               std::chrono::duration<double>(r.prefill_s - r.front_prefill_s));
     if (options.store && !ModelStillMatches()) {
       r.model_changed = true;  // changed during prefill: store nothing under the old namespace
     } else if (options.store) {
