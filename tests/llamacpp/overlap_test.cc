@@ -164,18 +164,36 @@ TEST(OverlapTest, CostModelSplitsWhenTheCacheLoadsSlowerThanItComputes) {
   const Case c = StoreAndRequest(rig, 8 * T, 91);
   const RunResult cold = MustRun(*rig.adapter, c.request, Cold(c.m));
 
-  RunOptions o;  // the default mode: kWhenLoadSlower
+  const std::vector<std::byte> cold_state = State(*rig.engine);
+
+  RunOptions o;  // the default mode: kWhenLoadSlower, adaptive
   o.store = false;
   const RunResult r = MustRun(*rig.adapter, c.request, o);
   EXPECT_EQ(r.cached_tokens, c.m);
   EXPECT_EQ(r.overlap_plan.total_chunks, 8u);
   EXPECT_TRUE(r.overlap_plan.overlap());
   EXPECT_EQ(r.overlap_plan.front_chunks, 4u);
-  EXPECT_EQ(r.overlap_front_tokens, 4 * T);
-  EXPECT_EQ(r.loaded_tokens, 4 * T);
+  EXPECT_EQ(r.planned_tokens, 4 * T);
   EXPECT_LT(r.overlap_plan.predicted_s, r.overlap_plan.compute_only_s);
   EXPECT_LT(r.overlap_plan.predicted_s, r.overlap_plan.load_only_s);
+  // Where the two sides met depends on the real speeds (the host tier is fast, so the
+  // loader usually meets the engine after its first batch); every token is accounted.
+  EXPECT_GE(r.overlap_front_tokens, T);
+  EXPECT_LT(r.overlap_front_tokens, c.m);
+  EXPECT_EQ(r.overlap_front_tokens % T, 0u);
+  EXPECT_EQ(r.loaded_tokens, c.m - r.overlap_front_tokens);
   EXPECT_TRUE(SameBits(r.logits, cold.logits));
+  EXPECT_TRUE(State(*rig.engine) == cold_state);
+
+  // The planned split as is (not adaptive): exactly 4 chunks computed.
+  o.overlap_adaptive = false;
+  const RunResult fixed = MustRun(*rig.adapter, c.request, o);
+  if (fixed.overlap_plan.overlap()) {  // the estimates have learned the real speeds now
+    EXPECT_EQ(fixed.overlap_front_tokens, fixed.overlap_plan.front_chunks * T);
+    EXPECT_EQ(fixed.loaded_tokens, c.m - fixed.overlap_front_tokens);
+  }
+  EXPECT_TRUE(SameBits(fixed.logits, cold.logits));
+  o.overlap_adaptive = true;
 
   // kOff: the Lookup's decision stands (by now the model has seen the host tier's real
   // speed, so it loads everything).
@@ -239,13 +257,13 @@ TEST(BackLoaderTest, MissingChunkStopsTheBackAndTheRestIsComputed) {
   EXPECT_EQ(got.loaded_end, 4 * T);
   EXPECT_THAT(got.failed_chunks, ::testing::ElementsAre(4u, 5u));
   EXPECT_EQ(got.first_error.code(), absl::StatusCode::kNotFound);
-  // A front of the wrong length is refused.
-  ASSERT_TRUE(e.Prefill(std::span<const TokenId>(c.request).subspan(2 * T, T), 2 * T, false).ok());
+  // A front that leaves a gap before the loaded tokens is refused.
+  e.Clear();
+  ASSERT_TRUE(e.Prefill(std::span<const TokenId>(c.request).first(T), 0, false).ok());
   auto wrong = (*loader)->Join(State(e));
   EXPECT_EQ(wrong.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(wrong.status().message(), HasSubstr("96 cells, expected 64"));
-  e.Clear();
-  ASSERT_TRUE(e.Prefill(std::span<const TokenId>(c.request).first(2 * T), 0, false).ok());
+  EXPECT_THAT(wrong.status().message(), HasSubstr("32 cells, the loaded tokens are [64, 128)"));
+  ASSERT_TRUE(e.Prefill(std::span<const TokenId>(c.request).subspan(T, T), T, false).ok());
   auto joined = (*loader)->Join(State(e));
   ASSERT_TRUE(joined.ok()) << joined.status();
   EXPECT_EQ((*loader)->Join(State(e)).status().code(), absl::StatusCode::kFailedPrecondition);
@@ -256,6 +274,62 @@ TEST(BackLoaderTest, MissingChunkStopsTheBackAndTheRestIsComputed) {
   ASSERT_TRUE(logits.ok());
   const RunResult cold = MustRun(*rig.adapter, c.request, Cold(4 * T));
   EXPECT_TRUE(SameBits(*logits, cold.logits));
+}
+
+// Meet in the middle, the loader alone first: it walks down from the end, stops at a
+// missing chunk, and the engine computes up to where the loader stopped.
+TEST(BackLoaderTest, FromEndStopsAtAMissingChunkAndTheEngineComputesUpToIt) {
+  Rig rig = MakeRig(false);
+  const Case c = StoreAndRequest(rig, 6 * T, 31);
+  std::vector<ChunkKey> keys =
+      ComputeChunkKeys(rig.connector->ns(), std::span<const TokenId>(c.request).first(6 * T),
+                       ChunkKeyOptions{.chunk_tokens = kTestChunkTokens});
+  ASSERT_TRUE(rig.store->Erase(keys[2]).ok());
+
+  LlamaEngine& e = *rig.engine;
+  e.Clear();
+  auto loader = BackLoader::StartFromEnd(*rig.connector, c.request, 6 * T, e.state_spec());
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  const BackLoader::Result& got = (*loader)->Wait();  // the engine reported nothing
+  EXPECT_EQ(got.loaded_begin, 3 * T);
+  EXPECT_EQ(got.loaded_end, 6 * T);
+  EXPECT_EQ((*loader)->loaded_begin(), 3 * T);
+  EXPECT_THAT(got.failed_chunks, ::testing::ElementsAre(2u));
+  EXPECT_EQ(got.first_error.code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(e.Prefill(std::span<const TokenId>(c.request).first(3 * T), 0, false).ok());
+  auto joined = (*loader)->Join(State(e));
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  ASSERT_TRUE(e.SetSeqState(*joined).ok());
+  ASSERT_TRUE(e.Prefill(std::span<const TokenId>(c.request).subspan(6 * T), 6 * T, true).ok());
+  auto logits = e.Logits();
+  ASSERT_TRUE(logits.ok());
+  const std::vector<std::byte> state = State(e);
+  const RunResult cold = MustRun(*rig.adapter, c.request, Cold(6 * T));
+  EXPECT_TRUE(SameBits(*logits, cold.logits));
+  EXPECT_TRUE(state == State(e));
+
+  // Everything cached and nothing computed: the loader delivers [0, end) and an empty
+  // front joins.
+  const Case d = StoreAndRequest(rig, 4 * T, 32);
+  e.Clear();
+  auto all = BackLoader::StartFromEnd(*rig.connector, d.request, 4 * T, e.state_spec());
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ((*all)->Wait().loaded_begin, 0u);
+  auto whole = (*all)->Join({});
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  ASSERT_TRUE(e.SetSeqState(*whole).ok());
+  EXPECT_EQ(e.seq_tokens(), 4 * T);
+
+  // The engine already past the end: the loader loads nothing.
+  auto none = BackLoader::StartFromEnd(*rig.connector, d.request, 4 * T, e.state_spec());
+  ASSERT_TRUE(none.ok());
+  (*none)->SetComputed(4 * T);
+  const BackLoader::Result& n = (*none)->Wait();
+  EXPECT_LE(n.loaded_begin, 4 * T);  // may have loaded before SetComputed landed
+  EXPECT_TRUE(n.failed_chunks.empty());
+  EXPECT_EQ(
+      BackLoader::StartFromEnd(*rig.connector, d.request, T + 1, e.state_spec()).status().code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST(BackLoaderTest, StartRejectsBadRanges) {

@@ -143,34 +143,53 @@ absl::StatusOr<std::optional<uint64_t>> LlamaKvAdapter::RunOverlap(std::span<con
                                                                    uint64_t front, uint64_t end,
                                                                    const RunOptions& options,
                                                                    RunResult* result) {
+  // front > 0: the fixed split; 0: meet in the middle (the loader walks down from the
+  // end while the engine computes up from 0; see overlap_load.h).
+  const bool meet = front == 0;
   absl::StatusOr<std::unique_ptr<BackLoader>> loader =
-      BackLoader::Start(*connector_, prompt, front, end, engine_->state_spec());
+      meet ? BackLoader::StartFromEnd(*connector_, prompt, end, engine_->state_spec())
+           : BackLoader::Start(*connector_, prompt, front, end, engine_->state_spec());
   if (!loader.ok()) {
     spdlog::warn("kvtier llama.cpp: cannot start the back loader, not overlapping: {}",
                  loader.status().ToString());
     return std::optional<uint64_t>();
   }
-  result->overlap_front_tokens = front;
-  result->planned_tokens = end - front;
   const auto tf = Clock::now();
+  uint64_t computed = 0;
   PrefillProgress progress;
   if (options.progress) {
-    progress = [&](uint64_t d, uint64_t) { options.progress(d, prompt.size()); };
+    progress = [&](uint64_t d, uint64_t) { options.progress(computed + d, prompt.size()); };
   }
-  // Same batches as a recompute of [0, front): bit-identical KV.
-  if (absl::Status s = engine_->Prefill(prompt.first(front), 0, /*want_logits=*/false, progress);
-      !s.ok()) {
-    return s;  // the loader's destructor waits for its thread
+  // The same calls as a recompute of [0, computed) (batches of n_batch from chunk-aligned
+  // positions): bit-identical KV.
+  const uint64_t chunk = connector_->chunk_tokens();
+  const uint64_t step =
+      meet ? std::max<uint64_t>(chunk, engine_->options().n_batch / chunk * chunk) : front;
+  while (computed < end && (meet ? computed < (*loader)->loaded_begin() : computed < front)) {
+    const uint64_t n = std::min<uint64_t>(step, end - computed);
+    if (absl::Status s =
+            engine_->Prefill(prompt.subspan(computed, n), static_cast<uint32_t>(computed),
+                             /*want_logits=*/false, progress);
+        !s.ok()) {
+      return s;  // the loader's destructor waits for its thread
+    }
+    computed += n;
+    (*loader)->SetComputed(computed);
   }
   result->front_prefill_s = Since(tf);
-  connector_->ObservePrefill(front, 0, std::chrono::duration<double>(result->front_prefill_s));
+  if (computed > 0) {
+    connector_->ObservePrefill(computed, 0, std::chrono::duration<double>(result->front_prefill_s));
+  }
   const BackLoader::Result& got = (*loader)->Wait();
+  result->overlap_front_tokens = computed;
+  result->planned_tokens = end - (meet ? result->overlap_plan.front_chunks * chunk : front);
   result->load_s = got.load_s;
   result->failed_chunks = got.failed_chunks;
-  if (got.loaded_end <= front) return std::optional<uint64_t>(front);
+  if (got.loaded_end <= computed) return std::optional<uint64_t>(computed);
 
   const auto tj = Clock::now();
-  absl::StatusOr<std::vector<std::byte>> front_blob = engine_->GetSeqState();
+  absl::StatusOr<std::vector<std::byte>> front_blob =
+      computed > 0 ? engine_->GetSeqState() : std::vector<std::byte>{};
   absl::StatusOr<std::vector<std::byte>> joined =
       front_blob.ok() ? (*loader)->Join(*front_blob) : front_blob.status();
   if (!joined.ok()) {
@@ -178,7 +197,7 @@ absl::StatusOr<std::optional<uint64_t>> LlamaKvAdapter::RunOverlap(std::span<con
         "kvtier llama.cpp: joining the computed front with the loaded back failed, "
         "computing the back: {}",
         joined.status().ToString());
-    return std::optional<uint64_t>(front);  // seq 0 still holds the front
+    return std::optional<uint64_t>(computed);  // seq 0 still holds the front
   }
   const double join_front_s = Since(tj);
   const auto ts = Clock::now();
@@ -191,9 +210,11 @@ absl::StatusOr<std::optional<uint64_t>> LlamaKvAdapter::RunOverlap(std::span<con
   const double set_s = Since(ts);
   result->join_s = Since(tj);
   ObserveRestore(got.loaded_end, set_s);
-  join_cost_.s_per_front_token =
-      Ewma(join_cost_.s_per_front_token, join_front_s / static_cast<double>(front));
-  result->loaded_tokens = got.loaded_end - front;
+  if (computed > 0) {
+    join_cost_.s_per_front_token =
+        Ewma(join_cost_.s_per_front_token, join_front_s / static_cast<double>(computed));
+  }
+  result->loaded_tokens = got.loaded_end - computed;
   result->load_bytes = result->loaded_tokens * engine_->state_spec().payload_bytes_per_token();
   return std::optional<uint64_t>(got.loaded_end);
 }
@@ -270,7 +291,9 @@ absl::StatusOr<RunResult> LlamaKvAdapter::Run(std::span<const TokenId> prompt,
       usable -= usable % chunk;
       std::optional<uint64_t> overlapped;
       if (const uint64_t front = PickOverlapFront(*lookup, usable, &want, options, &r); front > 0) {
-        absl::StatusOr<std::optional<uint64_t>> o = RunOverlap(prompt, front, usable, options, &r);
+        const bool fixed = options.overlap_front_tokens > 0 || !options.overlap_adaptive;
+        absl::StatusOr<std::optional<uint64_t>> o =
+            RunOverlap(prompt, fixed ? front : 0, usable, options, &r);
         if (!o.ok()) return o.status();
         overlapped = *o;
       }

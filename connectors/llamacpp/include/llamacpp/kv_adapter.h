@@ -15,7 +15,9 @@
 //
 // Load while computing (RunOptions::overlap, Cake-style; docs/cost-model.md
 // "Load while computing"): instead of step 2, the engine prefills chunks [0, s) of the
-// cached prefix [0, k) while a BackLoader thread (overlap_load.h) loads chunks [s, k);
+// cached prefix [0, k) while a BackLoader thread (overlap_load.h) loads chunks [s, k)
+// (by default adaptively: the loader walks down from k while the engine computes up
+// from 0, and s is where they meet);
 // the computed front is then read out of the engine, joined with the loaded back into
 // one k-token state and restored with one set_data, and step 3 prefills from k. s comes
 // from CostModel::PlanOverlap over the Lookup's chunk tiers, with the join costs this
@@ -65,6 +67,10 @@ struct RunOptions {
   // loading the cached chunks after them. REQUIRES: a multiple of the chunk size and
   // overlap != kOff. Ignored (no split) when fewer cached chunks follow it.
   uint64_t overlap_front_tokens = 0;
+  // When the plan splits: true = meet in the middle (the loader walks down from the end
+  // of the prefix while the engine computes up from 0, so the realized split follows
+  // the actual speeds; BackLoader::StartFromEnd); false = the planned split as is.
+  bool overlap_adaptive = true;
   PrefillProgress progress;
 };
 
@@ -89,7 +95,8 @@ struct RunResult {
   bool model_changed = false;
   std::vector<float> logits;  // next-token logits after the prompt
   // Load while computing: tokens [0, overlap_front_tokens) were computed while the
-  // cached tokens after them loaded (0: no split); planned_tokens is then the back.
+  // cached tokens after them loaded (0: no split; adaptive: where the two sides met);
+  // planned_tokens is then the planned (or forced) back.
   uint64_t overlap_front_tokens = 0;
   double front_prefill_s = 0;  // prefill of the front (included in prefill_s)
   double join_s = 0;           // front get_data + join + set_data (after both finished)
@@ -132,8 +139,9 @@ class LlamaKvAdapter {
   // Sets *want = 0 when the plan is to compute everything and *want was all of `usable`.
   uint64_t PickOverlapFront(const ConnectorLookup& lookup, uint64_t usable, uint64_t* want,
                             const RunOptions& options, RunResult* result);
-  // Computes [0, front) while loading [front, end), joins and restores; returns the
-  // tokens seq 0 then holds, or nullopt when the loader could not start (nothing done).
+  // Computes [0, front) while loading [front, end) (front == 0: meet in the middle),
+  // joins and restores; returns the tokens seq 0 then holds, or nullopt when the loader
+  // could not start (nothing done).
   absl::StatusOr<std::optional<uint64_t>> RunOverlap(std::span<const TokenId> prompt,
                                                      uint64_t front, uint64_t end,
                                                      const RunOptions& options, RunResult* result);

@@ -9,7 +9,7 @@
 //   ...decode prompt[0, front) on seq_id in n_batch batches from position 0...
 //   const BackLoader::Result& got = loader->Wait();
 //   if (got.loaded_end > front) {
-//     blob = llama_state_seq_get_data(seq_id)            // exactly `front` cells
+//     blob = llama_state_seq_get_data(seq_id)            // the `front` computed cells
 //     joined = loader->Join(blob);                        // [0, got.loaded_end)
 //     llama_state_seq_set_data(joined, seq_id)
 //   }
@@ -21,6 +21,7 @@
 #ifndef LLAMACPP_OVERLAP_LOAD_H_
 #define LLAMACPP_OVERLAP_LOAD_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -33,14 +34,28 @@
 
 namespace kvt::llamacpp {
 
-// One back load. Start, then Wait (once the front is computed), then Join. Not
-// thread-safe: one owner calls Wait and Join; the loader thread only touches the
-// connector (thread-safe) and its own blob until Wait returns.
+// Two ways to split:
+//  * Start: a fixed front (the planned split): loads chunks [front, end) in order.
+//  * StartFromEnd (meet in the middle): loads chunks end-1, end-2, ... while the engine
+//    computes 0, 1, 2, ... and reports its progress with SetComputed; each side stops
+//    where the other has been, so the split lands where compute and load actually
+//    meet, whatever the estimates said:
+//      auto loader = BackLoader::StartFromEnd(connector, prompt, end, spec, seq_id);
+//      for (c = 0; c < end && c < loader->loaded_begin(); c += step) {
+//        ...decode prompt[c, c + step)...; loader->SetComputed(c + step);
+//      }
+//      then Wait / Join / set_data as above (Join takes a front of >= loaded_begin cells).
+//
+// One load. Start, then Wait (once the front is computed), then Join. Not thread-safe
+// except SetComputed / loaded_begin: one owner calls Wait and Join; the loader thread
+// only touches the connector (thread-safe), its own blob and two atomics.
 class BackLoader {
  public:
   struct Result {
-    // Tokens [front_tokens, loaded_end) were delivered verified (loaded_end ==
-    // front_tokens when none was); every token after loaded_end must be computed.
+    // Tokens [loaded_begin, loaded_end) were delivered verified (empty when equal);
+    // every token after loaded_end must be computed. Start: loaded_begin ==
+    // front_tokens. StartFromEnd: loaded_end == end_tokens (or == loaded_begin).
+    uint64_t loaded_begin = 0;
     uint64_t loaded_end = 0;
     std::vector<size_t> failed_chunks;  // as ConnectorLoadResult::failed_chunks
     absl::Status first_error;           // why the first failed chunk failed (or OK)
@@ -56,19 +71,34 @@ class BackLoader {
   static absl::StatusOr<std::unique_ptr<BackLoader>> Start(
       KVConnector& connector, std::span<const TokenId> prompt, uint64_t front_tokens,
       uint64_t end_tokens, const SeqStateSpec& spec, int32_t seq_id = 0);
+  // Meet in the middle (see above): one LoadPayloads per chunk, from the last chunk
+  // down, stopping before a chunk the engine reported computed or at the first chunk
+  // that cannot be delivered. InvalidArgument unless 0 < end_tokens <= prompt.size() is
+  // a multiple of the chunk size; the spec check as Start.
+  static absl::StatusOr<std::unique_ptr<BackLoader>> StartFromEnd(KVConnector& connector,
+                                                                  std::span<const TokenId> prompt,
+                                                                  uint64_t end_tokens,
+                                                                  const SeqStateSpec& spec,
+                                                                  int32_t seq_id = 0);
   ~BackLoader();  // waits for the thread
+
+  // Engine side (StartFromEnd): tokens [0, tokens) are computed. Thread-safe.
+  void SetComputed(uint64_t tokens) { computed_.store(tokens, std::memory_order_release); }
+  // Loaded so far: tokens [loaded_begin(), end) (end when none; Start: front_tokens once
+  // the load finished, else end). Thread-safe.
+  uint64_t loaded_begin() const { return lowest_.load(std::memory_order_acquire); }
   BackLoader(const BackLoader&) = delete;
   BackLoader& operator=(const BackLoader&) = delete;
 
   // Blocks until the loader thread is done; idempotent.
   const Result& Wait();
 
-  // After Wait: the state of tokens [0, loaded_end), tokens [0, front_tokens) taken from
-  // `front_blob` (llama_state_seq_get_data of the sequence holding exactly the computed
-  // front), the rest from the loaded chunks. DataLoss / FailedPrecondition from
-  // ParseSeqState for a blob that does not match the spec; FailedPrecondition when the
-  // blob holds other than front_tokens cells, when called before Wait, when called twice, or when
-  // nothing was loaded (loaded_end == front_tokens: the engine already holds the whole state).
+  // After Wait: the state of tokens [0, loaded_end): the c tokens of `front_blob`
+  // (llama_state_seq_get_data of the sequence holding the computed front [0, c)), the
+  // rest from the loaded chunks. REQUIRES loaded_begin <= c < loaded_end. DataLoss /
+  // FailedPrecondition from ParseSeqState for a blob that does not match the spec;
+  // FailedPrecondition when c leaves a gap before loaded_begin or covers everything
+  // loaded, when called before Wait, or twice.
   absl::StatusOr<std::vector<std::byte>> Join(std::span<const std::byte> front_blob);
 
   uint64_t front_tokens() const { return front_; }
@@ -77,7 +107,13 @@ class BackLoader {
  private:
   BackLoader(KVConnector& connector, std::span<const TokenId> prompt, uint64_t front, uint64_t end,
              const SeqStateSpec& spec, SeqStateBuilder builder);
+  static absl::StatusOr<std::unique_ptr<BackLoader>> Make(KVConnector& connector,
+                                                          std::span<const TokenId> prompt,
+                                                          uint64_t front, uint64_t end,
+                                                          const SeqStateSpec& spec, int32_t seq_id,
+                                                          bool from_end);
   void Load();
+  void LoadFromEnd();
 
   KVConnector& connector_;
   SeqStateSpec spec_;
@@ -87,6 +123,8 @@ class BackLoader {
   Result result_;
   bool waited_ = false;
   bool joined_ = false;
+  std::atomic<uint64_t> computed_{0};  // engine progress (StartFromEnd)
+  std::atomic<uint64_t> lowest_;       // first loaded token (end_ when none yet)
   std::thread thread_;
 };
 
