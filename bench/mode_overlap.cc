@@ -108,7 +108,9 @@ int RunOverlapBench(int argc, char** argv) {
   uint32_t prefix_tokens = 1024, tail_tokens = 16, chunk_tokens = 64;
   int32_t threads = 2;
   std::string model_path, preset = "tiny";
-  bool flash_attn = false;
+  bool flash_attn = false, fixed_split = false;
+  app.add_flag("--fixed-split", fixed_split,
+               "overlap with the planned split as is (default: adaptive, meet in the middle)");
   app.add_flag("--json", json, "machine-readable output");
   app.add_option("--bandwidth-gbps", bandwidths_gbps,
                  "throttle the cached tier to these bandwidths (GB/s; comma-separated sweep; "
@@ -270,6 +272,7 @@ int RunOverlapBench(int argc, char** argv) {
   RunOptions overlap_opts;
   overlap_opts.overlap = OverlapMode::kPlan;
   overlap_opts.store = false;
+  overlap_opts.overlap_adaptive = !fixed_split;
 
   nlohmann::json rows = nlohmann::json::array();
   bool identical = true, loads_complete = true;
@@ -279,7 +282,8 @@ int RunOverlapBench(int argc, char** argv) {
     throttled->set_bandwidth(gbps * 1e9);
     std::vector<double> load_ms, compute_ms, overlap_ms, join_ms;
     std::vector<double> split;
-    double predicted_ms = 0;
+    double predicted_ms = 0, pred_load_ms = 0, pred_compute_ms = 0;
+    std::vector<double> planned, loader_ms, front_ms;
     auto run = [&](int which, bool record) -> bool {
       const RunOptions& o = which == 0 ? load_opts : which == 1 ? compute_opts : overlap_opts;
       auto r = (*adapter)->Run(request, o);
@@ -296,15 +300,22 @@ int RunOverlapBench(int argc, char** argv) {
         loads_complete = loads_complete && r->loaded_tokens == prefix_tokens;
       } else if (which == 1) {
         compute_ms.push_back(ms);
+        // A measured prefill of the whole request: keeps the prefill fit current.
+        conn->ObservePrefill(request.size(), 0, std::chrono::duration<double>(r->prefill_s));
       } else {
         overlap_ms.push_back(ms);
         join_ms.push_back(r->join_s * 1e3);
+        loader_ms.push_back(r->load_s * 1e3);
+        front_ms.push_back(r->front_prefill_s * 1e3);
         // Tokens computed before the loaded part: the front, the whole prefix when the
         // plan was to compute, 0 when it was to load everything.
         split.push_back(static_cast<double>(r->overlap_front_tokens > 0 ? r->overlap_front_tokens
                                             : r->loaded_tokens == 0     ? prefix_tokens
                                                                         : 0));
         predicted_ms = r->overlap_plan.predicted_s * 1e3;
+        pred_load_ms = r->overlap_plan.load_only_s * 1e3;
+        pred_compute_ms = r->overlap_plan.compute_only_s * 1e3;
+        planned.push_back(static_cast<double>(r->overlap_plan.front_chunks * chunk_tokens));
       }
       return true;
     };
@@ -331,12 +342,19 @@ int RunOverlapBench(int argc, char** argv) {
     row["limit_ms"] = limit;
     row["gain_vs_best"] = gain;
     row["predicted_overlap_ms"] = predicted_ms;
+    row["predicted_load_ms"] = pred_load_ms;
+    row["predicted_compute_ms"] = pred_compute_ms;
+    row["planned_split_tokens"] = static_cast<uint64_t>(Median(planned));
     row["join_ms"] = Median(join_ms);
+    row["overlap_loader_ms"] = Median(loader_ms);
+    row["overlap_front_compute_ms"] = Median(front_ms);
     rows.push_back(row);
     std::fprintf(stderr,
                  "overlap: %.4f GB/s: load %.1f ms, compute %.1f ms, overlap %.1f ms (split %.0f), "
-                 "gain %.2fx\n",
-                 gbps, l, c, ov, Median(split), gain);
+                 "gain %.2fx; predicted load %.1f, compute %.1f, overlap %.1f ms (split %.0f); "
+                 "overlap loader %.1f ms, front compute %.1f ms\n",
+                 gbps, l, c, ov, Median(split), gain, pred_load_ms, pred_compute_ms, predicted_ms,
+                 Median(planned), Median(loader_ms), Median(front_ms));
   }
 
   const double target_gain = 1.3, noise = 0.95;
@@ -350,6 +368,7 @@ int RunOverlapBench(int argc, char** argv) {
   out["model"] = model_path.rfind(tmp.string(), 0) == 0 && !tmp.empty() ? preset : model_path;
   out["threads"] = threads;
   out["flash_attn"] = flash_attn;
+  out["overlap_split"] = fixed_split ? "fixed" : "adaptive";
   out["rounds"] = rounds;
   out["crossover_gbps"] = crossover_gbps;
   out["predicted_prefix_compute_ms"] = compute_pred_s * 1e3;
@@ -366,22 +385,24 @@ int RunOverlapBench(int argc, char** argv) {
   } else {
     std::printf(
         "kvtier-bench overlap: %u-token cached prefix + %u new tokens, %u-token chunks, %llu KV "
-        "bytes/token, model %s, %d threads, flash attention %s, %d rounds (medians)\n",
+        "bytes/token, model %s, %d threads, flash attention %s, %d rounds (medians), %s split\n",
         prefix_tokens, tail_tokens, chunk_tokens, static_cast<unsigned long long>(bytes_per_token),
-        out["model"].get<std::string>().c_str(), threads, flash_attn ? "on" : "off", rounds);
+        out["model"].get<std::string>().c_str(), threads, flash_attn ? "on" : "off", rounds,
+        fixed_split ? "fixed" : "adaptive");
     std::printf(
         "calibrated prefill of the prefix: %.1f ms -> loading it takes as long at %.4f GB/s "
         "(crossover)\n",
         compute_pred_s * 1e3, crossover_gbps);
-    std::printf("%14s %13s %15s %15s %12s %9s %13s %8s\n", "bandwidth_gbps", "ttft_load_ms",
+    std::printf("%14s %13s %15s %15s %12s %9s %13s %8s %8s\n", "bandwidth_gbps", "ttft_load_ms",
                 "ttft_compute_ms", "ttft_overlap_ms", "split_tokens", "gain", "predicted_ms",
-                "join_ms");
+                "planned", "join_ms");
     for (const auto& r : rows) {
-      std::printf("%14.4f %13.1f %15.1f %15.1f %12llu %8.2fx %13.1f %8.2f\n",
+      std::printf("%14.4f %13.1f %15.1f %15.1f %12llu %8.2fx %13.1f %8llu %8.2f\n",
                   r["bandwidth_gbps"].get<double>(), r["ttft_load_ms"].get<double>(),
                   r["ttft_compute_ms"].get<double>(), r["ttft_overlap_ms"].get<double>(),
                   static_cast<unsigned long long>(r["split_tokens"].get<uint64_t>()),
                   r["gain_vs_best"].get<double>(), r["predicted_overlap_ms"].get<double>(),
+                  static_cast<unsigned long long>(r["planned_split_tokens"].get<uint64_t>()),
                   r["join_ms"].get<double>());
     }
     std::printf(

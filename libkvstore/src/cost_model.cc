@@ -342,6 +342,9 @@ OverlapPlan CostModel::PlanOverlap(std::span<const TierKind> chunk_tiers, uint32
   const double j0 = clean(join.fixed_s);
   const double j = clean(join.s_per_front_token);
   const double r = clean(join.s_per_restored_token);
+  auto slowdown = [](double v) { return std::isfinite(v) && v > 1 ? v : 1.0; };
+  const double sl = slowdown(join.concurrent_load_slowdown);
+  const double sc = slowdown(join.concurrent_compute_slowdown);
   auto saved = [&](double tokens) {
     return model.s_per_token * tokens + model.s_per_token_ctx * AttendedPairs(tokens, 0);
   };
@@ -371,15 +374,15 @@ OverlapPlan CostModel::PlanOverlap(std::span<const TierKind> chunk_tiers, uint32
       join_s = 0;
       total = compute;
     } else {
-      compute = model.fixed_s + saved(front_tokens);
+      compute = sc * (model.fixed_s + saved(front_tokens));
       join_s = j0 + j * front_tokens + restore;
-      total = std::max(compute, back[s]) + join_s;
+      total = std::max(compute, sl * back[s]) + join_s;
     }
     if (total < plan.predicted_s) {
       plan.front_chunks = s;
       plan.predicted_s = total;
       plan.compute_front_s = compute;
-      plan.load_back_s = back[s];
+      plan.load_back_s = s == k ? 0 : sl * back[s];
       plan.join_s = join_s;
     }
   }

@@ -359,6 +359,29 @@ TEST(CostModelOverlapTest, JoinCostIsCharged) {
   EXPECT_NEAR(p.predicted_s, 0.5, 1e-12);
 }
 
+TEST(CostModelOverlapTest, ConcurrencySlowdownsShiftOrCancelTheSplit) {
+  const std::vector<TierKind> tiers(10, TierKind::kDisk);
+  CostModel m = OverlapModel(1e7);  // 0.1 s per chunk either way
+  // Loading twice as slow beside the engine: max(0.1 s, 0.2 (10 - s)): s = 6 -> 0.8,
+  // s = 7 -> max(0.7, 0.6) = 0.7, s = 8 -> 0.8.
+  OverlapPlan p =
+      m.PlanOverlap(tiers, kOvChunkTokens, kOvChunkBytes, {.concurrent_load_slowdown = 2});
+  EXPECT_EQ(p.front_chunks, 7u);
+  EXPECT_NEAR(p.predicted_s, 0.7, 1e-12);
+  EXPECT_NEAR(p.load_back_s, 0.6, 1e-12);
+  EXPECT_NEAR(p.load_only_s, 1.0, 1e-12);  // alone, the loader runs at full speed
+  // Both sides twice as slow: the best split (s = 5, 1.0 s) only ties load only -> 0.
+  p = m.PlanOverlap(tiers, kOvChunkTokens, kOvChunkBytes,
+                    {.concurrent_load_slowdown = 2, .concurrent_compute_slowdown = 2});
+  EXPECT_EQ(p.front_chunks, 0u);
+  EXPECT_FALSE(p.overlap());
+  // Slowdowns below 1 count as 1.
+  p = m.PlanOverlap(tiers, kOvChunkTokens, kOvChunkBytes,
+                    {.concurrent_load_slowdown = 0.5, .concurrent_compute_slowdown = 0});
+  EXPECT_EQ(p.front_chunks, 5u);
+  EXPECT_NEAR(p.predicted_s, 0.5, 1e-12);
+}
+
 TEST(CostModelOverlapTest, QuadraticPrefillAndFixedCost) {
   // a = 0, b = 1e-5 s per attended pair: saved(S) = 1e-5 * S (S + 1) / 2 =
   // 0.0505 / 0.201 / 0.4515 / 0.802 s for 1..4 chunks; 0.1 s per chunk to load.

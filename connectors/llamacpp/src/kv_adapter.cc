@@ -1,5 +1,6 @@
 #include "llamacpp/kv_adapter.h"
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 
@@ -15,6 +16,7 @@ double Since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 constexpr double kJoinEwmaAlpha = 0.25;
+constexpr double kMaxSlowdown = 10;
 double Ewma(double old, double sample) {
   return (1 - kJoinEwmaAlpha) * old + kJoinEwmaAlpha * sample;
 }
@@ -136,10 +138,15 @@ uint64_t LlamaKvAdapter::PickOverlapFront(const ConnectorLookup& lookup, uint64_
   // Compute only: overrides a Lookup that wanted everything (it does not count the
   // restore); a partial Lookup decision already weighed computing against loading.
   if (plan.front_chunks == plan.total_chunks && *want >= usable) *want = 0;
-  return plan.overlap() ? uint64_t{plan.front_chunks} * chunk : 0;
+  if (!plan.overlap() || plan.predicted_s * options.overlap_min_gain >
+                             std::min(plan.load_only_s, plan.compute_only_s)) {
+    return 0;
+  }
+  return uint64_t{plan.front_chunks} * chunk;
 }
 
 absl::StatusOr<std::optional<uint64_t>> LlamaKvAdapter::RunOverlap(std::span<const TokenId> prompt,
+                                                                   std::span<const TierKind> tiers,
                                                                    uint64_t front, uint64_t end,
                                                                    const RunOptions& options,
                                                                    RunResult* result) {
@@ -177,10 +184,29 @@ absl::StatusOr<std::optional<uint64_t>> LlamaKvAdapter::RunOverlap(std::span<con
     (*loader)->SetComputed(computed);
   }
   result->front_prefill_s = Since(tf);
-  if (computed > 0) {
-    connector_->ObservePrefill(computed, 0, std::chrono::duration<double>(result->front_prefill_s));
-  }
   const BackLoader::Result& got = (*loader)->Wait();
+  // How much slower each side ran beside the other than the cost model predicts for it
+  // alone (the front is not fed to the prefill fit: that one models the engine alone).
+  CostModel& cost = connector_->cost_model();
+  if (computed > 0) {
+    const double alone = cost.PredictPrefillSeconds(0, computed);
+    if (alone > 0) {
+      join_cost_.concurrent_compute_slowdown =
+          std::clamp(Ewma(join_cost_.concurrent_compute_slowdown, result->front_prefill_s / alone),
+                     1.0, kMaxSlowdown);
+    }
+  }
+  if (got.loaded_end > got.loaded_begin && got.loaded_end / chunk <= tiers.size()) {
+    double alone = 0;
+    for (uint64_t i = got.loaded_begin / chunk; i < got.loaded_end / chunk; ++i) {
+      alone +=
+          cost.PredictLoadSeconds(tiers[i], connector_->chunk_payload_bytes() + kChunkHeaderBytes);
+    }
+    if (alone > 0) {
+      join_cost_.concurrent_load_slowdown = std::clamp(
+          Ewma(join_cost_.concurrent_load_slowdown, got.load_s / alone), 1.0, kMaxSlowdown);
+    }
+  }
   result->overlap_front_tokens = computed;
   result->planned_tokens = end - (meet ? result->overlap_plan.front_chunks * chunk : front);
   result->load_s = got.load_s;
@@ -257,6 +283,10 @@ absl::StatusOr<RunResult> LlamaKvAdapter::Run(std::span<const TokenId> prompt,
         "recompute_prefix_tokens %d needs a cold run and must be < the %d prompt tokens",
         *options.recompute_prefix_tokens, prompt.size()));
   }
+  if (!(options.overlap_min_gain >= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("overlap_min_gain %g must be >= 1", options.overlap_min_gain));
+  }
   if (options.overlap_front_tokens > 0 &&
       (options.overlap == OverlapMode::kOff || connector_ == nullptr ||
        options.overlap_front_tokens % connector_->chunk_tokens() != 0)) {
@@ -293,7 +323,7 @@ absl::StatusOr<RunResult> LlamaKvAdapter::Run(std::span<const TokenId> prompt,
       if (const uint64_t front = PickOverlapFront(*lookup, usable, &want, options, &r); front > 0) {
         const bool fixed = options.overlap_front_tokens > 0 || !options.overlap_adaptive;
         absl::StatusOr<std::optional<uint64_t>> o =
-            RunOverlap(prompt, fixed ? front : 0, usable, options, &r);
+            RunOverlap(prompt, lookup->chunk_tiers, fixed ? front : 0, usable, options, &r);
         if (!o.ok()) return o.status();
         overlapped = *o;
       }

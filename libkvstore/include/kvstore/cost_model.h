@@ -33,12 +33,13 @@
 // into one state. For s = 0..k (S = s*T tokens, K = k*T):
 //     T(0)     = L(0, k) + r*K                                  (load only)
 //     T(k)     = saved(K)                                       (compute only)
-//     T(s)     = max(f + saved(S), L(s, k)) + j0 + j*S + r*K    (0 < s < k, overlap)
+//     T(s)     = max(sc*(f + saved(S)), sl*L(s, k)) + j0 + j*S + r*K   (0 < s < k)
 // with L(s, k) = safety_factor * sum_{i=s}^{k-1} load(kind_i, chunk_bytes),
 // saved(K) = a*K + b*K*(K+1)/2 (as above; f is charged to the extra prefill call the
 // front needs), and the join costs from OverlapJoinCost: r per restored token (building
 // and set_data of the K-token state), j0 + j per front token (reading the front out of
-// the engine and copying it into the state). The tokens after K are computed the same
+// the engine and copying it into the state), and sl, sc >= 1 the measured slowdowns of
+// loading and computing while both run at once. The tokens after K are computed the same
 // way in every case, so they are left out. The split is the s with the smallest T(s)
 // (ties: the smaller s).
 #ifndef KVSTORE_COST_MODEL_H_
@@ -115,14 +116,18 @@ struct OverlapJoinCost {
   double fixed_s = 0;               // j0: per join
   double s_per_front_token = 0;     // j: per computed front token copied into the state
   double s_per_restored_token = 0;  // r: per token of the restored state (load paths)
+  // Measured slowdowns of the two sides while they run at once (>= 1; values below 1 or
+  // non-finite count as 1): on a busy CPU the loader thread and the engine compete.
+  double concurrent_load_slowdown = 1;     // sigma_l, multiplies L(s, k) for 0 < s < k
+  double concurrent_compute_slowdown = 1;  // sigma_c, multiplies f + saved(S) for 0 < s < k
 };
 
 struct OverlapPlan {
   size_t front_chunks = 0;     // s: chunks [0, s) computed by the engine
   size_t total_chunks = 0;     // k: chunks [s, k) loaded meanwhile
   double predicted_s = 0;      // T(s)
-  double compute_front_s = 0;  // f + saved(S) (0 when s == 0; saved(K) when s == k)
-  double load_back_s = 0;      // L(s, k)
+  double compute_front_s = 0;  // sc*(f + saved(S)) (0 when s == 0; saved(K) when s == k)
+  double load_back_s = 0;      // sl*L(s, k) (L(0, k) when s == 0)
   double join_s = 0;           // the join and restore terms of T(s)
   double load_only_s = 0;      // T(0)
   double compute_only_s = 0;   // T(k)

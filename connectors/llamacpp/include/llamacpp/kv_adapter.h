@@ -71,6 +71,11 @@ struct RunOptions {
   // of the prefix while the engine computes up from 0, so the realized split follows
   // the actual speeds; BackLoader::StartFromEnd); false = the planned split as is.
   bool overlap_adaptive = true;
+  // Split only when the plan predicts at least this gain over the better of load only
+  // and compute only (predicted_s * min_gain <= min(load_only_s, compute_only_s)): the
+  // plan does not model the two threads slowing each other down on a busy CPU, so a
+  // marginal split is not worth the risk. REQUIRES: >= 1.
+  double overlap_min_gain = 1.15;
   PrefillProgress progress;
 };
 
@@ -126,7 +131,9 @@ class LlamaKvAdapter {
 
   LlamaEngine& engine() { return *engine_; }
   // Measured join costs fed to CostModel::PlanOverlap (EWMA over runs; seeded from the
-  // state's bytes per token at 4 GB/s for a restore and 2 GB/s for a front join).
+  // state's bytes per token at 4 GB/s for a restore and 2 GB/s for a front join), and
+  // the slowdowns of loading / computing beside each other measured in split runs
+  // against the cost model's prediction for each alone (EWMA, clamped to [1, 10]).
   const OverlapJoinCost& join_cost() const { return join_cost_; }
   KVConnector* connector() { return connector_.get(); }
 
@@ -143,6 +150,7 @@ class LlamaKvAdapter {
   // joins and restores; returns the tokens seq 0 then holds, or nullopt when the loader
   // could not start (nothing done).
   absl::StatusOr<std::optional<uint64_t>> RunOverlap(std::span<const TokenId> prompt,
+                                                     std::span<const TierKind> tiers,
                                                      uint64_t front, uint64_t end,
                                                      const RunOptions& options, RunResult* result);
   void ObserveRestore(uint64_t tokens, double seconds);
