@@ -9,7 +9,8 @@
 // (VerifyChunk) and compare every payload byte with the bytes it was stored with
 // (regenerated from the key). It prints:
 //  * peak RSS of kvtierd (VmHWM, and the highest VmRSS sampled every 100 ms) against the
-//    configured budget = host_capacity + max_inflight_bytes + 128 MiB for code, gRPC and
+//    configured budget = host_capacity + max_inflight_bytes + writeback_queue_bytes +
+//    128 MiB for code, gRPC and
 //    the RocksDB index (the bounds the daemon is configured with: docs/daemon.md);
 //  * errors: failed Puts, failed Lookups, Gets failing with anything but NotFound
 //    (a miss after eviction is not an error), clients that died;
@@ -54,6 +55,7 @@ struct SoakOptions {
   uint64_t host_bytes = 512ull << 20;
   uint64_t disk_bytes = 2ull << 30;
   uint64_t inflight_bytes = 256ull << 20;
+  uint64_t writeback_bytes = 128ull << 20;
   std::string durability = "async";
   std::string kvtierd;
 };
@@ -256,11 +258,12 @@ int RunSoak(int argc, char** argv) {
     cfg << "listen: " << target << "\ndata_dir: " << dir << "/data\nhost_capacity: " << o.host_bytes
         << "\ndisk_capacity: " << o.disk_bytes << "\ndisk_file_bytes: " << file_bytes
         << "\nmax_record_bytes: " << std::min<uint64_t>(file_bytes, 256ull << 20)
-        << "\nmax_inflight_bytes: " << o.inflight_bytes << "\ndurability: " << o.durability
+        << "\nmax_inflight_bytes: " << o.inflight_bytes
+        << "\nwriteback_queue_bytes: " << o.writeback_bytes << "\ndurability: " << o.durability
         << "\nworkers: 2\nlog_level: warn\nmetrics:\n  listen: \"\"\nready_file: " << dir
         << "/ready.json\n";
   }
-  const uint64_t budget = o.host_bytes + o.inflight_bytes + (128ull << 20);
+  const uint64_t budget = o.host_bytes + o.inflight_bytes + o.writeback_bytes + (128ull << 20);
   const std::string bin = FindKvtierd(o.kvtierd);
   pid_t daemon = SpawnDaemon(bin, dir);
   bool ready = false;
@@ -356,6 +359,7 @@ int RunSoak(int argc, char** argv) {
                         {"host_capacity_mib", o.host_bytes >> 20},
                         {"disk_capacity_mib", o.disk_bytes >> 20},
                         {"max_inflight_mib", o.inflight_bytes >> 20},
+                        {"writeback_queue_mib", o.writeback_bytes >> 20},
                         {"durability", o.durability},
                         {"first_error", total.first_error},
                         {"ok", ok}};
@@ -366,10 +370,11 @@ int RunSoak(int argc, char** argv) {
                 o.clients, o.minutes, o.durability.c_str(),
                 static_cast<unsigned long long>(record_bytes));
     std::printf(
-        "  peak RSS      %8.1f MiB   budget %.1f MiB (host %llu + in-flight %llu + 128) -> %.2f of "
-        "budget\n",
+        "  peak RSS      %8.1f MiB   budget %.1f MiB (host %llu + in-flight %llu + write-back %llu "
+        "+ 128) -> %.2f of budget\n",
         peak_mib, budget_mib, static_cast<unsigned long long>(o.host_bytes >> 20),
-        static_cast<unsigned long long>(o.inflight_bytes >> 20), peak_mib / budget_mib);
+        static_cast<unsigned long long>(o.inflight_bytes >> 20),
+        static_cast<unsigned long long>(o.writeback_bytes >> 20), peak_mib / budget_mib);
     std::printf("  puts %llu (%.0f MiB/s), gets %llu: %llu hits, %llu misses after lookup\n",
                 static_cast<unsigned long long>(total.puts), total.bytes_put / seconds / (1 << 20),
                 static_cast<unsigned long long>(total.gets),

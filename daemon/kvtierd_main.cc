@@ -3,6 +3,7 @@
 // SIGTERM/SIGINT: graceful shutdown (every acknowledged put is on disk), exit 0.
 // Exit codes: 0 ok (and --help), 1 runtime failure (store, listener, ready file),
 // 2 bad command line or config.
+#include <malloc.h>
 #include <signal.h>
 
 #include <cstdio>
@@ -15,6 +16,12 @@
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
+  // Records are MiB-sized and short-lived (gRPC messages, write-back copies). A fixed
+  // mmap threshold keeps glibc from raising it after the first free (its default is
+  // dynamic, up to 32 MiB), which would serve records from arenas that keep freed
+  // memory: every record buffer then goes back to the kernel when freed, so the
+  // daemon's RSS follows its configured bounds (docs/daemon.md, "Memory").
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
   using kvt::daemon::DaemonConfig;
   CLI::App app{"kvtierd: the kvtier KV-cache daemon (host memory + disk, served over gRPC)"};
   std::string config_path, data_dir, host_cap, disk_cap, metrics_listen, durability, ready_file,

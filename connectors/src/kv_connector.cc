@@ -1,7 +1,9 @@
 // KVConnector implementation over a shared TieredStore. See connectors/kv_connector.h
-// and docs/connector.md. This file: lookup (cost model, leases) and the payload level.
-// The stores' queue, buffer pool and back-pressure: async_chunk_writer.h; the paged
-// level over the payload level: paged_level.h; the counters: connector_counters.h.
+// and docs/connector.md. This file: lookup (cost model) and the payload level. The
+// stores go through the store's one write-back queue (TieredStore::AdmitWrite /
+// SubmitWrite: buffer pool, back-pressure, supervised thread) and the leases are the
+// store's (one lease book); the paged level over the payload level: paged_level.h;
+// the counters: connector_counters.h.
 #include "connectors/kv_connector.h"
 
 #include <algorithm>
@@ -11,9 +13,9 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
-#include "async_chunk_writer.h"
 #include "connector_counters.h"
 #include "kvstore/chunk_chain.h"
 #include "kvstore/chunk_codec.h"
@@ -24,7 +26,6 @@ namespace kvt {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using connector_internal::AsyncChunkWriter;
 using connector_internal::ConnectorCounters;
 
 void Bump(ConnectorCounters::Counter& c, uint64_t n = 1) { ConnectorCounters::Bump(c, n); }
@@ -41,10 +42,6 @@ absl::Status ConnectorOptions::Validate() const {
   }
   if (absl::Status s = cost.Validate(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("ConnectorOptions.cost: ", s.message()));
-  }
-  if (lease_release_after.count() <= 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "ConnectorOptions.lease_release_after = %d ms; expected > 0", lease_release_after.count()));
   }
   if (absl::Status s = copy.Validate(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("ConnectorOptions.copy: ", s.message()));
@@ -64,19 +61,12 @@ class KVConnectorImpl final : public KVConnector {
         chunk_tokens_(options.ns.chunk_tokens),
         payload_bytes_(options.ns.layout.payload_bytes(options.ns.chunk_tokens)),
         cost_(options.cost),
-        writer_(std::make_unique<AsyncChunkWriter>(
-            AsyncChunkWriter::Options{options.async_store, options.max_pending_store_bytes,
-                                      options.store_buffer_pool_bytes},
-            [this](std::span<const std::byte> record) { return store_->Put(record); },
-            &counters_)) {}
+        counters_(std::make_shared<ConnectorCounters>()) {}
 
-  ~KVConnectorImpl() override {
-    writer_.reset();  // drains the queue first
-    absl::MutexLock lock(&mu_);
-    for (auto& [key, leases] : leases_) {
-      for (const auto& l : leases) store_->ReleaseLease(l.id);
-    }
-  }
+  // Submitted stores stay in the store's queue and are written after the connector is
+  // gone (their callbacks share counters_); leases not released by a load expire in
+  // the store.
+  ~KVConnectorImpl() override = default;
 
   absl::StatusOr<ConnectorLookup> Lookup(std::span<const TokenId> tokens,
                                          uint64_t num_computed_tokens) override {
@@ -85,8 +75,7 @@ class KVConnectorImpl final : public KVConnector {
           absl::StrFormat("Lookup: num_computed_tokens = %d exceeds the prompt length %d",
                           num_computed_tokens, tokens.size()));
     }
-    Bump(counters_.lookups);
-    ReleaseStaleLeases();
+    Bump(counters_->lookups);
     ConnectorLookup out;
     if (tokens.size() < 2) return out;
     // Leave at least the last prompt token to compute so the engine gets logits.
@@ -99,7 +88,7 @@ class KVConnectorImpl final : public KVConnector {
     LookupResult hit = store_->Lookup(keys, LookupOptions{.pin = true});
     out.cached_tokens = uint64_t{hit.num_leading_hits} * chunk_tokens_;
     out.chunk_tiers.assign(hit.tier_kind.begin(), hit.tier_kind.begin() + hit.num_leading_hits);
-    Bump(counters_.lookup_hit_tokens, out.cached_tokens);
+    Bump(counters_->lookup_hit_tokens, out.cached_tokens);
     size_t k = 0;
     if (out.cached_tokens > num_computed_tokens) {
       if (options_.use_cost_model) {
@@ -120,15 +109,12 @@ class KVConnectorImpl final : public KVConnector {
     }
     out.load_tokens = uint64_t{k} * chunk_tokens_;
     if (out.load_tokens <= num_computed_tokens) out.load_tokens = 0;
-    Bump(counters_.lookup_load_tokens, out.load_tokens);
+    Bump(counters_->lookup_load_tokens, out.load_tokens);
     if (hit.lease != kNoLease) {
-      if (out.load_tokens == 0) {
-        store_->ReleaseLease(hit.lease);
-      } else {
-        out.lease = hit.lease;
-        absl::MutexLock lock(&mu_);
-        leases_[keys[k - 1]].push_back(Lease{hit.lease, Clock::now()});
-      }
+      // Keep pins only on the chunks to load; the load of keys[0, k) releases the lease
+      // (ReleaseLeaseEndingIn), else the store's lease_timeout does.
+      store_->ShrinkLease(hit.lease, out.load_tokens == 0 ? 0 : k);
+      if (out.load_tokens != 0) out.lease = hit.lease;
     }
     spdlog::debug(
         "kvt connector: lookup tokens={} computed={} cached={} load={} "
@@ -141,43 +127,72 @@ class KVConnectorImpl final : public KVConnector {
   absl::StatusOr<size_t> StorePayloads(std::span<const TokenId> tokens,
                                        const ChunkFill& fill) override {
     if (!fill) return absl::InvalidArgumentError("StorePayloads: fill callback is empty");
-    Bump(counters_.store_calls);
+    Bump(counters_->store_calls);
     const size_t n = tokens.size() / chunk_tokens_;
     if (n == 0) return size_t{0};
     std::vector<ChunkKey> keys =
         ComputeChunkKeys(ns_, tokens.first(n * chunk_tokens_), KeyOptions());
     // Chunks already cached (the leading run the store holds) are skipped.
     const size_t cached = store_->Lookup(keys).num_leading_hits;
-    Bump(counters_.store_chunks_skipped, cached);
+    Bump(counters_->store_chunks_skipped, cached);
     const uint64_t record_bytes = kChunkHeaderBytes + payload_bytes_;
+    const bool async = options_.async_store;
     size_t taken = 0;
+    // Handed over together after the last copy: the store's thread encodes and writes
+    // after the hold, not competing with the copy-out for the cores and memory bandwidth.
+    std::vector<SubmittedWrite> batch;
+    absl::Cleanup submit = [&] {
+      for (SubmittedWrite& w : batch) store_->SubmitWrite(std::move(w));
+    };
     for (size_t i = cached; i < n; ++i) {
-      const AsyncChunkWriter::Admission admitted = writer_->Admit(keys[i], record_bytes);
-      if (admitted == AsyncChunkWriter::Admission::kAlreadyPending) {
-        Bump(counters_.store_chunks_skipped);
-        continue;
+      if (async) {
+        const WriteAdmission admitted =
+            store_->AdmitWrite(keys[i], record_bytes, options_.max_pending_store_bytes);
+        if (admitted == WriteAdmission::kAlreadyQueued) {
+          Bump(counters_->store_chunks_skipped);
+          continue;
+        }
+        if (admitted == WriteAdmission::kQueueFull) {
+          // Back-pressure: never block decode. Drop this chunk and the rest (a later
+          // chunk is useless to a lookup without the ones before it).
+          Bump(counters_->store_chunks_dropped, n - i);
+          spdlog::debug(
+              "kvt connector: store's write-back queue full ({} B pending, limit {} B); "
+              "dropping {} chunks",
+              store_->stats().pending_write_bytes, options_.max_pending_store_bytes, n - i);
+          break;
+        }
       }
-      if (admitted == AsyncChunkWriter::Admission::kQueueFull) {
-        // Back-pressure: never block decode. Drop this chunk and the rest (a later
-        // chunk is useless to a lookup without the ones before it).
-        Bump(counters_.store_chunks_dropped, n - i);
-        spdlog::debug(
-            "kvt connector: store queue full ({} B pending, limit {} B); "
-            "dropping {} chunks",
-            writer_->pending_bytes(), options_.max_pending_store_bytes, n - i);
-        break;
-      }
-      connector_internal::RecordBuffer record = writer_->TakeBuffer(record_bytes);
+      RecordBuffer record = store_->TakeBuffer(record_bytes);
       absl::Status filled = fill(i, record.span().subspan(kChunkHeaderBytes));
       if (!filled.ok()) {
-        writer_->Cancel(keys[i], record_bytes);
+        if (async) store_->CancelWrite(keys[i], record_bytes);
         return absl::Status(filled.code(), absl::StrFormat("StorePayloads: fill of chunk %d: %s", i,
                                                            filled.message()));
       }
       ++taken;
-      Bump(counters_.store_chunks_taken);
-      writer_->Submit(ChainHeader(ns_, options_.ns.layout, keys, i, chunk_tokens_),
-                      std::move(record));
+      Bump(counters_->store_chunks_taken);
+      const ChunkHeader header = ChainHeader(ns_, options_.ns.layout, keys, i, chunk_tokens_);
+      auto finish = [header](std::span<std::byte> rec) {
+        return EncodeChunk(header, rec.subspan(kChunkHeaderBytes), rec);
+      };
+      auto done = [counters = counters_, key = header.key](const absl::Status& s) {
+        if (s.ok()) {
+          Bump(counters->store_chunks_put);
+        } else if (!absl::IsCancelled(s)) {
+          Bump(counters->store_put_errors);
+          spdlog::warn("kvt connector: storing chunk {} failed: {}", key.ToHex(), s.ToString());
+        }
+      };
+      if (async) {
+        // The engine's memory is not read after this: encoding and the puts happen on
+        // the store's write-back thread, straight from this buffer (submitted on return).
+        batch.push_back(SubmittedWrite{header.key, std::move(record), finish, done});
+      } else {
+        absl::Status s = finish(record.span());
+        if (s.ok()) s = store_->Put(record.span());
+        done(s);
+      }
     }
     return taken;
   }
@@ -195,23 +210,24 @@ class KVConnectorImpl final : public KVConnector {
     const size_t n = num_tokens / chunk_tokens_;
     const size_t first = std::min<uint64_t>(skip_tokens / chunk_tokens_, n);
     result.loaded_tokens = uint64_t{first} * chunk_tokens_;
-    if (first == n) return result;
     std::vector<ChunkKey> keys = ComputeChunkKeys(ns_, tokens.first(num_tokens), KeyOptions());
+    // Whatever happens below, the lease this chain's Lookup took is released here.
+    absl::Cleanup release = [&] { ReleaseLeaseFor(keys); };
+    if (first == n) return result;
     const KvLayout layout = options_.ns.layout;
     std::vector<std::byte> buf(kChunkHeaderBytes + payload_bytes_);
     for (size_t i = first; i < n; ++i) {
       absl::Status err = LoadOne(keys[i], layout, std::span<std::byte>(buf), i, consume);
       if (!err.ok()) {
         for (size_t j = i; j < n; ++j) result.failed_chunks.push_back(j);
-        Bump(counters_.load_chunks_failed, n - i);
+        Bump(counters_->load_chunks_failed, n - i);
         result.first_error = err;
         spdlog::debug("kvt connector: load stopped at chunk {} of {}: {}", i, n, err.ToString());
         break;
       }
-      Bump(counters_.load_chunks_ok);
+      Bump(counters_->load_chunks_ok);
       result.loaded_tokens = uint64_t{i + 1} * chunk_tokens_;
     }
-    ReleaseLeaseFor(keys);
     return result;
   }
 
@@ -220,10 +236,8 @@ class KVConnectorImpl final : public KVConnector {
     cost_.ObservePrefill(new_tokens, context_tokens, elapsed.count());
   }
 
-  void Flush() override {
-    writer_->Flush();  // every queued chunk has reached the store...
-    store_->Flush();   // ...and the store's write-back has put it in every lower tier
-  }
+  // Every submitted chunk is in every tier the placement names (one queue: the store's).
+  void Flush() override { store_->Flush(); }
 
   const NamespaceParams& ns_params() const override { return options_.ns; }
   NamespaceId ns() const override { return ns_; }
@@ -259,18 +273,15 @@ class KVConnectorImpl final : public KVConnector {
 
   ConnectorStats stats() const override {
     ConnectorStats s;
-    counters_.Fill(&s);
+    counters_->Fill(&s);
     s.cost = cost_.stats();
-    s.store_pending_bytes = writer_->pending_bytes();
+    // The store's (shared by every connector over it): one lease book, one queue.
+    s.leases_released_by_timeout = store_->expired_leases();
+    s.store_pending_bytes = store_->stats().pending_write_bytes;
     return s;
   }
 
  private:
-  struct Lease {
-    LeaseId id;
-    Clock::time_point created;
-  };
-
   ChunkKeyOptions KeyOptions() const {
     ChunkKeyOptions o;
     o.chunk_tokens = chunk_tokens_;
@@ -296,18 +307,18 @@ class KVConnectorImpl final : public KVConnector {
     absl::StatusOr<uint64_t> got = store_->Get(key, buf, &info);
     if (!got.ok()) {
       if (absl::IsNotFound(got.status())) {
-        Bump(counters_.load_misses);
+        Bump(counters_->load_misses);
       } else if (absl::IsDataLoss(got.status())) {
         // A verifying tier (disk, remote) found the record damaged: data loss, not a miss.
-        Bump(counters_.load_data_loss);
+        Bump(counters_->load_data_loss);
       } else if (absl::IsOutOfRange(got.status())) {
         // A record larger than this namespace's chunks cannot be ours.
-        Bump(counters_.load_data_loss);
+        Bump(counters_->load_data_loss);
         return absl::DataLossError(
             absl::StrFormat("chunk %d (key %s): record larger than expected %d bytes: %s", index,
                             key.ToHex(), buf.size(), got.status().message()));
       } else {
-        Bump(counters_.load_other_errors);
+        Bump(counters_->load_other_errors);
       }
       return got.status();
     }
@@ -322,9 +333,9 @@ class KVConnectorImpl final : public KVConnector {
     }
     if (!header.ok()) {
       if (absl::IsDataLoss(header.status())) {
-        Bump(counters_.load_data_loss);
+        Bump(counters_->load_data_loss);
       } else {
-        Bump(counters_.load_mismatch);
+        Bump(counters_->load_mismatch);
       }
       spdlog::warn("kvt connector: chunk {} (key {}) failed verification: {}", index, key.ToHex(),
                    header.status().ToString());
@@ -333,52 +344,19 @@ class KVConnectorImpl final : public KVConnector {
     if (info.tier_index != kNoTier && !info.from_queue) {
       cost_.ObserveTransfer(info.tier_kind, *got, SecondsSince(t0));
     }
-    Bump(counters_.load_bytes, *got);
+    Bump(counters_->load_bytes, *got);
     absl::Status consumed = consume(index, record.subspan(kChunkHeaderBytes));
     if (!consumed.ok()) {
-      Bump(counters_.load_other_errors);
+      Bump(counters_->load_other_errors);
       return absl::Status(consumed.code(),
                           absl::StrFormat("consume of chunk %d: %s", index, consumed.message()));
     }
     return absl::OkStatus();
   }
 
-  // Releases one lease registered by Lookup for this prefix (the longest match).
+  // Releases the lease this chain's Lookup took (the store's lease book).
   void ReleaseLeaseFor(const std::vector<ChunkKey>& keys) {
-    LeaseId id = kNoLease;
-    {
-      absl::MutexLock lock(&mu_);
-      for (size_t i = keys.size(); i-- > 0 && id == kNoLease;) {
-        auto it = leases_.find(keys[i]);
-        if (it == leases_.end()) continue;
-        id = it->second.back().id;
-        it->second.pop_back();
-        if (it->second.empty()) leases_.erase(it);
-      }
-    }
-    if (id != kNoLease) {
-      store_->ReleaseLease(id);
-      Bump(counters_.leases_by_load);
-    }
-  }
-
-  void ReleaseStaleLeases() {
-    std::vector<LeaseId> stale;
-    {
-      absl::MutexLock lock(&mu_);
-      if (leases_.empty()) return;
-      const Clock::time_point cutoff = Clock::now() - options_.lease_release_after;
-      for (auto it = leases_.begin(); it != leases_.end();) {
-        auto& v = it->second;
-        auto keep =
-            std::partition(v.begin(), v.end(), [&](const Lease& l) { return l.created > cutoff; });
-        for (auto j = keep; j != v.end(); ++j) stale.push_back(j->id);
-        v.erase(keep, v.end());
-        it = v.empty() ? leases_.erase(it) : std::next(it);
-      }
-    }
-    for (LeaseId id : stale) store_->ReleaseLease(id);
-    Bump(counters_.leases_by_timeout, stale.size());
+    if (store_->ReleaseLeaseEndingIn(keys) != kNoLease) Bump(counters_->leases_by_load);
   }
 
   const ConnectorOptions options_;
@@ -387,13 +365,11 @@ class KVConnectorImpl final : public KVConnector {
   const uint32_t chunk_tokens_;
   const uint64_t payload_bytes_;
   CostModel cost_;
-  ConnectorCounters counters_;
-  // Queue, buffer pool and back-pressure of the stores. Uses store_ and counters_.
-  std::unique_ptr<AsyncChunkWriter> writer_;
+  // Shared with the done callbacks of submitted stores, which may outlive this.
+  const std::shared_ptr<ConnectorCounters> counters_;
 
   mutable absl::Mutex mu_;
   std::optional<PagedKvView> view_ ABSL_GUARDED_BY(mu_);
-  std::map<ChunkKey, std::vector<Lease>> leases_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

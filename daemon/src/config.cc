@@ -66,6 +66,8 @@ absl::Status DaemonConfig::Validate() const {
     return bad("max_record_bytes", "expected 4 KiB .. min(disk_file_bytes, 1 GiB)");
   if (max_inflight_bytes < max_record_bytes)
     return bad("max_inflight_bytes", "must be at least max_record_bytes");
+  if (writeback_queue_bytes < max_record_bytes)
+    return bad("writeback_queue_bytes", "must be at least max_record_bytes");
   if (get_part_bytes < 4096 || get_part_bytes > (8u << 20))
     return bad("get_part_bytes", absl::StrFormat("%d, expected 4 KiB .. 8 MiB", get_part_bytes));
   if (shm_max_region_bytes < (1ull << 20) || shm_max_region_bytes > (4ull << 30))
@@ -198,6 +200,7 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
                             "workers",
                             "max_record_bytes",
                             "max_inflight_bytes",
+                            "writeback_queue_bytes",
                             "get_part_bytes",
                             "shm",
                             "metrics",
@@ -234,7 +237,8 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
                             std::pair{"disk_capacity", &c.disk.capacity_bytes},
                             std::pair{"disk_file_bytes", &c.disk.file_bytes},
                             std::pair{"max_record_bytes", &c.max_record_bytes},
-                            std::pair{"max_inflight_bytes", &c.max_inflight_bytes}}) {
+                            std::pair{"max_inflight_bytes", &c.max_inflight_bytes},
+                            std::pair{"writeback_queue_bytes", &c.writeback_queue_bytes}}) {
       if (auto s = bytes(key, out); !s.ok()) return s;
     }
     if (root["get_part_bytes"]) {

@@ -230,6 +230,8 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonCo
 
   StoreOptions so;
   so.host = config.host;
+  so.store.max_pending_write_bytes = config.writeback_queue_bytes;
+  so.store.buffer_pool_bytes = 0;  // kvtierd's puts arrive as their own buffers
   DiskTierOptions& dopt = so.disk.emplace(config.disk);
   dopt.dir = config.data_dir + "/disk";
   dopt.file_bytes = std::min(config.disk.file_bytes, config.disk.capacity_bytes);

@@ -305,6 +305,7 @@ LookupResult TieredStore::Impl::Lookup(std::span<const ChunkKey> keys,
           pinned_bytes_ += p.bytes;
         }
       }
+      IndexLeaseEndLocked(id, lease, /*add=*/true);
       leases_.emplace(id, std::move(lease));
     }
   }
@@ -326,10 +327,62 @@ void TieredStore::Impl::ReleaseLease(LeaseId id) {
     auto it = leases_.find(static_cast<uint64_t>(id));
     if (it == leases_.end()) return;
     lease = std::move(it->second);
+    IndexLeaseEndLocked(it->first, lease, /*add=*/false);
     leases_.erase(it);
     DropPinRefsLocked(lease);
   }
   // The pin handles release here, outside lease_mu_.
+}
+
+bool TieredStore::Impl::ShrinkLease(LeaseId id, size_t keep) {
+  if (keep == 0) {
+    {
+      absl::MutexLock lock(&lease_mu_);
+      if (!leases_.contains(static_cast<uint64_t>(id))) return false;
+    }
+    ReleaseLease(id);
+    return true;
+  }
+  Lease dropped;  // the released pins, destroyed outside lease_mu_
+  absl::MutexLock lock(&lease_mu_);
+  auto it = leases_.find(static_cast<uint64_t>(id));
+  if (it == leases_.end()) return false;
+  Lease& lease = it->second;
+  if (keep >= lease.pins.size()) return true;
+  IndexLeaseEndLocked(it->first, lease, /*add=*/false);
+  dropped.pins.assign(std::make_move_iterator(lease.pins.begin() + static_cast<ptrdiff_t>(keep)),
+                      std::make_move_iterator(lease.pins.end()));
+  lease.pins.resize(keep);
+  DropPinRefsLocked(dropped);
+  IndexLeaseEndLocked(it->first, lease, /*add=*/true);
+  return true;
+}
+
+LeaseId TieredStore::Impl::ReleaseLeaseEndingIn(std::span<const ChunkKey> keys) {
+  uint64_t id = 0;
+  {
+    absl::MutexLock lock(&lease_mu_);
+    for (size_t i = keys.size(); i-- > 0 && id == 0;) {
+      auto it = lease_ends_.find(keys[i]);
+      if (it != lease_ends_.end() && !it->second.empty()) id = it->second.back();
+    }
+  }
+  if (id == 0) return kNoLease;
+  ReleaseLease(static_cast<LeaseId>(id));
+  return static_cast<LeaseId>(id);
+}
+
+void TieredStore::Impl::IndexLeaseEndLocked(uint64_t id, const Lease& lease, bool add) {
+  if (lease.pins.empty()) return;
+  const ChunkKey& end = lease.pins.back().key;
+  if (add) {
+    lease_ends_[end].push_back(id);
+    return;
+  }
+  auto it = lease_ends_.find(end);
+  if (it == lease_ends_.end()) return;
+  std::erase(it->second, id);
+  if (it->second.empty()) lease_ends_.erase(it);
 }
 
 uint64_t TieredStore::Impl::pinned_bytes() {
@@ -350,6 +403,7 @@ void TieredStore::Impl::ReapExpired() {
     const absl::Time now = absl::Now();
     for (auto it = leases_.begin(); it != leases_.end();) {
       if (it->second.deadline <= now) {
+        IndexLeaseEndLocked(it->first, it->second, /*add=*/false);
         DropPinRefsLocked(it->second);
         ++expired_leases_;
         expired.push_back(std::move(it->second));
@@ -375,7 +429,9 @@ void TieredStore::Impl::DropPinRefsLocked(const Lease& lease) {
 }
 
 absl::Status TieredStore::Impl::Erase(const ChunkKey& key) {
-  CancelQueued(key);  // queued write-backs of the key would bring it back below
+  // Queued write-backs of the key would bring it back below; one in flight is waited
+  // for, so the erase below also removes what it wrote.
+  CancelQueued(key);
   absl::Status first_error;
   for (auto& tier : tiers_) {
     absl::Status s = tier->Erase(key);
@@ -419,6 +475,21 @@ LookupResult TieredStore::Lookup(std::span<const ChunkKey> keys, const LookupOpt
   return impl_->Lookup(keys, options);
 }
 void TieredStore::ReleaseLease(LeaseId lease) { impl_->ReleaseLease(lease); }
+bool TieredStore::ShrinkLease(LeaseId lease, size_t keep) {
+  return impl_->ShrinkLease(lease, keep);
+}
+LeaseId TieredStore::ReleaseLeaseEndingIn(std::span<const ChunkKey> keys) {
+  return impl_->ReleaseLeaseEndingIn(keys);
+}
+WriteAdmission TieredStore::AdmitWrite(const ChunkKey& key, uint64_t record_bytes,
+                                       uint64_t limit_bytes) {
+  return impl_->AdmitWrite(key, record_bytes, limit_bytes);
+}
+void TieredStore::CancelWrite(const ChunkKey& key, uint64_t record_bytes) {
+  impl_->CancelWrite(key, record_bytes);
+}
+RecordBuffer TieredStore::TakeBuffer(uint64_t bytes) { return impl_->TakeBuffer(bytes); }
+void TieredStore::SubmitWrite(SubmittedWrite write) { impl_->SubmitWrite(std::move(write)); }
 uint64_t TieredStore::pinned_bytes() { return impl_->pinned_bytes(); }
 uint64_t TieredStore::expired_leases() const { return impl_->expired_leases(); }
 absl::StatusOr<StoreListPage> TieredStore::List(const StoreListOptions& options) {

@@ -107,6 +107,7 @@ TieredStoreStats TieredStore::Impl::stats() const {
     absl::MutexLock lock(&queue_mu_);
     s = counters_;
     s.pending_write_bytes = pending_bytes_;
+    s.held_write_bytes = held_bytes_;
   }
   {
     absl::MutexLock lock(&stats_mu_);

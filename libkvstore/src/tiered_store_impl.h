@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <span>
 #include <thread>
@@ -40,6 +41,8 @@ class TieredStore::Impl {
                                                   const GetOptions& options);
   LookupResult Lookup(std::span<const ChunkKey> keys, const LookupOptions& options);
   void ReleaseLease(LeaseId id);
+  bool ShrinkLease(LeaseId id, size_t keep);
+  LeaseId ReleaseLeaseEndingIn(std::span<const ChunkKey> keys);
   uint64_t pinned_bytes();
   uint64_t expired_leases() const;
   absl::Status Erase(const ChunkKey& key);
@@ -57,8 +60,13 @@ class TieredStore::Impl {
   // sets where[i] to the item's target tier and bytes[i] to its size.
   void StatQueue(std::span<const ChunkKey> keys, std::vector<int>& where,
                  std::vector<uint64_t>& bytes);
-  // Drops queued write-backs of `key` and cancels one in flight.
+  // Drops queued write-backs of `key` (submitted ones get done(Cancelled)) and waits
+  // for one in flight to finish.
   void CancelQueued(const ChunkKey& key);
+  WriteAdmission AdmitWrite(const ChunkKey& key, uint64_t record_bytes, uint64_t limit_bytes);
+  void CancelWrite(const ChunkKey& key, uint64_t record_bytes);
+  RecordBuffer TakeBuffer(uint64_t bytes);
+  void SubmitWrite(SubmittedWrite write);
 
   // --- tiered_store_admin.cc ---
   absl::StatusOr<StoreListPage> List(const StoreListOptions& options);
@@ -73,13 +81,21 @@ class TieredStore::Impl {
  private:
   struct WriteItem {
     // The bytes to write; empty = read the record back from tier 0 at write time.
-    std::vector<std::byte> record;
+    RecordBuffer record;
     uint64_t record_bytes = 0;  // counted in pending_bytes_
     ChunkKey key;
     size_t first_tier = 0;  // inclusive range of target tiers
     size_t last_tier = 0;
     bool demotion = false;  // skip a target that already holds the key
+    // A SubmittedWrite (first_tier == 0): finish runs on the thread, done reports.
+    bool submitted = false;
+    std::function<absl::Status(std::span<std::byte>)> finish;
+    std::function<void(const absl::Status&)> done;
+    // The header is written (finish ran OK). Written under queue_mu_ by the worker;
+    // readers copy the header bytes only when it was set under the lock.
+    bool finished = false;
   };
+  using ItemPtr = std::shared_ptr<WriteItem>;
   // A lease's pin on one chunk in one tier. Non-pinnable tiers hold an empty handle.
   struct PinnedChunk {
     int tier = 0;
@@ -105,15 +121,25 @@ class TieredStore::Impl {
   void OnEvicted(size_t t, const ChunkKey& key, std::span<const std::byte> record);
   void Enqueue(std::span<const std::byte> record, uint64_t record_bytes, const ChunkKey& key,
                size_t first, size_t last);
-  void PushLocked(std::span<const std::byte> record, uint64_t record_bytes, const ChunkKey& key,
-                  size_t first, size_t last, bool demotion)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_);
+  void PushLocked(RecordBuffer record, uint64_t record_bytes, const ChunkKey& key, size_t first,
+                  size_t last, bool demotion) ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_);
+  // Copies a queued item's record into `out` (finishing a copy of a submitted record
+  // whose finish has not run). REQUIRES: out.size() >= item.record.size.
+  static absl::Status CopyQueued(const WriteItem& item, bool finished, std::span<std::byte> out);
+  // The submitted write's Puts: tier 0 (or tier 1 when tier 0 refuses it), then the
+  // write-through range, straight from its buffer. Returns the outcome for done.
+  absl::Status WriteSubmitted(WriteItem& item, uint64_t* ok, uint64_t* failed);
+  void RecycleBuffer(RecordBuffer buffer);
+  // Undoes an item's share of pending_bytes_/held_bytes_ and write_keys_.
+  void ForgetLocked(const WriteItem& item) ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_);
   void WorkerMain();
   void WorkerLoop();
-  void WriteOne(WriteItem& item);
+  void WriteOne(const ItemPtr& item);
   void MarkDead();
   absl::StatusOr<std::span<const std::byte>> ReadBackFromTierZero(const ChunkKey& key);
   void DropPinRefsLocked(const Lease& lease) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lease_mu_);
+  void IndexLeaseEndLocked(uint64_t id, const Lease& lease, bool add)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(lease_mu_);
   // Promotes a hit from tier t > 0 into tier 0 (unless peeking) and counts it.
   void AfterHit(size_t t, std::span<const std::byte> record, GetInfo* info,
                 const GetOptions& options);
@@ -126,19 +152,32 @@ class TieredStore::Impl {
 
   mutable absl::Mutex queue_mu_;
   absl::CondVar queue_cv_;
-  std::deque<WriteItem> queue_ ABSL_GUARDED_BY(queue_mu_);
+  std::deque<ItemPtr> queue_ ABSL_GUARDED_BY(queue_mu_);
+  // Keys of submitted writes admitted, queued or in flight (AdmitWrite's duplicates).
+  absl::flat_hash_map<ChunkKey, uint32_t> write_keys_ ABSL_GUARDED_BY(queue_mu_);
   uint64_t pending_bytes_ ABSL_GUARDED_BY(queue_mu_) = 0;  // queued + in flight
+  // Of those, the bytes held in memory (record buffers of queued items and admitted
+  // writes; a key-only write-through holds none). Bounded by max_pending_write_bytes.
+  uint64_t held_bytes_ ABSL_GUARDED_BY(queue_mu_) = 0;
   bool in_progress_ ABSL_GUARDED_BY(queue_mu_) = false;
   ChunkKey inflight_key_ ABSL_GUARDED_BY(queue_mu_);
   bool inflight_cancelled_ ABSL_GUARDED_BY(queue_mu_) = false;
-  // The item the worker is writing (shared with it; read-only while shared).
-  std::shared_ptr<const WriteItem> inflight_item_ ABSL_GUARDED_BY(queue_mu_);
+  // The item the worker is writing (shared with readers; its bytes are read-only while
+  // shared, except the header of a submitted record before `finished`).
+  ItemPtr inflight_item_ ABSL_GUARDED_BY(queue_mu_);
   bool stop_ ABSL_GUARDED_BY(queue_mu_) = false;
   bool healthy_ ABSL_GUARDED_BY(queue_mu_) = true;
   TieredStoreStats counters_ ABSL_GUARDED_BY(queue_mu_);
 
+  // Record buffer pool (a leaf lock: nothing is called with it held).
+  absl::Mutex pool_mu_;
+  std::vector<RecordBuffer> pool_ ABSL_GUARDED_BY(pool_mu_);
+  uint64_t pool_bytes_ ABSL_GUARDED_BY(pool_mu_) = 0;
+
   mutable absl::Mutex lease_mu_;
   absl::flat_hash_map<uint64_t, Lease> leases_ ABSL_GUARDED_BY(lease_mu_);
+  // Live leases by their last pinned key (ReleaseLeaseEndingIn), oldest first.
+  absl::flat_hash_map<ChunkKey, std::vector<uint64_t>> lease_ends_ ABSL_GUARDED_BY(lease_mu_);
   uint64_t next_lease_ ABSL_GUARDED_BY(lease_mu_) = 1;
   absl::flat_hash_map<std::pair<int, ChunkKey>, PinRef> pin_refs_ ABSL_GUARDED_BY(lease_mu_);
   uint64_t pinned_bytes_ ABSL_GUARDED_BY(lease_mu_) = 0;  // distinct (tier, key) bytes

@@ -4,7 +4,9 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <new>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "kvstore/chunk_codec.h"
@@ -25,22 +27,42 @@ void TieredStore::Impl::OnEvicted(size_t t, const ChunkKey& key,
     ++counters_.demotions_skipped;
     return;
   }
-  absl::MutexLock lock(&queue_mu_);
-  if (!healthy_ || stop_) {
-    ++counters_.writes_dropped;
-    return;
+  {
+    absl::MutexLock lock(&queue_mu_);
+    if (!healthy_ || stop_) {
+      ++counters_.writes_dropped;
+      return;
+    }
+    // The queue's bytes stay within the bound: a demotion past it is dropped, not queued
+    // (the record is then in no tier, a clean miss).
+    const uint64_t limit = options_.max_pending_write_bytes;
+    if (limit > 0 && held_bytes_ + record.size() > limit) {
+      ++counters_.demotions_dropped;
+      return;
+    }
+    // Reserve the bytes now; the copy happens below (the tier's lock is still held, but
+    // not queue_mu_, so Gets and the worker go on meanwhile).
+    held_bytes_ += record.size();
   }
-  const uint64_t limit = options_.max_pending_write_bytes;
-  if (limit > 0 && pending_bytes_ + record.size() > 2 * limit) {
+  RecordBuffer copy;
+  try {
+    copy = RecordBuffer::CopyOf(record);
+  } catch (const std::bad_alloc&) {
+    absl::MutexLock lock(&queue_mu_);
+    held_bytes_ -= record.size();
     ++counters_.demotions_dropped;
     return;
   }
+  absl::MutexLock lock(&queue_mu_);
+  held_bytes_ -= record.size();
   ++counters_.demotions_queued;
-  PushLocked(record, record.size(), key, t + 1, t + 1, /*demotion=*/true);
+  PushLocked(std::move(copy), record.size(), key, t + 1, t + 1, /*demotion=*/true);
 }
 
 void TieredStore::Impl::Enqueue(std::span<const std::byte> record, uint64_t record_bytes,
                                 const ChunkKey& key, size_t first, size_t last) {
+  RecordBuffer copy;
+  if (!record.empty()) copy = RecordBuffer::CopyOf(record);
   absl::MutexLock lock(&queue_mu_);
   const uint64_t limit = options_.max_pending_write_bytes;
   if (limit > 0) {
@@ -60,50 +82,160 @@ void TieredStore::Impl::Enqueue(std::span<const std::byte> record, uint64_t reco
     ++counters_.writes_dropped;
     return;
   }
-  PushLocked(record, record_bytes, key, first, last, /*demotion=*/false);
+  PushLocked(std::move(copy), record_bytes, key, first, last, /*demotion=*/false);
 }
 
-void TieredStore::Impl::PushLocked(std::span<const std::byte> record, uint64_t record_bytes,
-                                   const ChunkKey& key, size_t first, size_t last, bool demotion) {
-  WriteItem item;
-  item.record.assign(record.begin(), record.end());
-  item.record_bytes = record_bytes;
-  item.key = key;
-  item.first_tier = first;
-  item.last_tier = last;
-  item.demotion = demotion;
+void TieredStore::Impl::PushLocked(RecordBuffer record, uint64_t record_bytes, const ChunkKey& key,
+                                   size_t first, size_t last, bool demotion) {
+  auto item = std::make_shared<WriteItem>();
+  item->record = std::move(record);
+  item->record_bytes = record_bytes;
+  item->key = key;
+  item->first_tier = first;
+  item->last_tier = last;
+  item->demotion = demotion;
   pending_bytes_ += record_bytes;
+  held_bytes_ += item->record.size;
   queue_.push_back(std::move(item));
   queue_cv_.Signal();
+}
+
+WriteAdmission TieredStore::Impl::AdmitWrite(const ChunkKey& key, uint64_t record_bytes,
+                                             uint64_t limit_bytes) {
+  absl::MutexLock lock(&queue_mu_);
+  if (write_keys_.contains(key)) return WriteAdmission::kAlreadyQueued;
+  uint64_t limit = options_.max_pending_write_bytes;
+  if (limit_bytes != 0 && (limit == 0 || limit_bytes < limit)) limit = limit_bytes;
+  if (limit != 0 && pending_bytes_ + record_bytes > limit) return WriteAdmission::kQueueFull;
+  pending_bytes_ += record_bytes;
+  held_bytes_ += record_bytes;
+  ++write_keys_[key];
+  return WriteAdmission::kAdmitted;
+}
+
+void TieredStore::Impl::CancelWrite(const ChunkKey& key, uint64_t record_bytes) {
+  WriteItem admitted;
+  admitted.key = key;
+  admitted.record_bytes = record_bytes;
+  admitted.submitted = true;
+  absl::MutexLock lock(&queue_mu_);
+  held_bytes_ -= record_bytes;  // ForgetLocked subtracts record.size (empty here)
+  ForgetLocked(admitted);
+}
+
+void TieredStore::Impl::ForgetLocked(const WriteItem& item) {
+  pending_bytes_ -= item.record_bytes;
+  held_bytes_ -= item.record.size;
+  if (item.submitted) {
+    auto k = write_keys_.find(item.key);
+    if (k != write_keys_.end() && --k->second == 0) write_keys_.erase(k);
+  }
+}
+
+RecordBuffer TieredStore::Impl::TakeBuffer(uint64_t bytes) {
+  {
+    absl::MutexLock lock(&pool_mu_);
+    for (size_t i = pool_.size(); i-- > 0;) {
+      if (pool_[i].size == bytes) {
+        RecordBuffer b = std::move(pool_[i]);
+        pool_.erase(pool_.begin() + static_cast<std::ptrdiff_t>(i));
+        pool_bytes_ -= bytes;
+        return b;
+      }
+    }
+  }
+  return RecordBuffer::Make(bytes);
+}
+
+void TieredStore::Impl::RecycleBuffer(RecordBuffer buffer) {
+  if (buffer.empty()) return;
+  absl::MutexLock lock(&pool_mu_);
+  if (pool_bytes_ + buffer.size > options_.buffer_pool_bytes) return;  // freed on return
+  pool_bytes_ += buffer.size;
+  pool_.push_back(std::move(buffer));
+}
+
+void TieredStore::Impl::SubmitWrite(SubmittedWrite write) {
+  auto item = std::make_shared<WriteItem>();
+  item->record_bytes = write.record.size;
+  item->record = std::move(write.record);
+  item->key = write.key;
+  item->first_tier = 0;
+  item->last_tier = WriteThroughRange().second;
+  item->submitted = true;
+  item->finish = std::move(write.finish);
+  item->done = std::move(write.done);
+  item->finished = !item->finish;
+  {
+    absl::MutexLock lock(&queue_mu_);
+    ++counters_.writes_submitted;
+    if (healthy_ && !stop_) {  // the admission reserved its bytes and key already
+      queue_.push_back(std::move(item));
+      queue_cv_.Signal();
+      return;
+    }
+    // The thread is gone: write it here (below), so nothing submitted is lost.
+  }
+  uint64_t ok = 0, failed = 0;
+  absl::Status s = WriteSubmitted(*item, &ok, &failed);
+  if (item->done) item->done(s);
+  absl::MutexLock lock(&queue_mu_);
+  if (!s.ok()) ++counters_.writes_failed;
+  counters_.writebacks += ok;
+  counters_.writeback_errors += failed;
+  ForgetLocked(*item);
+}
+
+absl::Status TieredStore::Impl::CopyQueued(const WriteItem& item, bool finished,
+                                           std::span<std::byte> out) {
+  const uint64_t n = item.record.size;
+  if (!item.submitted || finished) {
+    std::memcpy(out.data(), item.record.data.get(), n);
+    return absl::OkStatus();
+  }
+  // Not finished yet: copy the payload (immutable since SubmitWrite) and finish the copy.
+  if (n < kChunkHeaderBytes) return absl::NotFoundError("not queued");
+  std::memcpy(out.data() + kChunkHeaderBytes, item.record.data.get() + kChunkHeaderBytes,
+              n - kChunkHeaderBytes);
+  absl::Status s = item.finish(out.first(n));
+  if (!s.ok()) return absl::NotFoundError(absl::StrCat("queued record unusable: ", s.message()));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<uint64_t> TieredStore::Impl::GetFromQueue(const ChunkKey& key,
                                                          std::span<std::byte> out,
                                                          std::vector<std::byte>* alloc,
                                                          size_t* target) {
-  absl::MutexLock lock(&queue_mu_);
-  // Newest first: a later Put of the same key replaces an earlier one; the item being
-  // written is older than every queued one.
-  const WriteItem* found = nullptr;
-  for (auto it = queue_.rbegin(); it != queue_.rend() && found == nullptr; ++it) {
-    if (it->key == key && !it->record.empty()) found = &*it;
+  ItemPtr found;
+  bool finished = false;
+  {
+    absl::MutexLock lock(&queue_mu_);
+    // Newest first: a later Put of the same key replaces an earlier one; the item being
+    // written is older than every queued one.
+    for (auto it = queue_.rbegin(); it != queue_.rend() && found == nullptr; ++it) {
+      if ((*it)->key == key && !(*it)->record.empty()) found = *it;
+    }
+    if (found == nullptr && inflight_item_ != nullptr && !inflight_cancelled_ &&
+        inflight_item_->key == key && !inflight_item_->record.empty()) {
+      found = inflight_item_;
+    }
+    if (found == nullptr) return absl::NotFoundError("not queued");
+    finished = found->finished;
   }
-  if (found == nullptr && inflight_item_ != nullptr && !inflight_cancelled_ &&
-      inflight_item_->key == key && !inflight_item_->record.empty()) {
-    found = inflight_item_.get();
-  }
-  if (found == nullptr) return absl::NotFoundError("not queued");
-  const uint64_t n = found->record.size();
+  // Copied outside the lock: `found` keeps the item (and its buffer) alive.
+  const uint64_t n = found->record.size;
   *target = found->first_tier;
   if (alloc != nullptr && out.empty()) {
-    alloc->assign(found->record.begin(), found->record.end());
-    return n;
-  }
-  if (out.size() < n) {
+    alloc->resize(n);
+    out = std::span<std::byte>(*alloc);
+  } else if (out.size() < n) {
     return absl::OutOfRangeError(absl::StrFormat(
         "TieredStore: chunk %s needs a buffer of %d bytes; got %d", key.ToHex(), n, out.size()));
   }
-  std::memcpy(out.data(), found->record.data(), n);
+  if (absl::Status s = CopyQueued(*found, finished, out); !s.ok()) {
+    if (alloc != nullptr) alloc->clear();
+    return s;
+  }
   return n;
 }
 
@@ -114,8 +246,8 @@ void TieredStore::Impl::StatQueue(std::span<const ChunkKey> keys, std::vector<in
   if (inflight_item_ != nullptr && !inflight_cancelled_ && !inflight_item_->record.empty()) {
     carrying[inflight_item_->key] = inflight_item_.get();
   }
-  for (const WriteItem& item : queue_) {
-    if (!item.record.empty()) carrying[item.key] = &item;
+  for (const ItemPtr& item : queue_) {
+    if (!item->record.empty()) carrying[item->key] = item.get();
   }
   if (carrying.empty()) return;
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -123,21 +255,40 @@ void TieredStore::Impl::StatQueue(std::span<const ChunkKey> keys, std::vector<in
     auto it = carrying.find(keys[i]);
     if (it == carrying.end()) continue;
     where[i] = static_cast<int>(it->second->first_tier);
-    bytes[i] = it->second->record.size();
+    bytes[i] = it->second->record.size;
   }
 }
 
 void TieredStore::Impl::CancelQueued(const ChunkKey& key) {
-  absl::MutexLock lock(&queue_mu_);
-  for (auto it = queue_.begin(); it != queue_.end();) {
-    if (it->key == key) {
-      pending_bytes_ -= it->record_bytes;
-      it = queue_.erase(it);
-    } else {
-      ++it;
+  std::vector<ItemPtr> cancelled;
+  {
+    absl::MutexLock lock(&queue_mu_);
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if ((*it)->key == key) {
+        ForgetLocked(**it);
+        cancelled.push_back(std::move(*it));
+        it = queue_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (in_progress_ && inflight_key_ == key) {
+      inflight_cancelled_ = true;
+      // Wait for it to land, so the caller's erase that follows removes every copy.
+      struct Args {
+        Impl* self;
+        ChunkKey key;
+      } args{this, key};
+      queue_mu_.Await(absl::Condition(
+          +[](Args* a) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            return !a->self->in_progress_ || !(a->self->inflight_key_ == a->key);
+          },
+          &args));
     }
   }
-  if (in_progress_ && inflight_key_ == key) inflight_cancelled_ = true;
+  for (const ItemPtr& item : cancelled) {
+    if (item->done) item->done(absl::CancelledError("erased before it was written"));
+  }
 }
 
 void TieredStore::Impl::Flush() {
@@ -167,10 +318,36 @@ void TieredStore::Impl::WorkerMain() {
 }
 
 void TieredStore::Impl::MarkDead() {
-  absl::MutexLock lock(&queue_mu_);
-  healthy_ = false;
-  in_progress_ = false;
-  inflight_item_.reset();
+  std::vector<ItemPtr> submitted;
+  {
+    absl::MutexLock lock(&queue_mu_);
+    healthy_ = false;
+    in_progress_ = false;
+    if (inflight_item_ != nullptr) ForgetLocked(*inflight_item_);
+    inflight_item_.reset();
+    // Submitted records exist nowhere else: write them here, one by one, as SubmitWrite
+    // does after the thread's death. Other queued items stay (they are in tier 0).
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if ((*it)->submitted) {
+        submitted.push_back(std::move(*it));
+        it = queue_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const ItemPtr& item : submitted) {
+    uint64_t ok = 0, failed = 0;
+    absl::Status s;
+    try {
+      s = WriteSubmitted(*item, &ok, &failed);
+    } catch (...) {
+      s = absl::InternalError("write-back thread died while writing it");
+    }
+    if (item->done) item->done(s);
+    absl::MutexLock lock(&queue_mu_);
+    ForgetLocked(*item);
+  }
 }
 
 void TieredStore::Impl::WorkerLoop() {
@@ -178,7 +355,7 @@ void TieredStore::Impl::WorkerLoop() {
                                                 absl::Milliseconds(1), absl::Milliseconds(100));
   absl::Time next_reap = absl::Now() + reap_period;
   for (;;) {
-    std::shared_ptr<WriteItem> item;
+    ItemPtr item;
     {
       absl::MutexLock lock(&queue_mu_);
       while (queue_.empty() && !stop_) {
@@ -189,7 +366,7 @@ void TieredStore::Impl::WorkerLoop() {
       if (queue_.empty() && stop_) return;
       if (!queue_.empty()) {
         // The item stays findable (GetFromQueue/StatQueue) as inflight_item_ until written.
-        item = std::make_shared<WriteItem>(std::move(queue_.front()));
+        item = std::move(queue_.front());
         queue_.pop_front();
         in_progress_ = true;
         inflight_key_ = item->key;
@@ -197,7 +374,7 @@ void TieredStore::Impl::WorkerLoop() {
         inflight_item_ = item;
       }
     }
-    if (item != nullptr) WriteOne(*item);
+    if (item != nullptr) WriteOne(item);
     if (absl::Now() >= next_reap) {
       ReapExpired();
       next_reap = absl::Now() + reap_period;
@@ -205,25 +382,62 @@ void TieredStore::Impl::WorkerLoop() {
   }
 }
 
-void TieredStore::Impl::WriteOne(WriteItem& item) {
-  uint64_t ok = 0, failed = 0, gone = 0;
-  std::span<const std::byte> record = item.record;
-  if (record.empty()) {
-    absl::StatusOr<std::span<const std::byte>> r = ReadBackFromTierZero(item.key);
-    if (r.ok()) {
-      record = *r;
-    } else {
-      ++gone;  // evicted (a demotion carries it) or erased since the Put
-    }
+absl::Status TieredStore::Impl::WriteSubmitted(WriteItem& item, uint64_t* ok, uint64_t* failed) {
+  if (item.finish && !item.finished) {
+    absl::Status s = item.finish(item.record.span());
+    if (!s.ok()) return s;
+    absl::MutexLock lock(&queue_mu_);
+    item.finished = true;
   }
-  for (size_t t = item.first_tier; !record.empty() && t <= item.last_tier; ++t) {
-    if (item.demotion && tiers_[t]->Stat(std::span(&item.key, 1))[0].present) continue;
+  std::span<const std::byte> record = item.record.span();
+  absl::Status top = tiers_[0]->Put(record);
+  if (!top.ok() && (!absl::IsResourceExhausted(top) || tiers_.size() == 1)) {
+    LogTierError(0, "Put", top);
+    return top;
+  }
+  // Tier 0 took it, or (too large / all pinned) the next tier takes it instead.
+  size_t last = item.last_tier;
+  if (!top.ok() && last == 0) last = 1;
+  absl::Status first_below = top;
+  for (size_t t = 1; t <= last; ++t) {
     absl::Status s = tiers_[t]->Put(record);
     if (s.ok()) {
-      ++ok;
+      ++*ok;
+      if (!first_below.ok()) first_below = absl::OkStatus();
     } else {
-      ++failed;
+      ++*failed;
       LogTierError(t, "write-back Put", s);
+      if (!top.ok() && t == 1) first_below = s;
+    }
+  }
+  return top.ok() ? absl::OkStatus() : first_below;
+}
+
+void TieredStore::Impl::WriteOne(const ItemPtr& item_ptr) {
+  WriteItem& item = *item_ptr;
+  uint64_t ok = 0, failed = 0, gone = 0;
+  absl::Status outcome;
+  if (item.submitted) {
+    outcome = WriteSubmitted(item, &ok, &failed);
+  } else {
+    std::span<const std::byte> record = item.record.span();
+    if (record.empty()) {
+      absl::StatusOr<std::span<const std::byte>> r = ReadBackFromTierZero(item.key);
+      if (r.ok()) {
+        record = *r;
+      } else {
+        ++gone;  // evicted (a demotion carries it) or erased since the Put
+      }
+    }
+    for (size_t t = item.first_tier; !record.empty() && t <= item.last_tier; ++t) {
+      if (item.demotion && tiers_[t]->Stat(std::span(&item.key, 1))[0].present) continue;
+      absl::Status s = tiers_[t]->Put(record);
+      if (s.ok()) {
+        ++ok;
+      } else {
+        ++failed;
+        LogTierError(t, "write-back Put", s);
+      }
     }
   }
   bool cancelled;
@@ -233,16 +447,20 @@ void TieredStore::Impl::WriteOne(WriteItem& item) {
     counters_.writebacks += ok;
     counters_.writeback_errors += failed;
     counters_.writebacks_skipped += gone;
+    if (item.submitted && !outcome.ok()) ++counters_.writes_failed;
   }
-  if (cancelled) {  // erased while we wrote it: erase what we wrote
-    for (size_t t = item.first_tier; t <= item.last_tier && t < tiers_.size(); ++t) {
-      (void)tiers_[t]->Erase(item.key);
-    }
+  // Erased while we wrote it: the Erase waiting in CancelQueued erases every tier next.
+  if (item.submitted && item.done) {
+    item.done(cancelled && outcome.ok() ? absl::CancelledError("erased while it was written")
+                                        : outcome);
   }
   absl::MutexLock lock(&queue_mu_);
-  pending_bytes_ -= item.record_bytes;
-  in_progress_ = false;
+  ForgetLocked(item);
   inflight_item_.reset();
+  // No reader holds it (readers take their reference under this lock): reuse its buffer
+  // (pool_mu_ is a leaf lock), before Flush can see the write finished.
+  if (item.submitted && item_ptr.use_count() == 1) RecycleBuffer(std::move(item.record));
+  in_progress_ = false;
 }
 
 // Copies the record of `key` from tier 0 into the worker's 4096-aligned scratch buffer

@@ -37,23 +37,20 @@ struct ConnectorOptions {
   CostModelOptions cost;
   // When false, Lookup loads every cached leading chunk regardless of cost.
   bool use_cost_model = true;
-  // Store encodes and puts chunks on a background thread after copying them out.
+  // Store hands each copied-out chunk to the store's write-back thread, which encodes
+  // and puts it (TieredStore::SubmitWrite); false = encode and put on the caller's thread.
   bool async_store = true;
-  // Bytes of queued async stores before StorePayloads copies are dropped (counted)
-  // instead of queued, so a slow tier never blocks decode. 0 = unlimited.
+  // Stores are dropped (counted), not queued, while the store's write-back queue holds
+  // more than this many bytes (or the store's own max_pending_write_bytes, whichever is
+  // lower), so a slow tier never blocks decode. 0 = only the store's bound.
+  // The record buffers come from the store's pool (TieredStoreOptions::buffer_pool_bytes);
+  // a Lookup's lease lives until the matching load or the store's lease_timeout.
   uint64_t max_pending_store_bytes = 1ull << 30;
-  // Bytes of record buffers kept after their put for reuse by later stores, so the
-  // copy-out writes into memory that is already faulted in. 0 = no pool.
-  uint64_t store_buffer_pool_bytes = 256ull << 20;
-  // A Lookup's lease (pins on the chunks it promised) not released by a load within
-  // this time is released by the connector on a later Lookup. The store's own
-  // lease_timeout (TieredStoreOptions) reaps it too; the shorter one wins. > 0.
-  std::chrono::milliseconds lease_release_after{30000};
   // Copy-kernel knobs for the paged level (threads, CUDA stream).
   KvCopyOptions copy;
 
   // InvalidArgument naming the field: ns (NamespaceParams::Validate), cost
-  // (CostModelOptions::Validate), lease_release_after <= 0, copy (KvCopyOptions).
+  // (CostModelOptions::Validate), copy (KvCopyOptions).
   absl::Status Validate() const;
 };
 
@@ -63,14 +60,14 @@ struct ConnectorStats {
   uint64_t lookup_hit_tokens = 0;   // sum of ConnectorLookup::cached_tokens
   uint64_t lookup_load_tokens = 0;  // sum of ConnectorLookup::load_tokens
   uint64_t leases_released_by_load = 0;
-  uint64_t leases_released_by_timeout = 0;
+  uint64_t leases_released_by_timeout = 0;  // the store's expired leases (all its users)
   uint64_t store_calls = 0;
   uint64_t store_chunks_taken = 0;    // copied out and queued (or put, when sync)
   uint64_t store_chunks_skipped = 0;  // already cached or already queued
   uint64_t store_chunks_dropped = 0;  // pending queue over max_pending_store_bytes
   uint64_t store_chunks_put = 0;      // reached the store
   uint64_t store_put_errors = 0;      // encode or TieredStore::Put failed (logged)
-  uint64_t store_pending_bytes = 0;   // gauge: bytes queued for the background thread
+  uint64_t store_pending_bytes = 0;   // gauge: the store's write-back bytes (all its users)
   uint64_t load_chunks_ok = 0;        // fetched, verified and consumed
   uint64_t load_chunks_failed = 0;    // requested but not delivered (incl. after a failure)
   uint64_t load_misses = 0;           // chunk vanished (NotFound) at load time
@@ -94,8 +91,8 @@ struct ConnectorLookup {
   double predicted_load_s = 0;
   double predicted_recompute_s = 0;
   // The store lease pinning the promised chunks until the matching load (LoadPayloads /
-  // Load over the same tokens) releases it, or lease_release_after / the store's
-  // lease_timeout passes. kNoLease when load_tokens == 0. Informational: the connector
+  // Load over the same tokens) releases it, or the store's lease_timeout passes (one
+  // lease book: the store's). kNoLease when load_tokens == 0. Informational: the connector
   // releases it itself.
   LeaseId lease = kNoLease;
 };

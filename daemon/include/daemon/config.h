@@ -59,6 +59,10 @@ struct DaemonConfig {
   // Bytes of Put records being received at once across all streams (beyond it:
   // RESOURCE_EXHAUSTED).
   uint64_t max_inflight_bytes = 1ull << 30;
+  // Bytes of records the store's write-back queue may hold in memory (demotions and
+  // copies waiting for the disk; TieredStoreOptions::max_pending_write_bytes). With
+  // host.capacity_bytes and max_inflight_bytes it bounds the daemon's memory (docs/daemon.md).
+  uint64_t writeback_queue_bytes = 256ull << 20;
   // Data bytes per Get message unless the client asks for less.
   uint32_t get_part_bytes = 4u << 20;
   // Shared-memory fast path.

@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kvstore/evict_selector.h"
+#include "kvstore/record_buffer.h"
 #include "kvstore/tier.h"
 #include "kvstore/types.h"
 
@@ -49,8 +50,14 @@ struct TieredStoreOptions {
   // How long a Lookup's pins live if no Load releases them.
   std::chrono::milliseconds lease_timeout{10000};
   PlacementPolicy placement;
-  // Bytes of write-back queued before Put blocks (back-pressure); 0 = unlimited.
+  // Bytes of write-back queued (write-throughs, demotions and submitted writes, each
+  // record counted once) before Put blocks and AdmitWrite refuses (back-pressure). Demotions
+  // are dropped (counted) rather than queued past it, so the queue's memory stays within
+  // this bound. 0 = unlimited.
   uint64_t max_pending_write_bytes = 1ull << 30;
+  // Record buffers kept after their write for reuse by later writes (TakeBuffer), so a
+  // caller's copy-out writes into memory that is already faulted in. 0 = no pool.
+  uint64_t buffer_pool_bytes = 256ull << 20;
 
   absl::Status Validate() const;
 };
@@ -69,6 +76,29 @@ struct PutOptions {
 // A lease: the pins a Lookup took, released by ReleaseLease or after lease_timeout.
 enum class LeaseId : uint64_t {};
 inline constexpr LeaseId kNoLease{0};
+
+// Answer of AdmitWrite.
+enum class WriteAdmission : uint8_t {
+  kAdmitted,       // go ahead: fill a buffer, then SubmitWrite (or CancelWrite)
+  kAlreadyQueued,  // a write of this key is admitted or queued already; skip it
+  kQueueFull,      // over the byte limit: drop it (never block the caller)
+};
+
+// A record handed to the store without a copy (TieredStore::SubmitWrite).
+struct SubmittedWrite {
+  ChunkKey key;
+  // The whole record buffer: payload already at [kChunkHeaderBytes, size).
+  RecordBuffer record;
+  // Run once on the write-back thread before the Put: writes the header into
+  // record[0, kChunkHeaderBytes) over the payload (e.g. EncodeChunk, which hashes it).
+  // May run a second time over a copy when a Get finds the record still queued, so it
+  // must depend only on its captures and the payload. Empty = the header is written.
+  std::function<absl::Status(std::span<std::byte> record)> finish;
+  // Called once on the write-back thread with the outcome: OK (tier 0, or the first tier
+  // that took it, holds it), finish's or the tier's error, or Cancelled (erased, or the
+  // store was destroyed first). Never called with a store lock held. May be empty.
+  std::function<void(const absl::Status&)> done;
+};
 
 struct LookupOptions {
   // false: answer the leading run (stop at the first key no tier holds).
@@ -140,6 +170,9 @@ struct TieredStoreStats {
   uint64_t explicit_evictions = 0;   // chunks removed by Evict (an operator's eviction)
   uint64_t queue_hits = 0;           // Gets served from the write-back queue
   uint64_t pending_write_bytes = 0;  // bytes queued or being written now
+  uint64_t held_write_bytes = 0;     // of those, held in memory (<= max_pending_write_bytes)
+  uint64_t writes_submitted = 0;     // SubmitWrite calls
+  uint64_t writes_failed = 0;        // submitted writes whose finish or Put failed
 };
 
 // Thread-safe.
@@ -155,8 +188,10 @@ struct TieredStoreStats {
 // return; the store trusts them and does not hash again. Records from tier 0 (host
 // memory) never left the process. So a load is hashed once per trust boundary.
 //
-// Threads and locks: one supervised background thread ("write-back") performs the
-// queued write-through Puts and demotions in FIFO order and reaps expired leases.
+// Threads and locks: one supervised background thread ("write-back") performs, in FIFO
+// order, the submitted writes (SubmitWrite: the connectors' stores), the queued
+// write-through Puts and the demotions, and reaps expired leases. It is the only write
+// queue: connectors have none of their own, and there is one lease book (this one).
 // An eviction listener only copies the record into the queue (never blocks, never
 // calls into a tier). The store never calls into a tier while holding its own locks.
 // A record waiting in the queue (evicted from tier 0, not yet below) is still found
@@ -201,6 +236,13 @@ class TieredStore {
   LookupResult Lookup(std::span<const ChunkKey> keys, const LookupOptions& options = {});
   // Releases a lease's pins (no-op for an unknown or expired lease).
   void ReleaseLease(LeaseId lease);
+  // Keeps only the first `keep` pins of a lease (the chunks the caller will load) and
+  // releases the rest; keep == 0 releases it. False for an unknown or expired lease.
+  bool ShrinkLease(LeaseId lease, size_t keep);
+  // Releases the newest live lease whose last pinned key is the last key of `keys` that
+  // ends any live lease (searched from the back): the load of a chain releases the
+  // lease its Lookup took. Returns the lease released, or kNoLease.
+  LeaseId ReleaseLeaseEndingIn(std::span<const ChunkKey> keys);
   // Record bytes of the distinct (tier, chunk) pairs pinned by live leases, after
   // reaping expired ones (a chunk pinned by several leases counts once).
   uint64_t pinned_bytes();
@@ -218,8 +260,30 @@ class TieredStore {
   absl::StatusOr<EvictResult> Evict(const EvictSelector& selector,
                                     const EvictOptions& options = {});
 
-  // Erases `key` from every tier (and cancels its queued write-backs).
+  // Erases `key` from every tier and cancels its queued write-backs. A write-back of the
+  // key in flight is waited for first, so when Erase returns OK no tier holds a copy; a
+  // tier's Erase error is returned (the copy may survive there).
   absl::Status Erase(const ChunkKey& key);
+
+  // Asynchronous writes without a copy (the connector's stores), through the same
+  // write-back queue, byte bound and supervised thread as the write-backs:
+  //  1. AdmitWrite reserves `record_bytes` of the queue and the key, without blocking.
+  //     `limit_bytes` (0 = none) lowers the store's max_pending_write_bytes for this
+  //     caller. kAlreadyQueued when a write of the key is admitted or queued already.
+  //  2. TakeBuffer gives a pooled (faulted-in) buffer of exactly `bytes`, or a new one.
+  //  3. The caller fills the payload, then SubmitWrite hands the buffer over, or
+  //     CancelWrite undoes the admission. REQUIRES: AdmitWrite(key, record.size) ==
+  //     kAdmitted and neither call made since.
+  // From SubmitWrite on, the record is found by Lookup and Get (finished on a copy
+  // when its finish has not run yet) until it is evicted from every tier. The thread
+  // then finishes it, puts it into tier 0 (or the next tier when tier 0 refuses it) and
+  // through the lower tiers the placement names, straight from the buffer, and returns
+  // the buffer to the pool. If the thread has died, SubmitWrite does all that on the
+  // caller's thread, so nothing submitted is lost.
+  WriteAdmission AdmitWrite(const ChunkKey& key, uint64_t record_bytes, uint64_t limit_bytes = 0);
+  void CancelWrite(const ChunkKey& key, uint64_t record_bytes);
+  RecordBuffer TakeBuffer(uint64_t bytes);
+  void SubmitWrite(SubmittedWrite write);
   // Blocks until every queued write-back has completed (or failed and been counted):
   // after it returns, everything Put before is in every tier the placement names.
   void Flush();
