@@ -87,6 +87,7 @@ class KVConnectorImpl final : public KVConnector {
         ComputeChunkKeys(ns_, tokens.first(max_chunks * chunk_tokens_), KeyOptions());
     LookupResult hit = store_->Lookup(keys, LookupOptions{.pin = true});
     out.cached_tokens = uint64_t{hit.num_leading_hits} * chunk_tokens_;
+    out.chunk_tiers.assign(hit.tier_kind.begin(), hit.tier_kind.begin() + hit.num_leading_hits);
     Bump(counters_->lookup_hit_tokens, out.cached_tokens);
     size_t k = 0;
     if (out.cached_tokens > num_computed_tokens) {

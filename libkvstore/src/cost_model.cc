@@ -326,6 +326,75 @@ CostModel::Decision CostModel::Decide(std::span<const TierKind> chunk_tiers, uin
   return d;
 }
 
+OverlapPlan CostModel::PlanOverlap(std::span<const TierKind> chunk_tiers, uint32_t chunk_tokens,
+                                   uint64_t chunk_bytes, const OverlapJoinCost& join) const {
+  OverlapPlan plan;
+  const size_t k = chunk_tiers.size();
+  if (k == 0 || chunk_tokens == 0) return plan;
+  std::array<TierEstimate, 3> tiers;
+  PrefillModel model;
+  {
+    absl::MutexLock lock(&mu_);
+    tiers = tiers_;
+    model = model_;
+  }
+  auto clean = [](double v) { return std::isfinite(v) && v > 0 ? v : 0.0; };
+  const double j0 = clean(join.fixed_s);
+  const double j = clean(join.s_per_front_token);
+  const double r = clean(join.s_per_restored_token);
+  auto slowdown = [](double v) { return std::isfinite(v) && v > 1 ? v : 1.0; };
+  const double sl = slowdown(join.concurrent_load_slowdown);
+  const double sc = slowdown(join.concurrent_compute_slowdown);
+  auto saved = [&](double tokens) {
+    return model.s_per_token * tokens + model.s_per_token_ctx * AttendedPairs(tokens, 0);
+  };
+  // back[s] = L(s, k): suffix sums of the per-chunk load times.
+  std::vector<double> back(k + 1, 0.0);
+  for (size_t i = k; i-- > 0;) {
+    const TierEstimate& e = tiers[std::min(static_cast<size_t>(chunk_tiers[i]), size_t{2})];
+    back[i] = back[i + 1] +
+              options_.safety_factor *
+                  (e.latency_s + static_cast<double>(chunk_bytes) / e.bandwidth_bytes_per_s);
+  }
+  const double total_tokens = static_cast<double>(k) * chunk_tokens;
+  const double restore = r * total_tokens;
+  plan.total_chunks = k;
+  plan.load_only_s = back[0] + restore;
+  plan.compute_only_s = saved(total_tokens);
+  // s = 0 first; strict < keeps the smaller s on ties.
+  plan.front_chunks = 0;
+  plan.predicted_s = plan.load_only_s;
+  plan.load_back_s = back[0];
+  plan.join_s = restore;
+  for (size_t s = 1; s <= k; ++s) {
+    const double front_tokens = static_cast<double>(s) * chunk_tokens;
+    double compute, join_s, total;
+    if (s == k) {
+      compute = plan.compute_only_s;
+      join_s = 0;
+      total = compute;
+    } else {
+      compute = sc * (model.fixed_s + saved(front_tokens));
+      join_s = j0 + j * front_tokens + restore;
+      total = std::max(compute, sl * back[s]) + join_s;
+    }
+    if (total < plan.predicted_s) {
+      plan.front_chunks = s;
+      plan.predicted_s = total;
+      plan.compute_front_s = compute;
+      plan.load_back_s = s == k ? 0 : sl * back[s];
+      plan.join_s = join_s;
+    }
+  }
+  spdlog::debug(
+      "kvt cost model: overlap plan chunks={} chunk_tokens={} chunk_bytes={} -> compute {} "
+      "chunks, load {}: predicted {:.6g} s (front {:.6g} s, back {:.6g} s, join {:.6g} s; "
+      "load only {:.6g} s, compute only {:.6g} s)",
+      k, chunk_tokens, chunk_bytes, plan.front_chunks, k - plan.front_chunks, plan.predicted_s,
+      plan.compute_front_s, plan.load_back_s, plan.join_s, plan.load_only_s, plan.compute_only_s);
+  return plan;
+}
+
 CostModel::TierEstimate CostModel::tier_estimate(TierKind kind) const {
   absl::MutexLock lock(&mu_);
   return tiers_[std::min(static_cast<size_t>(kind), tiers_.size() - 1)];

@@ -270,5 +270,172 @@ TEST(CostModelTest, PrefillWindowForgetsOldSamples) {
   EXPECT_EQ(m.prefill_model().samples, 4u);
 }
 
+// ---- PlanOverlap: compute chunks [0, s) while loading [s, k) -----------------------
+// 100-token chunks of 1 MB; prefill a = 1 ms/token (0.1 s per chunk), b = f = 0; every
+// chunk on "disk" whose bandwidth is the parameter (latency 0).
+CostModel OverlapModel(double disk_bytes_per_s, double a = 1e-3, double b = 0) {
+  CostModelOptions o;
+  o.prefill_s_per_token = a;
+  o.prefill_s_per_token_ctx = b;
+  o.tier_defaults[1] = {disk_bytes_per_s, 0};
+  return CostModel(o);
+}
+constexpr uint32_t kOvChunkTokens = 100;
+constexpr uint64_t kOvChunkBytes = 1'000'000;
+
+TEST(CostModelOverlapTest, LoadAsSlowAsComputeSplitsInHalf) {
+  // 10 MB/s: 0.1 s per chunk either way. T(s) = max(0.1 s, 0.1 (10 - s)) -> s = 5, 0.5 s.
+  const std::vector<TierKind> tiers(10, TierKind::kDisk);
+  OverlapPlan p = OverlapModel(1e7).PlanOverlap(tiers, kOvChunkTokens, kOvChunkBytes);
+  EXPECT_EQ(p.front_chunks, 5u);
+  EXPECT_EQ(p.total_chunks, 10u);
+  EXPECT_TRUE(p.overlap());
+  EXPECT_NEAR(p.predicted_s, 0.5, 1e-12);
+  EXPECT_NEAR(p.compute_front_s, 0.5, 1e-12);
+  EXPECT_NEAR(p.load_back_s, 0.5, 1e-12);
+  EXPECT_NEAR(p.load_only_s, 1.0, 1e-12);
+  EXPECT_NEAR(p.compute_only_s, 1.0, 1e-12);
+}
+
+TEST(CostModelOverlapTest, FasterLoadComputesFewerChunks) {
+  // 20 MB/s: 0.05 s per chunk. s = 3: max(0.3, 0.35) = 0.35; s = 4: max(0.4, 0.3) = 0.4.
+  const std::vector<TierKind> tiers(10, TierKind::kDisk);
+  OverlapPlan p = OverlapModel(2e7).PlanOverlap(tiers, kOvChunkTokens, kOvChunkBytes);
+  EXPECT_EQ(p.front_chunks, 3u);
+  EXPECT_NEAR(p.predicted_s, 0.35, 1e-12);
+  EXPECT_NEAR(p.load_only_s, 0.5, 1e-12);
+  // 5 MB/s: 0.2 s per chunk. s = 6: max(0.6, 0.8) = 0.8; s = 7: max(0.7, 0.6) = 0.7;
+  // s = 8: max(0.8, 0.4) = 0.8 -> 7.
+  p = OverlapModel(5e6).PlanOverlap(tiers, kOvChunkTokens, kOvChunkBytes);
+  EXPECT_EQ(p.front_chunks, 7u);
+  EXPECT_NEAR(p.predicted_s, 0.7, 1e-12);
+  EXPECT_NEAR(p.load_only_s, 2.0, 1e-12);
+  EXPECT_NEAR(p.compute_only_s, 1.0, 1e-12);
+}
+
+TEST(CostModelOverlapTest, ExtremesNeedNoSplit) {
+  const std::vector<TierKind> tiers(10, TierKind::kDisk);
+  // 1 GB/s: 1 ms per chunk; any front (>= 0.1 s) is slower than loading all (0.01 s).
+  OverlapPlan fast = OverlapModel(1e9).PlanOverlap(tiers, kOvChunkTokens, kOvChunkBytes);
+  EXPECT_EQ(fast.front_chunks, 0u);
+  EXPECT_FALSE(fast.overlap());
+  EXPECT_NEAR(fast.predicted_s, 0.01, 1e-12);
+  // 100 kB/s: 10 s per chunk; even one loaded chunk is slower than computing all (1 s).
+  OverlapPlan slow = OverlapModel(1e5).PlanOverlap(tiers, kOvChunkTokens, kOvChunkBytes);
+  EXPECT_EQ(slow.front_chunks, 10u);
+  EXPECT_FALSE(slow.overlap());
+  EXPECT_NEAR(slow.predicted_s, 1.0, 1e-12);
+  EXPECT_NEAR(slow.compute_front_s, 1.0, 1e-12);
+  EXPECT_EQ(slow.load_back_s, 0);
+}
+
+TEST(CostModelOverlapTest, JoinCostIsCharged) {
+  const std::vector<TierKind> tiers(10, TierKind::kDisk);
+  CostModel m = OverlapModel(1e7);
+  // 0.2 s per join: 0.5 + 0.2 = 0.7 < 1.0, still split at 5.
+  OverlapPlan p = m.PlanOverlap(tiers, kOvChunkTokens, kOvChunkBytes, {.fixed_s = 0.2});
+  EXPECT_EQ(p.front_chunks, 5u);
+  EXPECT_NEAR(p.predicted_s, 0.7, 1e-12);
+  EXPECT_NEAR(p.join_s, 0.2, 1e-12);
+  // 0.6 s per join: 1.1 > 1.0; load only (1.0) and compute only (1.0) tie -> smaller s.
+  p = m.PlanOverlap(tiers, kOvChunkTokens, kOvChunkBytes, {.fixed_s = 0.6});
+  EXPECT_EQ(p.front_chunks, 0u);
+  // Per front token: j = 1e-4 s/token moves the split forward. T(s) = max(0.1 s,
+  // 0.1 (10 - s)) + 0.01 s: s = 4 -> 0.64, s = 5 -> 0.55, s = 6 -> 0.66.
+  p = m.PlanOverlap(tiers, kOvChunkTokens, kOvChunkBytes, {.s_per_front_token = 1e-4});
+  EXPECT_EQ(p.front_chunks, 5u);
+  EXPECT_NEAR(p.predicted_s, 0.55, 1e-12);
+  // Restoring the state costs load-only too, not compute-only: r = 1e-4 s/token adds
+  // 0.1 s to both T(0) and T(5) -> 1.1 and 0.6; compute only stays 1.0.
+  p = m.PlanOverlap(tiers, kOvChunkTokens, kOvChunkBytes, {.s_per_restored_token = 1e-4});
+  EXPECT_EQ(p.front_chunks, 5u);
+  EXPECT_NEAR(p.predicted_s, 0.6, 1e-12);
+  EXPECT_NEAR(p.load_only_s, 1.1, 1e-12);
+  EXPECT_NEAR(p.compute_only_s, 1.0, 1e-12);
+  // Negative / NaN join costs count as 0.
+  p = m.PlanOverlap(tiers, kOvChunkTokens, kOvChunkBytes,
+                    {.fixed_s = -1, .s_per_front_token = std::nan("")});
+  EXPECT_EQ(p.front_chunks, 5u);
+  EXPECT_NEAR(p.predicted_s, 0.5, 1e-12);
+}
+
+TEST(CostModelOverlapTest, ConcurrencySlowdownsShiftOrCancelTheSplit) {
+  const std::vector<TierKind> tiers(10, TierKind::kDisk);
+  CostModel m = OverlapModel(1e7);  // 0.1 s per chunk either way
+  // Loading twice as slow beside the engine: max(0.1 s, 0.2 (10 - s)): s = 6 -> 0.8,
+  // s = 7 -> max(0.7, 0.6) = 0.7, s = 8 -> 0.8.
+  OverlapPlan p =
+      m.PlanOverlap(tiers, kOvChunkTokens, kOvChunkBytes, {.concurrent_load_slowdown = 2});
+  EXPECT_EQ(p.front_chunks, 7u);
+  EXPECT_NEAR(p.predicted_s, 0.7, 1e-12);
+  EXPECT_NEAR(p.load_back_s, 0.6, 1e-12);
+  EXPECT_NEAR(p.load_only_s, 1.0, 1e-12);  // alone, the loader runs at full speed
+  // Both sides twice as slow: the best split (s = 5, 1.0 s) only ties load only -> 0.
+  p = m.PlanOverlap(tiers, kOvChunkTokens, kOvChunkBytes,
+                    {.concurrent_load_slowdown = 2, .concurrent_compute_slowdown = 2});
+  EXPECT_EQ(p.front_chunks, 0u);
+  EXPECT_FALSE(p.overlap());
+  // Slowdowns below 1 count as 1.
+  p = m.PlanOverlap(tiers, kOvChunkTokens, kOvChunkBytes,
+                    {.concurrent_load_slowdown = 0.5, .concurrent_compute_slowdown = 0});
+  EXPECT_EQ(p.front_chunks, 5u);
+  EXPECT_NEAR(p.predicted_s, 0.5, 1e-12);
+}
+
+TEST(CostModelOverlapTest, QuadraticPrefillAndFixedCost) {
+  // a = 0, b = 1e-5 s per attended pair: saved(S) = 1e-5 * S (S + 1) / 2 =
+  // 0.0505 / 0.201 / 0.4515 / 0.802 s for 1..4 chunks; 0.1 s per chunk to load.
+  // T(1) = max(0.0505, 0.3) = 0.3, T(2) = max(0.201, 0.2) = 0.201, T(3) = 0.4515.
+  const std::vector<TierKind> tiers(4, TierKind::kDisk);
+  OverlapPlan p = OverlapModel(1e7, 0, 1e-5).PlanOverlap(tiers, kOvChunkTokens, kOvChunkBytes);
+  EXPECT_EQ(p.front_chunks, 2u);
+  EXPECT_NEAR(p.predicted_s, 0.201, 1e-12);
+  EXPECT_NEAR(p.compute_only_s, 0.802, 1e-12);
+  EXPECT_NEAR(p.load_only_s, 0.4, 1e-12);
+  // f = 0.05 s on the front's extra prefill call: T(2) = max(0.251, 0.2) = 0.251,
+  // T(1) = max(0.1005, 0.3) = 0.3 -> still 2.
+  CostModelOptions o;
+  o.prefill_s_per_token = 0;
+  o.prefill_s_per_token_ctx = 1e-5;
+  o.prefill_fixed_s = 0.05;
+  o.tier_defaults[1] = {1e7, 0};
+  p = CostModel(o).PlanOverlap(tiers, kOvChunkTokens, kOvChunkBytes);
+  EXPECT_EQ(p.front_chunks, 2u);
+  EXPECT_NEAR(p.predicted_s, 0.251, 1e-12);
+  EXPECT_NEAR(p.compute_only_s, 0.802, 1e-12);  // one call either way: f not charged
+}
+
+TEST(CostModelOverlapTest, MixedTiersAndSafetyFactor) {
+  // Host chunks cost ~0 (8 GB/s default: 125 us per MB); the slow disk tail is the back.
+  // 4 host + 6 disk chunks at 10 MB/s: L(s) = 0.1 (10 - max(s, 4)) + 0.000125 (4 - s)+.
+  // s = 5: max(0.5, 0.5) -> 0.5; s = 4: max(0.4, 0.6) = 0.6; s = 6: max(0.6, 0.4) = 0.6.
+  std::vector<TierKind> tiers(4, TierKind::kHost);
+  tiers.resize(10, TierKind::kDisk);
+  CostModel m = OverlapModel(1e7);
+  OverlapPlan p = m.PlanOverlap(tiers, kOvChunkTokens, kOvChunkBytes);
+  EXPECT_EQ(p.front_chunks, 5u);
+  EXPECT_NEAR(p.predicted_s, 0.5, 1e-12);
+  // safety_factor 2 doubles every load: 0.2 s per disk chunk, as 5 MB/s above -> 7.
+  CostModelOptions o;
+  o.prefill_s_per_token = 1e-3;
+  o.tier_defaults[1] = {1e7, 0};
+  o.safety_factor = 2;
+  p = CostModel(o).PlanOverlap(std::vector<TierKind>(10, TierKind::kDisk), kOvChunkTokens,
+                               kOvChunkBytes);
+  EXPECT_EQ(p.front_chunks, 7u);
+  EXPECT_NEAR(p.predicted_s, 0.7, 1e-12);
+}
+
+TEST(CostModelOverlapTest, EmptyInputsGiveAnEmptyPlan) {
+  CostModel m = OverlapModel(1e7);
+  OverlapPlan p = m.PlanOverlap({}, kOvChunkTokens, kOvChunkBytes);
+  EXPECT_EQ(p.total_chunks, 0u);
+  EXPECT_EQ(p.front_chunks, 0u);
+  EXPECT_FALSE(p.overlap());
+  p = m.PlanOverlap(std::vector<TierKind>(3, TierKind::kDisk), 0, kOvChunkBytes);
+  EXPECT_EQ(p.total_chunks, 0u);
+  EXPECT_EQ(m.stats().decisions, 0u);  // pure: counts nothing
+}
+
 }  // namespace
 }  // namespace kvt

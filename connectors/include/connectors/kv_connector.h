@@ -84,6 +84,9 @@ struct ConnectorLookup {
   uint64_t load_tokens = 0;
   // Leading tokens cached in any tier (complete chunks), before the cost decision.
   uint64_t cached_tokens = 0;
+  // The fastest tier holding each of those cached_tokens / chunk_tokens leading chunks
+  // (for load-while-compute planning, CostModel::PlanOverlap).
+  std::vector<TierKind> chunk_tiers;
   // Predicted seconds: loading load_tokens vs recomputing them.
   double predicted_load_s = 0;
   double predicted_recompute_s = 0;

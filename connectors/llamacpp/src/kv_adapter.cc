@@ -1,9 +1,12 @@
 #include "llamacpp/kv_adapter.h"
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 
 #include "absl/strings/str_format.h"
+#include "kvstore/chunk_codec.h"
+#include "llamacpp/overlap_load.h"
 #include "spdlog/spdlog.h"
 
 namespace kvt::llamacpp {
@@ -12,7 +15,25 @@ using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
+constexpr double kJoinEwmaAlpha = 0.25;
+constexpr double kMaxSlowdown = 10;
+double Ewma(double old, double sample) {
+  return (1 - kJoinEwmaAlpha) * old + kJoinEwmaAlpha * sample;
+}
 }  // namespace
+
+LlamaKvAdapter::LlamaKvAdapter(LlamaEngine* engine, std::shared_ptr<KVConnector> connector)
+    : engine_(engine), connector_(std::move(connector)) {
+  const double bytes = static_cast<double>(engine_->state_spec().payload_bytes_per_token());
+  join_cost_.s_per_restored_token = bytes / 4e9;
+  join_cost_.s_per_front_token = bytes / 2e9;
+}
+
+void LlamaKvAdapter::ObserveRestore(uint64_t tokens, double seconds) {
+  if (tokens == 0 || !(seconds > 0)) return;
+  join_cost_.s_per_restored_token =
+      Ewma(join_cost_.s_per_restored_token, seconds / static_cast<double>(tokens));
+}
 
 absl::StatusOr<std::unique_ptr<LlamaKvAdapter>> LlamaKvAdapter::Create(
     LlamaEngine* engine, std::shared_ptr<KVConnector> connector) {
@@ -81,6 +102,7 @@ uint64_t LlamaKvAdapter::LoadPrefix(std::span<const TokenId> prompt, uint64_t to
   loaded -= loaded % chunk;
   if (loaded == 0) return 0;
   absl::Status set;
+  const auto t_set = Clock::now();
   if (loaded == tokens) {
     set = engine_->SetSeqState(builder->blob());
   } else {
@@ -93,8 +115,134 @@ uint64_t LlamaKvAdapter::LoadPrefix(std::span<const TokenId> prompt, uint64_t to
     engine_->Clear();
     return 0;
   }
+  ObserveRestore(loaded, Since(t_set));
   result->load_bytes = loaded * spec.payload_bytes_per_token();
   return loaded;
+}
+
+uint64_t LlamaKvAdapter::PickOverlapFront(const ConnectorLookup& lookup, uint64_t usable,
+                                          uint64_t* want, const RunOptions& options,
+                                          RunResult* result) {
+  const uint32_t chunk = connector_->chunk_tokens();
+  if (options.overlap == OverlapMode::kOff || usable < 2 * uint64_t{chunk}) return 0;
+  if (options.overlap_front_tokens > 0) {
+    return options.overlap_front_tokens < usable ? options.overlap_front_tokens : 0;
+  }
+  if (options.overlap == OverlapMode::kWhenLoadSlower && *want >= usable) return 0;
+  const size_t chunks = usable / chunk;
+  if (lookup.chunk_tiers.size() < chunks) return 0;
+  result->overlap_plan = connector_->cost_model().PlanOverlap(
+      std::span<const TierKind>(lookup.chunk_tiers).first(chunks), chunk,
+      connector_->chunk_payload_bytes() + kChunkHeaderBytes, join_cost_);
+  const OverlapPlan& plan = result->overlap_plan;
+  // Compute only: overrides a Lookup that wanted everything (it does not count the
+  // restore); a partial Lookup decision already weighed computing against loading.
+  if (plan.front_chunks == plan.total_chunks && *want >= usable) *want = 0;
+  if (!plan.overlap() || plan.predicted_s * options.overlap_min_gain >
+                             std::min(plan.load_only_s, plan.compute_only_s)) {
+    return 0;
+  }
+  return uint64_t{plan.front_chunks} * chunk;
+}
+
+absl::StatusOr<std::optional<uint64_t>> LlamaKvAdapter::RunOverlap(std::span<const TokenId> prompt,
+                                                                   std::span<const TierKind> tiers,
+                                                                   uint64_t front, uint64_t end,
+                                                                   const RunOptions& options,
+                                                                   RunResult* result) {
+  // front > 0: the fixed split; 0: meet in the middle (the loader walks down from the
+  // end while the engine computes up from 0; see overlap_load.h).
+  const bool meet = front == 0;
+  absl::StatusOr<std::unique_ptr<BackLoader>> loader =
+      meet ? BackLoader::StartFromEnd(*connector_, prompt, end, engine_->state_spec())
+           : BackLoader::Start(*connector_, prompt, front, end, engine_->state_spec());
+  if (!loader.ok()) {
+    spdlog::warn("kvtier llama.cpp: cannot start the back loader, not overlapping: {}",
+                 loader.status().ToString());
+    return std::optional<uint64_t>();
+  }
+  const auto tf = Clock::now();
+  uint64_t computed = 0;
+  PrefillProgress progress;
+  if (options.progress) {
+    progress = [&](uint64_t d, uint64_t) { options.progress(computed + d, prompt.size()); };
+  }
+  // The same calls as a recompute of [0, computed) (batches of n_batch from chunk-aligned
+  // positions): bit-identical KV.
+  const uint64_t chunk = connector_->chunk_tokens();
+  const uint64_t step =
+      meet ? std::max<uint64_t>(chunk, engine_->options().n_batch / chunk * chunk) : front;
+  while (computed < end && (meet ? computed < (*loader)->loaded_begin() : computed < front)) {
+    const uint64_t n = std::min<uint64_t>(step, end - computed);
+    if (absl::Status s =
+            engine_->Prefill(prompt.subspan(computed, n), static_cast<uint32_t>(computed),
+                             /*want_logits=*/false, progress);
+        !s.ok()) {
+      return s;  // the loader's destructor waits for its thread
+    }
+    computed += n;
+    (*loader)->SetComputed(computed);
+  }
+  result->front_prefill_s = Since(tf);
+  const BackLoader::Result& got = (*loader)->Wait();
+  // How much slower each side ran beside the other than the cost model predicts for it
+  // alone (the front is not fed to the prefill fit: that one models the engine alone).
+  CostModel& cost = connector_->cost_model();
+  if (computed > 0) {
+    const double alone = cost.PredictPrefillSeconds(0, computed);
+    if (alone > 0) {
+      join_cost_.concurrent_compute_slowdown =
+          std::clamp(Ewma(join_cost_.concurrent_compute_slowdown, result->front_prefill_s / alone),
+                     1.0, kMaxSlowdown);
+    }
+  }
+  if (got.loaded_end > got.loaded_begin && got.loaded_end / chunk <= tiers.size()) {
+    double alone = 0;
+    for (uint64_t i = got.loaded_begin / chunk; i < got.loaded_end / chunk; ++i) {
+      alone +=
+          cost.PredictLoadSeconds(tiers[i], connector_->chunk_payload_bytes() + kChunkHeaderBytes);
+    }
+    if (alone > 0) {
+      join_cost_.concurrent_load_slowdown = std::clamp(
+          Ewma(join_cost_.concurrent_load_slowdown, got.load_s / alone), 1.0, kMaxSlowdown);
+    }
+  }
+  result->overlap_front_tokens = computed;
+  result->planned_tokens = end - (meet ? result->overlap_plan.front_chunks * chunk : front);
+  result->load_s = got.load_s;
+  result->failed_chunks = got.failed_chunks;
+  if (got.loaded_end <= computed) return std::optional<uint64_t>(computed);
+
+  const auto tj = Clock::now();
+  absl::StatusOr<std::vector<std::byte>> front_blob =
+      computed > 0 ? engine_->GetSeqState() : std::vector<std::byte>{};
+  absl::StatusOr<std::vector<std::byte>> joined =
+      front_blob.ok() ? (*loader)->Join(*front_blob) : front_blob.status();
+  if (!joined.ok()) {
+    spdlog::warn(
+        "kvtier llama.cpp: joining the computed front with the loaded back failed, "
+        "computing the back: {}",
+        joined.status().ToString());
+    return std::optional<uint64_t>(computed);  // seq 0 still holds the front
+  }
+  const double join_front_s = Since(tj);
+  const auto ts = Clock::now();
+  if (absl::Status set = engine_->SetSeqState(*joined); !set.ok()) {
+    spdlog::warn("kvtier llama.cpp: restoring the joined {}-token state failed, recomputing: {}",
+                 got.loaded_end, set.ToString());
+    engine_->Clear();
+    return std::optional<uint64_t>(0);
+  }
+  const double set_s = Since(ts);
+  result->join_s = Since(tj);
+  ObserveRestore(got.loaded_end, set_s);
+  if (computed > 0) {
+    join_cost_.s_per_front_token =
+        Ewma(join_cost_.s_per_front_token, join_front_s / static_cast<double>(computed));
+  }
+  result->loaded_tokens = got.loaded_end - computed;
+  result->load_bytes = result->loaded_tokens * engine_->state_spec().payload_bytes_per_token();
+  return std::optional<uint64_t>(got.loaded_end);
 }
 
 size_t LlamaKvAdapter::StoreChunks(std::span<const TokenId> prompt) {
@@ -135,6 +283,18 @@ absl::StatusOr<RunResult> LlamaKvAdapter::Run(std::span<const TokenId> prompt,
         "recompute_prefix_tokens %d needs a cold run and must be < the %d prompt tokens",
         *options.recompute_prefix_tokens, prompt.size()));
   }
+  if (!(options.overlap_min_gain >= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("overlap_min_gain %g must be >= 1", options.overlap_min_gain));
+  }
+  if (options.overlap_front_tokens > 0 &&
+      (options.overlap == OverlapMode::kOff || connector_ == nullptr ||
+       options.overlap_front_tokens % connector_->chunk_tokens() != 0)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "overlap_front_tokens %d must be a multiple of the chunk size (%d) and needs an overlap "
+        "mode other than kOff",
+        options.overlap_front_tokens, connector_ == nullptr ? 0 : connector_->chunk_tokens()));
+  }
   RunResult r;
   r.prompt_tokens = prompt.size();
   const auto t0 = Clock::now();
@@ -156,17 +316,33 @@ absl::StatusOr<RunResult> LlamaKvAdapter::Run(std::span<const TokenId> prompt,
       want = std::min<uint64_t>(want, prompt.size() - 1);
       want -= want % chunk;
       r.planned_tokens = want;
-      if (want > 0) {
-        const auto t_load = Clock::now();
-        done = LoadPrefix(prompt, want, &r);
-        r.load_s = Since(t_load);
+      uint64_t usable = std::min<uint64_t>(lookup->cached_tokens, options.max_load_tokens);
+      usable = std::min<uint64_t>(usable, prompt.size() - 1);
+      usable -= usable % chunk;
+      std::optional<uint64_t> overlapped;
+      if (const uint64_t front = PickOverlapFront(*lookup, usable, &want, options, &r); front > 0) {
+        const bool fixed = options.overlap_front_tokens > 0 || !options.overlap_adaptive;
+        absl::StatusOr<std::optional<uint64_t>> o =
+            RunOverlap(prompt, lookup->chunk_tiers, fixed ? front : 0, usable, options, &r);
+        if (!o.ok()) return o.status();
+        overlapped = *o;
+      }
+      if (overlapped.has_value()) {
+        done = *overlapped;
+      } else {
+        r.planned_tokens = want;
+        if (want > 0) {
+          const auto t_load = Clock::now();
+          done = LoadPrefix(prompt, want, &r);
+          r.load_s = Since(t_load);
+          r.loaded_tokens = done;
+        }
       }
     } else {
       spdlog::warn("kvtier llama.cpp: Lookup failed, computing the whole prompt: {}",
                    lookup.status().ToString());
     }
   }
-  r.loaded_tokens = done;
 
   const auto tp = Clock::now();
   if (options.recompute_prefix_tokens.has_value() && *options.recompute_prefix_tokens > 0) {
@@ -194,14 +370,14 @@ absl::StatusOr<RunResult> LlamaKvAdapter::Run(std::span<const TokenId> prompt,
   r.tail_prefill_s = Since(tt);
   absl::StatusOr<std::vector<float>> logits = engine_->Logits();
   if (!logits.ok()) return logits.status();
-  r.prefill_s = Since(tp);
+  r.prefill_s = Since(tp) + r.front_prefill_s;
   r.ttft_s = Since(t0);
   r.computed_tokens = prompt.size() - r.loaded_tokens;
   r.logits = std::move(*logits);
 
   if (kvtier) {
-    connector_->ObservePrefill(rest.size(), r.loaded_tokens,
-                               std::chrono::duration<double>(r.prefill_s));
+    connector_->ObservePrefill(rest.size(), prompt.size() - rest.size(),
+                               std::chrono::duration<double>(r.prefill_s - r.front_prefill_s));
     if (options.store && !ModelStillMatches()) {
       r.model_changed = true;  // changed during prefill: store nothing under the old namespace
     } else if (options.store) {

@@ -418,6 +418,40 @@ absl::Status SeqStateBuilder::PutChunk(uint32_t first, uint32_t count,
   return absl::OkStatus();
 }
 
+absl::Status SeqStateBuilder::CopyPrefixFrom(const SeqStateView& view, uint32_t count) {
+  const SeqStateSpec& vs = view.spec;
+  if (vs.n_layer != spec_.n_layer || vs.type_k != spec_.type_k || vs.type_v != spec_.type_v ||
+      vs.k_row_bytes != spec_.k_row_bytes || vs.v_row_bytes != spec_.v_row_bytes ||
+      vs.v_trans != spec_.v_trans ||
+      (spec_.v_trans &&
+       (vs.n_embd_v_gqa != spec_.n_embd_v_gqa || vs.v_elem_bytes != spec_.v_elem_bytes))) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("CopyPrefixFrom: state spec %s differs from the one being built (%s)",
+                        vs.DebugString(), spec_.DebugString()));
+  }
+  if (count == 0 || count > view.cell_count || count > cell_count_) {
+    return absl::OutOfRangeError(
+        absl::StrFormat("CopyPrefixFrom: %d tokens, source holds %d and target %d cells", count,
+                        view.cell_count, cell_count_));
+  }
+  const std::byte* src = view.blob.data();
+  std::byte* dst = blob_.data();
+  for (uint32_t l = 0; l < spec_.n_layer; ++l) {
+    std::memcpy(dst + k_offset_[l], src + view.k_offset[l], uint64_t{count} * spec_.k_row_bytes);
+    if (!spec_.v_trans) {
+      std::memcpy(dst + v_offset_[l], src + view.v_offset[l], uint64_t{count} * spec_.v_row_bytes);
+    } else {
+      // V^T: element row j holds cell_count elements; copy the first `count` of each.
+      const uint64_t es = spec_.v_elem_bytes;
+      for (uint32_t j = 0; j < spec_.n_embd_v_gqa; ++j) {
+        std::memcpy(dst + v_offset_[l] + uint64_t{j} * cell_count_ * es,
+                    src + view.v_offset[l] + uint64_t{j} * view.cell_count * es, count * es);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<std::byte>> SeqStateBuilder::Truncated(uint32_t cells) const {
   if (cells == 0 || cells > cell_count_) {
     return absl::InvalidArgumentError(

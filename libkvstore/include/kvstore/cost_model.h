@@ -27,6 +27,21 @@
 //     saving(k) = recompute(0, k*T) - safety_factor * sum_{i<k} load(kind_i, chunk_bytes)
 // and the connector loads the k with the largest saving, if that saving is > 0 (ties:
 // the smaller k). k = 0 (recompute everything) has saving 0.
+//
+// Load-while-compute split (PlanOverlap; Cake, ICML'25): with k leading cached chunks,
+// the engine computes chunks [0, s) while a loader fetches chunks [s, k), then joins both
+// into one state. For s = 0..k (S = s*T tokens, K = k*T):
+//     T(0)     = L(0, k) + r*K                                  (load only)
+//     T(k)     = saved(K)                                       (compute only)
+//     T(s)     = max(sc*(f + saved(S)), sl*L(s, k)) + j0 + j*S + r*K   (0 < s < k)
+// with L(s, k) = safety_factor * sum_{i=s}^{k-1} load(kind_i, chunk_bytes),
+// saved(K) = a*K + b*K*(K+1)/2 (as above; f is charged to the extra prefill call the
+// front needs), and the join costs from OverlapJoinCost: r per restored token (building
+// and set_data of the K-token state), j0 + j per front token (reading the front out of
+// the engine and copying it into the state), and sl, sc >= 1 the measured slowdowns of
+// loading and computing while both run at once. The tokens after K are computed the same
+// way in every case, so they are left out. The split is the s with the smallest T(s)
+// (ties: the smaller s).
 #ifndef KVSTORE_COST_MODEL_H_
 #define KVSTORE_COST_MODEL_H_
 
@@ -95,6 +110,31 @@ struct CostModelStats {
 };
 
 // Thread-safe.
+// Join costs of a load-while-compute split (see PlanOverlap). All >= 0; the engine
+// adapter measures them (seconds).
+struct OverlapJoinCost {
+  double fixed_s = 0;               // j0: per join
+  double s_per_front_token = 0;     // j: per computed front token copied into the state
+  double s_per_restored_token = 0;  // r: per token of the restored state (load paths)
+  // Measured slowdowns of the two sides while they run at once (>= 1; values below 1 or
+  // non-finite count as 1): on a busy CPU the loader thread and the engine compete.
+  double concurrent_load_slowdown = 1;     // sigma_l, multiplies L(s, k) for 0 < s < k
+  double concurrent_compute_slowdown = 1;  // sigma_c, multiplies f + saved(S) for 0 < s < k
+};
+
+struct OverlapPlan {
+  size_t front_chunks = 0;     // s: chunks [0, s) computed by the engine
+  size_t total_chunks = 0;     // k: chunks [s, k) loaded meanwhile
+  double predicted_s = 0;      // T(s)
+  double compute_front_s = 0;  // sc*(f + saved(S)) (0 when s == 0; saved(K) when s == k)
+  double load_back_s = 0;      // sl*L(s, k) (L(0, k) when s == 0)
+  double join_s = 0;           // the join and restore terms of T(s)
+  double load_only_s = 0;      // T(0)
+  double compute_only_s = 0;   // T(k)
+  // 0 < s < k: computing and loading at once is predicted to be fastest.
+  bool overlap() const { return front_chunks > 0 && front_chunks < total_chunks; }
+};
+
 class CostModel {
  public:
   // REQUIRES: options.Validate().ok() (checked by the connector; invalid options are
@@ -138,6 +178,14 @@ class CostModel {
   // absolute prefix length (load tokens [computed, k*T)); 0 means load nothing.
   Decision Decide(std::span<const TierKind> chunk_tiers, uint32_t chunk_tokens,
                   uint64_t chunk_bytes, uint64_t computed_tokens = 0) const;
+
+  // The load-while-compute split of the chunks in `chunk_tiers` (all of them are to be
+  // used: k = chunk_tiers.size(); chunk i covers tokens [i*chunk_tokens, (i+1)*chunk_tokens)),
+  // by the formula in the file comment, from the current tier and prefill estimates.
+  // k == 0 or chunk_tokens == 0: an empty plan. Negative or non-finite join costs count
+  // as 0. Pure: counts nothing.
+  OverlapPlan PlanOverlap(std::span<const TierKind> chunk_tiers, uint32_t chunk_tokens,
+                          uint64_t chunk_bytes, const OverlapJoinCost& join = {}) const;
 
   // Current estimates (for logs, metrics and tests).
   struct TierEstimate {

@@ -112,6 +112,12 @@ class SeqStateBuilder {
   // OutOfRange past cell_count; InvalidArgument for a wrong payload size.
   absl::Status PutChunk(uint32_t first, uint32_t count, std::span<const std::byte> payload);
 
+  // Copies tokens [0, count) of `view` (another state of the same engine, e.g. the
+  // computed front of a load-while-compute split) into place: one copy per layer for K
+  // (and V rows), one per V element row when transposed. FailedPrecondition when the
+  // view's spec differs; OutOfRange when count exceeds either state's cells or is 0.
+  absl::Status CopyPrefixFrom(const SeqStateView& view, uint32_t count);
+
   // The blob. Rows never written by PutChunk are zero.
   std::span<const std::byte> blob() const { return blob_; }
   std::vector<std::byte> TakeBlob() && { return std::move(blob_); }
