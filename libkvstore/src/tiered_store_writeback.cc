@@ -15,7 +15,8 @@
 
 namespace kvt {
 
-// Called by tier `t` with its lock held: copy and queue, never block. When the next
+// Called by tier `t` while it evicts (the host tier without its lock, keeping the victim
+// alive; another tier may hold its own lock): copy and queue, never block. When the next
 // tier is local (not remote) and already holds the key (the usual case with
 // write-through), nothing is copied: asking it is an in-memory lookup, and the lock
 // order tier t -> tier t+1 -> queue_mu_ has no cycle (no tier calls a higher one).
