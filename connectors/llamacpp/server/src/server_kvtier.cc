@@ -192,8 +192,6 @@ bool ServerKvtier::OnContextReady(llama_context* ctx, const char* model_path) {
   }
   connector_ = std::shared_ptr<KVConnector>(std::move(*c));
   ns_hex_ = connector_->ns().ToHex();
-  n_ubatch_ = llama_n_ubatch(ctx);
-  n_batch_ = llama_n_batch(ctx);
   if (options_.tail) {
     tails_ = std::make_unique<TailRecords>(store_, connector_->ns(), co.ns.layout, chunk);
   }
@@ -209,9 +207,11 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
   if (!connector_ || n_tokens < 2) return 0;
   const uint32_t chunk = connector_->chunk_tokens();
   // Complete chunks up to T (the last token is always computed), then the tail record of
-  // tokens [T, n - 1) when the slot does not hold more than T already (tail_records.h).
+  // tokens [T, n - 1) (tail_records.h) when the slot holds no more than T, or, for a
+  // prompt shorter than one chunk (T == 0), less than the tail (e.g. only the BOS token).
   const uint64_t chunk_end = (n_tokens - 1) / chunk * chunk;
-  const bool try_tail = tails_ && n_have <= chunk_end && tails_->TailTokens(n_tokens) > 0;
+  const bool try_tail = tails_ && tails_->TailTokens(n_tokens) > 0 &&
+                        (n_have <= chunk_end || (chunk_end == 0 && n_have < n_tokens - 1));
   if ((try_tail ? n_tokens - 1 : chunk_end) <= n_have) return 0;
   requests_.fetch_add(1, std::memory_order_relaxed);
   const std::span<const TokenId> prompt = Span(tokens, n_tokens);
@@ -375,12 +375,11 @@ void ServerKvtier::OnPromptDone(llama_context* ctx, int32_t seq_id, const llama_
   last_prompt_tokens_[seq_id] = n_tokens;
   const std::span<const TokenId> prompt = Span(tokens, n_tokens);
   StoreSeq(ctx, seq_id, prompt);
-  // The tail is stored only when its KV was computed the way a cold prefill computes it:
-  // the prefill began on a ubatch boundary at or before the tail (so llama.cpp split the
-  // tail into the same ubatches), not after a restore that ended inside a ubatch.
+  // The tail, when this prefill computed part of it (after a tail restore only the last
+  // token was computed: the record exists). Like the chunks, its KV is read from the
+  // sequence after the prefill, whatever ubatches computed it.
   if (tails_ && start && n_tokens >= 2 && tails_->TailTokens(n_tokens) > 0 &&
-      *start <= tails_->TailStart(n_tokens) && *start % n_ubatch_ == 0 &&
-      n_batch_ % n_ubatch_ == 0) {
+      *start < n_tokens - 1) {
     StoreTail(ctx, seq_id, prompt);
   }
 }
