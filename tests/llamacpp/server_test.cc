@@ -212,6 +212,12 @@ TEST(LlamaServerKvtierTest, TailRecordIsReturnedOnlyForItsOwnTokens) {
     auto s = MustStart(args, "tail-1");
     ASSERT_TRUE(s);
     ExpectSameAnswer(Post(*s, "/completion", Completion(Prompt(1))), Reference(1));
+    // A prompt sharing no token with the next one, so the short prompt's prefill begins at
+    // 0: its tail is computed as in a cold prefill and stored (a prefill that began after
+    // a one-token reuse would not store it).
+    std::vector<int> gap = Prompt(9, 10);
+    if (gap[0] == short_prompt[0]) gap[0] = short_prompt[0] == 7 ? 8 : 7;
+    Post(*s, "/completion", Completion(gap));
     ExpectSameAnswer(Post(*s, "/completion", Completion(short_prompt)),
                      References(short_prompt).cold);
     EXPECT_EQ(s->Stop(), 0);
@@ -227,6 +233,8 @@ TEST(LlamaServerKvtierTest, TailRecordIsReturnedOnlyForItsOwnTokens) {
   json st = Status(*s);
   EXPECT_EQ(st["tail_hits"], 1) << st.dump();
   EXPECT_EQ(st["hits"], 2) << st.dump();
+  // `other` restored its chunks, so its prefill began at 128 and its own tail was stored.
+  EXPECT_EQ(st["tails_queued"], 1) << st.dump();
 }
 
 TEST(LlamaServerKvtierTest, CorruptedChunkIsRecomputedWithIdenticalAnswer) {

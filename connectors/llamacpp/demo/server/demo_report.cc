@@ -91,10 +91,23 @@ std::optional<bool> Row::Identical() const {
     if (!IsKvtier(c)) continue;
     for (const Sample& s : samples[static_cast<int>(c)]) {
       if (!s.ok) continue;
-      const Config ref_config = s.cache_n == all_but_last ? Config::kServerCache : Config::kCold;
-      for (const Sample& ref : samples[static_cast<int>(ref_config)]) {
+      // Restored up to the last token: plain llama-server's own RAM-cache hits on this
+      // prompt (any repeat: their last bits depend on where its cache placed the cells,
+      // so they can differ between repeats) must include this answer. Else: the cold
+      // answer of the same repeat.
+      if (s.cache_n == all_but_last) {
+        bool compared = false, match = false;
+        for (const Sample& ref : samples[static_cast<int>(Config::kServerCache)]) {
+          if (!ref.ok || ref.cache_n != all_but_last) continue;
+          compared = true;
+          match = match || (s.first_token == ref.first_token && s.first_probs == ref.first_probs);
+        }
+        any = any || compared;
+        if (compared && !match) return false;
+        continue;
+      }
+      for (const Sample& ref : samples[static_cast<int>(Config::kCold)]) {
         if (!ref.ok || ref.repeat != s.repeat) continue;
-        if (ref_config == Config::kServerCache && ref.cache_n != all_but_last) continue;
         any = true;
         if (s.first_token != ref.first_token || s.first_probs != ref.first_probs) return false;
       }

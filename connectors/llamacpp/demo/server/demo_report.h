@@ -47,9 +47,10 @@ struct Row {
   // Median tokens restored by kvtier (0 for the configurations without kvtier).
   std::optional<int> MedianKvtierLoaded(Config c) const;
   // Every kvtier answer (host, disk, kvtierd) has the first token and top-n probabilities
-  // of plain llama-server's answer from the same restored prefix, same repeat: its
-  // RAM-cache hit (server-cache) when kvtier restored all but the last token (chunks and
-  // tail), else its cold answer. nullopt when nothing compares.
+  // of plain llama-server's answer from the same restored prefix: one of its RAM-cache
+  // hits on this prompt (server-cache, any repeat) when kvtier restored all but the last
+  // token (chunks and tail), else its cold answer of the same repeat. nullopt when
+  // nothing compares.
   std::optional<bool> Identical() const;
 };
 

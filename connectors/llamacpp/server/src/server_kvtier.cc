@@ -192,6 +192,8 @@ bool ServerKvtier::OnContextReady(llama_context* ctx, const char* model_path) {
   }
   connector_ = std::shared_ptr<KVConnector>(std::move(*c));
   ns_hex_ = connector_->ns().ToHex();
+  n_ubatch_ = llama_n_ubatch(ctx);
+  n_batch_ = llama_n_batch(ctx);
   if (options_.tail) {
     tails_ = std::make_unique<TailRecords>(store_, connector_->ns(), co.ns.layout, chunk);
   }
@@ -375,11 +377,16 @@ void ServerKvtier::OnPromptDone(llama_context* ctx, int32_t seq_id, const llama_
   last_prompt_tokens_[seq_id] = n_tokens;
   const std::span<const TokenId> prompt = Span(tokens, n_tokens);
   StoreSeq(ctx, seq_id, prompt);
-  // The tail, when this prefill computed part of it (after a tail restore only the last
-  // token was computed: the record exists). Like the chunks, its KV is read from the
-  // sequence after the prefill, whatever ubatches computed it.
+  // The tail only when its KV was computed the way a cold prefill computes it: the
+  // prefill began on a ubatch boundary at or before the tail, so llama.cpp computed the
+  // tail in the same ubatch as cold. Measured in the demo (270M model, flash attention
+  // on): a tail computed inside a ubatch that began elsewhere (after a slot reuse of a
+  // shorter prompt) gave other last bits than the cold prefill's. A prompt whose prefill
+  // began elsewhere (e.g. after a reuse of only the BOS token) gets its tail stored by a
+  // later request that restores its chunks (its prefill then begins at T).
   if (tails_ && start && n_tokens >= 2 && tails_->TailTokens(n_tokens) > 0 &&
-      *start < n_tokens - 1) {
+      *start <= tails_->TailStart(n_tokens) && *start % n_ubatch_ == 0 &&
+      n_batch_ % n_ubatch_ == 0) {
     StoreTail(ctx, seq_id, prompt);
   }
 }

@@ -20,7 +20,8 @@
 //  * OnPromptDone / OnPromptSave: the complete chunks of the evaluated prompt that kvtier
 //    does not hold yet are sliced from llama_state_seq_get_data_ext and stored (copied
 //    synchronously, encoded and put on the connector's background thread); OnPromptDone
-//    also queues the prompt's tail record when the prefill computed part of it.
+//    also queues the prompt's tail record when the prefill began on a ubatch boundary at
+//    or before it (so the tail was computed as in a cold prefill).
 //  * Counters for /metrics (kvtier_* lines) and GET /kvtier.
 // A tier that fails (kvtierd missing, dead or paused) is a miss: the prompt is computed.
 #ifndef KVTIER_SERVER_SERVER_KVTIER_H_
@@ -79,6 +80,7 @@ class ServerKvtier final : public KvtierServerHooks {
   std::shared_ptr<TieredStore> store_;
   std::shared_ptr<KVConnector> connector_;  // set by OnContextReady, then read-only
   std::unique_ptr<TailRecords> tails_;      // likewise (null with --kvtier-no-tail)
+  uint32_t n_ubatch_ = 1, n_batch_ = 1;     // the server context's (OnContextReady)
   // Set (release) once OnContextReady has finished: HTTP threads answer /kvtier while the
   // model is still loading, and read connector_, spec_, ns_hex_ only after this (acquire).
   std::atomic<bool> ready_{false};
