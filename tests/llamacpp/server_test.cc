@@ -1,7 +1,11 @@
 // kvtier-llama-server through its real HTTP API (issue 10). Every test starts real server
 // processes on loopback ports with the generated tiny model and talks to them with curl.
-// Chunks of 32 tokens; prompts of 130 tokens = 4 complete chunks + 2 tokens, so a warm
-// request loads 128 tokens (the last prompt token is always computed).
+// Chunks of 32 tokens; prompts of 150 tokens = 4 complete chunks + 22 tokens. A warm
+// request loads the 4 chunks (128 tokens) and the prompt's tail record (tokens 128..148),
+// so it restores 149 tokens and computes the last one, as llama-server's own RAM cache
+// does; its answer is then bit for bit a plain server's cache hit (Ref::slot_reuse).
+// Restores of complete chunks only (--kvtier-no-tail, or a tail that is missing) give the
+// cold answer bit for bit.
 #include <signal.h>
 
 #include <filesystem>
@@ -18,8 +22,9 @@ namespace {
 
 using nlohmann::json;
 constexpr int kChunk = 32;
-constexpr size_t kPromptTokens = 130;
-constexpr int kWarmTokens = 128;
+constexpr size_t kPromptTokens = 150;
+constexpr int kChunkTokens = 128;  // the complete chunks of a prompt
+constexpr int kWarmTokens = 149;   // chunks + tail: all but the last token
 
 std::vector<std::string> BaseArgs() {
   return {"-m",       TinyModelPath(), "-c", "1024", "-np", "1",   "-t",
@@ -36,8 +41,8 @@ std::vector<std::string> Kvtier(const std::vector<std::string>& more) {
       more);
 }
 
-std::vector<int> Prompt(uint64_t seed) {
-  std::vector<TokenId> t = RandomTokens(seed, kPromptTokens, 32000);
+std::vector<int> Prompt(uint64_t seed, size_t n = kPromptTokens) {
+  std::vector<TokenId> t = RandomTokens(seed, n, 32000);
   return std::vector<int>(t.begin(), t.end());
 }
 
@@ -67,10 +72,13 @@ json Post(const ServerProcess& s, const std::string& path, const json& body) {
 }
 json Status(const ServerProcess& s) { return Post(s, "/kvtier", json()); }
 
-// Waits until the server's queued stores reached the tiers (chunks_put >= n).
-void WaitPut(const ServerProcess& s, uint64_t n) {
+// Waits until the server's queued stores reached the tiers (chunks_put >= n and
+// tails_put >= tails).
+void WaitPut(const ServerProcess& s, uint64_t n, uint64_t tails = 0) {
   for (int i = 0; i < 200; ++i) {
-    if (Status(s).value("chunks_put", uint64_t{0}) >= n) return;
+    const json st = Status(s);
+    if (st.value("chunks_put", uint64_t{0}) >= n && st.value("tails_put", uint64_t{0}) >= tails)
+      return;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   ADD_FAILURE() << "stores did not reach the tiers: " << Status(s).dump();
@@ -83,19 +91,27 @@ struct Ref {
   json cold;
   json slot_reuse;
 };
-const Ref& References(uint64_t seed) {
-  static std::map<uint64_t, Ref> refs;
-  if (!refs.count(seed)) {
-    auto s = MustStart(BaseArgs(), "reference-" + std::to_string(seed));
+const Ref& References(const std::vector<int>& prompt) {
+  static std::map<std::vector<int>, Ref> refs;
+  if (!refs.count(prompt)) {
+    auto s = MustStart(BaseArgs(), "reference-" + std::to_string(refs.size()));
     if (s) {
-      refs[seed].cold = Post(*s, "/completion", Completion(Prompt(seed)));
-      refs[seed].slot_reuse = Post(*s, "/completion", Completion(Prompt(seed)));
-      EXPECT_EQ(refs[seed].slot_reuse["timings"]["cache_n"], static_cast<int>(kPromptTokens) - 1);
+      refs[prompt].cold = Post(*s, "/completion", Completion(prompt));
+      refs[prompt].slot_reuse = Post(*s, "/completion", Completion(prompt));
+      EXPECT_EQ(refs[prompt].slot_reuse["timings"]["cache_n"], static_cast<int>(prompt.size()) - 1);
     }
   }
-  return refs[seed];
+  return refs[prompt];
 }
+const Ref& References(uint64_t seed) { return References(Prompt(seed)); }
 const json& Reference(uint64_t seed) { return References(seed).cold; }
+// The plain server's answer for what was restored: all but the last token (a RAM-cache or
+// slot hit) or a chunk boundary (the cold prefill of the rest).
+const json& ReferenceFor(const json& got, const std::vector<int>& prompt) {
+  const Ref& r = References(prompt);
+  const int cache_n = got["timings"]["cache_n"];
+  return cache_n == static_cast<int>(prompt.size()) - 1 ? r.slot_reuse : r.cold;
+}
 
 void ExpectSameAnswer(const json& got, const json& want) {
   ASSERT_TRUE(want.contains("tokens")) << want.dump();
@@ -124,6 +140,9 @@ TEST(LlamaServerKvtierTest, BadFlagValuesExit2NamingTheFlag) {
     auto [rc, out] = RunToExit(KVT_LLAMA_SERVER_BIN, With(BaseArgs(), c.args));
     EXPECT_EQ(rc, 2) << c.flag << ": " << out;
     EXPECT_NE(out.find(c.flag), std::string::npos) << out;
+    // Only this binary's flags are named (not the kvtier CLI's --daemon).
+    for (size_t p = out.find("--daemon"); p != std::string::npos; p = out.find("--daemon", p + 1))
+      EXPECT_TRUE(p >= 7 && out.compare(p - 7, 7, "-kvtier") == 0) << out;
   }
   // Without kvtier flags the server has no /kvtier endpoint: it is plain llama-server.
   auto plain = MustStart(BaseArgs(), "plain");
@@ -135,6 +154,10 @@ TEST(LlamaServerKvtierTest, BadFlagValuesExit2NamingTheFlag) {
 
 TEST(LlamaServerKvtierTest, RestartedServerIsWarmFromDiskWithIdenticalAnswer) {
   const json& ref = Reference(1);
+  const json& ref_hit = References(1).slot_reuse;
+  // Computing the last token alone changes the last bits of its probabilities here, so
+  // the two references tell a restore up to the last token from one up to a chunk.
+  ASSERT_NE(ref["completion_probabilities"][0], ref_hit["completion_probabilities"][0]);
   const std::string dir = MakeTempDir("server-disk");
   const auto args =
       Kvtier({"--kvtier-dir", dir, "--kvtier-disk-mib", "16", "--kvtier-host-mib", "0"});
@@ -146,20 +169,72 @@ TEST(LlamaServerKvtierTest, RestartedServerIsWarmFromDiskWithIdenticalAnswer) {
     ExpectSameAnswer(r, ref);
     EXPECT_EQ(s->Stop(), 0);  // SIGTERM: queued stores are flushed before exit
   }
-  auto s = MustStart(args, "disk-2");
+  {
+    auto s = MustStart(args, "disk-2");
+    ASSERT_TRUE(s);
+    json r = Post(*s, "/completion", Completion(Prompt(1)));
+    // Chunks and tail: only the last token is computed, as after a RAM-cache restore.
+    EXPECT_EQ(r["timings"]["cache_n"], kWarmTokens) << r["timings"].dump();
+    EXPECT_EQ(r["timings"]["prompt_n"], 1);
+    ExpectSameAnswer(r, ref_hit);
+    json st = Status(*s);
+    EXPECT_EQ(st["hits"], 1);
+    EXPECT_EQ(st["tail_hits"], 1);
+    EXPECT_EQ(st["loaded_tokens"], kWarmTokens);
+    EXPECT_EQ(st["load_bytes"], kWarmTokens * st["bytes_per_token"].get<uint64_t>());
+    auto m = CurlText(s->url() + "/metrics");
+    ASSERT_TRUE(m.ok());
+    EXPECT_NE(m->find("kvtier_hits_total 1\n"), std::string::npos) << *m;
+    EXPECT_NE(m->find("kvtier_tail_hits_total 1\n"), std::string::npos) << *m;
+    EXPECT_NE(m->find("kvtier_loaded_tokens_total 149\n"), std::string::npos) << *m;
+  }
+  // --kvtier-no-tail: complete chunks only, the rest is prefilled: the cold answer.
+  auto s = MustStart(With(args, {"--kvtier-no-tail"}), "disk-3");
   ASSERT_TRUE(s);
   json r = Post(*s, "/completion", Completion(Prompt(1)));
-  EXPECT_EQ(r["timings"]["cache_n"], kWarmTokens) << r["timings"].dump();
-  EXPECT_EQ(r["timings"]["prompt_n"], static_cast<int>(kPromptTokens) - kWarmTokens);
+  EXPECT_EQ(r["timings"]["cache_n"], kChunkTokens) << r["timings"].dump();
+  EXPECT_EQ(r["timings"]["prompt_n"], static_cast<int>(kPromptTokens) - kChunkTokens);
   ExpectSameAnswer(r, ref);
+  EXPECT_EQ(Status(*s)["tail_hits"], 0);
+}
+
+// The tail record is keyed by its exact tokens chained from the chunks before it: a prompt
+// that differs only inside the tail loads the chunks and nothing more (the cold answer of
+// its own tokens), and a prompt shorter than one chunk is restored from its tail alone.
+TEST(LlamaServerKvtierTest, TailRecordIsReturnedOnlyForItsOwnTokens) {
+  const std::string dir = MakeTempDir("server-tail");
+  const auto args = Kvtier({"--kvtier-dir", dir, "--kvtier-disk-mib", "16"});
+  std::vector<int> other = Prompt(1);
+  other[140] = other[140] == 7 ? 8 : 7;  // inside the tail [128, 149)
+  std::vector<int> short_prompt = Prompt(5, 20);
+  short_prompt[0] = other[0];  // the slot shares one token with it (like a BOS token)
+  {
+    auto s = MustStart(args, "tail-1");
+    ASSERT_TRUE(s);
+    ExpectSameAnswer(Post(*s, "/completion", Completion(Prompt(1))), Reference(1));
+    // A prompt sharing no token with the next one, so the short prompt's prefill begins at
+    // 0: its tail is computed as in a cold prefill and stored (a prefill that began after
+    // a one-token reuse would not store it).
+    std::vector<int> gap = Prompt(9, 10);
+    if (gap[0] == short_prompt[0]) gap[0] = short_prompt[0] == 7 ? 8 : 7;
+    Post(*s, "/completion", Completion(gap));
+    ExpectSameAnswer(Post(*s, "/completion", Completion(short_prompt)),
+                     References(short_prompt).cold);
+    EXPECT_EQ(s->Stop(), 0);
+  }
+  auto s = MustStart(args, "tail-2");
+  ASSERT_TRUE(s);
+  json r = Post(*s, "/completion", Completion(other));
+  EXPECT_EQ(r["timings"]["cache_n"], kChunkTokens) << r["timings"].dump();
+  ExpectSameAnswer(r, References(other).cold);
+  r = Post(*s, "/completion", Completion(short_prompt));
+  EXPECT_EQ(r["timings"]["cache_n"], 19) << r["timings"].dump();
+  ExpectSameAnswer(r, References(short_prompt).slot_reuse);
   json st = Status(*s);
-  EXPECT_EQ(st["hits"], 1);
-  EXPECT_EQ(st["loaded_tokens"], kWarmTokens);
-  EXPECT_EQ(st["load_bytes"], kWarmTokens * st["bytes_per_token"].get<uint64_t>());
-  auto m = CurlText(s->url() + "/metrics");
-  ASSERT_TRUE(m.ok());
-  EXPECT_NE(m->find("kvtier_hits_total 1\n"), std::string::npos) << *m;
-  EXPECT_NE(m->find("kvtier_loaded_tokens_total 128\n"), std::string::npos) << *m;
+  EXPECT_EQ(st["tail_hits"], 1) << st.dump();
+  EXPECT_EQ(st["hits"], 2) << st.dump();
+  // `other` restored its chunks, so its prefill began at 128 and its own tail was stored.
+  EXPECT_EQ(st["tails_queued"], 1) << st.dump();
 }
 
 TEST(LlamaServerKvtierTest, CorruptedChunkIsRecomputedWithIdenticalAnswer) {
@@ -192,7 +267,7 @@ TEST(LlamaServerKvtierTest, CorruptedChunkIsRecomputedWithIdenticalAnswer) {
   auto s = MustStart(args, "corrupt-2");
   ASSERT_TRUE(s);
   json r = Post(*s, "/completion", Completion(Prompt(1)));
-  EXPECT_LT(r["timings"]["cache_n"].get<int>(), kWarmTokens);
+  EXPECT_LT(r["timings"]["cache_n"].get<int>(), kChunkTokens);
   ExpectSameAnswer(r, ref);
   json st = Status(*s);
   EXPECT_GE(st["integrity_errors"].get<int>() + st["load_failures"].get<int>(), 1) << st.dump();
@@ -221,11 +296,11 @@ TEST(LlamaServerKvtierTest, TwoServersShareOneKvtierd) {
   ASSERT_TRUE(a && b);
   json ra = Post(*a, "/completion", Completion(Prompt(2)));
   EXPECT_EQ(ra["timings"]["cache_n"], 0);
-  WaitPut(*a, kWarmTokens / kChunk);
+  WaitPut(*a, kChunkTokens / kChunk, 1);
   json rb = Post(*b, "/completion", Completion(Prompt(2)));
   EXPECT_EQ(rb["timings"]["cache_n"], kWarmTokens);
   ExpectSameAnswer(ra, ref);
-  ExpectSameAnswer(rb, ref);
+  ExpectSameAnswer(rb, References(2).slot_reuse);
   EXPECT_EQ(Status(*b)["hits"], 1);
 }
 
@@ -241,12 +316,12 @@ TEST(LlamaServerKvtierTest, KvtierdKilledOrPausedMeansColdAnswersThenHitsResume)
                      "kill");
   ASSERT_TRUE(s);
   ExpectSameAnswer(Post(*s, "/completion", Completion(Prompt(1))), ref1);
-  WaitPut(*s, 4);
+  WaitPut(*s, 4, 1);
   ExpectSameAnswer(Post(*s, "/completion", Completion(Prompt(2))), ref2);
-  WaitPut(*s, 8);
+  WaitPut(*s, 8, 2);
   json warm = Post(*s, "/completion", Completion(Prompt(1)));
   EXPECT_EQ(warm["timings"]["cache_n"], kWarmTokens);
-  ExpectSameAnswer(warm, ref1);
+  ExpectSameAnswer(warm, References(1).slot_reuse);
 
   // SIGKILL: the next requests answer cold, with the same tokens.
   kill((*d)->pid(), SIGKILL);
@@ -269,8 +344,8 @@ TEST(LlamaServerKvtierTest, KvtierdKilledOrPausedMeansColdAnswersThenHitsResume)
     const uint64_t seed = i % 2 == 0 ? 2 : 1;
     last_seed = seed;
     json r = Post(*s, "/completion", Completion(Prompt(seed)));
-    ExpectSameAnswer(r, seed == 1 ? ref1 : ref2);
-    if (r["timings"]["cache_n"] == kWarmTokens) ++hits;
+    ExpectSameAnswer(r, ReferenceFor(r, Prompt(seed)));
+    if (r["timings"]["cache_n"] >= kChunkTokens) ++hits;
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
   }
   EXPECT_EQ(hits, 1);
@@ -295,11 +370,11 @@ TEST(LlamaServerKvtierTest, LoadIntoOneSlotNeverChangesAnother) {
   ASSERT_TRUE(s);
   ExpectSameAnswer(Post(*s, "/completion", Completion(Prompt(1), 0)), ref1);
   ExpectSameAnswer(Post(*s, "/completion", Completion(Prompt(2), 1)), ref2);
-  WaitPut(*s, 8);
+  WaitPut(*s, 8, 2);
   // Slot 0 loads prompt 2 from kvtier while slot 1 holds prompt 2 itself.
   json r0 = Post(*s, "/completion", Completion(Prompt(2), 0));
   EXPECT_EQ(r0["timings"]["cache_n"], kWarmTokens);
-  ExpectSameAnswer(r0, ref2);
+  ExpectSameAnswer(r0, References(2).slot_reuse);
   // Slot 1 reuses its own KV (llama-server's slot reuse): bit for bit what a plain
   // server's slot reuse gives, so slot 0's load did not touch it.
   json r1 = Post(*s, "/completion", Completion(Prompt(2), 1));
@@ -307,7 +382,7 @@ TEST(LlamaServerKvtierTest, LoadIntoOneSlotNeverChangesAnother) {
   ExpectSameAnswer(r1, References(2).slot_reuse);
   json r2 = Post(*s, "/completion", Completion(Prompt(1), 0));
   EXPECT_EQ(r2["timings"]["cache_n"], kWarmTokens);
-  ExpectSameAnswer(r2, ref1);
+  ExpectSameAnswer(r2, References(1).slot_reuse);
 }
 
 TEST(LlamaServerKvtierTest, MultiTurnChatLoadsThePreviousTurnsChunks) {

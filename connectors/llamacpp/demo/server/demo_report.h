@@ -10,8 +10,17 @@
 
 namespace kvt::llamacpp::demo {
 
-enum class Config { kCold = 0, kServerCache = 1, kHost = 2, kDisk = 3, kKvtierd = 4 };
-inline constexpr int kNumConfigs = 5;
+// kUpstream: llama.cpp's own `llama-server` binary from the same build (no kvtier code
+// linked), cold, to show the demo's cold column runs the engine at full speed.
+enum class Config {
+  kCold = 0,
+  kServerCache = 1,
+  kHost = 2,
+  kDisk = 3,
+  kKvtierd = 4,
+  kUpstream = 5
+};
+inline constexpr int kNumConfigs = 6;
 const char* ConfigName(Config c);
 
 struct Sample {
@@ -19,8 +28,9 @@ struct Sample {
   bool ok = false;
   std::string error;  // why it did not run
   double ttft_ms = 0;
-  int cache_n = 0;
+  int cache_n = 0;  // timings.cache_n: reused by the slot, its RAM cache or kvtier
   int prompt_n = 0;
+  int kvtier_loaded = 0;  // tokens kvtier restored for this request (GET /kvtier delta)
   int first_token = -1;
   std::string first_probs;
 };
@@ -34,8 +44,13 @@ struct Row {
   std::optional<double> MedianTtft(Config c) const;
   // Median timings.cache_n of the configuration's samples that ran.
   std::optional<int> MedianCached(Config c) const;
-  // Every kvtier answer (host, disk, kvtierd) has the first token and top-n
-  // probabilities of the cold answer of the same repeat. nullopt when nothing compares.
+  // Median tokens restored by kvtier (0 for the configurations without kvtier).
+  std::optional<int> MedianKvtierLoaded(Config c) const;
+  // Every kvtier answer (host, disk, kvtierd) has the first token and top-n probabilities
+  // of plain llama-server's answer from the same restored prefix: one of its RAM-cache
+  // hits on this prompt (server-cache, any repeat) when kvtier restored all but the last
+  // token (chunks and tail), else its cold answer of the same repeat. nullopt when
+  // nothing compares.
   std::optional<bool> Identical() const;
 };
 
@@ -50,8 +65,8 @@ struct Report {
 
   // Prints the table and targets (stdout; stderr when `json`), writes <run_dir>/ttft.csv
   // and <run_dir>/ttft.png. Returns the exit code: 3 when an answer through kvtier
-  // differed from the cold one, 1 when `check` and a target was missed (or not measured),
-  // else 0.
+  // differed from plain llama-server's (see Row::Identical), 1 when `check` and a target
+  // was missed (or not measured), else 0.
   int Print(const std::string& run_dir, bool json, bool check) const;
 };
 

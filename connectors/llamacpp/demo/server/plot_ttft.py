@@ -17,11 +17,16 @@ def main(csv_path: str, png_path: str) -> None:
             series[row["config"]].append((int(row["prompt_tokens"]), float(row["ttft_ms_median"]),
                                           row["workload"]))
     fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
-    styles = {"cold": "o-", "server-cache": "s-", "host": "^-", "disk": "v-", "kvtierd": "D-"}
-    for config in ["cold", "server-cache", "host", "disk", "kvtierd"]:
+    styles = {"cold": "o-", "llama-server": "x--", "server-cache": "s-", "host": "^-", "disk": "v-",
+              "kvtierd": "D-"}
+    for config in ["cold", "llama-server", "server-cache", "host", "disk", "kvtierd"]:
         pts = sorted(p for p in series.get(config, []) if p[2] != "no-reuse")
         if pts:
-            ax.plot([p[0] for p in pts], [p[1] / 1000.0 for p in pts], styles[config], label=config)
+            label = {"cold": "cold (demo's server)", "llama-server": "cold (llama.cpp's llama-server)",
+                     "server-cache": "llama-server RAM cache", "host": "kvtier host",
+                     "disk": "kvtier disk (fresh server)",
+                     "kvtierd": "kvtierd (fresh server)"}[config]
+            ax.plot([p[0] for p in pts], [p[1] / 1000.0 for p in pts], styles[config], label=label)
     ax.set_xlabel("prompt tokens")
     ax.set_ylabel("TTFT (s, client-side, median)")
     ax.set_yscale("log")

@@ -10,10 +10,14 @@
 //   disk          a fresh kvtier-llama-server process on kvtier's disk tier
 //   kvtierd       a fresh kvtier-llama-server process on kvtierd (started here, or joined
 //                 with --kvtierd-address)
+//   llama-server  llama.cpp's own llama-server binary from the same build, cold: the cold
+//                 column must be as fast (same model, threads, batch; issue 14)
 // No-reuse prompts (new every repeat) run on plain llama-server and on the kvtier server
 // (a miss): their ratio shows what kvtier costs when nothing is cached.
 // Evidence: <dir>/run/evidence.jsonl holds each answer's first token and its top-n
-// probabilities (with a hash); "identical" compares them with the cold answer.
+// probabilities (with a hash) and the tokens kvtier restored; "identical" compares them
+// with plain llama-server's answer from the same restored prefix (its RAM-cache hit when
+// kvtier restored all but the last token, else its cold answer).
 // Output: a table (stdout, or stderr with --json), <dir>/run/ttft.csv, <dir>/run/ttft.png
 // (matplotlib, when python3 has it), and with --json one JSON object per request.
 #include <algorithm>
@@ -53,12 +57,14 @@ struct Flags {
   std::string model;
   bool small = false;
   bool full = false;
+  bool quick = false;  // a tiny workload: one chat turn, a ~600-token document, one no-reuse
   int threads = 2;
   int repeats = 3;
   int chunk = 256;
   std::string dir = ".kvtier-demo";
   std::string data_dir;
   std::string server_bin;
+  std::string upstream_bin;  // llama.cpp's llama-server ("" = that column is not run)
   std::string kvtierd_bin;
   std::string kvtierd_address;
   bool no_kvtierd = false;
@@ -130,9 +136,11 @@ absl::StatusOr<TextWorkload> BuildTexts(const Flags& f) {
     }
   }
   flush();
+  if (f.quick && w.reuse.size() > 1) w.reuse.resize(1);
   absl::StatusOr<std::string> gpl = ReadText(f.data_dir + "/gpl-3.0.txt");
   if (!gpl.ok()) return gpl.status();
-  std::string doc = gpl->substr(0, std::min<size_t>(gpl->size(), 19000));  // ~4.4k tokens
+  // ~4.4k tokens (--quick: ~600)
+  std::string doc = gpl->substr(0, std::min<size_t>(gpl->size(), f.quick ? 2600 : 19000));
   const char* questions[] = {
       "What freedoms does this license want to guarantee to users of free software?",
       "Under which conditions may I convey a covered work in object code form?",
@@ -172,21 +180,24 @@ class Demo {
                                                        const std::string& tag) {
     return ServerProcess::Start(f_.server_bin, args, run_dir_ + "/server-" + tag + ".log");
   }
-  void Record(size_t row, Config c, int rep, const absl::StatusOr<Completion>& r);
+  void Record(size_t row, Config c, int rep, const absl::StatusOr<Completion>& r,
+              int kvtier_loaded = 0);
   void Measure(size_t row, Config c, int rep, const std::vector<int>& tokens);
 
   Flags f_;
   std::string model_, run_dir_, disk_dir_, kvtierd_addr_;
-  std::unique_ptr<ServerProcess> plain_, kvt_;
+  std::unique_ptr<ServerProcess> plain_, kvt_, upstream_;
   std::unique_ptr<KvtierdProcess> kvtierd_;
   std::vector<int> filler_;
   Report report_;
   std::ofstream evidence_;
 };
 
-void Demo::Record(size_t row, Config c, int rep, const absl::StatusOr<Completion>& r) {
+void Demo::Record(size_t row, Config c, int rep, const absl::StatusOr<Completion>& r,
+                  int kvtier_loaded) {
   Sample s;
   s.repeat = rep;
+  s.kvtier_loaded = kvtier_loaded;
   if (r.ok()) {
     s.ok = true;
     s.ttft_ms = r->ttft_ms;
@@ -200,7 +211,9 @@ void Demo::Record(size_t row, Config c, int rep, const absl::StatusOr<Completion
   Row& rr = report_.rows[row];
   std::fprintf(stderr, "  [%d/%d] %-8s #%d %-12s %s\n", rep + 1, f_.repeats, rr.workload.c_str(),
                rr.index, ConfigName(c),
-               s.ok ? absl::StrFormat("%9.1f ms  cached %d", s.ttft_ms, s.cache_n).c_str()
+               s.ok ? absl::StrFormat("%9.1f ms  cached %d, kvtier %d", s.ttft_ms, s.cache_n,
+                                      s.kvtier_loaded)
+                          .c_str()
                     : ("not run: " + s.error.substr(0, 160)).c_str());
   evidence_ << EvidenceLine(rr, c, rep, s) << "\n";
   evidence_.flush();
@@ -214,10 +227,18 @@ void Demo::Measure(size_t row, Config c, int rep, const std::vector<int>& tokens
   auto filler = [&](ServerProcess& s) {
     (void)ServerClient("127.0.0.1", s.port()).Complete(filler_, true);
   };
+  // Tokens kvtier restored so far in `s` (its GET /kvtier).
+  auto kvtier_loaded = [&](ServerProcess& s) {
+    auto j = ServerClient("127.0.0.1", s.port()).GetJson("/kvtier");
+    return j.ok() ? j->value("loaded_tokens", 0) : 0;
+  };
   switch (c) {
     case Config::kCold:
       if (!plain_) return Record(row, c, rep, absl::UnavailableError("plain server not running"));
       return Record(row, c, rep, complete(*plain_, false));
+    case Config::kUpstream:
+      if (!upstream_) return Record(row, c, rep, absl::UnavailableError("llama-server not run"));
+      return Record(row, c, rep, complete(*upstream_, false));
     case Config::kServerCache:
       if (!plain_) return Record(row, c, rep, absl::UnavailableError("plain server not running"));
       (void)complete(*plain_,
@@ -231,7 +252,11 @@ void Demo::Measure(size_t row, Config c, int rep, const std::vector<int>& tokens
         (void)complete(*kvt_, true);
       }
       filler(*kvt_);
-      return Record(row, c, rep, complete(*kvt_, true));
+      {
+        const int before = kvtier_loaded(*kvt_);
+        auto r = complete(*kvt_, true);
+        return Record(row, c, rep, r, kvtier_loaded(*kvt_) - before);
+      }
     case Config::kDisk:
     case Config::kKvtierd: {
       std::vector<std::string> more;
@@ -243,7 +268,8 @@ void Demo::Measure(size_t row, Config c, int rep, const std::vector<int>& tokens
         return Record(row, c, rep, absl::UnavailableError(report_.kvtierd_note));
       auto s = Start(KvtierArgs(more), std::string(ConfigName(c)));
       if (!s.ok()) return Record(row, c, rep, s.status());
-      Record(row, c, rep, complete(**s, true));
+      auto r = complete(**s, true);
+      Record(row, c, rep, r, kvtier_loaded(**s));
       (*s)->Stop();
       return;
     }
@@ -300,6 +326,15 @@ int Demo::Run() {
     return 1;
   }
   plain_ = std::move(*plain);
+  if (!f_.upstream_bin.empty()) {
+    auto up = ServerProcess::Start(f_.upstream_bin, With(CommonArgs(), {"--cache-ram", "8192"}),
+                                   run_dir_ + "/server-llama-server.log");
+    if (up.ok())
+      upstream_ = std::move(*up);
+    else
+      std::fprintf(stderr, "demo: llama-server column not run: %s\n",
+                   up.status().ToString().c_str());
+  }
   ServerClient pc("127.0.0.1", plain_->port());
   auto filler = pc.Tokenize("The weather today is mild and the garden is quiet.", true);
   if (!filler.ok()) {
@@ -319,7 +354,7 @@ int Demo::Run() {
   }
   auto apache = pc.Tokenize(texts->no_reuse_source, false);
   if (!apache.ok()) return 1;
-  const size_t nr_tokens = 300, nr_prompts = f_.full ? 3 : 2;
+  const size_t nr_tokens = 300, nr_prompts = f_.full ? 3 : f_.quick ? 1 : 2;
   std::vector<std::vector<std::vector<int>>> no_reuse(nr_prompts);  // [prompt][repeat]
   for (size_t i = 0; i < nr_prompts; ++i) {
     Row r;
@@ -376,7 +411,11 @@ int Demo::Run() {
                  Seconds(t_start));
     for (size_t row = 0; row < report_.rows.size(); ++row) {
       if (row < n_reuse) {
-        Measure(row, Config::kCold, rep, report_.rows[row].tokens);
+        // cold and llama-server (both cold prefills) in alternating order, then the rest.
+        const Config first = rep % 2 == 0 ? Config::kCold : Config::kUpstream;
+        const Config second = rep % 2 == 0 ? Config::kUpstream : Config::kCold;
+        Measure(row, first, rep, report_.rows[row].tokens);
+        Measure(row, second, rep, report_.rows[row].tokens);
         for (int k = 0; k < 4; ++k)
           Measure(row, rotating[(k + rep) % 4], rep, report_.rows[row].tokens);
       } else {
@@ -396,6 +435,7 @@ int Demo::Run() {
   }
   kvt_.reset();
   plain_.reset();
+  upstream_.reset();
   if (kvtierd_) {
     (void)kvtierd_->Stop();
     std::error_code rm;  // a daemon that died leaves its socket: remove it
@@ -416,6 +456,9 @@ int main(int argc, char** argv) {
   app.add_option("--model", f.model, "GGUF model (default: generate the 270M demo model in --dir)");
   app.add_flag("--small", f.small, "the tiny generated model (a quick run)");
   app.add_flag("--full", f.full, "the full workload: 3 document questions, 3 no-reuse prompts");
+  app.add_flag("--quick", f.quick,
+               "a tiny workload (one chat turn, a ~600-token document, one no-reuse prompt; "
+               "the >= 4k targets are then not measured)");
   app.add_option("--threads", f.threads, "server threads")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
@@ -430,6 +473,9 @@ int main(int argc, char** argv) {
   app.add_option("--data-dir", f.data_dir, "folder with chat.txt, gpl-3.0.txt, apache-2.0.txt");
   app.add_option("--server", f.server_bin, "kvtier-llama-server binary")->capture_default_str();
   app.add_option("--kvtierd", f.kvtierd_bin, "kvtierd binary to start")->capture_default_str();
+  app.add_option("--llama-server", f.upstream_bin,
+                 "llama.cpp's llama-server binary for the llama-server column (\"\" = skip)")
+      ->capture_default_str();
   app.add_option("--kvtierd-address", f.kvtierd_address,
                  "join a running kvtierd (unix:///path.sock or host:port) instead of starting one");
   app.add_flag("--no-kvtierd", f.no_kvtierd, "skip the kvtierd column");
@@ -439,9 +485,13 @@ int main(int argc, char** argv) {
   app.footer(
       "Exit codes: 0 done; 1 a target missed (with --check) or a server could not start; 2 bad "
       "flags or data;\n"
-      "3 an answer through kvtier was not identical to the cold answer.");
+      "3 an answer through kvtier was not identical to plain llama-server's from the same "
+      "restored prefix.");
 #ifdef KVT_SERVER_DEMO_SERVER
   f.server_bin = KVT_SERVER_DEMO_SERVER;
+#endif
+#ifdef KVT_SERVER_DEMO_UPSTREAM
+  f.upstream_bin = KVT_SERVER_DEMO_UPSTREAM;
 #endif
 #ifdef KVT_DEMO_KVTIERD
   f.kvtierd_bin = KVT_DEMO_KVTIERD;

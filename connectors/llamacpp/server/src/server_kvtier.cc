@@ -11,6 +11,7 @@
 #include "kvstore/host_tier.h"
 #include "kvstore/store_factory.h"
 #include "kvtier_server/seq_streams.h"
+#include "kvtier_server/tail_records.h"
 #include "llamacpp/llama_engine.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
@@ -131,6 +132,7 @@ ServerKvtier::~ServerKvtier() { Flush(); }
 
 void ServerKvtier::Flush() {
   if (connector_) connector_->Flush();
+  if (tails_) tails_->Flush();
   if (store_) store_->Flush();
 }
 
@@ -190,6 +192,11 @@ bool ServerKvtier::OnContextReady(llama_context* ctx, const char* model_path) {
   }
   connector_ = std::shared_ptr<KVConnector>(std::move(*c));
   ns_hex_ = connector_->ns().ToHex();
+  n_ubatch_ = llama_n_ubatch(ctx);
+  n_batch_ = llama_n_batch(ctx);
+  if (options_.tail) {
+    tails_ = std::make_unique<TailRecords>(store_, connector_->ns(), co.ns.layout, chunk);
+  }
   ready_.store(true, std::memory_order_release);
   spdlog::info("kvtier: tiers {}, chunk {} tokens, namespace {} ({}), {} B/token", tiers_, chunk,
                ns_hex_, co.ns.engine_extra, spec_.payload_bytes_per_token());
@@ -201,46 +208,82 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
   prompt_start_[seq_id] = PromptStart{Clock::now(), n_have};
   if (!connector_ || n_tokens < 2) return 0;
   const uint32_t chunk = connector_->chunk_tokens();
-  const uint64_t max_load = (n_tokens - 1) / chunk * chunk;  // the last token is computed
-  if (max_load <= n_have) return 0;
+  // Complete chunks up to T (the last token is always computed), then the tail record of
+  // tokens [T, n - 1) (tail_records.h) when the slot holds no more than T, or, for a
+  // prompt shorter than one chunk (T == 0), less than the tail (e.g. only the BOS token).
+  const uint64_t chunk_end = (n_tokens - 1) / chunk * chunk;
+  const bool try_tail = tails_ && tails_->TailTokens(n_tokens) > 0 &&
+                        (n_have <= chunk_end || (chunk_end == 0 && n_have < n_tokens - 1));
+  if ((try_tail ? n_tokens - 1 : chunk_end) <= n_have) return 0;
   requests_.fetch_add(1, std::memory_order_relaxed);
   const std::span<const TokenId> prompt = Span(tokens, n_tokens);
-  absl::StatusOr<ConnectorLookup> lookup = connector_->Lookup(prompt, n_have);
-  if (!lookup.ok()) {
-    spdlog::warn("kvtier: lookup failed, computing the prompt: {}", lookup.status().ToString());
-    misses_.fetch_add(1, std::memory_order_relaxed);
-    return 0;
+  uint64_t want = 0;
+  if (chunk_end > 0) {
+    absl::StatusOr<ConnectorLookup> lookup = connector_->Lookup(prompt, n_have);
+    if (!lookup.ok()) {
+      spdlog::warn("kvtier: lookup failed, computing the prompt: {}", lookup.status().ToString());
+      misses_.fetch_add(1, std::memory_order_relaxed);
+      return 0;
+    }
+    want = std::min<uint64_t>(lookup->load_tokens, chunk_end);
+    want -= want % chunk;
+    if (want <= n_have && lookup->cached_tokens > n_have) {
+      cost_skips_.fetch_add(1, std::memory_order_relaxed);
+    }
   }
-  uint64_t want = std::min<uint64_t>(lookup->load_tokens, max_load);
-  want -= want % chunk;
-  if (want <= n_have) {
-    if (lookup->cached_tokens > n_have) cost_skips_.fetch_add(1, std::memory_order_relaxed);
+  // The tail follows the chunks' decision: only after every chunk before it is loaded.
+  std::optional<std::vector<std::byte>> tail;
+  if (try_tail && want == chunk_end) {
+    absl::StatusOr<std::vector<std::byte>> t = tails_->Fetch(prompt);
+    if (t.ok()) {
+      tail = std::move(*t);
+    } else if (!absl::IsNotFound(t.status())) {
+      spdlog::warn("kvtier: tail record not used: {}", t.status().ToString());
+    }
+  }
+  const uint64_t cells = tail ? n_tokens - 1 : want;
+  if (cells <= n_have) {
     misses_.fetch_add(1, std::memory_order_relaxed);
     return 0;
   }
   const auto t0 = Clock::now();
   absl::StatusOr<SeqStateBuilder> builder =
-      SeqStateBuilder::Create(spec_, static_cast<uint32_t>(want), seq_id);
+      SeqStateBuilder::Create(spec_, static_cast<uint32_t>(cells), seq_id);
   if (!builder.ok()) {
-    spdlog::warn("kvtier: cannot build a {}-token state: {}", want, builder.status().ToString());
+    spdlog::warn("kvtier: cannot build a {}-token state: {}", cells, builder.status().ToString());
     misses_.fetch_add(1, std::memory_order_relaxed);
     return 0;
   }
   const uint64_t chunk_bytes = uint64_t{chunk} * spec_.payload_bytes_per_token();
-  absl::StatusOr<ConnectorLoadResult> load = connector_->LoadPayloads(
-      prompt, want, [&](size_t chunk_index, std::span<const std::byte> payload) -> absl::Status {
-        if (payload.size() != chunk_bytes) {
-          return absl::DataLossError(absl::StrFormat("chunk %d payload is %d bytes, expected %d",
-                                                     chunk_index, payload.size(), chunk_bytes));
-        }
-        return builder->PutChunk(static_cast<uint32_t>(chunk_index * chunk), chunk, payload);
-      });
-  uint64_t loaded = load.ok() ? std::min<uint64_t>(load->loaded_tokens, want) : 0;
-  loaded -= loaded % chunk;
-  if (!load.ok() || !load->failed_chunks.empty()) {
-    load_failures_.fetch_add(1, std::memory_order_relaxed);
-    spdlog::warn("kvtier: {} of {} tokens delivered ({}); recomputing the rest", loaded, want,
-                 load.ok() ? load->first_error.ToString() : load.status().ToString());
+  uint64_t loaded = 0;
+  if (want > 0) {
+    absl::StatusOr<ConnectorLoadResult> load = connector_->LoadPayloads(
+        prompt, want, [&](size_t chunk_index, std::span<const std::byte> payload) -> absl::Status {
+          if (payload.size() != chunk_bytes) {
+            return absl::DataLossError(absl::StrFormat("chunk %d payload is %d bytes, expected %d",
+                                                       chunk_index, payload.size(), chunk_bytes));
+          }
+          return builder->PutChunk(static_cast<uint32_t>(chunk_index * chunk), chunk, payload);
+        });
+    loaded = load.ok() ? std::min<uint64_t>(load->loaded_tokens, want) : 0;
+    loaded -= loaded % chunk;
+    if (!load.ok() || !load->failed_chunks.empty()) {
+      load_failures_.fetch_add(1, std::memory_order_relaxed);
+      spdlog::warn("kvtier: {} of {} tokens delivered ({}); recomputing the rest", loaded, want,
+                   load.ok() ? load->first_error.ToString() : load.status().ToString());
+    }
+  }
+  bool tail_used = false;
+  if (tail && loaded == want) {
+    absl::Status s =
+        builder->PutChunk(static_cast<uint32_t>(want), static_cast<uint32_t>(cells - want), *tail);
+    if (s.ok()) {
+      loaded = cells;
+      tail_used = true;
+    } else {
+      load_failures_.fetch_add(1, std::memory_order_relaxed);
+      spdlog::warn("kvtier: tail record not used: {}", s.ToString());
+    }
   }
   if (loaded <= n_have) {
     misses_.fetch_add(1, std::memory_order_relaxed);
@@ -248,7 +291,7 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
   }
   std::optional<std::vector<std::byte>> truncated;
   std::span<const std::byte> blob = builder->blob();
-  if (loaded < want) {
+  if (loaded < cells) {
     absl::StatusOr<std::vector<std::byte>> t = builder->Truncated(static_cast<uint32_t>(loaded));
     if (!t.ok()) {
       misses_.fetch_add(1, std::memory_order_relaxed);
@@ -279,6 +322,7 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
     return -1;
   }
   hits_.fetch_add(1, std::memory_order_relaxed);
+  if (tail_used) tail_hits_.fetch_add(1, std::memory_order_relaxed);
   loaded_tokens_.fetch_add(loaded, std::memory_order_relaxed);
   load_bytes_.fetch_add(loaded * spec_.payload_bytes_per_token(), std::memory_order_relaxed);
   AddAtomic(load_seconds_, std::chrono::duration<double>(Clock::now() - t0).count());
@@ -320,8 +364,10 @@ size_t ServerKvtier::StoreSeq(llama_context* ctx, int32_t seq_id, std::span<cons
 void ServerKvtier::OnPromptDone(llama_context* ctx, int32_t seq_id, const llama_token* tokens,
                                 size_t n_tokens) {
   if (!connector_) return;
+  std::optional<uint64_t> start;  // where this prompt's prefill began
   if (auto it = prompt_start_.find(seq_id); it != prompt_start_.end()) {
     const uint64_t context = std::min<uint64_t>(it->second.context_tokens, n_tokens);
+    start = context;
     if (n_tokens > context) {
       connector_->ObservePrefill(n_tokens - context, context,
                                  std::chrono::duration<double>(Clock::now() - it->second.t0));
@@ -329,7 +375,40 @@ void ServerKvtier::OnPromptDone(llama_context* ctx, int32_t seq_id, const llama_
     prompt_start_.erase(it);
   }
   last_prompt_tokens_[seq_id] = n_tokens;
-  StoreSeq(ctx, seq_id, Span(tokens, n_tokens));
+  const std::span<const TokenId> prompt = Span(tokens, n_tokens);
+  StoreSeq(ctx, seq_id, prompt);
+  // The tail only when its KV was computed the way a cold prefill computes it: the
+  // prefill began on a ubatch boundary at or before the tail, so llama.cpp computed the
+  // tail in the same ubatch as cold. Measured in the demo (270M model, flash attention
+  // on): a tail computed inside a ubatch that began elsewhere (after a slot reuse of a
+  // shorter prompt) gave other last bits than the cold prefill's. A prompt whose prefill
+  // began elsewhere (e.g. after a reuse of only the BOS token) gets its tail stored by a
+  // later request that restores its chunks (its prefill then begins at T).
+  if (tails_ && start && n_tokens >= 2 && tails_->TailTokens(n_tokens) > 0 &&
+      *start <= tails_->TailStart(n_tokens) && *start % n_ubatch_ == 0 &&
+      n_batch_ % n_ubatch_ == 0) {
+    StoreTail(ctx, seq_id, prompt);
+  }
+}
+
+void ServerKvtier::StoreTail(llama_context* ctx, int32_t seq_id, std::span<const TokenId> prompt) {
+  const uint32_t first = static_cast<uint32_t>(tails_->TailStart(prompt.size()));
+  const uint32_t count = static_cast<uint32_t>(tails_->TailTokens(prompt.size()));
+  absl::Status s = tails_->Queue(prompt, [&](std::span<std::byte> payload) -> absl::Status {
+    std::vector<std::byte> b(llama_state_seq_get_size_ext(ctx, seq_id, 0));
+    const size_t got = llama_state_seq_get_data_ext(ctx, reinterpret_cast<uint8_t*>(b.data()),
+                                                    b.size(), seq_id, 0);
+    if (got != b.size()) return absl::InternalError("llama_state_seq_get_data_ext short read");
+    absl::StatusOr<std::vector<std::byte>> single = ToSingleStream(b);
+    if (!single.ok()) return single.status();
+    absl::StatusOr<SeqStateView> v = ParseSeqState(*single, spec_);
+    if (!v.ok()) return v.status();
+    return ExtractChunkPayload(*v, first, count, payload);
+  });
+  if (!s.ok()) {
+    store_errors_.fetch_add(1, std::memory_order_relaxed);
+    spdlog::warn("kvtier: storing the tail of seq {} failed: {}", seq_id, s.ToString());
+  }
 }
 
 void ServerKvtier::OnPromptSave(llama_context* ctx, int32_t seq_id, const llama_token* tokens,
@@ -367,6 +446,11 @@ std::string ServerKvtier::MetricsText() const {
   line("kvtier_store_errors_total", "stores that failed", "counter", store_errors_);
   line("kvtier_chunks_put_total", "chunks that reached the tiers", "counter",
        static_cast<double>(cs.store_chunks_put));
+  const TailStats ts = ready && tails_ ? tails_->stats() : TailStats{};
+  line("kvtier_tail_hits_total", "prompts restored up to their last token with a tail record",
+       "counter", tail_hits_);
+  line("kvtier_tails_put_total", "tail records that reached the tiers", "counter",
+       static_cast<double>(ts.put));
   line("kvtier_chunk_integrity_errors_total", "chunks that failed verification on load", "counter",
        static_cast<double>(cs.load_data_loss));
   return out;
@@ -377,6 +461,7 @@ std::string ServerKvtier::StatusJson() const {
     return nlohmann::json({{"enabled", false}, {"state", "loading"}, {"tiers", tiers_}}).dump();
   }
   const ConnectorStats cs = connector_->stats();
+  const TailStats ts = tails_ ? tails_->stats() : TailStats{};
   nlohmann::json j = {
       {"enabled", true},
       {"state", "ready"},
@@ -395,6 +480,13 @@ std::string ServerKvtier::StatusJson() const {
       {"stored_chunks", stored_chunks_.load()},
       {"store_errors", store_errors_.load()},
       {"chunks_put", cs.store_chunks_put},
+      {"tail_records", options_.tail},
+      {"tail_hits", tail_hits_.load()},
+      {"tails_queued", ts.queued},
+      {"tails_put", ts.put},
+      {"tails_skipped", ts.skipped},
+      {"tails_dropped", ts.dropped},
+      {"tail_put_errors", ts.put_errors},
       {"put_errors", cs.store_put_errors},
       {"integrity_errors", cs.load_data_loss},
       {"store_pending_bytes", cs.store_pending_bytes},

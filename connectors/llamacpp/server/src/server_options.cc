@@ -3,6 +3,7 @@
 #include <charconv>
 #include <string_view>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #ifdef KVT_SERVER_HAVE_DAEMON_CLI
 #include "daemon_backend.h"  // daemon/cli: the one parser of kvtierd addresses
@@ -37,8 +38,11 @@ absl::Status ServerKvtierOptions::Validate() const {
   if (!daemon.empty()) {
 #ifdef KVT_SERVER_HAVE_DAEMON_CLI
     if (absl::Status s = cli::ValidateDaemonAddress(daemon); !s.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--kvtier-daemon '", daemon, "': ", s.message()));
+      // The shared parser names the CLI's own flag ("--daemon 'ADDR': ..."): name ours.
+      absl::string_view why = s.message();
+      const std::string cli_prefix = absl::StrCat("--daemon '", daemon, "': ");
+      if (absl::StartsWith(why, cli_prefix)) why.remove_prefix(cli_prefix.size());
+      return absl::InvalidArgumentError(absl::StrCat("--kvtier-daemon '", daemon, "': ", why));
     }
 #else
     return absl::InvalidArgumentError(
@@ -93,6 +97,11 @@ absl::StatusOr<ServerKvtierOptions> ExtractKvtierFlags(std::vector<std::string>&
     if (flag == "--kvtier-no-cost-model") {
       if (has_value) return absl::InvalidArgumentError("--kvtier-no-cost-model: takes no value");
       o.cost_model = false;
+      continue;
+    }
+    if (flag == "--kvtier-no-tail") {
+      if (has_value) return absl::InvalidArgumentError("--kvtier-no-tail: takes no value");
+      o.tail = false;
       continue;
     }
     static const char* kValued[] = {
@@ -152,6 +161,8 @@ std::string KvtierFlagsHelp() {
 --kvtier-chunk-tokens N     tokens per chunk (default 256; part of the namespace)
 --kvtier-timeout-ms N       deadline of one kvtierd call (default 2000)
 --kvtier-no-cost-model      load every cached leading chunk, even when recomputing is faster
+--kvtier-no-tail            restore complete chunks only (no tail records): an answer through
+                            kvtier is then bit for bit the cold answer, not a RAM-cache hit's
 Without any of these flags the server behaves exactly like llama-server.
 Bad kvtier values exit with code 2 naming the flag. A missing or dead kvtierd means misses
 (cold prefill), never an error.

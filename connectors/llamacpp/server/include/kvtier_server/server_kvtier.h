@@ -11,9 +11,17 @@
 //    chunk prefix straight into that slot's sequence (one llama_state_seq_set_data_ext on
 //    that seq id: other slots' KV is untouched). A failed or partial load only shortens
 //    what is restored; llama-server prefills the rest.
+//    With tail records (default; --kvtier-no-tail turns them off) a prompt whose chunks
+//    all load also restores tokens [T, n - 1) from its tail record (tail_records.h), so
+//    only the last token is computed, as after llama-server's own RAM-cache restore, and
+//    the answer is bit for bit that of a RAM-cache hit. Without a tail (or with the flag)
+//    the remainder is prefilled from the chunk boundary: the answer is bit for bit the
+//    cold one.
 //  * OnPromptDone / OnPromptSave: the complete chunks of the evaluated prompt that kvtier
 //    does not hold yet are sliced from llama_state_seq_get_data_ext and stored (copied
-//    synchronously, encoded and put on the connector's background thread).
+//    synchronously, encoded and put on the connector's background thread); OnPromptDone
+//    also queues the prompt's tail record when the prefill began on a ubatch boundary at
+//    or before it (so the tail was computed as in a cold prefill).
 //  * Counters for /metrics (kvtier_* lines) and GET /kvtier.
 // A tier that fails (kvtierd missing, dead or paused) is a miss: the prompt is computed.
 #ifndef KVTIER_SERVER_SERVER_KVTIER_H_
@@ -29,6 +37,7 @@
 #include "connectors/kv_connector.h"
 #include "kvstore/tiered_store.h"
 #include "kvtier_server/server_options.h"
+#include "kvtier_server/tail_records.h"
 #include "llamacpp/seq_state.h"
 #include "server-kvtier-hooks.h"  // from llama-server.patch (tools/server/)
 
@@ -59,6 +68,7 @@ class ServerKvtier final : public KvtierServerHooks {
  private:
   explicit ServerKvtier(const ServerKvtierOptions& options) : options_(options) {}
   size_t StoreSeq(llama_context* ctx, int32_t seq_id, std::span<const TokenId> tokens);
+  void StoreTail(llama_context* ctx, int32_t seq_id, std::span<const TokenId> prompt);
 
   using Clock = std::chrono::steady_clock;
   struct PromptStart {
@@ -69,6 +79,8 @@ class ServerKvtier final : public KvtierServerHooks {
   const ServerKvtierOptions options_;
   std::shared_ptr<TieredStore> store_;
   std::shared_ptr<KVConnector> connector_;  // set by OnContextReady, then read-only
+  std::unique_ptr<TailRecords> tails_;      // likewise (null with --kvtier-no-tail)
+  uint32_t n_ubatch_ = 1, n_batch_ = 1;     // the server context's (OnContextReady)
   // Set (release) once OnContextReady has finished: HTTP threads answer /kvtier while the
   // model is still loading, and read connector_, spec_, ns_hex_ only after this (acquire).
   std::atomic<bool> ready_{false};
@@ -80,7 +92,8 @@ class ServerKvtier final : public KvtierServerHooks {
   std::map<int32_t, size_t> last_prompt_tokens_;  // task-loop thread only
 
   std::atomic<uint64_t> requests_{0};    // OnPromptStart calls with a chunk to gain
-  std::atomic<uint64_t> hits_{0};        // requests that restored >= 1 chunk
+  std::atomic<uint64_t> hits_{0};        // requests that restored >= 1 chunk or a tail
+  std::atomic<uint64_t> tail_hits_{0};   // ... of which up to the last token (a tail record)
   std::atomic<uint64_t> misses_{0};      // requests that restored nothing
   std::atomic<uint64_t> cost_skips_{0};  // cached chunks the cost model chose not to load
   std::atomic<uint64_t> loaded_tokens_{0};

@@ -31,6 +31,9 @@ struct ServerKvtierOptions {
   int64_t chunk_tokens = 256;
   // --kvtier-no-cost-model: load every cached leading chunk regardless of cost.
   bool cost_model = true;
+  // --kvtier-no-tail: restore complete chunks only (no tail records, tail_records.h), so
+  // an answer through kvtier is bit for bit the cold one rather than a RAM-cache hit's.
+  bool tail = true;
   // --kvtier-timeout-ms N: deadline of one kvtierd call (a dead or paused daemon costs at
   // most this, then the request is answered cold).
   int64_t daemon_timeout_ms = 2000;

@@ -1,0 +1,99 @@
+// TailRecords: the tokens of a prompt after its last complete chunk, stored as one more
+// record so that a repeated prompt is restored like llama-server's own RAM cache restores
+// it (everything but the last token), not only up to the last chunk boundary.
+//
+// For a prompt of n tokens and chunks of C tokens, the tail is tokens [T, n - 1) with
+// T = floor((n - 1) / C) * C, i.e. L = n - 1 - T tokens, 0 <= L < C (L == 0: no tail).
+// Its record is an ordinary chunk record (docs/chunk-format.md) in the prompt's namespace:
+//   key       = ChainChunkKey(parent, tokens[T, n - 1))   (kvstore/chunk_key.h)
+//   parent    = the key of chunk T / C - 1 of the prompt (RootKey(ns) when T == 0)
+//   token_count = L, payload = the KV of those L tokens in codec order.
+// The token count is hashed into every key, and a full chunk always has C tokens, so a
+// tail key never equals a full chunk's key; it depends on every token before it (the
+// chained parent) and on its own tokens, so it is returned only for the same tokens.
+// Records are put by one background thread (a missing or paused kvtierd never blocks the
+// caller), at most max_pending_bytes queued (more are dropped and counted).
+#ifndef KVTIER_SERVER_TAIL_RECORDS_H_
+#define KVTIER_SERVER_TAIL_RECORDS_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "kvstore/chunk_key.h"
+#include "kvstore/tiered_store.h"
+
+namespace kvt::llamacpp {
+
+struct TailStats {
+  uint64_t queued = 0;      // records handed to the writer
+  uint64_t put = 0;         // records that reached the store
+  uint64_t skipped = 0;     // the store held the key already
+  uint64_t dropped = 0;     // queue over max_pending_bytes
+  uint64_t put_errors = 0;  // encode or Put failed (logged)
+  uint64_t hits = 0;        // Fetch returned a record
+  uint64_t misses = 0;      // Fetch found none, or a bad one
+};
+
+// Thread-safe.
+class TailRecords {
+ public:
+  // REQUIRES: store != nullptr, chunk_tokens == the namespace's chunk size, layout valid.
+  TailRecords(std::shared_ptr<TieredStore> store, NamespaceId ns, KvLayout layout,
+              uint32_t chunk_tokens, uint64_t max_pending_bytes = 256ull << 20);
+  ~TailRecords();  // puts what is queued, then stops the writer
+
+  // T for a prompt of n >= 1 tokens: floor((n - 1) / C) * C.
+  uint64_t TailStart(uint64_t n) const { return (n - 1) / chunk_tokens_ * chunk_tokens_; }
+  // L for a prompt of n >= 1 tokens: n - 1 - TailStart(n).
+  uint64_t TailTokens(uint64_t n) const { return n - 1 - TailStart(n); }
+  // The tail key of `prompt` (see the file comment). REQUIRES: TailTokens(size) > 0.
+  ChunkKey TailKey(std::span<const TokenId> prompt) const;
+
+  // Encodes the tail record of `prompt` (payload of TailTokens(size) tokens, written by
+  // `fill` in codec order) and queues its put. InvalidArgument when the prompt has no
+  // tail; the fill's error is returned. A full queue drops the record (OK, counted).
+  absl::Status Queue(std::span<const TokenId> prompt,
+                     const std::function<absl::Status(std::span<std::byte>)>& fill);
+
+  // The verified payload of `prompt`'s tail record. NotFound when no tier holds it;
+  // DataLoss / FailedPrecondition for a record that fails verification (never returned).
+  absl::StatusOr<std::vector<std::byte>> Fetch(std::span<const TokenId> prompt);
+
+  // Waits until every queued record was put (or failed).
+  void Flush();
+  TailStats stats() const;
+
+ private:
+  ChunkKey Parent(std::span<const TokenId> prompt) const;  // key of chunk T / C - 1, or root
+  void Loop();
+
+  const std::shared_ptr<TieredStore> store_;
+  const NamespaceId ns_;
+  const KvLayout layout_;
+  const uint32_t chunk_tokens_;
+  const uint64_t max_pending_bytes_;
+
+  mutable absl::Mutex mu_;
+  std::deque<std::vector<std::byte>> queue_ ABSL_GUARDED_BY(mu_);
+  uint64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread writer_;
+
+  std::atomic<uint64_t> queued_{0}, put_{0}, skipped_{0}, dropped_{0}, put_errors_{0}, hits_{0},
+      misses_{0};
+};
+
+}  // namespace kvt::llamacpp
+
+#endif  // KVTIER_SERVER_TAIL_RECORDS_H_
