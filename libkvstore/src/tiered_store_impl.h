@@ -22,8 +22,9 @@
 namespace kvt {
 
 // Lock order: a tier's own lock (if a tier holds it while it calls the eviction
-// listener; the host tier does not) may be followed by queue_mu_. No tier is ever called with queue_mu_ or lease_mu_ held,
-// except the in-memory Stat of a local next tier from OnEvicted (see there).
+// listener; the host tier does not) may be followed by queue_mu_. No tier is ever called with
+// queue_mu_ or lease_mu_ held, except the in-memory Stat of a local next tier from OnEvicted (see
+// there).
 class TieredStore::Impl {
  public:
   explicit Impl(const TieredStoreOptions& options) : options_(options) {}
