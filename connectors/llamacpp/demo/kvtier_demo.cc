@@ -325,7 +325,9 @@ int Main(const Flags& flags) {
       if (r->loaded_tokens > 0) {
         RunOptions ro;
         ro.use_kvtier = false;
-        ro.recompute_prefix_tokens = r->loaded_tokens;
+        // With a load/compute overlap the state held [0, front) computed and the back
+        // loaded after it: the reference prefills both, then the rest.
+        ro.recompute_prefix_tokens = r->overlap_front_tokens + r->loaded_tokens;
         ro.progress =
             MakeProgress(absl::StrFormat("recompute %s #%d", rq.workload, rq.index), 1024);
         auto rr = (*adapter)->Run(rq.tokens, ro);
