@@ -67,7 +67,9 @@ absl::Status DaemonConfig::Validate() const {
   if (max_inflight_bytes < max_record_bytes)
     return bad("max_inflight_bytes", "must be at least max_record_bytes");
   if (writeback_queue_bytes < max_record_bytes)
-    return bad("writeback_queue_bytes", "must be at least max_record_bytes");
+    return bad("writeback_queue_bytes",
+               absl::StrFormat("%d, must be at least max_record_bytes (%d)", writeback_queue_bytes,
+                               max_record_bytes));
   if (get_part_bytes < 4096 || get_part_bytes > (8u << 20))
     return bad("get_part_bytes", absl::StrFormat("%d, expected 4 KiB .. 8 MiB", get_part_bytes));
   if (shm_max_region_bytes < (1ull << 20) || shm_max_region_bytes > (4ull << 30))
