@@ -132,6 +132,28 @@ TEST(DaemonConfigTest, LeaseTimeoutAndCatalogBoundAreParsedAndRangeChecked) {
       << word.status();
 }
 
+// The write-back queue's memory bound (issue 11 #4): parsed as a byte size, at least
+// one record, and the store is built with it.
+TEST(DaemonConfigTest, WritebackQueueBytesIsParsedAndAtLeastOneRecord) {
+  EXPECT_EQ(DefaultDaemonConfig().writeback_queue_bytes, 256ull << 20);
+  auto c = ParseDaemonConfig("writeback_queue_bytes: 64MiB\nmax_record_bytes: 32MiB\n",
+                             DefaultDaemonConfig());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->writeback_queue_bytes, 64ull << 20);
+  EXPECT_TRUE(c->Validate().ok()) << c->Validate();
+  auto small = ParseDaemonConfig("writeback_queue_bytes: 128MiB\n", DefaultDaemonConfig());
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(small->Validate().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(small->Validate().message().find(
+                "writeback_queue_bytes: 134217728, must be at least max_record_bytes (268435456)"),
+            std::string::npos)
+      << small->Validate();
+  auto word = ParseDaemonConfig("writeback_queue_bytes: lots\n", DefaultDaemonConfig());
+  EXPECT_EQ(word.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(word.status().message().find("writeback_queue_bytes"), std::string::npos)
+      << word.status();
+}
+
 TEST(DaemonConfigTest, MetricsListenMustBeHostAndPort) {
   DaemonConfig c = DefaultDaemonConfig();
   for (const char* bad : {"notanaddr", "127.0.0.1:99999", "127.0.0.1:-1", "127.0.0.1:x", ":9464"}) {
