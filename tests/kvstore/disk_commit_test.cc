@@ -175,24 +175,10 @@ TEST_F(DiskCommitTest, EvictingAndErasingUncommittedRecordsStaysConsistent) {
 TEST_F(DiskCommitTest, KillBetweenWriteAndGroupCommitLosesOnlyUncommitted) {
   const uint64_t capacity = 2000 * kPadded, file_bytes = 64 * kPadded;
   constexpr long kSynced = 20;
-  int pipefd[2];
-  ASSERT_EQ(::pipe(pipefd), 0);
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    const int w = ::fcntl(pipefd[1], F_DUPFD, 10);
-    ::close(pipefd[0]);
-    ::close(pipefd[1]);
-    ::dup2(w, 3);
-    ::close(w);
-    const std::string cap = std::to_string(capacity), fb = std::to_string(file_bytes),
-                      n = std::to_string(kSynced);
-    ::execl(KVT_DISK_WRITER, KVT_DISK_WRITER, dir_.c_str(), cap.c_str(), fb.c_str(), "1500",
-            "grouped", n.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  ::close(pipefd[1]);
-  FILE* in = ::fdopen(pipefd[0], "r");
+  FILE* in = nullptr;
+  const pid_t pid = kvt::testing::StartDiskWriter(KVT_DISK_WRITER, dir_, capacity, file_bytes, 1500,
+                                                  {"grouped", std::to_string(kSynced)}, &in);
+  ASSERT_GT(pid, 0);
   ASSERT_NE(in, nullptr);
   long i, after_sync = -1, lines = 0;
   char hex[64];

@@ -2,9 +2,14 @@
 #ifndef KVT_TESTS_KVSTORE_DISK_TEST_UTIL_H_
 #define KVT_TESTS_KVSTORE_DISK_TEST_UTIL_H_
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "kvstore/chunk_codec.h"
@@ -52,6 +57,38 @@ inline std::vector<std::byte> MakeRecord(uint64_t seed, uint32_t tokens = 256, u
   return TestRecord(TestNamespace(ns), SmallLayout(), TestKey(seed, ns),
                     seed == 0 ? RootKey(TestNamespace(ns)) : TestKey(seed - 1, ns), tokens,
                     payload);
+}
+
+// Starts the disk writer helper binary (`bin`, tests/kvstore/disk_writer_main.cc) on
+// `dir` with the given capacity and file size, putting `puts` records, plus `extra`
+// arguments. Its acknowledgement lines ("<index> <key hex>") arrive on *acks (fd 3 in the
+// child). Returns the child's pid, or -1 (and *acks null) when it cannot be started.
+inline pid_t StartDiskWriter(const char* bin, const std::string& dir, uint64_t capacity,
+                             uint64_t file_bytes, uint64_t puts,
+                             const std::vector<std::string>& extra, FILE** acks) {
+  *acks = nullptr;
+  int pipefd[2];
+  if (::pipe(pipefd) != 0) return -1;
+  const pid_t pid = ::fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    // The write end becomes fd 3 (pipefd[0] may itself be 3, so move it out of the way first).
+    const int w = ::fcntl(pipefd[1], F_DUPFD, 10);
+    ::close(pipefd[0]);
+    ::close(pipefd[1]);
+    ::dup2(w, 3);
+    ::close(w);
+    const std::string cap = std::to_string(capacity), fb = std::to_string(file_bytes),
+                      n = std::to_string(puts);
+    std::vector<const char*> argv{bin, dir.c_str(), cap.c_str(), fb.c_str(), n.c_str()};
+    for (const std::string& a : extra) argv.push_back(a.c_str());
+    argv.push_back(nullptr);
+    ::execv(bin, const_cast<char* const*>(argv.data()));
+    ::_exit(127);
+  }
+  ::close(pipefd[1]);
+  *acks = ::fdopen(pipefd[0], "r");
+  return pid;
 }
 
 }  // namespace kvt::testing

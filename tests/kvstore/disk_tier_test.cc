@@ -154,24 +154,10 @@ TEST_F(DiskTierTest, ReadAfterRestartReturnsSameBytes) {
 
 TEST_F(DiskTierTest, KillDuringWritesKeepsAcknowledgedChunks) {
   const uint64_t capacity = 2000 * kPadded, file_bytes = 64 * kPadded;
-  int pipefd[2];
-  ASSERT_EQ(::pipe(pipefd), 0);
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    // The write end becomes fd 3 (pipefd[0] may itself be 3, so move it out of the way first).
-    const int w = ::fcntl(pipefd[1], F_DUPFD, 10);
-    ::close(pipefd[0]);
-    ::close(pipefd[1]);
-    ::dup2(w, 3);
-    ::close(w);
-    const std::string cap = std::to_string(capacity), fb = std::to_string(file_bytes);
-    ::execl(KVT_DISK_WRITER, KVT_DISK_WRITER, dir_.c_str(), cap.c_str(), fb.c_str(), "1500",
-            static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  ::close(pipefd[1]);
-  FILE* in = ::fdopen(pipefd[0], "r");
+  FILE* in = nullptr;
+  const pid_t pid =
+      kvt::testing::StartDiskWriter(KVT_DISK_WRITER, dir_, capacity, file_bytes, 1500, {}, &in);
+  ASSERT_GT(pid, 0);
   ASSERT_NE(in, nullptr);
   std::vector<long> acked;
   long i;
