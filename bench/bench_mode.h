@@ -4,6 +4,11 @@
 #ifndef KVT_BENCH_BENCH_MODE_H_
 #define KVT_BENCH_BENCH_MODE_H_
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -41,6 +46,23 @@ inline std::string FindKvtierd(const std::string& flag) {
       if (std::filesystem::exists(cand)) return cand.string();
   }
   return "kvtierd";
+}
+
+// A TCP socket bound to 127.0.0.1 on a free port (the port in *addr), or -1. Loopback
+// only: the benches' traffic never leaves the machine.
+inline int BindLoopback(sockaddr_in* addr) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  *addr = sockaddr_in{};
+  addr->sin_family = AF_INET;
+  addr->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(*addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(addr), sizeof(*addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(addr), &len) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
 }
 
 }  // namespace kvt::bench

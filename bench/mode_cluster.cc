@@ -203,13 +203,8 @@ std::vector<std::vector<std::byte>> MakeRecords(int n, uint64_t payload_bytes, u
 }
 
 double MeasureTcp(uint64_t total, size_t block) {
-  int ls = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len);
+  sockaddr_in a;
+  const int ls = BindLoopback(&a);
   listen(ls, 1);
   std::thread server([&] {
     int fd = accept(ls, nullptr, nullptr);

@@ -74,15 +74,10 @@ double Since(Clock::time_point t) {
 }
 
 [[maybe_unused]] int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
+  sockaddr_in a;
+  const int fd = BindLoopback(&a);
+  if (fd >= 0) close(fd);
+  return fd >= 0 ? ntohs(a.sin_port) : 0;
 }
 
 pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
@@ -173,13 +168,8 @@ double MeasureStream(const std::vector<std::vector<std::byte>>& recs, int fd_sen
 
 // Loopback TCP, one connection.
 double MeasureTcp(const std::vector<std::vector<std::byte>>& recs) {
-  int ls = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len);
+  sockaddr_in a;
+  const int ls = BindLoopback(&a);
   listen(ls, 1);
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
