@@ -2,6 +2,7 @@
 // blobs (no engine needed).
 #include "llamacpp/seq_state.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -74,6 +75,32 @@ TEST_P(SeqStateTest, ChunksReassembleToSameBlobAsWholePrefix) {
   auto t = b->Truncated(8);
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(*t, BuildBlob(spec, 8));
+}
+
+// kvtier-llama-server builds every restore in the blob of the one before (no allocation,
+// no page faults). A recycled blob, larger or smaller and full of other bytes, must give
+// exactly the blob a fresh build gives, in the same memory.
+TEST_P(SeqStateTest, RecycledStorageBuildsTheSameBlobWithoutAllocating) {
+  const SeqStateSpec spec = Spec(GetParam());
+  for (uint32_t cells : {12u, 5u, 12u}) {
+    std::vector<std::byte> storage(SeqStateBytes(spec, 12), std::byte{0xAB});
+    storage.resize(SeqStateBytes(spec, cells == 12 ? 5 : 12) / 2);  // other size, old bytes
+    const std::byte* memory = storage.data();
+    auto b = SeqStateBuilder::Create(spec, cells, 0, std::move(storage));
+    ASSERT_TRUE(b.ok()) << b.status();
+    for (uint32_t first = 0; first < cells; first += 4) {
+      const uint32_t n = std::min(4u, cells - first);
+      ASSERT_TRUE(b->PutChunk(first, n, PatternPayload(spec, first, n)).ok());
+    }
+    EXPECT_EQ(b->blob().data(), memory) << "the recycled storage was reallocated";
+    EXPECT_EQ(std::vector<std::byte>(b->blob().begin(), b->blob().end()), BuildBlob(spec, cells));
+    EXPECT_TRUE(ParseSeqState(b->blob(), spec).ok());
+  }
+  // Too small a buffer is replaced by a fresh, zeroed one.
+  auto small = SeqStateBuilder::Create(spec, 12, 0, std::vector<std::byte>(3, std::byte{0xAB}));
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(small->blob().size(), SeqStateBytes(spec, 12));
+  EXPECT_EQ(small->blob().back(), std::byte{0});
 }
 
 TEST_P(SeqStateTest, RejectsMalformedBlobsNamingTheField) {

@@ -338,11 +338,18 @@ SeqStateBuilder::SeqStateBuilder(const SeqStateSpec& spec, uint32_t cell_count, 
     : spec_(spec), cell_count_(cell_count), seq_id_(seq_id) {}
 
 absl::StatusOr<SeqStateBuilder> SeqStateBuilder::Create(const SeqStateSpec& spec,
-                                                        uint32_t cell_count, int32_t seq_id) {
+                                                        uint32_t cell_count, int32_t seq_id,
+                                                        std::vector<std::byte> storage) {
   if (absl::Status s = spec.Validate(); !s.ok()) return s;
   if (cell_count == 0) return absl::InvalidArgumentError("SeqStateBuilder: cell_count is 0");
   SeqStateBuilder b(spec, cell_count, seq_id);
-  b.blob_.assign(SeqStateBytes(spec, cell_count), std::byte{0});
+  const uint64_t bytes = SeqStateBytes(spec, cell_count);
+  if (storage.capacity() >= bytes) {
+    storage.resize(bytes);  // within capacity: no allocation; only growth is zeroed
+    b.blob_ = std::move(storage);
+  } else {
+    b.blob_.assign(bytes, std::byte{0});
+  }
   std::byte* p = b.blob_.data();
   auto put = [&p](const auto& value) {
     std::memcpy(p, &value, sizeof(value));

@@ -105,8 +105,16 @@ absl::Status ExtractChunkPayload(const SeqStateView& view, uint32_t first, uint3
 class SeqStateBuilder {
  public:
   // InvalidArgument for an invalid spec or cell_count == 0.
+  //
+  // `storage` is an optional buffer to build in (e.g. the blob TakeBlob returned for an
+  // earlier request): when its capacity suffices, no memory is allocated or zeroed, so a
+  // restore of a long prompt pays no page faults (a fresh 74 MB blob cost ~20 ms of page
+  // faults per restore in kvtier-llama-server on the demo's 270M model; docs/llama-server.md).
+  // Rows never written by PutChunk are then stale bytes of `storage`, not zero: hand
+  // llama.cpp only a blob whose cells were all written (or Truncated to those that were).
   static absl::StatusOr<SeqStateBuilder> Create(const SeqStateSpec& spec, uint32_t cell_count,
-                                                int32_t seq_id = 0);
+                                                int32_t seq_id = 0,
+                                                std::vector<std::byte> storage = {});
 
   // Places tokens [first, first + count) from `payload` (codec order).
   // OutOfRange past cell_count; InvalidArgument for a wrong payload size.
@@ -118,7 +126,7 @@ class SeqStateBuilder {
   // view's spec differs; OutOfRange when count exceeds either state's cells or is 0.
   absl::Status CopyPrefixFrom(const SeqStateView& view, uint32_t count);
 
-  // The blob. Rows never written by PutChunk are zero.
+  // The blob. Rows never written by PutChunk are zero (fresh storage; see Create).
   std::span<const std::byte> blob() const { return blob_; }
   std::vector<std::byte> TakeBlob() && { return std::move(blob_); }
   uint32_t cell_count() const { return cell_count_; }

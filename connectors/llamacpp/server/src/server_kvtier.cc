@@ -4,6 +4,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -247,8 +248,12 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
     return 0;
   }
   const auto t0 = Clock::now();
-  absl::StatusOr<SeqStateBuilder> builder =
-      SeqStateBuilder::Create(spec_, static_cast<uint32_t>(cells), seq_id);
+  absl::StatusOr<SeqStateBuilder> builder = SeqStateBuilder::Create(
+      spec_, static_cast<uint32_t>(cells), seq_id, std::move(restore_blob_));
+  // The blob's memory is kept for the next restore, whatever happens below.
+  absl::Cleanup keep_blob = [&] {
+    if (builder.ok()) restore_blob_ = std::move(*builder).TakeBlob();
+  };
   if (!builder.ok()) {
     spdlog::warn("kvtier: cannot build a {}-token state: {}", cells, builder.status().ToString());
     misses_.fetch_add(1, std::memory_order_relaxed);
@@ -330,22 +335,27 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
   return static_cast<int64_t>(loaded);
 }
 
+absl::StatusOr<SeqStateView> ServerKvtier::ReadSeqState(llama_context* ctx, int32_t seq_id) {
+  state_scratch_.resize(llama_state_seq_get_size_ext(ctx, seq_id, 0));
+  const size_t got = llama_state_seq_get_data_ext(
+      ctx, reinterpret_cast<uint8_t*>(state_scratch_.data()), state_scratch_.size(), seq_id, 0);
+  if (got != state_scratch_.size()) {
+    return absl::InternalError("llama_state_seq_get_data_ext short read");
+  }
+  if (n_stream_ == 1) return ParseSeqState(state_scratch_, spec_);
+  absl::StatusOr<std::vector<std::byte>> single = ToSingleStream(state_scratch_);
+  if (!single.ok()) return single.status();
+  single_stream_ = std::move(*single);
+  return ParseSeqState(single_stream_, spec_);
+}
+
 size_t ServerKvtier::StoreSeq(llama_context* ctx, int32_t seq_id, std::span<const TokenId> tokens) {
-  std::optional<std::vector<std::byte>> blob;
   std::optional<SeqStateView> view;
   const uint32_t chunk = connector_->chunk_tokens();
   absl::StatusOr<size_t> stored = connector_->StorePayloads(
       tokens, [&](size_t chunk_index, std::span<std::byte> payload) -> absl::Status {
         if (!view.has_value()) {  // the state is read only when a chunk is wanted
-          std::vector<std::byte> b(llama_state_seq_get_size_ext(ctx, seq_id, 0));
-          const size_t got = llama_state_seq_get_data_ext(ctx, reinterpret_cast<uint8_t*>(b.data()),
-                                                          b.size(), seq_id, 0);
-          if (got != b.size())
-            return absl::InternalError("llama_state_seq_get_data_ext short read");
-          absl::StatusOr<std::vector<std::byte>> single = ToSingleStream(b);
-          if (!single.ok()) return single.status();
-          blob = std::move(*single);
-          absl::StatusOr<SeqStateView> v = ParseSeqState(*blob, spec_);
+          absl::StatusOr<SeqStateView> v = ReadSeqState(ctx, seq_id);
           if (!v.ok()) return v.status();
           view = std::move(*v);
         }
@@ -395,13 +405,7 @@ void ServerKvtier::StoreTail(llama_context* ctx, int32_t seq_id, std::span<const
   const uint32_t first = static_cast<uint32_t>(tails_->TailStart(prompt.size()));
   const uint32_t count = static_cast<uint32_t>(tails_->TailTokens(prompt.size()));
   absl::Status s = tails_->Queue(prompt, [&](std::span<std::byte> payload) -> absl::Status {
-    std::vector<std::byte> b(llama_state_seq_get_size_ext(ctx, seq_id, 0));
-    const size_t got = llama_state_seq_get_data_ext(ctx, reinterpret_cast<uint8_t*>(b.data()),
-                                                    b.size(), seq_id, 0);
-    if (got != b.size()) return absl::InternalError("llama_state_seq_get_data_ext short read");
-    absl::StatusOr<std::vector<std::byte>> single = ToSingleStream(b);
-    if (!single.ok()) return single.status();
-    absl::StatusOr<SeqStateView> v = ParseSeqState(*single, spec_);
+    absl::StatusOr<SeqStateView> v = ReadSeqState(ctx, seq_id);
     if (!v.ok()) return v.status();
     return ExtractChunkPayload(*v, first, count, payload);
   });

@@ -68,6 +68,8 @@ class ServerKvtier final : public KvtierServerHooks {
  private:
   explicit ServerKvtier(const ServerKvtierOptions& options) : options_(options) {}
   size_t StoreSeq(llama_context* ctx, int32_t seq_id, std::span<const TokenId> tokens);
+  // Reads sequence `seq_id`'s state (single stream) into state_scratch_ and parses it.
+  absl::StatusOr<SeqStateView> ReadSeqState(llama_context* ctx, int32_t seq_id);
   void StoreTail(llama_context* ctx, int32_t seq_id, std::span<const TokenId> prompt);
 
   using Clock = std::chrono::steady_clock;
@@ -90,6 +92,13 @@ class ServerKvtier final : public KvtierServerHooks {
   std::string ns_hex_;
   std::map<int32_t, PromptStart> prompt_start_;   // task-loop thread only
   std::map<int32_t, size_t> last_prompt_tokens_;  // task-loop thread only
+  // Reused buffers (task-loop thread only), so a restore or a store of a long prompt
+  // allocates nothing and pays no page faults: the blob a restore builds for
+  // llama_state_seq_set_data, and the state a store reads. Each grows to the largest
+  // sequence state seen (at most n_ctx x bytes per token) and is kept.
+  std::vector<std::byte> restore_blob_;
+  std::vector<std::byte> state_scratch_;
+  std::vector<std::byte> single_stream_;  // n_stream_ > 1 only: the state as one stream
 
   std::atomic<uint64_t> requests_{0};    // OnPromptStart calls with a chunk to gain
   std::atomic<uint64_t> hits_{0};        // requests that restored >= 1 chunk or a tail
