@@ -117,6 +117,16 @@ std::optional<bool> Row::Identical() const {
   return true;
 }
 
+std::optional<double> Row::MedianPairedRatio(Config a, Config b) const {
+  std::vector<double> r;
+  for (const Sample& x : samples[static_cast<int>(a)]) {
+    for (const Sample& y : samples[static_cast<int>(b)]) {
+      if (x.ok && y.ok && x.repeat == y.repeat && y.ttft_ms > 0) r.push_back(x.ttft_ms / y.ttft_ms);
+    }
+  }
+  return Median(r);
+}
+
 std::string EvidenceLine(const Row& row, Config c, int repeat, const Sample& s) {
   nlohmann::json j = {{"workload", row.workload},
                       {"index", row.index},
@@ -128,6 +138,7 @@ std::string EvidenceLine(const Row& row, Config c, int repeat, const Sample& s) 
     j["ttft_ms"] = s.ttft_ms;
     j["cached_tokens"] = s.cache_n;
     j["kvtier_loaded_tokens"] = s.kvtier_loaded;
+    if (s.kvtier_path_ms >= 0) j["kvtier_path_ms"] = s.kvtier_path_ms;
     j["first_token"] = s.first_token;
     j["first_probs_xxh64"] =
         absl::StrFormat("%016x", XXH64(s.first_probs.data(), s.first_probs.size(), 0));
@@ -203,7 +214,7 @@ int Report::Print(const std::string& run_dir, bool json, bool check) const {
   std::vector<Target> targets;
   {
     double host = 0, srv = 0;
-    double nr_kvt = 0, nr_plain = 0;
+    std::vector<double> nr_ratios, nr_path;  // no-reuse: paired ratios; kvtier path / TTFT
     double cold_sum = 0, upstream_sum = 0;
     std::optional<double> fresh_disk, fresh_kvtierd;
     for (const Row& r : rows) {
@@ -217,9 +228,12 @@ int Report::Print(const std::string& run_dir, bool json, bool check) const {
         host += *r.MedianTtft(Config::kHost);
         srv += *r.MedianTtft(Config::kServerCache);
       }
-      if (r.workload == "no-reuse" && r.MedianTtft(Config::kHost) && r.MedianTtft(Config::kCold)) {
-        nr_kvt += *r.MedianTtft(Config::kHost);
-        nr_plain += *r.MedianTtft(Config::kCold);
+      if (r.workload == "no-reuse") {
+        if (auto x = r.MedianPairedRatio(Config::kHost, Config::kCold)) nr_ratios.push_back(*x);
+        for (const Sample& k : r.samples[static_cast<int>(Config::kHost)]) {
+          if (k.ok && k.kvtier_path_ms >= 0 && k.ttft_ms > 0)
+            nr_path.push_back(k.kvtier_path_ms / k.ttft_ms);
+        }
       }
       const auto cold = r.MedianTtft(Config::kCold);
       if (loaded >= 4096 && cold) {
@@ -236,9 +250,14 @@ int Report::Print(const std::string& run_dir, bool json, bool check) const {
         {"cold / fresh server on disk, cached >= 4k prefix", fresh_disk, 10.0, false});
     targets.push_back(
         {"cold / fresh server on kvtierd, cached >= 4k prefix", fresh_kvtierd, 10.0, false});
-    targets.push_back({"no-reuse: kvtier-llama-server / plain llama-server",
-                       nr_plain > 0 ? std::optional<double>(nr_kvt / nr_plain) : std::nullopt, 1.02,
-                       true});
+    // Wall clock, paired per repeat (median over the rows of each row's median ratio) ...
+    targets.push_back(
+        {"no-reuse: kvtier-llama-server / plain llama-server", Median(nr_ratios), 1.02, true});
+    // ... and what kvtier itself spent on those requests' paths (its lookup of a miss),
+    // measured inside the server: the part of the difference that is kvtier's, free of
+    // the machine's noise.
+    targets.push_back(
+        {"no-reuse: kvtier's time on the request path / TTFT", Median(nr_path), 0.02, true});
     // Issue 14 item 0: the demo's cold prefill runs the engine at full speed.
     targets.push_back(
         {"cold prefill: demo's cold / llama.cpp's llama-server",

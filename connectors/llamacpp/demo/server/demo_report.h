@@ -31,6 +31,9 @@ struct Sample {
   int cache_n = 0;  // timings.cache_n: reused by the slot, its RAM cache or kvtier
   int prompt_n = 0;
   int kvtier_loaded = 0;  // tokens kvtier restored for this request (GET /kvtier delta)
+  // kvtier's time on this request's path before its prefill (GET /kvtier
+  // prompt_start_seconds delta, ms); < 0 when not measured.
+  double kvtier_path_ms = -1;
   int first_token = -1;
   std::string first_probs;
 };
@@ -52,6 +55,9 @@ struct Row {
   // token (chunks and tail), else its cold answer of the same repeat. nullopt when
   // nothing compares.
   std::optional<bool> Identical() const;
+  // Median over the repeats that ran both of TTFT(a) / TTFT(b) of the same repeat (each
+  // pair ran back to back, so slow drifts of the machine cancel).
+  std::optional<double> MedianPairedRatio(Config a, Config b) const;
 };
 
 // One evidence line (JSON) for a sample: its first token, probabilities and their hash.

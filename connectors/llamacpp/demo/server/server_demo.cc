@@ -30,6 +30,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -181,7 +182,10 @@ class Demo {
     return ServerProcess::Start(f_.server_bin, args, run_dir_ + "/server-" + tag + ".log");
   }
   void Record(size_t row, Config c, int rep, const absl::StatusOr<Completion>& r,
-              int kvtier_loaded = 0);
+              int kvtier_loaded = 0, double kvtier_path_ms = -1);
+  // Waits (at most 10 s) until the kvtier server's stores of earlier requests reached
+  // its tiers, so no measurement shares the two cores with another request's write-back.
+  void WaitStoresDone();
   void Measure(size_t row, Config c, int rep, const std::vector<int>& tokens);
 
   Flags f_;
@@ -193,11 +197,25 @@ class Demo {
   std::ofstream evidence_;
 };
 
+void Demo::WaitStoresDone() {
+  if (!kvt_) return;
+  const auto t0 = Clock::now();
+  while (Seconds(t0) < 10) {
+    auto j = ServerClient("127.0.0.1", kvt_->port()).GetJson("/kvtier");
+    if (!j.ok() ||
+        (j->value("writeback_pending_bytes", 0) == 0 && j->value("store_pending_bytes", 0) == 0)) {
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 void Demo::Record(size_t row, Config c, int rep, const absl::StatusOr<Completion>& r,
-                  int kvtier_loaded) {
+                  int kvtier_loaded, double kvtier_path_ms) {
   Sample s;
   s.repeat = rep;
   s.kvtier_loaded = kvtier_loaded;
+  s.kvtier_path_ms = kvtier_path_ms;
   if (r.ok()) {
     s.ok = true;
     s.ttft_ms = r->ttft_ms;
@@ -232,6 +250,7 @@ void Demo::Measure(size_t row, Config c, int rep, const std::vector<int>& tokens
     auto j = ServerClient("127.0.0.1", s.port()).GetJson("/kvtier");
     return j.ok() ? j->value("loaded_tokens", 0) : 0;
   };
+  WaitStoresDone();
   switch (c) {
     case Config::kCold:
       if (!plain_) return Record(row, c, rep, absl::UnavailableError("plain server not running"));
@@ -421,15 +440,26 @@ int Demo::Run() {
       } else {
         const auto& t = no_reuse[row - n_reuse][static_cast<size_t>(rep)];
         const bool plain_first = rep % 2 == 0;
-        if (plain_first)
+        auto plain_request = [&] {
+          WaitStoresDone();
           Record(row, Config::kCold, rep,
                  ServerClient("127.0.0.1", plain_->port()).Complete(t, true));
-        if (kvt_)
-          Record(row, Config::kHost, rep,
-                 ServerClient("127.0.0.1", kvt_->port()).Complete(t, true));
-        if (!plain_first)
-          Record(row, Config::kCold, rep,
-                 ServerClient("127.0.0.1", plain_->port()).Complete(t, true));
+        };
+        if (plain_first) plain_request();
+        if (kvt_) {  // a miss; kvtier's own time on its path from GET /kvtier
+          WaitStoresDone();
+          ServerClient kc("127.0.0.1", kvt_->port());
+          auto path_s = [&] {
+            auto j = kc.GetJson("/kvtier");
+            return j.ok() ? j->value("prompt_start_seconds", 0.0) : -1.0;
+          };
+          const double before = path_s();
+          auto r = kc.Complete(t, true);
+          const double after = path_s();
+          Record(row, Config::kHost, rep, r, 0,
+                 before >= 0 && after >= before ? (after - before) * 1000 : -1);
+        }
+        if (!plain_first) plain_request();
       }
     }
   }

@@ -206,7 +206,13 @@ bool ServerKvtier::OnContextReady(llama_context* ctx, const char* model_path) {
 
 int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const llama_token* tokens,
                                     size_t n_tokens, size_t n_have) {
-  prompt_start_[seq_id] = PromptStart{Clock::now(), n_have};
+  const Clock::time_point entered = Clock::now();
+  prompt_start_[seq_id] = PromptStart{entered, n_have};
+  // Everything kvtier does before the prefill (lookup, and a restore on a hit) is on this
+  // request's path; a miss's share is what kvtier costs a prompt it cannot help.
+  absl::Cleanup on_path = [&] {
+    AddAtomic(prompt_start_seconds_, std::chrono::duration<double>(Clock::now() - entered).count());
+  };
   if (!connector_ || n_tokens < 2) return 0;
   const uint32_t chunk = connector_->chunk_tokens();
   // Complete chunks up to T (the last token is always computed), then the tail record of
@@ -446,6 +452,9 @@ std::string ServerKvtier::MetricsText() const {
        "counter", load_failures_);
   line("kvtier_load_seconds_total", "time spent restoring from kvtier", "counter",
        load_seconds_.load());
+  line("kvtier_prompt_start_seconds_total",
+       "time kvtier spent on requests' paths before their prefill (lookup, and restores)",
+       "counter", prompt_start_seconds_.load());
   line("kvtier_stored_chunks_total", "chunks taken for storing", "counter", stored_chunks_);
   line("kvtier_store_errors_total", "stores that failed", "counter", store_errors_);
   line("kvtier_chunks_put_total", "chunks that reached the tiers", "counter",
@@ -481,6 +490,7 @@ std::string ServerKvtier::StatusJson() const {
       {"load_bytes", load_bytes_.load()},
       {"load_failures", load_failures_.load()},
       {"load_seconds", load_seconds_.load()},
+      {"prompt_start_seconds", prompt_start_seconds_.load()},
       {"stored_chunks", stored_chunks_.load()},
       {"store_errors", store_errors_.load()},
       {"chunks_put", cs.store_chunks_put},

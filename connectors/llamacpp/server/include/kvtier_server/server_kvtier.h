@@ -111,6 +111,7 @@ class ServerKvtier final : public KvtierServerHooks {
   std::atomic<uint64_t> stored_chunks_{0};
   std::atomic<uint64_t> store_errors_{0};
   std::atomic<double> load_seconds_{0};
+  std::atomic<double> prompt_start_seconds_{0};  // all of OnPromptStart, hit or miss
 };
 
 }  // namespace kvt::llamacpp
