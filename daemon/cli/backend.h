@@ -36,6 +36,11 @@ struct StatsSnapshot {
   uint64_t integrity_errors = 0;  // records that failed verification in any tier
   uint64_t pinned_bytes = 0;
   uint64_t explicit_evictions = 0;  // chunks removed by `kvtier evict` (and other Evicts)
+  // kvtierd's leases (Lookup with pin) since it started; nullopt offline (no daemon).
+  struct Leases {
+    uint64_t granted = 0, released = 0, expired = 0, active = 0;
+  };
+  std::optional<Leases> leases;
 };
 
 // One chunk in one tier (a chunk held by two tiers is listed twice).

@@ -46,6 +46,11 @@ nlohmann::json StatsJson(const StatsSnapshot& s) {
   j["integrity_errors"] = s.integrity_errors;
   j["explicit_evictions"] = s.explicit_evictions;
   j["pinned_bytes"] = s.pinned_bytes;
+  j["leases"] = s.leases ? nlohmann::json{{"granted", s.leases->granted},
+                                          {"released", s.leases->released},
+                                          {"expired", s.leases->expired},
+                                          {"active", s.leases->active}}
+                         : nlohmann::json(nullptr);
   return j;
 }
 
@@ -58,8 +63,14 @@ void PrintStats(const StatsSnapshot& s, const StatsSnapshot* prev, double dt_s, 
   }
   out << absl::StrFormat("integrity errors  %s\n", WithCommas(s.integrity_errors));
   out << absl::StrFormat("evicted (kvtier)  %s chunks\n", WithCommas(s.explicit_evictions));
-  out << absl::StrFormat("pinned            %s B (%s)\n\n", WithCommas(s.pinned_bytes),
+  out << absl::StrFormat("pinned            %s B (%s)\n", WithCommas(s.pinned_bytes),
                          HumanBytes(s.pinned_bytes));
+  if (s.leases) {
+    out << absl::StrFormat("leases            %s active; %s granted, %s released, %s expired\n",
+                           WithCommas(s.leases->active), WithCommas(s.leases->granted),
+                           WithCommas(s.leases->released), WithCommas(s.leases->expired));
+  }
+  out << "\n";
   std::vector<std::string> h = {"TIER",     "CAPACITY", "USED",      "USE%",
                                 "CHUNKS",   "PINNED",   "HITS",      "MISSES",
                                 "HIT RATE", "PUTS",     "EVICTIONS", "INTEGRITY ERR"};

@@ -68,6 +68,8 @@ class DaemonBackend final : public CacheBackend {
     out.store_misses = r->misses;
     out.integrity_errors = r->integrity_errors;
     out.explicit_evictions = r->explicit_evictions;
+    out.leases = StatsSnapshot::Leases{r->leases_granted, r->leases_released, r->leases_expired,
+                                       r->leases_active};
     return out;
   }
 

@@ -232,8 +232,27 @@ TEST_F(DaemonCliTest, LsAndStatsJsonHoldTheTableNumbers) {
   ASSERT_EQ(st.exit_code, 0) << st.err;
   nlohmann::json s = Json(st);
   ASSERT_GE(s["tiers"].size(), 1u);
+  // Looking (ls above, stats) never pins: no lease yet.
+  ASSERT_TRUE(s["leases"].is_object()) << s.dump();
+  EXPECT_EQ(s["leases"]["granted"], 0);
+  // An engine's pinned lookup: one lease granted and active, in both outputs.
+  auto c = Client(kTokenA);
+  std::vector<ChunkKey> keys;
+  for (const auto& ch : pa_) keys.push_back(ch.key);
+  auto pinned = c->Lookup(keys, false, /*pin=*/true);
+  ASSERT_TRUE(pinned.ok()) << pinned.status();
+  ASSERT_NE(pinned->lease_id, 0u);
+  RunResult st2 = Kvtier(kTokenA, {"stats", "--json"});
+  ASSERT_EQ(st2.exit_code, 0) << st2.err;
+  s = Json(st2);
+  EXPECT_EQ(s["leases"]["granted"], 1) << s.dump();
+  EXPECT_EQ(s["leases"]["active"], 1) << s.dump();
+  EXPECT_EQ(s["leases"]["released"], 0) << s.dump();
   RunResult stt = Kvtier(kTokenA, {"stats"});
   ASSERT_EQ(stt.exit_code, 0) << stt.err;
+  EXPECT_NE(stt.out.find("leases            1 active; 1 granted, 0 released, 0 expired"),
+            std::string::npos)
+      << stt.out;
   auto rows = TableRows(stt.out, "TIER");
   ASSERT_EQ(rows.size(), s["tiers"].size()) << stt.out;
   for (size_t i = 0; i < rows.size(); ++i) {
