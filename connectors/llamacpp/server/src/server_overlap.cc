@@ -7,7 +7,9 @@
 //      slot holds a prefix that does not end on a chunk boundary, so the front is
 //      computed in the same ubatches as a cold prefill).
 //   2. llama-server prefills [start, F) in its normal batches: OnPromptBatch caps this
-//      slot's share of each batch at F.
+//      slot's share of each batch at F. A planned split meets in the middle instead
+//      (BackLoader::StartFromEnd): one chunk per batch until the loader, walking down
+//      from K, has reached the computed tokens.
 //   3. The next OnPromptBatch (the front's KV is computed): Wait, read the front out of
 //      the sequence, Join, llama_state_seq_set_data on that seq id only; llama-server
 //      continues from K. A load that delivered nothing past the front leaves the rest
@@ -121,8 +123,12 @@ bool ServerKvtier::StartOverlap(int32_t seq_id, std::span<const TokenId> prompt,
   auto ov = std::make_unique<Overlap>();
   ov->prompt.assign(prompt.begin(), prompt.end());
   ov->t0 = Clock::now();
+  // A planned split meets in the middle (the realized split follows the actual speeds,
+  // as LlamaKvAdapter's default); a fixed front (--kvtier-overlap-front) is kept as is.
+  ov->from_end = options_.overlap_front_tokens == 0;
   absl::StatusOr<std::unique_ptr<BackLoader>> loader =
-      BackLoader::Start(*connector_, ov->prompt, front, usable, spec_, seq_id);
+      ov->from_end ? BackLoader::StartFromEnd(*connector_, ov->prompt, usable, spec_, seq_id)
+                   : BackLoader::Start(*connector_, ov->prompt, front, usable, spec_, seq_id);
   if (!loader.ok()) {
     spdlog::warn("kvtier: cannot start the back load, not overlapping: {}",
                  loader.status().ToString());
@@ -149,7 +155,18 @@ size_t ServerKvtier::OnPromptBatch(llama_context* ctx, int32_t seq_id, const lla
     overlaps_.erase(it);  // the slot moved on to another prompt (waits for the loader)
     return n_done;
   }
-  if (n_done < ov.front) {
+  if (ov.from_end) {
+    // Meet in the middle: one chunk per batch while the loader walks down from the end;
+    // once it has stopped (finished or failed), the gap before what it loaded at once.
+    ov.loader->SetComputed(n_done);
+    const bool finished = ov.loader->done();
+    const uint64_t lowest = ov.loader->loaded_begin();
+    if (n_done < ov.end && n_done < lowest) {
+      const uint64_t chunk = connector_->chunk_tokens();
+      *n_limit = std::min<size_t>(*n_limit, finished ? lowest : (n_done / chunk + 1) * chunk);
+      return n_done;
+    }
+  } else if (n_done < ov.front) {
     *n_limit = std::min<size_t>(*n_limit, ov.front);
     return n_done;
   }
@@ -165,7 +182,8 @@ size_t ServerKvtier::OnPromptBatch(llama_context* ctx, int32_t seq_id, const lla
   }
   if (got.loaded_end <= n_done) return n_done;
   const Clock::time_point tj = Clock::now();
-  absl::StatusOr<std::span<const std::byte>> front = ReadSingleStream(ctx, seq_id);
+  absl::StatusOr<std::span<const std::byte>> front =
+      n_done > 0 ? ReadSingleStream(ctx, seq_id) : std::span<const std::byte>();
   absl::StatusOr<std::vector<std::byte>> joined =
       front.ok() ? ov.loader->Join(*front) : absl::StatusOr<std::vector<std::byte>>(front.status());
   if (!joined.ok()) {

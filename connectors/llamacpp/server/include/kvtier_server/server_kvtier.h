@@ -106,7 +106,8 @@ class ServerKvtier final : public KvtierServerHooks {
   struct Overlap {
     std::vector<TokenId> prompt;  // the loader reads it: kept until the loader is gone
     std::unique_ptr<BackLoader> loader;
-    uint64_t front = 0, end = 0;
+    uint64_t front = 0, end = 0;  // the planned (or fixed) front; the loaded end K
+    bool from_end = false;        // meet in the middle (StartFromEnd), else the fixed front
     Clock::time_point t0;
   };
 
