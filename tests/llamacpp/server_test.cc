@@ -455,6 +455,38 @@ TEST(LlamaServerKvtierTest, LoadIntoOneSlotNeverChangesAnother) {
   ExpectSameAnswer(r2, References(1).slot_reuse);
 }
 
+// A planned split (no fixed front) on a host tier throttled to 2 MB/s: the first hit
+// loads everything (the cost model still assumes host-memory speed) and learns the
+// bandwidth; the second is planned as a split (its prefill estimate is the default
+// 1 ms/token: 128 tokens against ~4 x 33 ms of loading) and meets in the middle, one chunk
+// per batch. Where the two sides meet depends on this machine's speed; the answer is
+// the cold one wherever it is.
+TEST(LlamaServerKvtierTest, PlannedOverlapOnAThrottledTierMeetsInTheMiddle) {
+  const json& ref1 = Reference(1);
+  const json& ref2 = Reference(2);
+  auto s = MustStart(Kvtier({"--kvtier-host-mib", "64", "--kvtier-throttle-gbps", "0.002",
+                             "--kvtier-overlap", "always", "--kvtier-no-tail", "--cache-ram", "0"}),
+                     "overlap-planned");
+  ASSERT_TRUE(s);
+  ExpectSameAnswer(Post(*s, "/completion", Completion(Prompt(1))), ref1);
+  WaitPut(*s, 4);
+  ExpectSameAnswer(Post(*s, "/completion", Completion(Prompt(2))), ref2);
+  WaitPut(*s, 8);
+  json r = Post(*s, "/completion", Completion(Prompt(1)));
+  EXPECT_EQ(r["timings"]["cache_n"], kChunkTokens) << r["timings"].dump();
+  ExpectSameAnswer(r, ref1);
+  EXPECT_EQ(Status(*s)["overlapped"], 0);
+  r = Post(*s, "/completion", Completion(Prompt(2)));
+  ExpectSameAnswer(r, ref2);
+  const json st = Status(*s);
+  EXPECT_EQ(st["overlapped"], 1) << st.dump();
+  const int cache_n = r["timings"]["cache_n"];
+  EXPECT_EQ(cache_n + r["timings"]["prompt_n"].get<int>(), static_cast<int>(kPromptTokens));
+  EXPECT_EQ(cache_n % kChunk, 0);
+  EXPECT_EQ(cache_n, st["overlap_joined"] == 1 ? st["overlap_loaded_tokens"].get<int>() : 0)
+      << st.dump();
+}
+
 // Two slots: slot 0's overlapped load and join (its own seq id) leave slot 1's KV as it was.
 TEST(LlamaServerKvtierTest, OverlapInOneSlotNeverChangesAnother) {
   const json& ref1 = Reference(1);
