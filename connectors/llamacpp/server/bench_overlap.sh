@@ -8,7 +8,8 @@
 #            after warm-up prefills so the prefill fit is in use).
 # Prints one JSON row per bandwidth with bandwidth_gbps, ttft_load_ms, ttft_compute_ms,
 # ttft_overlap_ms, split_tokens (median over rounds of the tokens computed before the
-# loaded part: 0 = load only, the prefix = compute only; `splits` lists them), gain (min(load, compute) / overlap) and whether the three
+# loaded part: 0 = load only, the prefix = compute only; `splits` lists them, "N*" = a
+# back load ran but the engine computed the whole prefix before it met the loader), gain (min(load, compute) / overlap) and whether the three
 # answers (greedy token, first-token n_probs) were identical.
 #
 # Usage: bench_overlap.sh BUILD_DIR [--gbps a,b,c] [--rounds N] [--prefix N] [--mode M]
@@ -122,16 +123,17 @@ for g in ${gbps//,/ }; do
       t[$s]+=" $(ttft_ms <<<"$out")"
       if [[ $s == overlap ]]; then  # this round's split (see split_tokens above)
         splits+=" $(jq -n --argjson a "$st0" --argjson b "$(curl -s "$url_overlap/kvtier")" \
-          --argjson p "$prefix" 'if $b.overlap_joined > $a.overlap_joined
-            then $b.overlap_front_tokens - $a.overlap_front_tokens
-            elif $b.loaded_tokens > $a.loaded_tokens then 0 else $p end')"
+          --argjson p "$prefix" -r 'if $b.overlap_joined > $a.overlap_joined
+            then "\($b.overlap_front_tokens - $a.overlap_front_tokens)"
+            elif $b.overlapped > $a.overlapped then "\($p)*"
+            elif $b.loaded_tokens > $a.loaded_tokens then "0" else "\($p)" end')"
       fi
       a=$(answer <<<"$out")
       if [[ -z $ref ]]; then ref=$a; elif [[ $a != "$ref" ]]; then same=no; fi
     done
   done
   joined=$(($(curl -s "$url_overlap/kvtier" | jq '.overlap_joined') - joined0))
-  split=$(median <<<"$splits")
+  split=$(tr -d '*' <<<"$splits" | median)
   ml=$(median <<<"${t[load]}") mc=$(median <<<"${t[compute]}") mo=$(median <<<"${t[overlap]}")
   jq -nc --argjson g "$g" --argjson l "$ml" --argjson c "$mc" --argjson o "$mo" \
     --argjson s "$split" --argjson j "$joined" --argjson r "$rounds" --arg same "$same" \
