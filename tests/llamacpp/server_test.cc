@@ -313,6 +313,7 @@ TEST(LlamaServerKvtierTest, OverlapJoinsComputedFrontAndLoadedBackWithColdAnswer
   EXPECT_EQ(st["overlap_front_tokens"], 64);
   EXPECT_EQ(st["overlap_loaded_tokens"], 64);
   EXPECT_EQ(st["hits"], 1);
+  EXPECT_EQ(st["misses"], 0);
   EXPECT_EQ(st["loaded_tokens"], 64);
   EXPECT_EQ(st["load_failures"], 0);
   auto m = CurlText(s->url() + "/metrics");
@@ -341,6 +342,8 @@ TEST(LlamaServerKvtierTest, OverlapWithCorruptedBackRecomputesWithIdenticalAnswe
   EXPECT_EQ(st["load_failures"], 1) << st.dump();
   EXPECT_GE(st["integrity_errors"].get<int>(), 1) << st.dump();
   EXPECT_EQ(st["hits"], 0);
+  EXPECT_EQ(st["misses"], 1);
+  EXPECT_EQ(st["requests"], 1);
 }
 
 #ifdef KVT_KVTIERD_BIN

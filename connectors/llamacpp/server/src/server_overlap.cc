@@ -180,7 +180,10 @@ size_t ServerKvtier::OnPromptBatch(llama_context* ctx, int32_t seq_id, const lla
     spdlog::warn("kvtier: back load delivered tokens [{}, {}) of [{}, {}) ({}); computing the rest",
                  got.loaded_begin, got.loaded_end, ov.front, ov.end, got.first_error.ToString());
   }
-  if (got.loaded_end <= n_done) return n_done;
+  if (got.loaded_end <= n_done) {  // nothing to join: a miss, the rest is computed
+    misses_.fetch_add(1, std::memory_order_relaxed);
+    return n_done;
+  }
   const Clock::time_point tj = Clock::now();
   absl::StatusOr<std::span<const std::byte>> front =
       n_done > 0 ? ReadSingleStream(ctx, seq_id) : std::span<const std::byte>();
@@ -192,6 +195,7 @@ size_t ServerKvtier::OnPromptBatch(llama_context* ctx, int32_t seq_id, const lla
         "kvtier: joining the computed front of seq {} with its loaded back failed, "
         "computing the back: {}",
         seq_id, joined.status().ToString());
+    misses_.fetch_add(1, std::memory_order_relaxed);
     return n_done;  // the sequence still holds the computed front
   }
   const double join_front_s = Since(tj);
@@ -201,6 +205,7 @@ size_t ServerKvtier::OnPromptBatch(llama_context* ctx, int32_t seq_id, const lla
                  got.loaded_end, seq_id);
     llama_memory_seq_rm(llama_get_memory(ctx), seq_id, -1, -1);
     load_failures_.fetch_add(1, std::memory_order_relaxed);
+    misses_.fetch_add(1, std::memory_order_relaxed);
     if (auto p = prompt_start_.find(seq_id); p != prompt_start_.end()) p->second.context_tokens = 0;
     return 0;
   }
