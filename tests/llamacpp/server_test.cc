@@ -135,6 +135,11 @@ TEST(LlamaServerKvtierTest, BadFlagValuesExit2NamingTheFlag) {
       {{"--kvtier-dir", "/proc/kvtier-cannot-create"}, "--kvtier-dir"},
       {{"--kvtier-token", "abcdefgh"}, "--kvtier-token"},
       {{"--kvtier-bogus", "1"}, "--kvtier-bogus"},
+      {{"--kvtier-overlap", "sometimes"}, "--kvtier-overlap"},
+      {{"--kvtier-overlap", "always", "--kvtier-overlap-front", "48"}, "--kvtier-overlap-front"},
+      {{"--kvtier-overlap-front", "64"}, "--kvtier-overlap-front"},  // needs "always"
+      {{"--kvtier-throttle-gbps", "fast"}, "--kvtier-throttle-gbps"},
+      {{"--kvtier-dir", "/tmp", "--kvtier-throttle-gbps", "1"}, "--kvtier-throttle-gbps"},
   };
   for (const Case& c : cases) {
     auto [rc, out] = RunToExit(KVT_LLAMA_SERVER_BIN, With(BaseArgs(), c.args));
@@ -237,18 +242,9 @@ TEST(LlamaServerKvtierTest, TailRecordIsReturnedOnlyForItsOwnTokens) {
   EXPECT_EQ(st["tails_queued"], 1) << st.dump();
 }
 
-TEST(LlamaServerKvtierTest, CorruptedChunkIsRecomputedWithIdenticalAnswer) {
-  const json& ref = Reference(1);
-  const std::string dir = MakeTempDir("server-corrupt");
-  const auto args =
-      Kvtier({"--kvtier-dir", dir, "--kvtier-disk-mib", "16", "--kvtier-host-mib", "0"});
-  {
-    auto s = MustStart(args, "corrupt-1");
-    ASSERT_TRUE(s);
-    Post(*s, "/completion", Completion(Prompt(1)));
-    EXPECT_EQ(s->Stop(), 0);
-  }
-  // Flip bytes inside the payload of every record (records start 4 KiB aligned).
+// Flips bytes inside the payload of every record of the disk tier in `dir` (records start
+// 4 KiB aligned); returns how many.
+int CorruptRecords(const std::string& dir) {
   int flipped = 0;
   for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
     if (!e.is_regular_file() || e.path().string().find("records") == std::string::npos) continue;
@@ -263,7 +259,27 @@ TEST(LlamaServerKvtierTest, CorruptedChunkIsRecomputedWithIdenticalAnswer) {
       ++flipped;
     }
   }
-  ASSERT_GT(flipped, 0);
+  return flipped;
+}
+
+// A disk tier in `dir` holding Prompt(seed)'s chunks and tail (a server stored them).
+std::vector<std::string> StoredDisk(const std::string& dir, uint64_t seed, const std::string& tag) {
+  const auto args =
+      Kvtier({"--kvtier-dir", dir, "--kvtier-disk-mib", "16", "--kvtier-host-mib", "0"});
+  auto s = MustStart(args, tag);
+  EXPECT_TRUE(s);
+  if (s) {
+    Post(*s, "/completion", Completion(Prompt(seed)));
+    EXPECT_EQ(s->Stop(), 0);
+  }
+  return args;
+}
+
+TEST(LlamaServerKvtierTest, CorruptedChunkIsRecomputedWithIdenticalAnswer) {
+  const json& ref = Reference(1);
+  const std::string dir = MakeTempDir("server-corrupt");
+  const auto args = StoredDisk(dir, 1, "corrupt-1");
+  ASSERT_GT(CorruptRecords(dir), 0);
   auto s = MustStart(args, "corrupt-2");
   ASSERT_TRUE(s);
   json r = Post(*s, "/completion", Completion(Prompt(1)));
@@ -271,6 +287,63 @@ TEST(LlamaServerKvtierTest, CorruptedChunkIsRecomputedWithIdenticalAnswer) {
   ExpectSameAnswer(r, ref);
   json st = Status(*s);
   EXPECT_GE(st["integrity_errors"].get<int>() + st["load_failures"].get<int>(), 1) << st.dump();
+}
+
+// Load while computing (--kvtier-overlap always, a fixed front of 2 chunks): llama-server
+// computes tokens [0, 64) in its own batches while chunks 2..3 load from disk; the two are
+// joined into the slot's sequence and the rest [128, 150) is prefilled: the cold answer
+// bit for bit (the front was computed in the cold prefill's ubatches).
+std::vector<std::string> Overlap(std::vector<std::string> args) {
+  return With(std::move(args), {"--kvtier-overlap", "always", "--kvtier-overlap-front", "64"});
+}
+
+TEST(LlamaServerKvtierTest, OverlapJoinsComputedFrontAndLoadedBackWithColdAnswer) {
+  const json& ref = Reference(1);
+  const std::string dir = MakeTempDir("server-overlap");
+  auto s = MustStart(Overlap(StoredDisk(dir, 1, "overlap-1")), "overlap-2");
+  ASSERT_TRUE(s);
+  json r = Post(*s, "/completion", Completion(Prompt(1)));
+  EXPECT_EQ(r["timings"]["cache_n"], 64) << r["timings"].dump();
+  EXPECT_EQ(r["timings"]["prompt_n"], static_cast<int>(kPromptTokens) - 64);
+  ExpectSameAnswer(r, ref);
+  json st = Status(*s);
+  EXPECT_EQ(st["overlap_mode"], "always");
+  EXPECT_EQ(st["overlapped"], 1) << st.dump();
+  EXPECT_EQ(st["overlap_joined"], 1) << st.dump();
+  EXPECT_EQ(st["overlap_front_tokens"], 64);
+  EXPECT_EQ(st["overlap_loaded_tokens"], 64);
+  EXPECT_EQ(st["hits"], 1);
+  EXPECT_EQ(st["misses"], 0);
+  EXPECT_EQ(st["loaded_tokens"], 64);
+  EXPECT_EQ(st["load_failures"], 0);
+  auto m = CurlText(s->url() + "/metrics");
+  ASSERT_TRUE(m.ok());
+  EXPECT_NE(m->find("kvtier_overlapped_total 1\n"), std::string::npos) << *m;
+  EXPECT_NE(m->find("kvtier_overlap_front_tokens_total 64\n"), std::string::npos) << *m;
+  EXPECT_NE(m->find("kvtier_overlap_loaded_tokens_total 64\n"), std::string::npos) << *m;
+}
+
+// The back's records fail verification: nothing is joined, llama-server computes the rest
+// after the front, and the answer is the cold one.
+TEST(LlamaServerKvtierTest, OverlapWithCorruptedBackRecomputesWithIdenticalAnswer) {
+  const json& ref = Reference(1);
+  const std::string dir = MakeTempDir("server-overlap-corrupt");
+  const auto args = StoredDisk(dir, 1, "overlap-corrupt-1");
+  ASSERT_GT(CorruptRecords(dir), 0);
+  auto s = MustStart(Overlap(args), "overlap-corrupt-2");
+  ASSERT_TRUE(s);
+  json r = Post(*s, "/completion", Completion(Prompt(1)));
+  EXPECT_EQ(r["timings"]["cache_n"], 0) << r["timings"].dump();
+  EXPECT_EQ(r["timings"]["prompt_n"], static_cast<int>(kPromptTokens));
+  ExpectSameAnswer(r, ref);
+  json st = Status(*s);
+  EXPECT_EQ(st["overlapped"], 1) << st.dump();
+  EXPECT_EQ(st["overlap_joined"], 0) << st.dump();
+  EXPECT_EQ(st["load_failures"], 1) << st.dump();
+  EXPECT_GE(st["integrity_errors"].get<int>(), 1) << st.dump();
+  EXPECT_EQ(st["hits"], 0);
+  EXPECT_EQ(st["misses"], 1);
+  EXPECT_EQ(st["requests"], 1);
 }
 
 #ifdef KVT_KVTIERD_BIN
@@ -383,6 +456,58 @@ TEST(LlamaServerKvtierTest, LoadIntoOneSlotNeverChangesAnother) {
   json r2 = Post(*s, "/completion", Completion(Prompt(1), 0));
   EXPECT_EQ(r2["timings"]["cache_n"], kWarmTokens);
   ExpectSameAnswer(r2, References(1).slot_reuse);
+}
+
+// A planned split (no fixed front) on a host tier throttled to 2 MB/s: the first hit
+// loads everything (the cost model still assumes host-memory speed) and learns the
+// bandwidth; the second is planned as a split (its prefill estimate is the default
+// 1 ms/token: 128 tokens against ~4 x 33 ms of loading) and meets in the middle, one chunk
+// per batch. Where the two sides meet depends on this machine's speed; the answer is
+// the cold one wherever it is.
+TEST(LlamaServerKvtierTest, PlannedOverlapOnAThrottledTierMeetsInTheMiddle) {
+  const json& ref1 = Reference(1);
+  const json& ref2 = Reference(2);
+  auto s = MustStart(Kvtier({"--kvtier-host-mib", "64", "--kvtier-throttle-gbps", "0.002",
+                             "--kvtier-overlap", "always", "--kvtier-no-tail", "--cache-ram", "0"}),
+                     "overlap-planned");
+  ASSERT_TRUE(s);
+  ExpectSameAnswer(Post(*s, "/completion", Completion(Prompt(1))), ref1);
+  WaitPut(*s, 4);
+  ExpectSameAnswer(Post(*s, "/completion", Completion(Prompt(2))), ref2);
+  WaitPut(*s, 8);
+  json r = Post(*s, "/completion", Completion(Prompt(1)));
+  EXPECT_EQ(r["timings"]["cache_n"], kChunkTokens) << r["timings"].dump();
+  ExpectSameAnswer(r, ref1);
+  EXPECT_EQ(Status(*s)["overlapped"], 0);
+  r = Post(*s, "/completion", Completion(Prompt(2)));
+  ExpectSameAnswer(r, ref2);
+  const json st = Status(*s);
+  EXPECT_EQ(st["overlapped"], 1) << st.dump();
+  const int cache_n = r["timings"]["cache_n"];
+  EXPECT_EQ(cache_n + r["timings"]["prompt_n"].get<int>(), static_cast<int>(kPromptTokens));
+  EXPECT_EQ(cache_n % kChunk, 0);
+  EXPECT_EQ(cache_n, st["overlap_joined"] == 1 ? st["overlap_loaded_tokens"].get<int>() : 0)
+      << st.dump();
+}
+
+// Two slots: slot 0's overlapped load and join (its own seq id) leave slot 1's KV as it was.
+TEST(LlamaServerKvtierTest, OverlapInOneSlotNeverChangesAnother) {
+  const json& ref1 = Reference(1);
+  const json& ref2 = Reference(2);
+  auto s = MustStart(
+      Overlap(Kvtier({"--kvtier-host-mib", "64", "--cache-ram", "0", "-np", "2", "-c", "2048"})),
+      "overlap-slots");
+  ASSERT_TRUE(s);
+  ExpectSameAnswer(Post(*s, "/completion", Completion(Prompt(1), 0)), ref1);
+  ExpectSameAnswer(Post(*s, "/completion", Completion(Prompt(2), 1)), ref2);
+  WaitPut(*s, 8, 2);
+  json r0 = Post(*s, "/completion", Completion(Prompt(2), 0));
+  EXPECT_EQ(r0["timings"]["cache_n"], 64) << r0["timings"].dump();
+  ExpectSameAnswer(r0, ref2);
+  json r1 = Post(*s, "/completion", Completion(Prompt(2), 1));
+  EXPECT_EQ(r1["timings"]["cache_n"], static_cast<int>(kPromptTokens) - 1);
+  ExpectSameAnswer(r1, References(2).slot_reuse);
+  EXPECT_EQ(Status(*s)["overlap_joined"], 1);
 }
 
 TEST(LlamaServerKvtierTest, MultiTurnChatLoadsThePreviousTurnsChunks) {

@@ -55,8 +55,14 @@ absl::StatusOr<std::unique_ptr<BackLoader>> BackLoader::Make(KVConnector& connec
   std::unique_ptr<BackLoader> loader(
       new BackLoader(connector, prompt, front, end, spec, std::move(*builder)));
   BackLoader* p = loader.get();
-  loader->thread_ =
-      from_end ? std::thread([p] { p->LoadFromEnd(); }) : std::thread([p] { p->Load(); });
+  loader->thread_ = std::thread([p, from_end] {
+    if (from_end) {
+      p->LoadFromEnd();
+    } else {
+      p->Load();
+    }
+    p->done_.store(true, std::memory_order_release);
+  });
   return loader;
 }
 

@@ -87,6 +87,9 @@ class BackLoader {
   // Loaded so far: tokens [loaded_begin(), end) (end when none; Start: front_tokens once
   // the load finished, else end). Thread-safe.
   uint64_t loaded_begin() const { return lowest_.load(std::memory_order_acquire); }
+  // The loader thread has finished (loaded_begin() is final; Wait will not block long).
+  // Thread-safe.
+  bool done() const { return done_.load(std::memory_order_acquire); }
   BackLoader(const BackLoader&) = delete;
   BackLoader& operator=(const BackLoader&) = delete;
 
@@ -125,6 +128,7 @@ class BackLoader {
   bool joined_ = false;
   std::atomic<uint64_t> computed_{0};  // engine progress (StartFromEnd)
   std::atomic<uint64_t> lowest_;       // first loaded token (end_ when none yet)
+  std::atomic<bool> done_{false};      // the loader thread has finished
   std::thread thread_;
 };
 

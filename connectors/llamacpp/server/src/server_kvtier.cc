@@ -116,6 +116,17 @@ absl::StatusOr<std::unique_ptr<ServerKvtier>> ServerKvtier::Create(
 #endif
   }
   k->tiers_ = absl::StrJoin(names, "+");
+  if (options.throttle_gbps > 0) {  // benchmarks: the host tier alone, behind a slow link
+    auto host = HostTier::Create(so.host);
+    if (!host.ok()) return host.status();
+    std::vector<TierFactory> tiers;
+    tiers.push_back(UseTier(ThrottleTier(std::move(*host), options.throttle_gbps * 1e9)));
+    auto throttled = TieredStore::Create(std::move(tiers), so.store);
+    if (!throttled.ok()) return throttled.status();
+    k->tiers_ = absl::StrCat("host(throttled ", options.throttle_gbps, " GB/s)");
+    k->store_ = std::shared_ptr<TieredStore>(std::move(*throttled));
+    return k;
+  }
   auto store = OpenTieredStore(so);
   if (!store.ok()) {
     // The disk tier is opened here (its directory, its RocksDB lock): name the flag.
@@ -213,6 +224,7 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
   absl::Cleanup on_path = [&] {
     AddAtomic(prompt_start_seconds_, std::chrono::duration<double>(Clock::now() - entered).count());
   };
+  overlaps_.erase(seq_id);  // a front the slot never finished (e.g. a cancelled request)
   if (!connector_ || n_tokens < 2) return 0;
   const uint32_t chunk = connector_->chunk_tokens();
   // Complete chunks up to T (the last token is always computed), then the tail record of
@@ -234,6 +246,18 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
     }
     want = std::min<uint64_t>(lookup->load_tokens, chunk_end);
     want -= want % chunk;
+    // Load while computing (server_overlap.cc): the front from where the slot's prefill
+    // starts, a chunk boundary (an unaligned prefix is dropped so the front's ubatches
+    // are a cold prefill's; only when the front is longer than what is dropped).
+    const uint64_t usable = std::min<uint64_t>(lookup->cached_tokens, chunk_end) / chunk * chunk;
+    const uint64_t begin = n_have % chunk == 0 ? n_have : 0;
+    if (const uint64_t front = PickOverlapFront(*lookup, begin, usable, want);
+        front > n_have && StartOverlap(seq_id, prompt, front, usable)) {
+      prompt_start_[seq_id] = PromptStart{entered, begin, /*overlapped=*/true};
+      if (begin == n_have) return 0;
+      llama_memory_seq_rm(llama_get_memory(ctx), seq_id, -1, -1);
+      return -1;
+    }
     if (want <= n_have && lookup->cached_tokens > n_have) {
       cost_skips_.fetch_add(1, std::memory_order_relaxed);
     }
@@ -341,18 +365,38 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
   return static_cast<int64_t>(loaded);
 }
 
-absl::StatusOr<SeqStateView> ServerKvtier::ReadSeqState(llama_context* ctx, int32_t seq_id) {
+absl::StatusOr<std::span<const std::byte>> ServerKvtier::ReadSingleStream(llama_context* ctx,
+                                                                          int32_t seq_id) {
   state_scratch_.resize(llama_state_seq_get_size_ext(ctx, seq_id, 0));
   const size_t got = llama_state_seq_get_data_ext(
       ctx, reinterpret_cast<uint8_t*>(state_scratch_.data()), state_scratch_.size(), seq_id, 0);
   if (got != state_scratch_.size()) {
     return absl::InternalError("llama_state_seq_get_data_ext short read");
   }
-  if (n_stream_ == 1) return ParseSeqState(state_scratch_, spec_);
+  if (n_stream_ == 1) return std::span<const std::byte>(state_scratch_);
   absl::StatusOr<std::vector<std::byte>> single = ToSingleStream(state_scratch_);
   if (!single.ok()) return single.status();
   single_stream_ = std::move(*single);
-  return ParseSeqState(single_stream_, spec_);
+  return std::span<const std::byte>(single_stream_);
+}
+
+absl::StatusOr<SeqStateView> ServerKvtier::ReadSeqState(llama_context* ctx, int32_t seq_id) {
+  absl::StatusOr<std::span<const std::byte>> blob = ReadSingleStream(ctx, seq_id);
+  if (!blob.ok()) return blob.status();
+  return ParseSeqState(*blob, spec_);
+}
+
+bool ServerKvtier::SetSeqState(llama_context* ctx, int32_t seq_id,
+                               std::span<const std::byte> blob) {
+  std::optional<std::vector<std::byte>> framed;
+  if (n_stream_ != 1) {
+    absl::StatusOr<std::vector<std::byte>> f = ToStreams(blob, n_stream_);
+    if (!f.ok()) return false;
+    framed = std::move(*f);
+    blob = *framed;
+  }
+  return llama_state_seq_set_data_ext(ctx, reinterpret_cast<const uint8_t*>(blob.data()),
+                                      blob.size(), seq_id, 0) == blob.size();
 }
 
 size_t ServerKvtier::StoreSeq(llama_context* ctx, int32_t seq_id, std::span<const TokenId> tokens) {
@@ -380,11 +424,12 @@ size_t ServerKvtier::StoreSeq(llama_context* ctx, int32_t seq_id, std::span<cons
 void ServerKvtier::OnPromptDone(llama_context* ctx, int32_t seq_id, const llama_token* tokens,
                                 size_t n_tokens) {
   if (!connector_) return;
+  overlaps_.erase(seq_id);
   std::optional<uint64_t> start;  // where this prompt's prefill began
   if (auto it = prompt_start_.find(seq_id); it != prompt_start_.end()) {
     const uint64_t context = std::min<uint64_t>(it->second.context_tokens, n_tokens);
     start = context;
-    if (n_tokens > context) {
+    if (n_tokens > context && !it->second.overlapped) {
       connector_->ObservePrefill(n_tokens - context, context,
                                  std::chrono::duration<double>(Clock::now() - it->second.t0));
     }
@@ -464,6 +509,18 @@ std::string ServerKvtier::MetricsText() const {
        "counter", tail_hits_);
   line("kvtier_tails_put_total", "tail records that reached the tiers", "counter",
        static_cast<double>(ts.put));
+  line("kvtier_overlapped_total",
+       "prompts whose cached back loaded while llama-server computed the front", "counter",
+       overlapped_);
+  line("kvtier_overlap_joined_total", "overlapped prompts whose loaded back was joined in",
+       "counter", overlap_joined_);
+  line("kvtier_overlap_front_tokens_total", "tokens computed as the front of a joined overlap",
+       "counter", overlap_front_tokens_);
+  line("kvtier_overlap_loaded_tokens_total", "tokens loaded as the back of a joined overlap",
+       "counter", overlap_loaded_tokens_);
+  line("kvtier_overlap_wait_seconds_total",
+       "time the task loop waited for back loads after computing the front", "counter",
+       overlap_wait_seconds_.load());
   line("kvtier_chunk_integrity_errors_total", "chunks that failed verification on load", "counter",
        static_cast<double>(cs.load_data_loss));
   return out;
@@ -504,6 +561,14 @@ std::string ServerKvtier::StatusJson() const {
       {"put_errors", cs.store_put_errors},
       {"integrity_errors", cs.load_data_loss},
       {"store_pending_bytes", cs.store_pending_bytes},
+      {"overlap_mode", options_.overlap == ServerKvtierOptions::Overlap::kOff    ? "off"
+                       : options_.overlap == ServerKvtierOptions::Overlap::kAuto ? "auto"
+                                                                                 : "always"},
+      {"overlapped", overlapped_.load()},
+      {"overlap_joined", overlap_joined_.load()},
+      {"overlap_front_tokens", overlap_front_tokens_.load()},
+      {"overlap_loaded_tokens", overlap_loaded_tokens_.load()},
+      {"overlap_wait_seconds", overlap_wait_seconds_.load()},
       {"writeback_pending_bytes", store_ ? store_->stats().pending_write_bytes : 0},
   };
   return j.dump();

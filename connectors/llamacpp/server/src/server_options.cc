@@ -65,6 +65,22 @@ absl::Status ServerKvtierOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("--kvtier-timeout-ms '", daemon_timeout_ms, "': expected 1..600000"));
   }
+  if (overlap_front_tokens < 0 || overlap_front_tokens % chunk_tokens != 0 ||
+      (overlap_front_tokens > 0 && overlap != Overlap::kAlways)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kvtier-overlap-front '", overlap_front_tokens,
+                     "': expected a positive multiple of --kvtier-chunk-tokens (", chunk_tokens,
+                     "), with --kvtier-overlap always"));
+  }
+  if (!(throttle_gbps >= 0 && throttle_gbps <= 1e4)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kvtier-throttle-gbps '", throttle_gbps, "': expected 0..10000 (GB/s)"));
+  }
+  if (throttle_gbps > 0 && (!dir.empty() || !daemon.empty() || effective_host_mib() == 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--kvtier-throttle-gbps '", throttle_gbps,
+        "': throttles the host tier, so it needs --kvtier-host-mib and no other tier"));
+  }
   if (!token.empty() && daemon.empty()) {
     return absl::InvalidArgumentError(
         "--kvtier-token: needs --kvtier-daemon (the token is kvtierd's)");
@@ -105,8 +121,10 @@ absl::StatusOr<ServerKvtierOptions> ExtractKvtierFlags(std::vector<std::string>&
       continue;
     }
     static const char* kValued[] = {
-        "--kvtier-daemon", "--kvtier-dir",    "--kvtier-host-mib",     "--kvtier-disk-mib",
-        "--kvtier-token",  "--kvtier-tenant", "--kvtier-chunk-tokens", "--kvtier-timeout-ms"};
+        "--kvtier-daemon",        "--kvtier-dir",          "--kvtier-host-mib",
+        "--kvtier-disk-mib",      "--kvtier-token",        "--kvtier-tenant",
+        "--kvtier-chunk-tokens",  "--kvtier-timeout-ms",   "--kvtier-overlap",
+        "--kvtier-overlap-front", "--kvtier-throttle-gbps"};
     bool known = false;
     for (const char* k : kValued) known = known || flag == k;
     if (!known) {
@@ -127,6 +145,26 @@ absl::StatusOr<ServerKvtierOptions> ExtractKvtierFlags(std::vector<std::string>&
       o.token = value;
     } else if (flag == "--kvtier-tenant") {
       o.tenant = value;
+    } else if (flag == "--kvtier-overlap") {
+      if (value == "off") {
+        o.overlap = ServerKvtierOptions::Overlap::kOff;
+      } else if (value == "auto") {
+        o.overlap = ServerKvtierOptions::Overlap::kAuto;
+      } else if (value == "always") {
+        o.overlap = ServerKvtierOptions::Overlap::kAlways;
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--kvtier-overlap '", value, "': expected off, auto or always"));
+      }
+    } else if (flag == "--kvtier-throttle-gbps") {
+      double v = 0;
+      const char* end = value.data() + value.size();
+      auto [ptr, ec] = std::from_chars(value.data(), end, v);
+      if (value.empty() || ec != std::errc() || ptr != end) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--kvtier-throttle-gbps '", value, "': expected a number (GB/s)"));
+      }
+      o.throttle_gbps = v;
     } else {
       absl::StatusOr<int64_t> v = ParseInt(flag, value);
       if (!v.ok()) return v.status();
@@ -139,6 +177,11 @@ absl::StatusOr<ServerKvtierOptions> ExtractKvtierFlags(std::vector<std::string>&
         o.disk_mib = *v;
       } else if (flag == "--kvtier-chunk-tokens") {
         o.chunk_tokens = *v;
+      } else if (flag == "--kvtier-overlap-front") {
+        if (*v <= 0)
+          return absl::InvalidArgumentError(
+              absl::StrCat("--kvtier-overlap-front '", value, "': expected > 0"));
+        o.overlap_front_tokens = *v;
       } else {
         o.daemon_timeout_ms = *v;
       }
@@ -163,6 +206,11 @@ std::string KvtierFlagsHelp() {
 --kvtier-no-cost-model      load every cached leading chunk, even when recomputing is faster
 --kvtier-no-tail            restore complete chunks only (no tail records): an answer through
                             kvtier is then bit for bit the cold answer, not a RAM-cache hit's
+--kvtier-overlap MODE       load while computing: off, auto (default: when the cost model sees
+                            the cached prefix load slower than it computes) or always
+--kvtier-overlap-front N    with --kvtier-overlap always: compute exactly the first N tokens
+                            while the cached chunks after them load (tests)
+--kvtier-throttle-gbps X    benchmarks only: the host tier (alone) reads at most X GB/s
 Without any of these flags the server behaves exactly like llama-server.
 Bad kvtier values exit with code 2 naming the flag. A missing or dead kvtierd means misses
 (cold prefill), never an error.

@@ -22,6 +22,14 @@
 //    synchronously, encoded and put on the connector's background thread); OnPromptDone
 //    also queues the prompt's tail record when the prefill began on a ubatch boundary at
 //    or before it (so the tail was computed as in a cold prefill).
+//  * Load while computing (--kvtier-overlap; server_overlap.cc): when the cost model sees
+//    the cached prefix load slower than it computes, OnPromptStart starts a BackLoader
+//    (llamacpp/overlap_load.h) for chunks [F, K) and leaves the sequence to llama-server,
+//    which prefills the front [0, F) in its own batches (OnPromptBatch caps the slot's
+//    batch at F); at the next batch OnPromptBatch waits for the loader, joins the
+//    computed front with the loaded back (llama_state_seq_get_data of the front, Join,
+//    llama_state_seq_set_data on that seq id) and llama-server continues after K. A
+//    back load that fails only leaves the rest to compute.
 //  * Counters for /metrics (kvtier_* lines) and GET /kvtier.
 // A tier that fails (kvtierd missing, dead or paused) is a miss: the prompt is computed.
 #ifndef KVTIER_SERVER_SERVER_KVTIER_H_
@@ -35,13 +43,19 @@
 
 #include "absl/status/statusor.h"
 #include "connectors/kv_connector.h"
+#include "kvstore/cost_model.h"
 #include "kvstore/tiered_store.h"
 #include "kvtier_server/server_options.h"
 #include "kvtier_server/tail_records.h"
+#include "llamacpp/overlap_load.h"
 #include "llamacpp/seq_state.h"
 #include "server-kvtier-hooks.h"  // from llama-server.patch (tools/server/)
 
 namespace kvt::llamacpp {
+
+// --kvtier-throttle-gbps (benchmarks): `inner` whose every Get takes at least its record
+// bytes / bytes_per_s (> 0) seconds. Thread-safe as `inner`.
+std::unique_ptr<Tier> ThrottleTier(std::unique_ptr<Tier> inner, double bytes_per_s);
 
 // Thread-safe for the hooks' threading contract (server_hooks.h).
 class ServerKvtier final : public KvtierServerHooks {
@@ -59,6 +73,8 @@ class ServerKvtier final : public KvtierServerHooks {
                     size_t n_tokens) override;
   void OnPromptSave(llama_context* ctx, int32_t seq_id, const llama_token* tokens,
                     size_t n_tokens) override;
+  size_t OnPromptBatch(llama_context* ctx, int32_t seq_id, const llama_token* tokens,
+                       size_t n_tokens, size_t n_done, size_t* n_limit) override;
   std::string MetricsText() const override;
   std::string StatusJson() const override;
 
@@ -66,16 +82,39 @@ class ServerKvtier final : public KvtierServerHooks {
   void Flush();
 
  private:
+  using Clock = std::chrono::steady_clock;
   explicit ServerKvtier(const ServerKvtierOptions& options) : options_(options) {}
   size_t StoreSeq(llama_context* ctx, int32_t seq_id, std::span<const TokenId> tokens);
   // Reads sequence `seq_id`'s state (single stream) into state_scratch_ and parses it.
   absl::StatusOr<SeqStateView> ReadSeqState(llama_context* ctx, int32_t seq_id);
   void StoreTail(llama_context* ctx, int32_t seq_id, std::span<const TokenId> prompt);
+  // Reads sequence `seq_id`'s state as one stream (a span of state_scratch_ or
+  // single_stream_, valid until the next read).
+  absl::StatusOr<std::span<const std::byte>> ReadSingleStream(llama_context* ctx, int32_t seq_id);
+  // Restores a single-stream blob into `seq_id` (framed for n_stream_ > 1); false when
+  // llama.cpp refused it.
+  bool SetSeqState(llama_context* ctx, int32_t seq_id, std::span<const std::byte> blob);
 
-  using Clock = std::chrono::steady_clock;
+  // Load while computing (server_overlap.cc). The front of a split for this lookup (0 =
+  // no split): chunk-aligned, > `begin` (where the slot's prefill starts) and < `usable`.
+  uint64_t PickOverlapFront(const ConnectorLookup& lookup, uint64_t begin, uint64_t usable,
+                            uint64_t want);
+  // Starts the back load of [front, usable) for `seq_id`; false (nothing started) when
+  // the loader cannot start.
+  bool StartOverlap(int32_t seq_id, std::span<const TokenId> prompt, uint64_t front,
+                    uint64_t usable);
+  struct Overlap {
+    std::vector<TokenId> prompt;  // the loader reads it: kept until the loader is gone
+    std::unique_ptr<BackLoader> loader;
+    uint64_t front = 0, end = 0;  // the planned (or fixed) front; the loaded end K
+    bool from_end = false;        // meet in the middle (StartFromEnd), else the fixed front
+    Clock::time_point t0;
+  };
+
   struct PromptStart {
     Clock::time_point t0;
     uint64_t context_tokens = 0;  // tokens held when the prefill started
+    bool overlapped = false;      // the prefill waited on a back load: not a prefill sample
   };
 
   const ServerKvtierOptions options_;
@@ -111,7 +150,15 @@ class ServerKvtier final : public KvtierServerHooks {
   std::atomic<uint64_t> stored_chunks_{0};
   std::atomic<uint64_t> store_errors_{0};
   std::atomic<double> load_seconds_{0};
-  std::atomic<double> prompt_start_seconds_{0};  // all of OnPromptStart, hit or miss
+  std::atomic<double> prompt_start_seconds_{0};     // all of OnPromptStart, hit or miss
+  std::atomic<uint64_t> overlapped_{0};             // requests that started a back load
+  std::atomic<uint64_t> overlap_joined_{0};         // ... whose loaded back was joined in
+  std::atomic<uint64_t> overlap_front_tokens_{0};   // tokens computed as fronts (joined)
+  std::atomic<uint64_t> overlap_loaded_tokens_{0};  // tokens loaded as backs (joined)
+  std::atomic<double> overlap_wait_seconds_{0};     // task loop blocked in BackLoader::Wait
+  OverlapJoinCost join_cost_;  // task-loop thread only: measured join costs for PlanOverlap
+  // Last: destroyed first, so a loader's thread ends before the connector it uses.
+  std::map<int32_t, std::unique_ptr<Overlap>> overlaps_;  // task-loop thread only
 };
 
 }  // namespace kvt::llamacpp

@@ -37,6 +37,20 @@ struct ServerKvtierOptions {
   // --kvtier-timeout-ms N: deadline of one kvtierd call (a dead or paused daemon costs at
   // most this, then the request is answered cold).
   int64_t daemon_timeout_ms = 2000;
+  // --kvtier-overlap MODE: load while computing (Cake; docs/llama-server.md "Load while
+  // computing"). kOff: never; kAuto (default): when the cost model decided to load less
+  // than the cached prefix (it loads slower than it computes) and CostModel::PlanOverlap
+  // predicts a split faster than both load only and compute only; kAlways: plan a split
+  // on every chunk hit (with --kvtier-overlap-front: always that split; tests).
+  enum class Overlap : uint8_t { kOff, kAuto, kAlways };
+  Overlap overlap = Overlap::kAuto;
+  // --kvtier-overlap-front N: a fixed front of N tokens (a multiple of the chunk size,
+  // > 0) computed while the chunks after it load. Needs --kvtier-overlap always. 0 = plan.
+  int64_t overlap_front_tokens = 0;
+  // --kvtier-throttle-gbps X (benchmarks only): every Get from the host tier takes at
+  // least its bytes / X GB/s, a slow link in front of host memory. Needs the host tier
+  // alone (no --kvtier-dir or --kvtier-daemon). 0 = off.
+  double throttle_gbps = 0;
 
   // True when any tier is configured (daemon, dir or host_mib > 0).
   bool enabled() const;

@@ -1,0 +1,231 @@
+// Load while computing in kvtier-llama-server (issue 14 item 5; Cake, ICML'25): the
+// ServerKvtier members behind --kvtier-overlap, and the --kvtier-throttle-gbps tier.
+//
+// The three steps of overlap_load.h, spread over llama-server's own loop:
+//   1. OnPromptStart (PickOverlapFront, StartOverlap): a BackLoader loads chunks [F, K)
+//      on its own thread; the sequence is left to llama-server (emptied first when the
+//      slot holds a prefix that does not end on a chunk boundary, so the front is
+//      computed in the same ubatches as a cold prefill).
+//   2. llama-server prefills [start, F) in its normal batches: OnPromptBatch caps this
+//      slot's share of each batch at F. A planned split meets in the middle instead
+//      (BackLoader::StartFromEnd): one chunk per batch until the loader, walking down
+//      from K, has reached the computed tokens.
+//   3. The next OnPromptBatch (the front's KV is computed): Wait, read the front out of
+//      the sequence, Join, llama_state_seq_set_data on that seq id only; llama-server
+//      continues from K. A load that delivered nothing past the front leaves the rest
+//      to compute; a join that fails keeps the computed front.
+#include <algorithm>
+#include <thread>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_format.h"
+#include "kvstore/chunk_codec.h"
+#include "kvtier_server/seq_streams.h"
+#include "kvtier_server/server_kvtier.h"
+#include "spdlog/spdlog.h"
+
+namespace kvt::llamacpp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A split must beat the better of load only and compute only by this factor (as the
+// adapter's RunOptions::overlap_min_gain): the plan does not see the two threads slow
+// each other down on a busy CPU.
+constexpr double kMinGain = 1.15;
+constexpr double kJoinEwmaAlpha = 0.25;
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+double Ewma(double old, double v) { return old == 0 ? v : old + kJoinEwmaAlpha * (v - old); }
+
+void AddSeconds(std::atomic<double>& a, double v) {
+  double cur = a.load(std::memory_order_relaxed);
+  while (!a.compare_exchange_weak(cur, cur + v, std::memory_order_relaxed)) {
+  }
+}
+
+// Every Get takes at least record bytes / bandwidth (sleeping after the inner Get): a
+// slow link in front of host memory, for benchmarks. Everything else is forwarded.
+class ThrottledTier final : public Tier {
+ public:
+  ThrottledTier(std::unique_ptr<Tier> inner, double bytes_per_s)
+      : inner_(std::move(inner)), bytes_per_s_(bytes_per_s) {}
+  TierCaps caps() const override {
+    TierCaps c = inner_->caps();
+    c.name = "throttled-" + c.name;
+    return c;
+  }
+  absl::Status Put(std::span<const std::byte> record) override { return inner_->Put(record); }
+  absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out) override {
+    const Clock::time_point t0 = Clock::now();
+    absl::StatusOr<uint64_t> got = inner_->Get(key, out);
+    if (got.ok()) {
+      std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(*got / bytes_per_s_)));
+    }
+    return got;
+  }
+  std::vector<ChunkStat> Stat(std::span<const ChunkKey> keys) override {
+    return inner_->Stat(keys);
+  }
+  absl::Status Erase(const ChunkKey& key) override { return inner_->Erase(key); }
+  absl::StatusOr<ListPage> List(const ListOptions& options) override {
+    return inner_->List(options);
+  }
+  TierStats stats() const override { return inner_->stats(); }
+  PinHandle Pin(const ChunkKey& key) override { return inner_->Pin(key); }
+
+ private:
+  std::unique_ptr<Tier> inner_;
+  const double bytes_per_s_;
+};
+
+}  // namespace
+
+std::unique_ptr<Tier> ThrottleTier(std::unique_ptr<Tier> inner, double bytes_per_s) {
+  return std::make_unique<ThrottledTier>(std::move(inner), bytes_per_s);
+}
+
+uint64_t ServerKvtier::PickOverlapFront(const ConnectorLookup& lookup, uint64_t begin,
+                                        uint64_t usable, uint64_t want) {
+  using Mode = ServerKvtierOptions::Overlap;
+  const uint32_t chunk = connector_->chunk_tokens();
+  if (options_.overlap == Mode::kOff || usable < begin + 2 * uint64_t{chunk}) return 0;
+  if (options_.overlap_front_tokens > 0) {
+    const uint64_t front = static_cast<uint64_t>(options_.overlap_front_tokens);
+    return front > begin && front < usable ? front : 0;
+  }
+  // kAuto: only when the cost decision loads less than the cached prefix.
+  if (options_.overlap == Mode::kAuto && want >= usable) return 0;
+  // The plan prices a front computed from token 0.
+  if (begin > 0) return 0;
+  const size_t chunks = usable / chunk;
+  if (lookup.chunk_tiers.size() < chunks) return 0;
+  const OverlapPlan plan = connector_->cost_model().PlanOverlap(
+      std::span<const TierKind>(lookup.chunk_tiers).first(chunks), chunk,
+      connector_->chunk_payload_bytes() + kChunkHeaderBytes, join_cost_);
+  spdlog::debug(
+      "kvtier: overlap plan {}/{} chunks: predicted {:.1f} ms (load only {:.1f}, compute only "
+      "{:.1f})",
+      plan.front_chunks, plan.total_chunks, plan.predicted_s * 1e3, plan.load_only_s * 1e3,
+      plan.compute_only_s * 1e3);
+  if (!plan.overlap() ||
+      plan.predicted_s * kMinGain > std::min(plan.load_only_s, plan.compute_only_s)) {
+    return 0;
+  }
+  return uint64_t{plan.front_chunks} * chunk;
+}
+
+bool ServerKvtier::StartOverlap(int32_t seq_id, std::span<const TokenId> prompt, uint64_t front,
+                                uint64_t usable) {
+  auto ov = std::make_unique<Overlap>();
+  ov->prompt.assign(prompt.begin(), prompt.end());
+  ov->t0 = Clock::now();
+  // A planned split meets in the middle (the realized split follows the actual speeds,
+  // as LlamaKvAdapter's default); a fixed front (--kvtier-overlap-front) is kept as is.
+  ov->from_end = options_.overlap_front_tokens == 0;
+  absl::StatusOr<std::unique_ptr<BackLoader>> loader =
+      ov->from_end ? BackLoader::StartFromEnd(*connector_, ov->prompt, usable, spec_, seq_id)
+                   : BackLoader::Start(*connector_, ov->prompt, front, usable, spec_, seq_id);
+  if (!loader.ok()) {
+    spdlog::warn("kvtier: cannot start the back load, not overlapping: {}",
+                 loader.status().ToString());
+    return false;
+  }
+  ov->loader = std::move(*loader);
+  ov->front = front;
+  ov->end = usable;
+  overlaps_[seq_id] = std::move(ov);
+  overlapped_.fetch_add(1, std::memory_order_relaxed);
+  spdlog::debug("kvtier: seq {}: computing tokens [0, {}) while loading [{}, {})", seq_id, front,
+                front, usable);
+  return true;
+}
+
+size_t ServerKvtier::OnPromptBatch(llama_context* ctx, int32_t seq_id, const llama_token* tokens,
+                                   size_t n_tokens, size_t n_done, size_t* n_limit) {
+  auto it = overlaps_.find(seq_id);
+  if (it == overlaps_.end()) return n_done;
+  Overlap& ov = *it->second;
+  static_assert(sizeof(llama_token) == sizeof(TokenId));
+  const TokenId* t = reinterpret_cast<const TokenId*>(tokens);
+  if (n_tokens != ov.prompt.size() || !std::equal(ov.prompt.begin(), ov.prompt.end(), t)) {
+    overlaps_.erase(it);  // the slot moved on to another prompt (waits for the loader)
+    return n_done;
+  }
+  if (ov.from_end) {
+    // Meet in the middle: one chunk per batch while the loader walks down from the end;
+    // once it has stopped (finished or failed), the gap before what it loaded at once.
+    ov.loader->SetComputed(n_done);
+    const bool finished = ov.loader->done();
+    const uint64_t lowest = ov.loader->loaded_begin();
+    if (n_done < ov.end && n_done < lowest) {
+      const uint64_t chunk = connector_->chunk_tokens();
+      *n_limit = std::min<size_t>(*n_limit, finished ? lowest : (n_done / chunk + 1) * chunk);
+      return n_done;
+    }
+  } else if (n_done < ov.front) {
+    *n_limit = std::min<size_t>(*n_limit, ov.front);
+    return n_done;
+  }
+  // The front is computed: from here on the loader is done with, whatever happens.
+  absl::Cleanup drop = [&] { overlaps_.erase(seq_id); };
+  const Clock::time_point tw = Clock::now();
+  const BackLoader::Result& got = ov.loader->Wait();
+  AddSeconds(overlap_wait_seconds_, Since(tw));
+  if (!got.failed_chunks.empty() || !got.first_error.ok()) {
+    load_failures_.fetch_add(1, std::memory_order_relaxed);
+    spdlog::warn("kvtier: back load delivered tokens [{}, {}) of [{}, {}) ({}); computing the rest",
+                 got.loaded_begin, got.loaded_end, ov.front, ov.end, got.first_error.ToString());
+  }
+  if (got.loaded_end <= n_done) {  // nothing to join: a miss, the rest is computed
+    misses_.fetch_add(1, std::memory_order_relaxed);
+    return n_done;
+  }
+  const Clock::time_point tj = Clock::now();
+  absl::StatusOr<std::span<const std::byte>> front =
+      n_done > 0 ? ReadSingleStream(ctx, seq_id) : std::span<const std::byte>();
+  absl::StatusOr<std::vector<std::byte>> joined =
+      front.ok() ? ov.loader->Join(*front) : absl::StatusOr<std::vector<std::byte>>(front.status());
+  if (!joined.ok()) {
+    load_failures_.fetch_add(1, std::memory_order_relaxed);
+    spdlog::warn(
+        "kvtier: joining the computed front of seq {} with its loaded back failed, "
+        "computing the back: {}",
+        seq_id, joined.status().ToString());
+    misses_.fetch_add(1, std::memory_order_relaxed);
+    return n_done;  // the sequence still holds the computed front
+  }
+  const double join_front_s = Since(tj);
+  const Clock::time_point ts = Clock::now();
+  if (!SetSeqState(ctx, seq_id, *joined)) {
+    spdlog::warn("kvtier: llama.cpp refused the joined {}-token state for seq {}; recomputing",
+                 got.loaded_end, seq_id);
+    llama_memory_seq_rm(llama_get_memory(ctx), seq_id, -1, -1);
+    load_failures_.fetch_add(1, std::memory_order_relaxed);
+    misses_.fetch_add(1, std::memory_order_relaxed);
+    if (auto p = prompt_start_.find(seq_id); p != prompt_start_.end()) p->second.context_tokens = 0;
+    return 0;
+  }
+  const double set_s = Since(ts);
+  const uint64_t loaded = got.loaded_end - n_done;
+  hits_.fetch_add(1, std::memory_order_relaxed);
+  overlap_joined_.fetch_add(1, std::memory_order_relaxed);
+  overlap_front_tokens_.fetch_add(n_done, std::memory_order_relaxed);
+  overlap_loaded_tokens_.fetch_add(loaded, std::memory_order_relaxed);
+  loaded_tokens_.fetch_add(loaded, std::memory_order_relaxed);
+  load_bytes_.fetch_add(loaded * spec_.payload_bytes_per_token(), std::memory_order_relaxed);
+  AddSeconds(load_seconds_, got.load_s + Since(tj));
+  // The join costs the next plans price (as LlamaKvAdapter measures them).
+  if (n_done > 0) {
+    join_cost_.s_per_front_token =
+        Ewma(join_cost_.s_per_front_token, join_front_s / static_cast<double>(n_done));
+  }
+  join_cost_.s_per_restored_token =
+      Ewma(join_cost_.s_per_restored_token, set_s / static_cast<double>(got.loaded_end));
+  return got.loaded_end;
+}
+
+}  // namespace kvt::llamacpp
