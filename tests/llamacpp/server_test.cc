@@ -218,8 +218,8 @@ TEST(LlamaServerKvtierTest, TailRecordIsReturnedOnlyForItsOwnTokens) {
     ASSERT_TRUE(s);
     ExpectSameAnswer(Post(*s, "/completion", Completion(Prompt(1))), Reference(1));
     // A prompt sharing no token with the next one, so the short prompt's prefill begins at
-    // 0: its tail is computed as in a cold prefill and stored (a prefill that began after
-    // a one-token reuse would not store it).
+    // 0 and its tail is computed as in a cold prefill and stored (after a one-token reuse
+    // the server drops that token to the same effect: MissAfterAOneTokenReuse... below).
     std::vector<int> gap = Prompt(9, 10);
     if (gap[0] == short_prompt[0]) gap[0] = short_prompt[0] == 7 ? 8 : 7;
     Post(*s, "/completion", Completion(gap));
@@ -240,6 +240,37 @@ TEST(LlamaServerKvtierTest, TailRecordIsReturnedOnlyForItsOwnTokens) {
   EXPECT_EQ(st["hits"], 2) << st.dump();
   // `other` restored its chunks, so its prefill began at 128 and its own tail was stored.
   EXPECT_EQ(st["tails_queued"], 1) << st.dump();
+}
+
+// A miss after a slot that shares only its first token with the prompt (a BOS token):
+// kvtier drops that one token so the prompt is computed from 0 as cold, and stores its
+// chunks and its tail. A restarted server then restores it up to its last token.
+TEST(LlamaServerKvtierTest, MissAfterAOneTokenReuseStoresTheTailToo) {
+  const std::string dir = MakeTempDir("server-drop");
+  const auto args =
+      Kvtier({"--kvtier-dir", dir, "--kvtier-disk-mib", "16", "--kvtier-host-mib", "0"});
+  std::vector<int> second = Prompt(2);
+  second[0] = Prompt(1)[0];  // shares exactly its first token with Prompt(1)
+  ASSERT_NE(second[1], Prompt(1)[1]);
+  {
+    auto s = MustStart(args, "drop-1");
+    ASSERT_TRUE(s);
+    Post(*s, "/completion", Completion(Prompt(1)));
+    json r = Post(*s, "/completion", Completion(second));
+    EXPECT_EQ(r["timings"]["cache_n"], 0) << r["timings"].dump();  // computed from token 0
+    ExpectSameAnswer(r, References(second).cold);
+    WaitPut(*s, 8, 2);  // both prompts' 4 chunks and both tails
+    json st = Status(*s);
+    EXPECT_EQ(st["dropped_prefixes"], 1) << st.dump();
+    EXPECT_EQ(st["tails_put"], 2) << st.dump();
+    EXPECT_EQ(s->Stop(), 0);
+  }
+  auto s = MustStart(args, "drop-2");
+  ASSERT_TRUE(s);
+  json r = Post(*s, "/completion", Completion(second));
+  EXPECT_EQ(r["timings"]["cache_n"], kWarmTokens) << r["timings"].dump();
+  ExpectSameAnswer(r, References(second).slot_reuse);
+  EXPECT_EQ(Status(*s)["tail_hits"], 1);
 }
 
 // Flips bytes inside the payload of every record of the disk tier in `dir` (records start

@@ -275,6 +275,18 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
   const uint64_t cells = tail ? n_tokens - 1 : want;
   if (cells <= n_have) {
     misses_.fetch_add(1, std::memory_order_relaxed);
+    // A miss whose slot holds a few tokens that end off a ubatch boundary (typically just
+    // the BOS token of the slot's previous prompt): drop them, so this prompt is computed
+    // from token 0 exactly as a cold prefill is and its tail record can be stored
+    // (OnPromptDone stores tails only from aligned prefills). Costs recomputing at most
+    // kMaxDroppedPrefix tokens.
+    if (tails_ && n_have > 0 && n_have <= kMaxDroppedPrefix && n_have % n_ubatch_ != 0 &&
+        tails_->TailTokens(n_tokens) > 0) {
+      llama_memory_seq_rm(llama_get_memory(ctx), seq_id, -1, -1);
+      prompt_start_[seq_id].context_tokens = 0;
+      dropped_prefixes_.fetch_add(1, std::memory_order_relaxed);
+      return -1;
+    }
     return 0;
   }
   const auto t0 = Clock::now();
@@ -548,6 +560,7 @@ std::string ServerKvtier::StatusJson() const {
       {"load_failures", load_failures_.load()},
       {"load_seconds", load_seconds_.load()},
       {"prompt_start_seconds", prompt_start_seconds_.load()},
+      {"dropped_prefixes", dropped_prefixes_.load()},
       {"stored_chunks", stored_chunks_.load()},
       {"store_errors", store_errors_.load()},
       {"chunks_put", cs.store_chunks_put},

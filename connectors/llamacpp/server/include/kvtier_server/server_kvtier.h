@@ -150,7 +150,10 @@ class ServerKvtier final : public KvtierServerHooks {
   std::atomic<uint64_t> stored_chunks_{0};
   std::atomic<uint64_t> store_errors_{0};
   std::atomic<double> load_seconds_{0};
-  std::atomic<double> prompt_start_seconds_{0};     // all of OnPromptStart, hit or miss
+  std::atomic<double> prompt_start_seconds_{0};  // all of OnPromptStart, hit or miss
+  // Misses whose short unaligned slot prefix was dropped to compute from token 0.
+  std::atomic<uint64_t> dropped_prefixes_{0};
+  static constexpr size_t kMaxDroppedPrefix = 16;
   std::atomic<uint64_t> overlapped_{0};             // requests that started a back load
   std::atomic<uint64_t> overlap_joined_{0};         // ... whose loaded back was joined in
   std::atomic<uint64_t> overlap_front_tokens_{0};   // tokens computed as fronts (joined)
