@@ -9,7 +9,6 @@
 #include "kvstore/remote_client.h"
 #include "record_buffers.h"
 #include "service.h"
-#include "shm_copy.h"
 #include "spdlog/spdlog.h"
 
 namespace kvt::daemon {
@@ -115,7 +114,7 @@ class PutReactor final : public grpc::ServerReadReactor<pb::PutRequest> {
           return absl::InvalidArgumentError(
               absl::StrFormat("shm.offset/length: [%d, +%d) outside the %d-byte region",
                               sl.offset(), sl.length(), region_->size()));
-        // The record is copied into a daemon buffer before it is checked: count it in flight.
+        // The record is copied into daemon memory (tier 0) before it is checked: count it.
         const uint64_t before = svc_->inflight_bytes().fetch_add(sl.length());
         reserved_ = sl.length();
         if (before + sl.length() > c.max_inflight_bytes)
@@ -157,16 +156,12 @@ class PutReactor final : public grpc::ServerReadReactor<pb::PutRequest> {
   void Submit() {
     svc_->deps().pool->Submit([this] {
       const bool shm = region_ != nullptr;
-      std::optional<uint64_t> payload_checksum;
-      if (shm) {
-        if (absl::Status s = CopyFromRegion(&payload_checksum); !s.ok()) {
-          Done(s);
-          return;
-        }
-      }
-      std::span<const std::byte> record(buf_.get(), expected_);
       ChunkKey key;
-      absl::Status s = svc_->StoreRecord(record, tenant_, &key, payload_checksum);
+      absl::Status s =
+          shm ? svc_->StoreShmRecord(
+                    std::span<const std::byte>(region_->data() + shm_offset_, expected_), tenant_,
+                    &key)
+              : svc_->StoreRecord(std::span<const std::byte>(buf_.get(), expected_), tenant_, &key);
       if (s.ok()) {
         svc_->deps().metrics->AddBytesIn(shm, expected_);
         resp_->set_records_stored(resp_->records_stored() + 1);
@@ -181,25 +176,6 @@ class PutReactor final : public grpc::ServerReadReactor<pb::PutRequest> {
       }
       StartRead(&req_);
     });
-  }
-
-  // On a worker, for a shm record: the client can still write its region, so the record
-  // is copied into a daemon buffer first and everything after (header checks, the
-  // payload checksum, the tenant's claim, the host and disk copies) reads only that copy
-  // (issue 11 #7). With verify_on_put the payload is hashed in the same pass.
-  absl::Status CopyFromRegion(std::optional<uint64_t>* payload_checksum) {
-    // The same reused record buffers as the gRPC path (record_buffers.h).
-    buf_ = AllocRecord(expected_);
-    if (!buf_)
-      return absl::ResourceExhaustedError("record_bytes: cannot allocate the record buffer");
-    std::span<const std::byte> src(region_->data() + shm_offset_, expected_);
-    std::span<std::byte> dst(buf_.get(), expected_);
-    if (svc_->deps().config->verify_on_put)
-      *payload_checksum = CopyRecordHashingPayload(src, dst);
-    else
-      std::memcpy(dst.data(), src.data(), expected_);
-    region_.reset();  // done with the client's memory
-    return absl::OkStatus();
   }
 
   void Release() {

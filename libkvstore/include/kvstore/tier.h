@@ -165,8 +165,11 @@ class PinHandle {
   uint64_t record_bytes_ = 0;
 };
 
+// Writes and checks one whole record in memory a tier lends for the call (PutInPlace).
+using RecordFill = std::function<absl::Status(std::span<std::byte> record)>;
+
 // Thread-safe: every implementation allows concurrent calls to all methods.
-// Eight methods; what differs between backends is in caps().
+// Eight methods; what differs between backends is in caps(). PutInPlace has a default.
 class Tier {
  public:
   virtual ~Tier() = default;
@@ -205,6 +208,19 @@ class Tier {
   // Pins `key` (and touches its recency: a pin announces a read). Empty handle when the
   // key is absent, or always when !caps().pinnable.
   virtual PinHandle Pin(const ChunkKey& key) = 0;
+
+  // Put without the caller's buffer: the tier lends `record_bytes` of memory that only
+  // this call writes or reads, `fill` writes the whole record there (header included)
+  // and may check it there; then the tier checks the header as Put does, reading the
+  // filled bytes, and stores exactly them. A record filled from memory someone else may
+  // still write (a client's shared memory) costs one copy, and every check reads
+  // bytes nobody else can change. An error from `fill` abandons the record (nothing
+  // stored, nothing replaced) and is returned unchanged. `fill` runs without the tier's
+  // locks; it may call other tiers and the store, never this tier's Put/PutInPlace.
+  // Returns the stored record's key. Errors as Put's; ResourceExhausted may come before
+  // `fill` was called (no room), in which case it was not called. The default (tiers
+  // whose memory a caller cannot write in place): a heap buffer, `fill`, then Put.
+  virtual absl::StatusOr<ChunkKey> PutInPlace(uint64_t record_bytes, const RecordFill& fill);
 };
 
 // Builds one tier of a store. `on_evict` is the store's listener: pass it in the tier's

@@ -214,6 +214,14 @@ class TieredStore {
   // durable tier is written before Put returns, and its error is returned.
   // InvalidArgument/DataLoss/FailedPrecondition for a bad record (nothing stored).
   absl::Status Put(std::span<const std::byte> record, const PutOptions& options = {});
+  // Put of a record that `fill` writes (and may check) in memory tier 0 lends for the
+  // call (Tier::PutInPlace: the host tier's arena, one copy); the write-back then reads
+  // those same bytes. Returns the record's key. `fill`'s error abandons the record and is
+  // returned unchanged. Through a pooled buffer and Put instead when PutAck::kDurable
+  // names a durable tier below tier 0, or when tier 0 has no room (as Put: the lower
+  // tiers take it). REQUIRES: `fill` does not call this store's Put/PutInPlace.
+  absl::StatusOr<ChunkKey> PutInPlace(uint64_t record_bytes, const RecordFill& fill,
+                                      const PutOptions& options = {});
 
   // Copies the record of `key` into `out`, searching top-down; a hit below tier 0 is
   // promoted (unless options.peek). NotFound on a miss; OutOfRange if `out` is too
