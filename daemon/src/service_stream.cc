@@ -220,9 +220,11 @@ class PutReactor final : public grpc::ServerReadReactor<pb::PutRequest> {
 // Raw method: the request arrives as bytes and is parsed here; each response message is
 // written as a grpc::ByteBuffer of two slices, the serialised GetResponse fields other
 // than `data` followed by the `data` field's tag and length (a small copied slice), then
-// a slice that points into the record buffer itself. Field order does not matter to a
-// protobuf parser, so any GetResponse parser reads these messages; the record bytes
-// are copied once in the daemon (tier -> buffer) and then written to the socket.
+// a slice that points into the record itself. Field order does not matter to a
+// protobuf parser, so any GetResponse parser reads these messages. A record in the host
+// tier (tier 0) is sent from the arena without a copy (TieredStore::View: a reader count
+// keeps it there until the last slice is dropped); any other record is copied once
+// (tier -> buffer) and sent from the buffer.
 class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   GetReactor(KvTierService* svc, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw)
@@ -324,6 +326,14 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       for (int attempt = 0; attempt < 3 && !found; ++attempt) {
         const uint64_t size = SizeOf(key);
         if (size == 0) break;
+        if (region_ == nullptr && !req_->peek()) {
+          // Tier 0 lends the record in place: it is sent from there without a copy.
+          absl::StatusOr<RecordView> view = store.View(key, &info);
+          if (view.ok()) {
+            found = Lend(key, std::move(*view));
+            break;
+          }
+        }
         std::span<std::byte> dest;
         if (region_ != nullptr) {
           const uint64_t at = (shm_next_ + 63) & ~uint64_t{63};
@@ -382,6 +392,22 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     }
     svc_->deps().metrics->AddBytesOut(false, record_bytes_);
     SendPart(true);
+  }
+
+  // Makes buf_ the view's bytes (held until gRPC drops the last slice into them) when the
+  // record is the caller's; false (view released) otherwise.
+  bool Lend(const ChunkKey& key, RecordView view) {
+    auto h = DecodeChunkHeader(view.bytes());  // defence in depth, as for a copied record
+    if (!h.ok() || h->key != key || !svc_->deps().catalog->NsVisible(h->ns, tenant_)) return false;
+    record_bytes_ = view.bytes().size();
+    auto* data = const_cast<std::byte*>(view.bytes().data());  // only ever read (slices)
+    auto held = std::make_shared<RecordView>(std::move(view));
+    NoteRecordViewTaken();
+    buf_ = SharedBuf(data, [held](std::byte*) {
+      held->Release();
+      NoteRecordViewReleased();
+    });
+    return true;
   }
 
   void SendPart(bool first) {

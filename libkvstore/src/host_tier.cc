@@ -332,6 +332,28 @@ absl::StatusOr<uint64_t> HostTier::Get(const ChunkKey& key, std::span<std::byte>
   return n;
 }
 
+absl::StatusOr<RecordView> HostTier::View(const ChunkKey& key) {
+  absl::MutexLock lock(&mu_);
+  auto it = index_.find(key);
+  if (it == index_.end()) {
+    return absl::NotFoundError(absl::StrFormat("HostTier '%s': no chunk %s", name_, key.ToHex()));
+  }
+  Entry* e = it->second;
+  ++e->readers;  // as during Get's copy: not evicted, reused or freed until EndView
+  Touch(e);
+  ++hits_;
+  bytes_out_ += e->record_bytes;
+  return RecordView(std::span<const std::byte>(arena_ + e->offset, e->record_bytes),
+                    &HostTier::EndView, this, e);
+}
+
+void HostTier::EndView(void* self_ptr, void* entry) {
+  auto* self = static_cast<HostTier*>(self_ptr);
+  auto* e = static_cast<Entry*>(entry);
+  absl::MutexLock lock(&self->mu_);
+  if (--e->readers == 0 && e->state == State::kZombie) self->Destroy(e);
+}
+
 std::vector<ChunkStat> HostTier::Stat(std::span<const ChunkKey> keys) {
   std::vector<ChunkStat> result(keys.size());
   absl::MutexLock lock(&mu_);

@@ -32,4 +32,9 @@ absl::StatusOr<ChunkKey> Tier::PutInPlace(uint64_t record_bytes, const RecordFil
   return header->key;
 }
 
+absl::StatusOr<RecordView> Tier::View(const ChunkKey& key) {
+  return absl::UnimplementedError(absl::StrFormat(
+      "tier '%s' cannot lend record %s in place; use Get", caps().name, key.ToHex()));
+}
+
 }  // namespace kvt

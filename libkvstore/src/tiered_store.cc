@@ -209,6 +209,12 @@ absl::StatusOr<uint64_t> TieredStore::Impl::Get(const ChunkKey& key, std::span<s
   return data_loss.ok() ? miss : data_loss;
 }
 
+absl::StatusOr<RecordView> TieredStore::Impl::View(const ChunkKey& key, GetInfo* info) {
+  absl::StatusOr<RecordView> view = tiers_[0]->View(key);
+  if (view.ok()) AfterHit(0, view->bytes(), info, GetOptions{});
+  return view;
+}
+
 absl::StatusOr<std::vector<std::byte>> TieredStore::Impl::GetAlloc(const ChunkKey& key,
                                                                    GetInfo* info,
                                                                    const GetOptions& options) {
@@ -513,6 +519,9 @@ absl::StatusOr<ChunkKey> TieredStore::PutInPlace(uint64_t record_bytes, const Re
 absl::StatusOr<uint64_t> TieredStore::Get(const ChunkKey& key, std::span<std::byte> out,
                                           GetInfo* info, const GetOptions& options) {
   return impl_->Get(key, out, info, options);
+}
+absl::StatusOr<RecordView> TieredStore::View(const ChunkKey& key, GetInfo* info) {
+  return impl_->View(key, info);
 }
 absl::StatusOr<std::vector<std::byte>> TieredStore::Get(const ChunkKey& key, GetInfo* info,
                                                         const GetOptions& options) {

@@ -40,6 +40,7 @@ class TieredStore::Impl {
                                       const PutOptions& options);
   absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out, GetInfo* info,
                                const GetOptions& options);
+  absl::StatusOr<RecordView> View(const ChunkKey& key, GetInfo* info);
   absl::StatusOr<std::vector<std::byte>> GetAlloc(const ChunkKey& key, GetInfo* info,
                                                   const GetOptions& options);
   LookupResult Lookup(std::span<const ChunkKey> keys, const LookupOptions& options);

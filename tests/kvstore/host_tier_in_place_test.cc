@@ -1,6 +1,7 @@
 // HostTier's in-place paths (issue 14 #2 and #4): PutInPlace fills a reserved extent of the
 // arena (one copy instead of a buffer and Put's copy) and publishes or abandons it; the
 // TieredStore's PutInPlace writes the same bytes through to the lower tiers.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -275,6 +276,117 @@ TEST(HostTierInPlaceTest, StoreFallsBackWhenTierZeroHasNoRoom) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kAborted);
   (*store)->Flush();
   EXPECT_FALSE((*store)->Get(KeyOf(2)).ok());
+}
+
+// View lends the record's own bytes and counts a hit; a miss is NotFound and not counted.
+TEST(HostTierInPlaceTest, ViewLendsTheStoredBytesAndCountsAHit) {
+  auto tier = MakeTier(1 << 20);
+  const std::vector<std::byte> rec = MakeRecord(1, 10);
+  ASSERT_TRUE(tier->Put(rec).ok());
+  {
+    absl::StatusOr<RecordView> view = tier->View(KeyOf(1));
+    ASSERT_TRUE(view.ok()) << view.status();
+    ASSERT_TRUE(*view);
+    EXPECT_TRUE(std::equal(view->bytes().begin(), view->bytes().end(), rec.begin(), rec.end()));
+    // Moving a view moves its hold: one release only.
+    RecordView moved = std::move(*view);
+    EXPECT_FALSE(*view);
+    EXPECT_TRUE(view->bytes().empty());
+    EXPECT_EQ(moved.bytes().size(), rec.size());
+    moved.Release();
+    EXPECT_TRUE(moved.bytes().empty());
+    moved.Release();  // idempotent
+  }
+  EXPECT_EQ(tier->View(KeyOf(2)).status().code(), absl::StatusCode::kNotFound);
+  const TierStats s = tier->stats();
+  EXPECT_EQ(s.hits, 1u);
+  EXPECT_EQ(s.misses, 0u);
+  EXPECT_EQ(s.bytes_out, rec.size());
+}
+
+// A view keeps its record alive and unchanged across eviction pressure, replacement and
+// erase; the extent is freed when the view is released, not before.
+TEST(HostTierInPlaceTest, ViewKeepsTheRecordAcrossEvictionReplaceAndErase) {
+  const uint64_t rec_bytes = MakeRecord(0, 30).size();  // 1088 bytes
+  std::vector<ChunkKey> evicted;
+  auto tier =
+      MakeTier(3 * RoundUp64(rec_bytes), [&](const ChunkKey& k, auto) { evicted.push_back(k); });
+  const std::vector<std::byte> rec0 = MakeRecord(0, 30);
+  ASSERT_TRUE(tier->Put(rec0).ok());
+  absl::StatusOr<RecordView> view = tier->View(KeyOf(0));
+  ASSERT_TRUE(view.ok()) << view.status();
+  // Key 0 is the least recently used from here on; the viewed record is skipped.
+  for (uint64_t i = 1; i < 6; ++i) ASSERT_TRUE(tier->Put(MakeRecord(i, 30)).ok()) << i;
+  EXPECT_EQ(std::count(evicted.begin(), evicted.end(), KeyOf(0)), 0);
+  EXPECT_TRUE(std::equal(view->bytes().begin(), view->bytes().end(), rec0.begin(), rec0.end()));
+  // Replaced and then erased while viewed: the view still reads the old bytes, and the
+  // old extent stays counted until it is released.
+  const std::vector<std::byte> rec0b = MakeRecord(0, 30, /*seed=*/3);
+  ASSERT_TRUE(tier->Put(rec0b).ok());
+  EXPECT_EQ(GetAll(*tier, KeyOf(0)), rec0b);
+  ASSERT_TRUE(tier->Erase(KeyOf(0)).ok());
+  EXPECT_TRUE(GetAll(*tier, KeyOf(0)).empty());
+  EXPECT_TRUE(std::equal(view->bytes().begin(), view->bytes().end(), rec0.begin(), rec0.end()));
+  const uint64_t used_viewed = tier->stats().used_bytes;
+  view->Release();
+  EXPECT_EQ(tier->stats().used_bytes, used_viewed - RoundUp64(rec_bytes));
+  // With the view gone its space is usable again: three records fit.
+  for (uint64_t i = 10; i < 13; ++i) ASSERT_TRUE(tier->Put(MakeRecord(i, 30)).ok()) << i;
+  EXPECT_EQ(tier->stats().chunks, 3u);
+}
+
+// Everything viewed: a Put that needs the space is ResourceExhausted, nothing is lost.
+TEST(HostTierInPlaceTest, ViewedRecordsAreNotEvictable) {
+  const uint64_t rec_bytes = MakeRecord(0, 30).size();
+  auto tier = MakeTier(2 * RoundUp64(rec_bytes));
+  ASSERT_TRUE(tier->Put(MakeRecord(0, 30)).ok());
+  ASSERT_TRUE(tier->Put(MakeRecord(1, 30)).ok());
+  absl::StatusOr<RecordView> v0 = tier->View(KeyOf(0));
+  absl::StatusOr<RecordView> v1 = tier->View(KeyOf(1));
+  ASSERT_TRUE(v0.ok() && v1.ok());
+  int calls = 0;
+  const std::vector<std::byte> rec2 = MakeRecord(2, 30);
+  EXPECT_EQ(tier->Put(rec2).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(tier->PutInPlace(rec2.size(), CopyOf(rec2, &calls)).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(calls, 0);
+  EXPECT_EQ(GetAll(*tier, KeyOf(0)), MakeRecord(0, 30));
+  v0->Release();
+  EXPECT_TRUE(tier->PutInPlace(rec2.size(), CopyOf(rec2, &calls)).ok());
+  EXPECT_EQ(GetAll(*tier, KeyOf(1)), MakeRecord(1, 30));  // still viewed: it stayed
+}
+
+// The store views tier 0 only (a hit counted once); lower tiers and other tiers answer
+// so that the caller falls back to Get.
+TEST(HostTierInPlaceTest, StoreViewsTierZeroOnly) {
+  HostTier* lower = nullptr;
+  HostTierOptions o;
+  o.capacity_bytes = 1 << 20;
+  std::vector<TierFactory> tiers;
+  tiers.push_back(HostTier::Factory(o));
+  o.name = "lower";
+  tiers.push_back(testing::Capturing(HostTier::Factory(o), &lower));
+  auto store = TieredStore::Create(std::move(tiers), {.placement = {WriteThrough::kNone}});
+  ASSERT_TRUE(store.ok()) << store.status();
+  const std::vector<std::byte> rec = MakeRecord(1, 10);
+  ASSERT_TRUE((*store)->Put(rec).ok());
+  ASSERT_TRUE(lower->Put(MakeRecord(2, 10)).ok());
+  GetInfo info;
+  absl::StatusOr<RecordView> view = (*store)->View(KeyOf(1), &info);
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_EQ(info.tier_index, MakeTierIndex(0));
+  EXPECT_TRUE(std::equal(view->bytes().begin(), view->bytes().end(), rec.begin(), rec.end()));
+  view->Release();
+  EXPECT_EQ((*store)->View(KeyOf(2)).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*store)->stats().hits, 1u);
+  EXPECT_EQ((*store)->stats().misses, 0u);
+
+  // A tier that cannot lend its records (the default View).
+  auto plain = MakeTier(1 << 20);
+  ASSERT_TRUE(plain->Put(rec).ok());
+  testing::GatedTier wrapped(std::move(plain));
+  wrapped.Open();
+  EXPECT_EQ(wrapped.View(KeyOf(1)).status().code(), absl::StatusCode::kUnimplemented);
 }
 
 }  // namespace

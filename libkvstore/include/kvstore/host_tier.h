@@ -110,6 +110,11 @@ class HostTier final : public Tier {
   // when `fill` or the header check fails. ResourceExhausted before `fill` is called
   // exactly when Put would return it for a record of `record_bytes`.
   absl::StatusOr<ChunkKey> PutInPlace(uint64_t record_bytes, const RecordFill& fill) override;
+  // Tier contract (tier.h): the view holds a reader count on the record's extent, as
+  // Get does during its copy, so the record is skipped by eviction and its extent is
+  // freed by the last of its readers. REQUIRES: every view is released before the tier
+  // is destroyed.
+  absl::StatusOr<RecordView> View(const ChunkKey& key) override;
   std::vector<ChunkStat> Stat(std::span<const ChunkKey> keys) override;
   absl::Status Erase(const ChunkKey& key) override;
   // Ordered by ChunkKey (operator<=>); next_page_token = ToHex() of the last key of
@@ -165,6 +170,8 @@ class HostTier final : public Tier {
   // returns), then unlinks it unless it was pinned meanwhile.
   void EvictOne(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Touch(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RecordView's release: drops the reader count `entry` (an Entry*) holds.
+  static void EndView(void* self, void* entry);
   // PinHandle's release: unpin of an absent or unpinned key is a no-op.
   static void Unpin(void* self, const ChunkKey& key);
 

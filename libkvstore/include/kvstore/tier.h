@@ -165,11 +165,56 @@ class PinHandle {
   uint64_t record_bytes_ = 0;
 };
 
+// A read-only view of one record in a tier's own memory (Tier::View), to send it without
+// copying it first. While the view lives the tier neither changes, evicts, reuses nor
+// frees those bytes (a record replaced or erased meanwhile stays readable through it).
+// Move-only; releases on destruction, like PinHandle. An empty view holds nothing.
+// REQUIRES: the view does not outlive the tier that issued it. Thread-compatible (one
+// view, one owner); the tier side is thread-safe.
+class RecordView {
+ public:
+  using ReleaseFn = void (*)(void* owner, void* token);
+
+  RecordView() = default;
+  RecordView(std::span<const std::byte> bytes, ReleaseFn release, void* owner, void* token)
+      : bytes_(bytes), release_(release), owner_(owner), token_(token) {}
+  RecordView(RecordView&& other) noexcept { *this = std::move(other); }
+  RecordView& operator=(RecordView&& other) noexcept {
+    if (this != &other) {
+      Release();
+      bytes_ = std::exchange(other.bytes_, {});
+      release_ = std::exchange(other.release_, nullptr);
+      owner_ = std::exchange(other.owner_, nullptr);
+      token_ = std::exchange(other.token_, nullptr);
+    }
+    return *this;
+  }
+  RecordView(const RecordView&) = delete;
+  RecordView& operator=(const RecordView&) = delete;
+  ~RecordView() { Release(); }
+
+  explicit operator bool() const { return release_ != nullptr; }
+  // The whole record (header + payload); empty once released.
+  std::span<const std::byte> bytes() const { return bytes_; }
+  // Lets the tier reuse the bytes now (idempotent).
+  void Release() {
+    bytes_ = {};
+    if (release_ != nullptr) std::exchange(release_, nullptr)(owner_, token_);
+  }
+
+ private:
+  std::span<const std::byte> bytes_;
+  ReleaseFn release_ = nullptr;
+  void* owner_ = nullptr;
+  void* token_ = nullptr;
+};
+
 // Writes and checks one whole record in memory a tier lends for the call (PutInPlace).
 using RecordFill = std::function<absl::Status(std::span<std::byte> record)>;
 
 // Thread-safe: every implementation allows concurrent calls to all methods.
-// Eight methods; what differs between backends is in caps(). PutInPlace has a default.
+// Eight methods; what differs between backends is in caps(). PutInPlace and View have
+// defaults.
 class Tier {
  public:
   virtual ~Tier() = default;
@@ -221,6 +266,13 @@ class Tier {
   // `fill` was called (no room), in which case it was not called. The default (tiers
   // whose memory a caller cannot write in place): a heap buffer, `fill`, then Put.
   virtual absl::StatusOr<ChunkKey> PutInPlace(uint64_t record_bytes, const RecordFill& fill);
+
+  // Get without the copy: the record of `key` where the tier holds it (RecordView). A hit
+  // counts as Get's does (recency, hits, bytes_out). NotFound on a miss, which is NOT
+  // counted (the caller falls back to Get, which counts it). The view delays eviction
+  // of that record, so hold it only while sending it. The default (tiers whose records
+  // are not in memory they own): Unimplemented.
+  virtual absl::StatusOr<RecordView> View(const ChunkKey& key);
 };
 
 // Builds one tier of a store. `on_evict` is the store's listener: pass it in the tier's

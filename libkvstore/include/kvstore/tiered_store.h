@@ -234,6 +234,12 @@ class TieredStore {
   // Allocating variant.
   absl::StatusOr<std::vector<std::byte>> Get(const ChunkKey& key, GetInfo* info = nullptr,
                                              const GetOptions& options = {});
+  // Get from tier 0 without a copy (Tier::View): the record where tier 0 holds it, kept
+  // there until the view is released; counted as a Get hit. A record only in lower
+  // tiers or in the write-back queue is not viewed: NotFound (not counted as a miss) or
+  // Unimplemented (tier 0 cannot lend its records), and the caller falls back to Get.
+  // REQUIRES: the view is released before the store is destroyed.
+  absl::StatusOr<RecordView> View(const ChunkKey& key, GetInfo* info = nullptr);
 
   // Which tiers hold `keys`, without moving data (no promotion, no LRU touch, not
   // counted as hits). With options.pin, pins the leading hits in the tier each was
