@@ -14,6 +14,14 @@
 //   memcpy         single-thread memcpy of the same bytes; memcpy_x2: two dependent
 //                  memcpys of each record, the bound of shm *_incl_copy (one copy by the
 //                  client, one by the daemon).
+//   copy_hash      the daemon's one pass over an shm put (daemon/src/shm_copy.h: copy
+//                  and XXH3 of the copy); shm_put_incl_copy_bound = the client's memcpy
+//                  then that pass, in series (1 / (1/memcpy + 1/copy_hash)), per round,
+//                  each reading from memory (the shm path can beat it: the daemon reads
+//                  the region right after the client wrote it, partly from the L3 cache).
+//   grpc get bound loopback TCP then one memcpy in series: the client's copy out of
+//                  gRPC's receive slices into the caller's buffer (the daemon sends a
+//                  host-tier record from the arena without a copy).
 //   redis          SET/GET of the same bytes on a local redis-server (started here on a
 //                  loopback port with a temp dir, no persistence), hiredis client
 //                  (linked when pkg-config finds hiredis at configure time): whole
@@ -25,9 +33,6 @@
 // (acknowledged in host memory, written to disk in the background, like Redis's SET).
 #include <arpa/inet.h>
 #include <fcntl.h>
-#if KVT_HAVE_HIREDIS
-#include <hiredis/hiredis.h>
-#endif
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
@@ -56,59 +61,24 @@
 #include "kvstore/chunk_key.h"
 #include "kvstore/remote_client.h"
 #include "nlohmann/json.hpp"
+#include "remote_peers.h"
+#include "shm_copy.h"  // daemon/src: the daemon's copy+hash, timed beside memcpy
 
 namespace kvt::bench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double Gbps(uint64_t bytes, double seconds) { return seconds > 0 ? bytes / seconds / 1e9 : 0; }
+using remote::Clock;
+using remote::Gbps;
+using remote::RedisPeer;
+using remote::Since;
+using remote::Spawn;
+using remote::Stop;
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
-double Since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-[[maybe_unused]] int FreePort() {
-  sockaddr_in a;
-  const int fd = BindLoopback(&a);
-  if (fd >= 0) close(fd);
-  return fd >= 0 ? ntohs(a.sin_port) : 0;
-}
-
-pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-    }
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execvp(args[0], args.data());
-    _exit(127);
-  }
-  return pid;
-}
-
-void Stop(pid_t pid) {
-  if (pid <= 0) return;
-  kill(pid, SIGTERM);
-  int st = 0;
-  for (int i = 0; i < 500; ++i) {
-    if (waitpid(pid, &st, WNOHANG) == pid) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  kill(pid, SIGKILL);
-  waitpid(pid, &st, 0);
-}
-
 // Records of `tokens` tokens of a Llama-3-8B layout (128 KiB per token).
 std::vector<std::vector<std::byte>> MakeRecords(int n, uint32_t tokens) {
   KvLayout layout{32, 8, 128, DType::kBF16, LayoutKind::kFlashAttnNHD};
@@ -190,136 +160,6 @@ double MeasureUnix(const std::vector<std::vector<std::byte>>& recs) {
   close(sv[1]);
   return gbps;
 }
-
-// A redis-server started for the benchmark and a hiredis connection to it.
-class RedisPeer {
- public:
-  // "" when ready, else why Redis cannot be measured.
-  std::string Start(const std::string& dir) {
-#if !KVT_HAVE_HIREDIS
-    (void)dir;
-    return "kvtier-bench built without hiredis (pkg-config hiredis not found)";
-#else
-    std::string server;
-    for (const char* p : {"/usr/bin/redis-server", "/usr/local/bin/redis-server"})
-      if (std::filesystem::exists(p)) server = p;
-    if (server.empty()) return "redis-server not installed (apt-get install redis-server)";
-    const int port = FreePort();
-    pid_ =
-        Spawn({server, "--port", std::to_string(port), "--bind", "127.0.0.1", "--save", "",
-               "--appendonly", "no", "--dir", dir, "--protected-mode", "yes", "--daemonize", "no"},
-              dir + "/redis.log");
-    const auto until = Clock::now() + std::chrono::seconds(5);
-    while (Clock::now() < until) {
-      timeval tv{1, 0};
-      c_ = redisConnectWithTimeout("127.0.0.1", port, tv);
-      if (c_ != nullptr && c_->err == 0) return "";
-      if (c_ != nullptr) redisFree(c_);
-      c_ = nullptr;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return "redis-server did not accept connections within 5 s";
-#endif
-  }
-  ~RedisPeer() {
-#if KVT_HAVE_HIREDIS
-    if (c_ != nullptr) redisFree(c_);
-#endif
-    Stop(pid_);
-  }
-  // SET then GET every record once; "" on success.
-  std::string Measure(const std::vector<std::vector<std::byte>>& recs, double* set_gbps,
-                      double* get_gbps) {
-#if !KVT_HAVE_HIREDIS
-    (void)recs, (void)set_gbps, (void)get_gbps;
-    return "kvtier-bench built without hiredis";
-#else
-    uint64_t bytes = 0;
-    auto t = Clock::now();
-    for (size_t i = 0; i < recs.size(); ++i) {
-      auto* reply = static_cast<redisReply*>(
-          redisCommand(c_, "SET k%d %b", static_cast<int>(i), recs[i].data(), recs[i].size()));
-      const bool ok = reply != nullptr && reply->type != REDIS_REPLY_ERROR;
-      if (reply) freeReplyObject(reply);
-      if (!ok) return "SET failed";
-      bytes += recs[i].size();
-    }
-    *set_gbps = Gbps(bytes, Since(t));
-    std::vector<std::byte> dst(recs[0].size());
-    t = Clock::now();
-    for (size_t i = 0; i < recs.size(); ++i) {
-      auto* reply = static_cast<redisReply*>(redisCommand(c_, "GET k%d", static_cast<int>(i)));
-      const bool ok =
-          reply != nullptr && reply->type == REDIS_REPLY_STRING && reply->len == recs[i].size();
-      if (ok)
-        std::memcpy(dst.data(), reply->str,
-                    reply->len);  // into the caller's buffer, like RemoteClient::Get
-      if (reply) freeReplyObject(reply);
-      if (!ok) return "GET failed";
-    }
-    *get_gbps = Gbps(bytes, Since(t));
-    return "";
-#endif
-  }
-  // The same bytes as values of `piece` bytes: all SETs pipelined, then all GETs
-  // pipelined, each GET copied into the caller's buffer at its offset; "" on success.
-  std::string MeasurePieces(const std::vector<std::vector<std::byte>>& recs, uint64_t piece,
-                            double* set_gbps, double* get_gbps) {
-#if !KVT_HAVE_HIREDIS
-    (void)recs, (void)piece, (void)set_gbps, (void)get_gbps;
-    return "kvtier-bench built without hiredis";
-#else
-    struct Piece {
-      size_t rec;
-      uint64_t off, len;
-    };
-    std::vector<Piece> pieces;
-    uint64_t bytes = 0;
-    for (size_t i = 0; i < recs.size(); ++i)
-      for (uint64_t off = 0; off < recs[i].size(); off += piece)
-        pieces.push_back({i, off, std::min<uint64_t>(piece, recs[i].size() - off)});
-    for (const Piece& p : pieces) bytes += p.len;
-    auto drain = [&](bool get, std::vector<std::byte>* dst) -> bool {
-      for (const Piece& p : pieces) {
-        void* r = nullptr;
-        if (redisGetReply(c_, &r) != REDIS_OK || r == nullptr) return false;
-        auto* reply = static_cast<redisReply*>(r);
-        bool ok = reply->type != REDIS_REPLY_ERROR;
-        if (get) {
-          ok = reply->type == REDIS_REPLY_STRING && static_cast<uint64_t>(reply->len) == p.len;
-          if (ok) std::memcpy(dst->data() + p.off, reply->str, p.len);
-        }
-        freeReplyObject(reply);
-        if (!ok) return false;
-      }
-      return true;
-    };
-    auto t = Clock::now();
-    for (size_t j = 0; j < pieces.size(); ++j) {
-      const Piece& p = pieces[j];
-      redisAppendCommand(c_, "SET p%d %b", static_cast<int>(j), recs[p.rec].data() + p.off,
-                         static_cast<size_t>(p.len));
-    }
-    if (!drain(false, nullptr)) return "pipelined SET failed";
-    *set_gbps = Gbps(bytes, Since(t));
-    std::vector<std::byte> dst(recs[0].size());
-    t = Clock::now();
-    for (size_t j = 0; j < pieces.size(); ++j)
-      redisAppendCommand(c_, "GET p%d", static_cast<int>(j));
-    if (!drain(true, &dst)) return "pipelined GET failed";
-    *get_gbps = Gbps(bytes, Since(t));
-    if (std::memcmp(dst.data(), recs.back().data(), dst.size()) != 0)
-      return "pipelined GET returned different bytes";
-    return "";
-#endif
-  }
-
- private:
-#if KVT_HAVE_HIREDIS
-  redisContext* c_ = nullptr;
-#endif
-  pid_t pid_ = -1;
-};
 
 int RunRemote(int argc, char** argv) {
   CLI::App app{"kvtierd data path (gRPC, shm) vs loopback TCP, memcpy and redis"};
@@ -415,7 +255,20 @@ int RunRemote(int argc, char** argv) {
       f["memcpy_x2_gbps"].push_back(Gbps(total, Since(t)));
       f["memcpy_x2_over_memcpy"].push_back(f["memcpy_x2_gbps"].back() / f["memcpy_gbps"].back());
     }
+    {  // the daemon's one pass over an shm put: copy + hash of the copy
+      uint64_t sink = 0;
+      auto t = Clock::now();
+      for (const auto& rec : recs) sink ^= daemon::CopyRecordHashingPayload(rec, two_a);
+      const double gbps = Gbps(total, Since(t));
+      if (sink == 1) std::printf(" ");  // keeps the hashes live
+      const double m = f["memcpy_gbps"].back();
+      f["copy_hash_gbps"].push_back(gbps);
+      f["copy_hash_over_memcpy"].push_back(gbps / m);
+      f["shm_put_incl_copy_bound_gbps"].push_back(1 / (1 / m + 1 / gbps));
+    }
     f["tcp_gbps"].push_back(MeasureTcp(recs));
+    f["grpc_get_bound_gbps"].push_back(1 /
+                                       (1 / f["tcp_gbps"].back() + 1 / f["memcpy_gbps"].back()));
     f["unix_gbps"].push_back(MeasureUnix(recs));
     if (client && daemon_error.empty()) {
       auto t = Clock::now();
@@ -428,6 +281,8 @@ int RunRemote(int argc, char** argv) {
         if (!n.ok()) daemon_error = "gRPC get: " + n.status().ToString();
       }
       f["grpc_get_gbps"].push_back(Gbps(total, Since(t)));
+      f["grpc_get_over_bound"].push_back(f["grpc_get_gbps"].back() /
+                                         f["grpc_get_bound_gbps"].back());
       if (daemon_error.empty() && std::memcmp(dst.data(), recs.back().data(), rec_bytes) != 0)
         daemon_error = "gRPC get returned different bytes";
     }
@@ -470,6 +325,13 @@ int RunRemote(int argc, char** argv) {
                                                    f["memcpy_gbps"].back());
       f["shm_get_incl_copy_over_memcpy"].push_back(Gbps(total, get_copy_s) /
                                                    f["memcpy_gbps"].back());
+      // Against the bounds of the same round: two copies in series.
+      f["shm_put_incl_copy_over_bound"].push_back(Gbps(total, put_copy_s) /
+                                                  f["shm_put_incl_copy_bound_gbps"].back());
+      f["shm_put_incl_copy_over_memcpy_x2"].push_back(Gbps(total, put_copy_s) /
+                                                      f["memcpy_x2_gbps"].back());
+      f["shm_get_incl_copy_over_memcpy_x2"].push_back(Gbps(total, get_copy_s) /
+                                                      f["memcpy_x2_gbps"].back());
     }
     if (redis_why.empty()) {
       double set = 0, get = 0;
@@ -494,12 +356,31 @@ int RunRemote(int argc, char** argv) {
   out["chunks"] = chunks;
   out["rounds"] = rounds;
   out["durability"] = "async";
-  for (const char* k :
-       {"grpc_put_gbps", "grpc_get_gbps", "shm_put_gbps", "shm_get_gbps", "tcp_gbps", "unix_gbps",
-        "memcpy_gbps", "redis_set_gbps", "redis_get_gbps", "shm_put_with_copy_gbps",
-        "shm_get_with_copy_gbps", "shm_put_incl_copy_gbps", "shm_get_incl_copy_gbps",
-        "shm_put_incl_copy_over_memcpy", "shm_get_incl_copy_over_memcpy", "memcpy_x2_gbps",
-        "memcpy_x2_over_memcpy"}) {
+  for (const char* k : {"grpc_put_gbps",
+                        "grpc_get_gbps",
+                        "shm_put_gbps",
+                        "shm_get_gbps",
+                        "tcp_gbps",
+                        "unix_gbps",
+                        "memcpy_gbps",
+                        "redis_set_gbps",
+                        "redis_get_gbps",
+                        "shm_put_with_copy_gbps",
+                        "shm_get_with_copy_gbps",
+                        "shm_put_incl_copy_gbps",
+                        "shm_get_incl_copy_gbps",
+                        "shm_put_incl_copy_over_memcpy",
+                        "shm_get_incl_copy_over_memcpy",
+                        "memcpy_x2_gbps",
+                        "memcpy_x2_over_memcpy",
+                        "copy_hash_gbps",
+                        "copy_hash_over_memcpy",
+                        "shm_put_incl_copy_bound_gbps",
+                        "shm_put_incl_copy_over_bound",
+                        "shm_put_incl_copy_over_memcpy_x2",
+                        "shm_get_incl_copy_over_memcpy_x2",
+                        "grpc_get_bound_gbps",
+                        "grpc_get_over_bound"}) {
     if (f.count(k) && (std::string(k).rfind("redis", 0) != 0 || redis_why.empty()))
       out[k] = Median(f[k]);
     else
@@ -546,7 +427,15 @@ int RunRemote(int argc, char** argv) {
     std::printf("  %-24s %8.2f\n", "memcpy (1 thread)", num("memcpy_gbps"));
     std::printf("  %-24s %8.2f  %.2f x memcpy (bound of shm put/get incl. copy)\n",
                 "2 dependent memcpys", num("memcpy_x2_gbps"), num("memcpy_x2_over_memcpy"));
+    std::printf("  %-24s %8.2f  %.2f x memcpy (the daemon's pass over an shm put)\n",
+                "copy + XXH3 of the copy", num("copy_hash_gbps"), num("copy_hash_over_memcpy"));
+    std::printf("  %-24s %8.2f  %.2f x memcpy (memcpy then copy+hash, from memory)\n",
+                "shm put incl. bound", num("shm_put_incl_copy_bound_gbps"),
+                ratio("shm_put_incl_copy_bound_gbps", "memcpy_gbps"));
     std::printf("  %-24s %8.2f\n", "loopback TCP (1 stream)", num("tcp_gbps"));
+    std::printf("  %-24s %8.2f  %.2f x TCP (TCP then the client's memcpy: bound of gRPC get)\n",
+                "gRPC get bound", num("grpc_get_bound_gbps"),
+                ratio("grpc_get_bound_gbps", "tcp_gbps"));
     std::printf("  %-24s %8.2f\n", "unix socket (1 stream)", num("unix_gbps"));
     std::printf("  %-24s %8.2f  %.2f x TCP\n", "gRPC put", num("grpc_put_gbps"),
                 ratio("grpc_put_gbps", "tcp_gbps"));
@@ -560,12 +449,19 @@ int RunRemote(int argc, char** argv) {
                 ratio("shm_put_gbps", "memcpy_gbps"));
     std::printf("  %-24s %8.2f  %.2f x memcpy (target 0.7)\n", "shm get", num("shm_get_gbps"),
                 ratio("shm_get_gbps", "memcpy_gbps"));
-    std::printf("  %-24s %8.2f  %.2f x memcpy (target 0.7; median of per-round ratios)\n",
-                "shm put incl. copy in", num("shm_put_incl_copy_gbps"),
-                num("shm_put_incl_copy_over_memcpy"));
-    std::printf("  %-24s %8.2f  %.2f x memcpy (target 0.7; median of per-round ratios)\n",
-                "shm get incl. copy out", num("shm_get_incl_copy_gbps"),
-                num("shm_get_incl_copy_over_memcpy"));
+    std::printf(
+        "  %-24s %8.2f  %.2f x memcpy (target 0.7; median of per-round ratios), %.2f x its "
+        "bound, %.2f x memcpy_x2\n",
+        "shm put incl. copy in", num("shm_put_incl_copy_gbps"),
+        num("shm_put_incl_copy_over_memcpy"), num("shm_put_incl_copy_over_bound"),
+        num("shm_put_incl_copy_over_memcpy_x2"));
+    std::printf(
+        "  %-24s %8.2f  %.2f x memcpy (target 0.7; median of per-round ratios), %.2f x "
+        "memcpy_x2\n",
+        "shm get incl. copy out", num("shm_get_incl_copy_gbps"),
+        num("shm_get_incl_copy_over_memcpy"), num("shm_get_incl_copy_over_memcpy_x2"));
+    std::printf("  %-24s %8s  %.2f x its bound (median of per-round ratios)\n", "gRPC get", "",
+                num("grpc_get_over_bound"));
     if (redis_why.empty()) {
       std::printf("  %-24s %8.2f\n  %-24s %8.2f\n", "redis SET", num("redis_set_gbps"), "redis GET",
                   num("redis_get_gbps"));

@@ -1,5 +1,6 @@
 #include "record_buffers.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <vector>
 
@@ -79,5 +80,13 @@ Pool& ThePool() {
 std::byte* TakeRecordBuffer(uint64_t bytes) { return ThePool().Take(bytes); }
 void GiveRecordBuffer(std::byte* buffer) { ThePool().Give(buffer); }
 uint64_t IdleRecordBufferBytes() { return ThePool().idle_bytes(); }
+
+namespace {
+std::atomic<uint64_t> live_views{0};  // static storage: outlives every slice
+}  // namespace
+
+void NoteRecordViewTaken() { live_views.fetch_add(1, std::memory_order_relaxed); }
+void NoteRecordViewReleased() { live_views.fetch_sub(1, std::memory_order_release); }
+uint64_t LiveRecordViews() { return live_views.load(std::memory_order_acquire); }
 
 }  // namespace kvt::daemon

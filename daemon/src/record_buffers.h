@@ -1,4 +1,5 @@
-// Record buffers of the daemon's gRPC Put and Get paths: 4096-aligned (the disk tier
+// Record buffers of the daemon's gRPC Put and Get paths (and the count of records lent
+// in place, below): 4096-aligned (the disk tier
 // reads and writes them O_DIRECT), reused instead of freed. A 32 MiB record buffer from
 // malloc is a fresh mmap each time: the kernel zeroes and maps every page on first touch
 // and unmaps it on free, which costs about as much as the record copy itself. Up to
@@ -21,6 +22,13 @@ std::byte* TakeRecordBuffer(uint64_t bytes);
 void GiveRecordBuffer(std::byte* buffer);
 // Bytes of idle buffers kept now.
 uint64_t IdleRecordBufferBytes();
+
+// Host-tier records lent to gRPC Gets in place (TieredStore::View) and still held by a
+// gRPC slice: a slice may be dropped by the transport after its call ended, so shutdown
+// waits for this count to reach 0 before destroying the store. Thread-safe.
+void NoteRecordViewTaken();
+void NoteRecordViewReleased();
+uint64_t LiveRecordViews();
 
 }  // namespace kvt::daemon
 

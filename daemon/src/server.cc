@@ -27,6 +27,7 @@
 #include "kvstore/tiered_store.h"
 #include "metrics.h"
 #include "nlohmann/json.hpp"
+#include "record_buffers.h"
 #include "service.h"
 #include "spdlog/spdlog.h"
 #include "worker_pool.h"
@@ -228,6 +229,17 @@ class KvtierServer::Impl {
     }
     grpc_server.reset();
     service.reset();
+    // A Get's in-place view of a host-tier record lives until gRPC drops its last slice,
+    // which may be after the call ended: the store (and its arena) must outlive them.
+    const auto views_until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (LiveRecordViews() > 0 && std::chrono::steady_clock::now() < views_until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (LiveRecordViews() > 0) {
+      spdlog::error("kvtierd: {} host-tier records still lent to gRPC; leaving the store open",
+                    LiveRecordViews());
+      store->Flush();
+      (void)store.release();  // never freed under a slice that still points into it
+    }
     store.reset();  // drains and closes the tiers (the disk tier writes its access times)
     for (const auto& a : bound)
       if (std::string p = UnixPath(a); !p.empty()) unlink(p.c_str());

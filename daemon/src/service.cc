@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <map>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "kvstore/chunk_codec.h"
 #include "kvstore/remote_client.h"
+#include "shm_copy.h"
 #include "spdlog/spdlog.h"
 
 namespace kvt::daemon {
@@ -124,9 +126,10 @@ std::shared_ptr<ShmRegion> KvTierService::FindRegion(uint64_t id, const std::str
   return it->second.region;
 }
 
-absl::Status KvTierService::StoreRecord(std::span<const std::byte> record,
+absl::Status KvTierService::AdmitRecord(std::span<const std::byte> record,
                                         const std::string& tenant, ChunkKey* key_out,
-                                        std::optional<uint64_t> payload_checksum) {
+                                        std::optional<uint64_t> payload_checksum, bool* store) {
+  *store = false;
   auto header = DecodeChunkHeader(record);
   if (!header.ok())
     return absl::InvalidArgumentError("data: not a valid chunk record: " +
@@ -158,9 +161,51 @@ absl::Status KvTierService::StoreRecord(std::span<const std::byte> record,
     }
   }
   deps_.catalog->NoteKey(header->key, header->ns);
+  *store = true;
+  return absl::OkStatus();
+}
+
+PutOptions KvTierService::StorePutOptions() const {
   PutOptions po;
   po.ack = deps_.config->durability == Durability::kSync ? PutAck::kDurable : PutAck::kTopTier;
-  return deps_.store->Put(record, po);
+  return po;
+}
+
+absl::Status KvTierService::StoreRecord(std::span<const std::byte> record,
+                                        const std::string& tenant, ChunkKey* key_out,
+                                        std::optional<uint64_t> payload_checksum) {
+  bool store = false;
+  if (absl::Status s = AdmitRecord(record, tenant, key_out, payload_checksum, &store); !s.ok())
+    return s;
+  if (!store) return absl::OkStatus();
+  return deps_.store->Put(record, StorePutOptions());
+}
+
+absl::Status KvTierService::StoreShmRecord(std::span<const std::byte> src,
+                                           const std::string& tenant, ChunkKey* key_out) {
+  bool conflict = false;
+  const bool verify = deps_.config->verify_on_put;
+  // The only read of the client's memory is the copy into the tier's reserved record;
+  // every check after it, and the store, read that copy (issue 11 #7).
+  absl::StatusOr<ChunkKey> key = deps_.store->PutInPlace(
+      src.size(),
+      [&](std::span<std::byte> dst) -> absl::Status {
+        std::optional<uint64_t> payload_checksum;
+        if (verify)
+          payload_checksum = CopyRecordHashingPayload(src, dst);
+        else
+          std::memcpy(dst.data(), src.data(), src.size());
+        bool store = false;
+        absl::Status s = AdmitRecord(dst, tenant, key_out, payload_checksum, &store);
+        if (s.ok() && !store) {
+          conflict = true;  // acknowledged without storing: abandon the reservation
+          return absl::AbortedError("put conflict: not stored");
+        }
+        return s;
+      },
+      StorePutOptions());
+  if (conflict) return absl::OkStatus();
+  return key.status();
 }
 
 grpc::ServerUnaryReactor* KvTierService::RunUnary(

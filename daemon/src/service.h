@@ -91,6 +91,12 @@ class KvTierService final : public ::kvtier::v1::KvTier::WithRawCallbackMethod_G
   absl::Status StoreRecord(std::span<const std::byte> record, const std::string& tenant,
                            ChunkKey* key_out,
                            std::optional<uint64_t> payload_checksum = std::nullopt);
+  // StoreRecord for a record in a client's shm region (`src`, which the client may
+  // still be writing): the record is copied once, hashing its payload in the same pass
+  // when verify_on_put, straight into the memory the store's tier 0 lends
+  // (TieredStore::PutInPlace), and every check and the store read only that copy.
+  absl::Status StoreShmRecord(std::span<const std::byte> src, const std::string& tenant,
+                              ChunkKey* key_out);
   // Region owned by `tenant`, or nullptr.
   std::shared_ptr<ShmRegion> FindRegion(uint64_t id, const std::string& tenant);
   std::atomic<uint64_t>& inflight_bytes() { return inflight_bytes_; }
@@ -110,6 +116,13 @@ class KvTierService final : public ::kvtier::v1::KvTier::WithRawCallbackMethod_G
   // Runs `fn` on a worker, then finishes the unary reactor with its status and records metrics.
   grpc::ServerUnaryReactor* RunUnary(grpc::CallbackServerContext* ctx, Rpc rpc, uint32_t version,
                                      std::function<absl::Status(const std::string& tenant)> fn);
+
+  // StoreRecord's checks (header, size, verification, tenant claim; notes the key) on
+  // daemon-owned bytes. OK with *store false: a conflicting key, acknowledged unstored.
+  absl::Status AdmitRecord(std::span<const std::byte> record, const std::string& tenant,
+                           ChunkKey* key_out, std::optional<uint64_t> payload_checksum,
+                           bool* store);
+  PutOptions StorePutOptions() const;
 
   const ServiceDeps deps_;
   LeaseTable leases_;

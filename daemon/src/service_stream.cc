@@ -9,7 +9,6 @@
 #include "kvstore/remote_client.h"
 #include "record_buffers.h"
 #include "service.h"
-#include "shm_copy.h"
 #include "spdlog/spdlog.h"
 
 namespace kvt::daemon {
@@ -115,7 +114,7 @@ class PutReactor final : public grpc::ServerReadReactor<pb::PutRequest> {
           return absl::InvalidArgumentError(
               absl::StrFormat("shm.offset/length: [%d, +%d) outside the %d-byte region",
                               sl.offset(), sl.length(), region_->size()));
-        // The record is copied into a daemon buffer before it is checked: count it in flight.
+        // The record is copied into daemon memory (tier 0) before it is checked: count it.
         const uint64_t before = svc_->inflight_bytes().fetch_add(sl.length());
         reserved_ = sl.length();
         if (before + sl.length() > c.max_inflight_bytes)
@@ -157,16 +156,12 @@ class PutReactor final : public grpc::ServerReadReactor<pb::PutRequest> {
   void Submit() {
     svc_->deps().pool->Submit([this] {
       const bool shm = region_ != nullptr;
-      std::optional<uint64_t> payload_checksum;
-      if (shm) {
-        if (absl::Status s = CopyFromRegion(&payload_checksum); !s.ok()) {
-          Done(s);
-          return;
-        }
-      }
-      std::span<const std::byte> record(buf_.get(), expected_);
       ChunkKey key;
-      absl::Status s = svc_->StoreRecord(record, tenant_, &key, payload_checksum);
+      absl::Status s =
+          shm ? svc_->StoreShmRecord(
+                    std::span<const std::byte>(region_->data() + shm_offset_, expected_), tenant_,
+                    &key)
+              : svc_->StoreRecord(std::span<const std::byte>(buf_.get(), expected_), tenant_, &key);
       if (s.ok()) {
         svc_->deps().metrics->AddBytesIn(shm, expected_);
         resp_->set_records_stored(resp_->records_stored() + 1);
@@ -181,25 +176,6 @@ class PutReactor final : public grpc::ServerReadReactor<pb::PutRequest> {
       }
       StartRead(&req_);
     });
-  }
-
-  // On a worker, for a shm record: the client can still write its region, so the record
-  // is copied into a daemon buffer first and everything after (header checks, the
-  // payload checksum, the tenant's claim, the host and disk copies) reads only that copy
-  // (issue 11 #7). With verify_on_put the payload is hashed in the same pass.
-  absl::Status CopyFromRegion(std::optional<uint64_t>* payload_checksum) {
-    // The same reused record buffers as the gRPC path (record_buffers.h).
-    buf_ = AllocRecord(expected_);
-    if (!buf_)
-      return absl::ResourceExhaustedError("record_bytes: cannot allocate the record buffer");
-    std::span<const std::byte> src(region_->data() + shm_offset_, expected_);
-    std::span<std::byte> dst(buf_.get(), expected_);
-    if (svc_->deps().config->verify_on_put)
-      *payload_checksum = CopyRecordHashingPayload(src, dst);
-    else
-      std::memcpy(dst.data(), src.data(), expected_);
-    region_.reset();  // done with the client's memory
-    return absl::OkStatus();
   }
 
   void Release() {
@@ -244,9 +220,11 @@ class PutReactor final : public grpc::ServerReadReactor<pb::PutRequest> {
 // Raw method: the request arrives as bytes and is parsed here; each response message is
 // written as a grpc::ByteBuffer of two slices, the serialised GetResponse fields other
 // than `data` followed by the `data` field's tag and length (a small copied slice), then
-// a slice that points into the record buffer itself. Field order does not matter to a
-// protobuf parser, so any GetResponse parser reads these messages; the record bytes
-// are copied once in the daemon (tier -> buffer) and then written to the socket.
+// a slice that points into the record itself. Field order does not matter to a
+// protobuf parser, so any GetResponse parser reads these messages. A record in the host
+// tier (tier 0) is sent from the arena without a copy (TieredStore::View: a reader count
+// keeps it there until the last slice is dropped); any other record is copied once
+// (tier -> buffer) and sent from the buffer.
 class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   GetReactor(KvTierService* svc, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw)
@@ -348,6 +326,14 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       for (int attempt = 0; attempt < 3 && !found; ++attempt) {
         const uint64_t size = SizeOf(key);
         if (size == 0) break;
+        if (region_ == nullptr && !req_->peek()) {
+          // Tier 0 lends the record in place: it is sent from there without a copy.
+          absl::StatusOr<RecordView> view = store.View(key, &info);
+          if (view.ok()) {
+            found = Lend(key, std::move(*view));
+            break;
+          }
+        }
         std::span<std::byte> dest;
         if (region_ != nullptr) {
           const uint64_t at = (shm_next_ + 63) & ~uint64_t{63};
@@ -406,6 +392,22 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     }
     svc_->deps().metrics->AddBytesOut(false, record_bytes_);
     SendPart(true);
+  }
+
+  // Makes buf_ the view's bytes (held until gRPC drops the last slice into them) when the
+  // record is the caller's; false (view released) otherwise.
+  bool Lend(const ChunkKey& key, RecordView view) {
+    auto h = DecodeChunkHeader(view.bytes());  // defence in depth, as for a copied record
+    if (!h.ok() || h->key != key || !svc_->deps().catalog->NsVisible(h->ns, tenant_)) return false;
+    record_bytes_ = view.bytes().size();
+    auto* data = const_cast<std::byte*>(view.bytes().data());  // only ever read (slices)
+    auto held = std::make_shared<RecordView>(std::move(view));
+    NoteRecordViewTaken();
+    buf_ = SharedBuf(data, [held](std::byte*) {
+      held->Release();
+      NoteRecordViewReleased();
+    });
+    return true;
   }
 
   void SendPart(bool first) {

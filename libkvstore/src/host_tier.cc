@@ -179,69 +179,66 @@ void HostTier::Touch(Entry* e) {
   lru_->Touch(e->lru_it);
 }
 
-absl::Status HostTier::Put(std::span<const std::byte> record) {
-  absl::StatusOr<ChunkHeader> header = DecodeChunkHeader(record);
-  if (!header.ok()) return header.status();
-  if (record.size() != header->record_bytes()) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("HostTier '%s': record of key %s is %d bytes; its header says %d", name_,
-                        header->key.ToHex(), record.size(), header->record_bytes()));
+absl::StatusOr<HostTier::Entry*> HostTier::Reserve(uint64_t record_bytes) {
+  const uint64_t need = RoundUp(record_bytes, alignment_);
+  absl::MutexLock lock(&mu_);
+  if (need > usable_) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("HostTier '%s': record of %d bytes can never fit a tier of %d bytes", name_,
+                        record_bytes, capacity_));
   }
-  const uint64_t need = RoundUp(record.size(), alignment_);
-  Entry* entry = nullptr;
-  {
-    absl::MutexLock lock(&mu_);
-    if (need > usable_) {
+  int64_t offset = AllocExtent(need);
+  if (offset < 0) {
+    if (!CanFitAfterEviction(need)) {
       return absl::ResourceExhaustedError(
-          absl::StrFormat("HostTier '%s': record of %d bytes can never fit a tier of %d bytes",
-                          name_, record.size(), capacity_));
+          absl::StrFormat("HostTier '%s': no room for %d bytes: %d of %d bytes pinned or in use by "
+                          "readers/writers",
+                          name_, need, used_bytes_, capacity_));
     }
-    int64_t offset = AllocExtent(need);
-    if (offset < 0) {
-      if (!CanFitAfterEviction(need)) {
+    while (offset < 0) {
+      Entry* victim = nullptr;
+      for (auto it = lru_->rbegin(); it != lru_->rend(); ++it) {
+        if (Evictable(**it)) {
+          victim = *it;
+          break;
+        }
+      }
+      if (victim != nullptr) {
+        EvictOne(victim);
+      } else if (evictions_in_flight_ > 0) {
+        // Other Puts' listeners hold the rest: wait for one of them to finish.
+        evict_cv_.Wait(&mu_);
+      } else {
         return absl::ResourceExhaustedError(absl::StrFormat(
             "HostTier '%s': no room for %d bytes: %d of %d bytes pinned or in use by "
             "readers/writers",
             name_, need, used_bytes_, capacity_));
       }
-      while (offset < 0) {
-        Entry* victim = nullptr;
-        for (auto it = lru_->rbegin(); it != lru_->rend(); ++it) {
-          if (Evictable(**it)) {
-            victim = *it;
-            break;
-          }
-        }
-        if (victim != nullptr) {
-          EvictOne(victim);
-        } else if (evictions_in_flight_ > 0) {
-          // Other Puts' listeners hold the rest: wait for one of them to finish.
-          evict_cv_.Wait(&mu_);
-        } else {
-          return absl::ResourceExhaustedError(absl::StrFormat(
-              "HostTier '%s': no room for %d bytes: %d of %d bytes pinned or in use by "
-              "readers/writers",
-              name_, need, used_bytes_, capacity_));
-        }
-        offset = AllocExtent(need);
-      }
+      offset = AllocExtent(need);
     }
-    auto owned = std::make_unique<Entry>();
-    entry = owned.get();
-    entry->key = header->key;
-    entry->ns = header->ns;
-    entry->parent = header->parent;
-    entry->token_count = header->token_count;
-    entry->offset = static_cast<uint64_t>(offset);
-    entry->extent_bytes = need;
-    entry->record_bytes = record.size();
-    entry->state = State::kWriting;
-    extents_.emplace(entry->offset, std::move(owned));
-    used_bytes_ += need;
   }
-  // The extent is invisible to readers and unevictable until published below.
-  std::memcpy(arena_ + entry->offset, record.data(), record.size());
+  auto owned = std::make_unique<Entry>();
+  Entry* entry = owned.get();
+  entry->offset = static_cast<uint64_t>(offset);
+  entry->extent_bytes = need;
+  entry->record_bytes = record_bytes;
+  entry->state = State::kWriting;
+  extents_.emplace(entry->offset, std::move(owned));
+  used_bytes_ += need;
+  return entry;
+}
+
+void HostTier::Abandon(Entry* entry) {
   absl::MutexLock lock(&mu_);
+  Destroy(entry);  // a writing entry has no readers and is in neither index nor LRU
+}
+
+void HostTier::Publish(Entry* entry, const ChunkHeader& header) {
+  absl::MutexLock lock(&mu_);
+  entry->key = header.key;
+  entry->ns = header.ns;
+  entry->parent = header.parent;
+  entry->token_count = header.token_count;
   entry->lru_it = lru_->Insert(entry);
   entry->state = State::kLive;
   entry->last_access_unix_ms = NowUnixMs();
@@ -257,8 +254,54 @@ absl::Status HostTier::Put(std::span<const std::byte> record) {
     Unlink(old);
   }
   ++puts_;
-  bytes_in_ += record.size();
+  bytes_in_ += entry->record_bytes;
+}
+
+absl::Status HostTier::Put(std::span<const std::byte> record) {
+  absl::StatusOr<ChunkHeader> header = DecodeChunkHeader(record);
+  if (!header.ok()) return header.status();
+  if (record.size() != header->record_bytes()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("HostTier '%s': record of key %s is %d bytes; its header says %d", name_,
+                        header->key.ToHex(), record.size(), header->record_bytes()));
+  }
+  absl::StatusOr<Entry*> entry = Reserve(record.size());
+  if (!entry.ok()) return entry.status();
+  // The extent is invisible to readers and unevictable until published.
+  std::memcpy(arena_ + (*entry)->offset, record.data(), record.size());
+  Publish(*entry, *header);
   return absl::OkStatus();
+}
+
+absl::StatusOr<ChunkKey> HostTier::PutInPlace(uint64_t record_bytes, const RecordFill& fill) {
+  if (record_bytes < kChunkHeaderBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "HostTier '%s': PutInPlace of %d bytes; a record has at least a %d-byte header", name_,
+        record_bytes, kChunkHeaderBytes));
+  }
+  absl::StatusOr<Entry*> entry = Reserve(record_bytes);
+  if (!entry.ok()) return entry.status();
+  // Only this call writes or reads the extent until Publish (kWriting: invisible to
+  // Get/Stat/List, never evicted or reused); the header is decoded from these bytes.
+  const std::span<std::byte> record(arena_ + (*entry)->offset, record_bytes);
+  absl::Status s = fill(record);
+  absl::StatusOr<ChunkHeader> header;
+  if (s.ok()) {
+    header = DecodeChunkHeader(record);
+    if (!header.ok()) {
+      s = header.status();
+    } else if (header->record_bytes() != record_bytes) {
+      s = absl::InvalidArgumentError(
+          absl::StrFormat("HostTier '%s': record of key %s is %d bytes; its header says %d", name_,
+                          header->key.ToHex(), record_bytes, header->record_bytes()));
+    }
+  }
+  if (!s.ok()) {
+    Abandon(*entry);
+    return s;
+  }
+  Publish(*entry, *header);
+  return header->key;
 }
 
 absl::StatusOr<uint64_t> HostTier::Get(const ChunkKey& key, std::span<std::byte> out) {
@@ -287,6 +330,28 @@ absl::StatusOr<uint64_t> HostTier::Get(const ChunkKey& key, std::span<std::byte>
   absl::MutexLock lock(&mu_);
   if (--e->readers == 0 && e->state == State::kZombie) Destroy(e);
   return n;
+}
+
+absl::StatusOr<RecordView> HostTier::View(const ChunkKey& key) {
+  absl::MutexLock lock(&mu_);
+  auto it = index_.find(key);
+  if (it == index_.end()) {
+    return absl::NotFoundError(absl::StrFormat("HostTier '%s': no chunk %s", name_, key.ToHex()));
+  }
+  Entry* e = it->second;
+  ++e->readers;  // as during Get's copy: not evicted, reused or freed until EndView
+  Touch(e);
+  ++hits_;
+  bytes_out_ += e->record_bytes;
+  return RecordView(std::span<const std::byte>(arena_ + e->offset, e->record_bytes),
+                    &HostTier::EndView, this, e);
+}
+
+void HostTier::EndView(void* self_ptr, void* entry) {
+  auto* self = static_cast<HostTier*>(self_ptr);
+  auto* e = static_cast<Entry*>(entry);
+  absl::MutexLock lock(&self->mu_);
+  if (--e->readers == 0 && e->state == State::kZombie) self->Destroy(e);
 }
 
 std::vector<ChunkStat> HostTier::Stat(std::span<const ChunkKey> keys) {

@@ -1,5 +1,9 @@
 #include "kvstore/tier.h"
 
+#include "absl/strings/str_format.h"
+#include "kvstore/chunk_codec.h"
+#include "kvstore/record_buffer.h"
+
 namespace kvt {
 
 std::string_view TierKindName(TierKind kind) {
@@ -12,6 +16,25 @@ std::string_view TierKindName(TierKind kind) {
       return "remote";
   }
   return "unknown";
+}
+
+absl::StatusOr<ChunkKey> Tier::PutInPlace(uint64_t record_bytes, const RecordFill& fill) {
+  if (record_bytes < kChunkHeaderBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("PutInPlace: record_bytes = %d; a record has at least a %d-byte header",
+                        record_bytes, kChunkHeaderBytes));
+  }
+  RecordBuffer buf = RecordBuffer::Make(record_bytes);
+  if (absl::Status s = fill(buf.span()); !s.ok()) return s;
+  absl::StatusOr<ChunkHeader> header = DecodeChunkHeader(buf.span());
+  if (!header.ok()) return header.status();
+  if (absl::Status s = Put(buf.span()); !s.ok()) return s;
+  return header->key;
+}
+
+absl::StatusOr<RecordView> Tier::View(const ChunkKey& key) {
+  return absl::UnimplementedError(absl::StrFormat(
+      "tier '%s' cannot lend record %s in place; use Get", caps().name, key.ToHex()));
 }
 
 }  // namespace kvt

@@ -131,6 +131,49 @@ absl::Status TieredStore::Impl::Put(std::span<const std::byte> record, const Put
   return absl::OkStatus();
 }
 
+absl::StatusOr<ChunkKey> TieredStore::Impl::PutInPlace(uint64_t record_bytes,
+                                                       const RecordFill& fill,
+                                                       const PutOptions& options) {
+  // Through a buffer and Put: when the durable tier must be written before the answer
+  // (it needs the bytes while tier 0 may already evict them), or when tier 0 refused
+  // before filling (Put queues the record for the lower tiers).
+  auto via_buffer = [&]() -> absl::StatusOr<ChunkKey> {
+    if (record_bytes < kChunkHeaderBytes) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "TieredStore::PutInPlace: record_bytes = %d; a record has at least a %d-byte header",
+          record_bytes, kChunkHeaderBytes));
+    }
+    RecordBuffer buf = TakeBuffer(record_bytes);
+    absl::Status s = fill(buf.span());
+    absl::StatusOr<ChunkHeader> header = DecodeChunkHeader(buf.span());
+    if (s.ok() && !header.ok()) s = header.status();
+    if (s.ok()) s = Put(buf.span(), options);
+    RecycleBuffer(std::move(buf));
+    if (!s.ok()) return s;
+    return header->key;
+  };
+  const size_t durable = FirstDurableTier();
+  if (options.ack == PutAck::kDurable && durable > 0 && durable < tiers_.size()) {
+    return via_buffer();
+  }
+  bool filled = false;
+  absl::StatusOr<ChunkKey> key =
+      tiers_[0]->PutInPlace(record_bytes, [&](std::span<std::byte> record) {
+        filled = true;
+        return fill(record);
+      });
+  if (!key.ok()) {
+    if (!filled && absl::IsResourceExhausted(key.status()) && tiers_.size() > 1) {
+      return via_buffer();
+    }
+    return key.status();
+  }
+  // As Put: key only, the write-back reads the record back from tier 0.
+  auto [first, last] = WriteThroughRange();
+  if (first <= last) Enqueue({}, record_bytes, *key, first, last);
+  return key;
+}
+
 absl::StatusOr<uint64_t> TieredStore::Impl::Get(const ChunkKey& key, std::span<std::byte> out,
                                                 GetInfo* info, const GetOptions& options) {
   absl::Status data_loss;
@@ -164,6 +207,12 @@ absl::StatusOr<uint64_t> TieredStore::Impl::Get(const ChunkKey& key, std::span<s
   }
   absl::Status miss = Miss(key, options);
   return data_loss.ok() ? miss : data_loss;
+}
+
+absl::StatusOr<RecordView> TieredStore::Impl::View(const ChunkKey& key, GetInfo* info) {
+  absl::StatusOr<RecordView> view = tiers_[0]->View(key);
+  if (view.ok()) AfterHit(0, view->bytes(), info, GetOptions{});
+  return view;
 }
 
 absl::StatusOr<std::vector<std::byte>> TieredStore::Impl::GetAlloc(const ChunkKey& key,
@@ -463,9 +512,16 @@ TieredStore::~TieredStore() = default;
 absl::Status TieredStore::Put(std::span<const std::byte> record, const PutOptions& options) {
   return impl_->Put(record, options);
 }
+absl::StatusOr<ChunkKey> TieredStore::PutInPlace(uint64_t record_bytes, const RecordFill& fill,
+                                                 const PutOptions& options) {
+  return impl_->PutInPlace(record_bytes, fill, options);
+}
 absl::StatusOr<uint64_t> TieredStore::Get(const ChunkKey& key, std::span<std::byte> out,
                                           GetInfo* info, const GetOptions& options) {
   return impl_->Get(key, out, info, options);
+}
+absl::StatusOr<RecordView> TieredStore::View(const ChunkKey& key, GetInfo* info) {
+  return impl_->View(key, info);
 }
 absl::StatusOr<std::vector<std::byte>> TieredStore::Get(const ChunkKey& key, GetInfo* info,
                                                         const GetOptions& options) {

@@ -36,8 +36,11 @@ class TieredStore::Impl {
 
   // --- tiered_store.cc ---
   absl::Status Put(std::span<const std::byte> record, const PutOptions& options);
+  absl::StatusOr<ChunkKey> PutInPlace(uint64_t record_bytes, const RecordFill& fill,
+                                      const PutOptions& options);
   absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out, GetInfo* info,
                                const GetOptions& options);
+  absl::StatusOr<RecordView> View(const ChunkKey& key, GetInfo* info);
   absl::StatusOr<std::vector<std::byte>> GetAlloc(const ChunkKey& key, GetInfo* info,
                                                   const GetOptions& options);
   LookupResult Lookup(std::span<const ChunkKey> keys, const LookupOptions& options);

@@ -55,6 +55,7 @@
 #include "kvstore/types.h"
 
 namespace kvt {
+struct ChunkHeader;  // kvstore/chunk_codec.h
 namespace internal {
 class ExtentAllocator;
 template <typename T>
@@ -104,6 +105,16 @@ class HostTier final : public Tier {
   // keeps its pin count.
   absl::Status Put(std::span<const std::byte> record) override;
   absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out) override;
+  // Tier contract (tier.h): `fill` writes straight into a reserved extent of the arena
+  // (one copy); the reservation counts in used_bytes, evicts like Put's, and is freed
+  // when `fill` or the header check fails. ResourceExhausted before `fill` is called
+  // exactly when Put would return it for a record of `record_bytes`.
+  absl::StatusOr<ChunkKey> PutInPlace(uint64_t record_bytes, const RecordFill& fill) override;
+  // Tier contract (tier.h): the view holds a reader count on the record's extent, as
+  // Get does during its copy, so the record is skipped by eviction and its extent is
+  // freed by the last of its readers. REQUIRES: every view is released before the tier
+  // is destroyed.
+  absl::StatusOr<RecordView> View(const ChunkKey& key) override;
   std::vector<ChunkStat> Stat(std::span<const ChunkKey> keys) override;
   absl::Status Erase(const ChunkKey& key) override;
   // Ordered by ChunkKey (operator<=>); next_page_token = ToHex() of the last key of
@@ -138,6 +149,13 @@ class HostTier final : public Tier {
   bool Evictable(const Entry& e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return e.state == State::kLive && e.pins == 0 && e.readers == 0;
   }
+  // A kWriting entry with an extent of round_up(record_bytes) (evicting as needed), in
+  // extents_ and used_bytes_, not yet visible; ResourceExhausted when no room.
+  absl::StatusOr<Entry*> Reserve(uint64_t record_bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  // Makes a reserved, filled entry live under `header`'s key (replacing an older record).
+  void Publish(Entry* entry, const ChunkHeader& header) ABSL_LOCKS_EXCLUDED(mu_);
+  // Frees a reserved entry that is not published.
+  void Abandon(Entry* entry) ABSL_LOCKS_EXCLUDED(mu_);
   // Takes an extent of `bytes` (multiple of alignment) from the free list; -1 if none fits.
   int64_t AllocExtent(uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeExtent(uint64_t offset, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -152,6 +170,8 @@ class HostTier final : public Tier {
   // returns), then unlinks it unless it was pinned meanwhile.
   void EvictOne(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Touch(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RecordView's release: drops the reader count `entry` (an Entry*) holds.
+  static void EndView(void* self, void* entry);
   // PinHandle's release: unpin of an absent or unpinned key is a no-op.
   static void Unpin(void* self, const ChunkKey& key);
 

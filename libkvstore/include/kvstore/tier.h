@@ -165,8 +165,56 @@ class PinHandle {
   uint64_t record_bytes_ = 0;
 };
 
+// A read-only view of one record in a tier's own memory (Tier::View), to send it without
+// copying it first. While the view lives the tier neither changes, evicts, reuses nor
+// frees those bytes (a record replaced or erased meanwhile stays readable through it).
+// Move-only; releases on destruction, like PinHandle. An empty view holds nothing.
+// REQUIRES: the view does not outlive the tier that issued it. Thread-compatible (one
+// view, one owner); the tier side is thread-safe.
+class RecordView {
+ public:
+  using ReleaseFn = void (*)(void* owner, void* token);
+
+  RecordView() = default;
+  RecordView(std::span<const std::byte> bytes, ReleaseFn release, void* owner, void* token)
+      : bytes_(bytes), release_(release), owner_(owner), token_(token) {}
+  RecordView(RecordView&& other) noexcept { *this = std::move(other); }
+  RecordView& operator=(RecordView&& other) noexcept {
+    if (this != &other) {
+      Release();
+      bytes_ = std::exchange(other.bytes_, {});
+      release_ = std::exchange(other.release_, nullptr);
+      owner_ = std::exchange(other.owner_, nullptr);
+      token_ = std::exchange(other.token_, nullptr);
+    }
+    return *this;
+  }
+  RecordView(const RecordView&) = delete;
+  RecordView& operator=(const RecordView&) = delete;
+  ~RecordView() { Release(); }
+
+  explicit operator bool() const { return release_ != nullptr; }
+  // The whole record (header + payload); empty once released.
+  std::span<const std::byte> bytes() const { return bytes_; }
+  // Lets the tier reuse the bytes now (idempotent).
+  void Release() {
+    bytes_ = {};
+    if (release_ != nullptr) std::exchange(release_, nullptr)(owner_, token_);
+  }
+
+ private:
+  std::span<const std::byte> bytes_;
+  ReleaseFn release_ = nullptr;
+  void* owner_ = nullptr;
+  void* token_ = nullptr;
+};
+
+// Writes and checks one whole record in memory a tier lends for the call (PutInPlace).
+using RecordFill = std::function<absl::Status(std::span<std::byte> record)>;
+
 // Thread-safe: every implementation allows concurrent calls to all methods.
-// Eight methods; what differs between backends is in caps().
+// Eight methods; what differs between backends is in caps(). PutInPlace and View have
+// defaults.
 class Tier {
  public:
   virtual ~Tier() = default;
@@ -205,6 +253,26 @@ class Tier {
   // Pins `key` (and touches its recency: a pin announces a read). Empty handle when the
   // key is absent, or always when !caps().pinnable.
   virtual PinHandle Pin(const ChunkKey& key) = 0;
+
+  // Put without the caller's buffer: the tier lends `record_bytes` of memory that only
+  // this call writes or reads, `fill` writes the whole record there (header included)
+  // and may check it there; then the tier checks the header as Put does, reading the
+  // filled bytes, and stores exactly them. A record filled from memory someone else may
+  // still write (a client's shared memory) costs one copy, and every check reads
+  // bytes nobody else can change. An error from `fill` abandons the record (nothing
+  // stored, nothing replaced) and is returned unchanged. `fill` runs without the tier's
+  // locks; it may call other tiers and the store, never this tier's Put/PutInPlace.
+  // Returns the stored record's key. Errors as Put's; ResourceExhausted may come before
+  // `fill` was called (no room), in which case it was not called. The default (tiers
+  // whose memory a caller cannot write in place): a heap buffer, `fill`, then Put.
+  virtual absl::StatusOr<ChunkKey> PutInPlace(uint64_t record_bytes, const RecordFill& fill);
+
+  // Get without the copy: the record of `key` where the tier holds it (RecordView). A hit
+  // counts as Get's does (recency, hits, bytes_out). NotFound on a miss, which is NOT
+  // counted (the caller falls back to Get, which counts it). The view delays eviction
+  // of that record, so hold it only while sending it. The default (tiers whose records
+  // are not in memory they own): Unimplemented.
+  virtual absl::StatusOr<RecordView> View(const ChunkKey& key);
 };
 
 // Builds one tier of a store. `on_evict` is the store's listener: pass it in the tier's

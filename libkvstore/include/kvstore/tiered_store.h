@@ -214,6 +214,14 @@ class TieredStore {
   // durable tier is written before Put returns, and its error is returned.
   // InvalidArgument/DataLoss/FailedPrecondition for a bad record (nothing stored).
   absl::Status Put(std::span<const std::byte> record, const PutOptions& options = {});
+  // Put of a record that `fill` writes (and may check) in memory tier 0 lends for the
+  // call (Tier::PutInPlace: the host tier's arena, one copy); the write-back then reads
+  // those same bytes. Returns the record's key. `fill`'s error abandons the record and is
+  // returned unchanged. Through a pooled buffer and Put instead when PutAck::kDurable
+  // names a durable tier below tier 0, or when tier 0 has no room (as Put: the lower
+  // tiers take it). REQUIRES: `fill` does not call this store's Put/PutInPlace.
+  absl::StatusOr<ChunkKey> PutInPlace(uint64_t record_bytes, const RecordFill& fill,
+                                      const PutOptions& options = {});
 
   // Copies the record of `key` into `out`, searching top-down; a hit below tier 0 is
   // promoted (unless options.peek). NotFound on a miss; OutOfRange if `out` is too
@@ -226,6 +234,12 @@ class TieredStore {
   // Allocating variant.
   absl::StatusOr<std::vector<std::byte>> Get(const ChunkKey& key, GetInfo* info = nullptr,
                                              const GetOptions& options = {});
+  // Get from tier 0 without a copy (Tier::View): the record where tier 0 holds it, kept
+  // there until the view is released; counted as a Get hit. A record only in lower
+  // tiers or in the write-back queue is not viewed: NotFound (not counted as a miss) or
+  // Unimplemented (tier 0 cannot lend its records), and the caller falls back to Get.
+  // REQUIRES: the view is released before the store is destroyed.
+  absl::StatusOr<RecordView> View(const ChunkKey& key, GetInfo* info = nullptr);
 
   // Which tiers hold `keys`, without moving data (no promotion, no LRU touch, not
   // counted as hits). With options.pin, pins the leading hits in the tier each was
