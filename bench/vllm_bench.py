@@ -19,6 +19,10 @@ enforce_eager, the same for all) and measures TTFT = wall time of a 1-token requ
                  and verified, then written layer by layer while the forward runs)
   kvtier_host_sync_whole  the same with load_per_layer false (the whole load before
                  the forward)
+  sync A/B       per-layer vs whole sync loads in two live engines, requests alternating
+                 (as no_reuse below; each prompt computed once, then loaded):
+                 ttft_sync_layer_ab_ms, ttft_sync_whole_ab_ms (medians),
+                 sync_layer_whole_paired (median of the per-pair ratios); "layer/whole"
   kvtier_disk    embedded host+disk: a fresh process whose host tier is empty loads
                  what an earlier process stored on disk
   kvtier_daemon  kvtierd (unix socket): the 2nd of two processes, loading over gRPC/shm;
@@ -156,7 +160,8 @@ def serve(spec_path: str) -> None:
         t1 = timing()
         hooks = {k: (v[0] - t0_time.get(k, (0, 0))[0]) * 1000 for k, v in t1.items()}
         out.write(json.dumps({"tokens": len(p), "ms": ms, "cpu_ms": cpu_ms,
-                              "cached": o.num_cached_tokens or 0, "hooks_ms": hooks}) + "\n")
+                              "cached": o.num_cached_tokens or 0, "hooks_ms": hooks,
+                              "layered_loads": getattr(conn, "layered_loads", 0)}) + "\n")
         out.flush()
     os._exit(0)
 
@@ -221,6 +226,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--noreuse-rounds", type=int, default=10)
     ap.add_argument("--only-noreuse", action="store_true")
+    ap.add_argument("--only-sync-ab", action="store_true",
+                    help="run the per-layer vs whole sync-load rounds alone")
     ap.add_argument("--model-dir", default=os.path.join(tempfile.gettempdir(), "kvtier-bench-245m"))
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     a = ap.parse_args()
@@ -246,7 +253,7 @@ def main() -> int:
     results = {}
     daemon = None
     try:
-        if not a.only_noreuse:
+        if not (a.only_noreuse or a.only_sync_ab):
             log("cold ..."); results["cold"] = run(dict(base, phases=["measure"]), work, "cold")
             log("prefix cache ...")
             results["prefix_cache"] = run(dict(base, prefix_cache=True, phases=["store", "measure"]),
@@ -290,6 +297,41 @@ def main() -> int:
             ekv = {"kv_connector": "ExampleConnector", "kv_role": "kv_both",
                    "kv_connector_extra_config": {"shared_storage_path": os.path.join(work, "example")}}
             results["example"] = run(dict(base, kv=ekv, phases=["store", "measure"]), work, "example")
+        if not a.only_noreuse:
+            log("sync loads, per-layer vs whole, alternating ...")
+            results["ab_layer"], results["ab_whole"] = [], []
+            sync = dict(chunk, host_capacity="2GiB", load_async=False)
+            sides = {"layer": Server(dict(base, kv=kvtier_kv(sync)), work, "ab-layer"),
+                     "whole": Server(dict(base, kv=kvtier_kv(dict(sync, load_per_layer=False))),
+                                     work, "ab-whole")}
+            try:
+                for s_ in sides.values():
+                    s_.wait_ready()
+                for r in range(a.noreuse_rounds):
+                    order = ("layer", "whole") if r % 2 == 0 else ("whole", "layer")
+                    for i, n in enumerate(lengths):
+                        p = prompt(555000 + 1000 * r + i, n)
+                        for side in order:
+                            sides[side].ask(p)  # computes and stores it
+                        for side in order:
+                            results["ab_" + side].append(dict(sides[side].ask(p), round=r))
+            finally:
+                for s_ in sides.values():
+                    s_.close()
+        if a.only_sync_ab:
+            for n in lengths:
+                lay = {r["round"]: r for r in results["ab_layer"] if r["tokens"] == n}
+                who = {r["round"]: r for r in results["ab_whole"] if r["tokens"] == n}
+                paired = sorted(lay[k]["ms"] / who[k]["ms"] for k in lay)
+                print(json.dumps({"prompt_tokens": n, "ttft_sync_layer_ms": round(
+                    statistics.median(r["ms"] for r in lay.values()), 1), "ttft_sync_whole_ms":
+                    round(statistics.median(r["ms"] for r in who.values()), 1),
+                    "sync_layer_whole_paired": round(statistics.median(paired), 3),
+                    "cached": [statistics.median(r["cached"] for r in lay.values()),
+                               statistics.median(r["cached"] for r in who.values())],
+                    "layered_loads": [max(r["layered_loads"] for r in results["ab_layer"]),
+                                      max(r["layered_loads"] for r in results["ab_whole"])]}))
+            return 0
         log("no reuse ...")
         results["noreuse_kvtier"], results["noreuse_none"] = [], []
         sides = {"none": Server(dict(base), work, "noreuse-none"),
@@ -349,6 +391,11 @@ def main() -> int:
                "ttft_kvtier_daemon_ms": round(med("kvtier_daemon"), 1),
                "ttft_kvtier_host_sync_ms": round(med("kvtier_host_sync"), 1),
                "ttft_kvtier_host_sync_whole_ms": round(med("kvtier_host_sync_whole"), 1),
+               "ttft_sync_layer_ab_ms": round(med("ab_layer"), 1),
+               "ttft_sync_whole_ab_ms": round(med("ab_whole"), 1),
+               "sync_layer_whole_paired": round(statistics.median(
+                   x["ms"] / y["ms"] for x in results["ab_layer"] for y in results["ab_whole"]
+                   if x["tokens"] == y["tokens"] == n and x["round"] == y["round"]), 3),
                "ttft_kvtier_daemon_sync_ms": round(med("kvtier_daemon_sync"), 1),
                "ttft_example_ms": round(med("example"), 1),
                "ttft_prefix_cache_ms": round(med("prefix_cache"), 1),
@@ -376,7 +423,7 @@ def main() -> int:
                   f"{r['ttft_kvtier_host_ms'] / r['ttft_prefix_cache_ms']:>11.2f} "
                   f"{r['ttft_kvtier_host_ms'] / r['ttft_example_ms']:>12.2f} "
                   f"{r['ttft_kvtier_host_sync_ms'] / r['ttft_example_ms']:>12.2f} "
-                  f"{r['ttft_kvtier_host_sync_ms'] / r['ttft_kvtier_host_sync_whole_ms']:>11.2f}")
+                  f"{r['sync_layer_whole_paired']:>11.2f}")
     print(f"{'prompt':>6} {'none ms':>9} {'kvtier ms':>9} {'no-reuse':>8} {'paired':>7} "
           f"{'IQR':>15} {'cpu':>6} {'hooks/prefill':>13} {'lookup ms':>9} {'store ms':>8} "
           f"{'rounds':>6}")

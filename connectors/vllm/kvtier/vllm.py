@@ -23,9 +23,12 @@ Flow per engine step:
                                            store may still be copying its blocks
   worker     handle_preemptions         -> waits until stores of preempted requests copied
                                            their blocks (before vLLM reuses them)
-             start_load_kv              -> sync loads: copies verified chunks into the
-                                           request's blocks before the forward; async loads:
-                                           starts them on a background thread
+             start_load_kv              -> sync loads: a thread fetches and verifies every
+                                           chunk, then writes them layer by layer
+                                           (load_per_layer; else all before the forward);
+                                           async loads: starts them on a background thread
+             wait_for_layer_load        -> waits until this layer of the step's sync loads
+                                           is written (per-layer loads only)
              wait_for_save              -> after the forward: hands the prompt's complete
                                            chunks to a background store thread, which copies
                                            them out of the blocks and stores them
@@ -89,6 +92,7 @@ logger = init_logger("kvtier.vllm")
 
 __all__ = ["KVTierConnector", "KVTierConnectorMetadata", "KVTierStats", "detect_layout",
            "timing"]
+
 
 @dataclass
 class ReqMeta:
