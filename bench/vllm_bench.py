@@ -15,7 +15,14 @@ enforce_eager, the same for all) and measures TTFT = wall time of a 1-token requ
                  and the load may cover the whole prompt; vLLM recomputes its last token)
   kvtier_host_sync  the same with load_async false (the load runs inside the step and
                  leaves the last chunk to compute, as vLLM's prefix cache leaves the
-                 last block)
+                 last block); per-layer (load_per_layer, the default: chunks fetched
+                 and verified, then written layer by layer while the forward runs)
+  kvtier_host_sync_whole  the same with load_per_layer false (the whole load before
+                 the forward)
+  sync A/B       per-layer vs whole sync loads in two live engines, requests alternating
+                 (as no_reuse below; each prompt computed once, then loaded):
+                 ttft_sync_layer_ab_ms, ttft_sync_whole_ab_ms (medians),
+                 sync_layer_whole_paired (median of the per-pair ratios); "layer/whole"
   kvtier_disk    embedded host+disk: a fresh process whose host tier is empty loads
                  what an earlier process stored on disk
   kvtier_daemon  kvtierd (unix socket): the 2nd of two processes, loading over gRPC/shm;
@@ -24,17 +31,29 @@ enforce_eager, the same for all) and measures TTFT = wall time of a 1-token requ
   prefix_cache   vLLM's own in-memory prefix cache (no connector): 2nd request, the
                  upper bound of an in-memory cache that recomputes the last block
   no_reuse_ratio TTFT of fresh prompts with KVTierConnector (lookups miss, stores run) /
-                 TTFT of the same prompts without a connector: --noreuse-rounds
-                 alternating rounds (none, kvtier, none, kvtier, ...), medians over all;
-                 no_reuse_spread = [min, max] of the per-round ratios; no_reuse_cpu_ratio:
-                 the same ratio of the engine process's CPU time (all threads) per
-                 request, less sensitive to other jobs on a shared machine
+                 TTFT of the same prompts without a connector. Two engine processes
+                 (none, kvtier) stay up side by side and the requests alternate between
+                 them, one at a time, --noreuse-rounds rounds (each round: every length,
+                 fresh prompts, the order of the two sides swapped every round), so a
+                 change in machine load hits both alike. no_reuse_ratio = median kvtier
+                 / median none; no_reuse_paired = median of the per-pair ratios and
+                 no_reuse_spread its [25th, 75th] percentiles; no_reuse_cpu_ratio: the
+                 same for the engine process's CPU time (all threads: the engine, its
+                 OpenMP pool and kvtier's store thread) per request, from the request's
+                 start until kvtier's store of it has reached the cache (each side is
+                 idle before the next request starts). no_reuse_connector_frac: wall
+                 time inside the connector's hooks on the engine's path per request
+                 (timed inside the connector, kvtier.vllm.timing()) / the no-connector
+                 TTFT; no_reuse_lookup_ms: of that, libkvtier's Lookup (chunk hashing +
+                 the store's lookup); no_reuse_store_ms: the store thread's copy-out
+                 (off the engine's path)
 
 --json prints one JSON object per prompt length (longest last) with the keys
 ttft_cold_ms, ttft_kvtier_host_ms, ttft_kvtier_disk_ms, ttft_kvtier_daemon_ms,
 ttft_example_ms, ttft_prefix_cache_ms, prompt_tokens, no_reuse_ratio (medians over reps),
-and ttft_kvtier_host_sync_ms, ttft_kvtier_daemon_sync_ms, no_reuse_spread,
-no_reuse_cpu_ratio. --only-noreuse runs the no-reuse rounds alone (their keys only).
+and ttft_kvtier_host_sync_ms, ttft_kvtier_host_sync_whole_ms, ttft_kvtier_daemon_sync_ms,
+no_reuse_paired, no_reuse_spread, no_reuse_cpu_ratio, no_reuse_connector_frac,
+no_reuse_lookup_ms, no_reuse_store_ms. --only-noreuse runs the no-reuse rounds alone (their keys only).
 """
 
 from __future__ import annotations
@@ -108,6 +127,77 @@ def worker(spec_path: str, out_path: str) -> None:
     os._exit(0)
 
 
+def serve(spec_path: str) -> None:
+    """A long-lived engine for the no-reuse rounds: one JSON request per stdin line
+    ({"prompt": [...]}), one JSON answer per stdout line (ms, cpu_ms, cached, the
+    connector's hook times of the request in ms)."""
+    out = os.fdopen(os.dup(1), "w")  # answers only; everything else goes to the log
+    os.dup2(2, 1)
+    from vllm import LLM, SamplingParams, TokensPrompt
+    spec = json.load(open(spec_path))
+    llm = LLM(model=spec["model"], enable_prefix_caching=False,
+              max_model_len=spec["max_model_len"], dtype="bfloat16", enforce_eager=True,
+              seed=0, kv_transfer_config=spec.get("kv"),
+              max_num_batched_tokens=spec["max_model_len"])
+    sp = SamplingParams(max_tokens=1, temperature=0)
+    conn, timing = None, (lambda: {})
+    if spec.get("kv"):
+        from vllm.distributed.kv_transfer import get_kv_transfer_group
+        import kvtier.vllm
+        conn, timing = get_kv_transfer_group(), kvtier.vllm.timing
+    llm.generate([TokensPrompt(prompt_token_ids=prompt(999, 64))], sp, use_tqdm=False)
+    out.write("ready\n")
+    out.flush()
+    for line in sys.stdin:
+        p = json.loads(line)["prompt"]
+        t0_time = timing()
+        t, c = time.perf_counter(), time.process_time()
+        o = llm.generate([TokensPrompt(prompt_token_ids=p)], sp, use_tqdm=False)[0]
+        ms = (time.perf_counter() - t) * 1000
+        if conn is not None:
+            conn.flush()  # its store reached the cache: counted in cpu_ms, not in ms
+        cpu_ms = (time.process_time() - c) * 1000
+        t1 = timing()
+        hooks = {k: (v[0] - t0_time.get(k, (0, 0))[0]) * 1000 for k, v in t1.items()}
+        out.write(json.dumps({"tokens": len(p), "ms": ms, "cpu_ms": cpu_ms,
+                              "cached": o.num_cached_tokens or 0, "hooks_ms": hooks,
+                              "layered_loads": getattr(conn, "layered_loads", 0)}) + "\n")
+        out.flush()
+    os._exit(0)
+
+
+class Server:
+    """A serve() process driven over pipes."""
+
+    def __init__(self, spec: dict, work: str, name: str):
+        sp = os.path.join(work, name + ".json")
+        json.dump(spec, open(sp, "w"))
+        env = dict(os.environ, **{k: v for k, v in ENV.items() if k not in os.environ})
+        self.log = open(os.path.join(work, name + ".log"), "wb")
+        self.p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve", sp],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=self.log, env=env, text=True)
+        self.name, self.work = name, work
+
+    def wait_ready(self):
+        if self.p.stdout.readline().strip() != "ready":
+            raise SystemExit(f"vllm_bench: {self.name} did not start; see "
+                             f"{self.work}/{self.name}.log")
+
+    def ask(self, p: list[int]) -> dict:
+        self.p.stdin.write(json.dumps({"prompt": p}) + "\n")
+        self.p.stdin.flush()
+        line = self.p.stdout.readline()
+        if not line:
+            raise SystemExit(f"vllm_bench: {self.name} died; see {self.work}/{self.name}.log")
+        return json.loads(line)
+
+    def close(self):
+        self.p.stdin.close()
+        self.p.wait(timeout=120)
+        self.log.close()
+
+
 # ------------------------------------------------------------------ orchestrator
 def run(spec: dict, work: str, name: str) -> list[dict]:
     sp, out = os.path.join(work, name + ".json"), os.path.join(work, name + ".out.json")
@@ -130,16 +220,22 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--serve", help=argparse.SUPPRESS)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--lengths", default="512,1024,2048,3968")
     ap.add_argument("--reps", type=int, default=1)
-    ap.add_argument("--noreuse-rounds", type=int, default=3)
+    ap.add_argument("--noreuse-rounds", type=int, default=10)
     ap.add_argument("--only-noreuse", action="store_true")
+    ap.add_argument("--only-sync-ab", action="store_true",
+                    help="run the per-layer vs whole sync-load rounds alone")
     ap.add_argument("--model-dir", default=os.path.join(tempfile.gettempdir(), "kvtier-bench-245m"))
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     a = ap.parse_args()
     if a.worker:
         worker(*a.worker)
+        return 0
+    if a.serve:
+        serve(a.serve)
         return 0
     lengths = [int(x) for x in a.lengths.split(",")]
     max_len = max(lengths) + 128
@@ -148,7 +244,6 @@ def main() -> int:
     work = tempfile.mkdtemp(prefix="kvt-vllm-bench-")
     # Interleaved: rep 0 = [512, 1024, ...], rep 1 = [512, 1024, ...], distinct prompts.
     prompts = [prompt(1000 * r + i + 1, n) for r in range(a.reps) for i, n in enumerate(lengths)]
-    fresh = [prompt(777000 + 1000 * r + i, n) for r in range(a.reps) for i, n in enumerate(lengths)]
     base = {"model": model, "max_model_len": max_len, "prompts": prompts}
     # chunk_tokens = the CPU block size (128): a sync load then leaves the same last block
     # to compute as vLLM's prefix cache and ExampleConnector do; an async load (the
@@ -158,7 +253,7 @@ def main() -> int:
     results = {}
     daemon = None
     try:
-        if not a.only_noreuse:
+        if not (a.only_noreuse or a.only_sync_ab):
             log("cold ..."); results["cold"] = run(dict(base, phases=["measure"]), work, "cold")
             log("prefix cache ...")
             results["prefix_cache"] = run(dict(base, prefix_cache=True, phases=["store", "measure"]),
@@ -170,6 +265,10 @@ def main() -> int:
             results["kvtier_host_sync"] = run(dict(base, kv=kvtier_kv(dict(
                 chunk, host_capacity="2GiB", load_async=False)), phases=["store", "measure"]),
                 work, "host-sync")
+            log("kvtier host, sync whole loads ...")
+            results["kvtier_host_sync_whole"] = run(dict(base, kv=kvtier_kv(dict(
+                chunk, host_capacity="2GiB", load_async=False, load_per_layer=False)),
+                phases=["store", "measure"]), work, "host-sync-whole")
             disk = os.path.join(work, "disk")
             log("kvtier disk ...")
             run(dict(base, kv=kvtier_kv(dict(chunk, host_capacity="2GiB", disk_dir=disk,
@@ -198,18 +297,58 @@ def main() -> int:
             ekv = {"kv_connector": "ExampleConnector", "kv_role": "kv_both",
                    "kv_connector_extra_config": {"shared_storage_path": os.path.join(work, "example")}}
             results["example"] = run(dict(base, kv=ekv, phases=["store", "measure"]), work, "example")
+        if not a.only_noreuse:
+            log("sync loads, per-layer vs whole, alternating ...")
+            results["ab_layer"], results["ab_whole"] = [], []
+            sync = dict(chunk, host_capacity="2GiB", load_async=False)
+            sides = {"layer": Server(dict(base, kv=kvtier_kv(sync)), work, "ab-layer"),
+                     "whole": Server(dict(base, kv=kvtier_kv(dict(sync, load_per_layer=False))),
+                                     work, "ab-whole")}
+            try:
+                for s_ in sides.values():
+                    s_.wait_ready()
+                for r in range(a.noreuse_rounds):
+                    order = ("layer", "whole") if r % 2 == 0 else ("whole", "layer")
+                    for i, n in enumerate(lengths):
+                        p = prompt(555000 + 1000 * r + i, n)
+                        for side in order:
+                            sides[side].ask(p)  # computes and stores it
+                        for side in order:
+                            results["ab_" + side].append(dict(sides[side].ask(p), round=r))
+            finally:
+                for s_ in sides.values():
+                    s_.close()
+        if a.only_sync_ab:
+            for n in lengths:
+                lay = {r["round"]: r for r in results["ab_layer"] if r["tokens"] == n}
+                who = {r["round"]: r for r in results["ab_whole"] if r["tokens"] == n}
+                paired = sorted(lay[k]["ms"] / who[k]["ms"] for k in lay)
+                print(json.dumps({"prompt_tokens": n, "ttft_sync_layer_ms": round(
+                    statistics.median(r["ms"] for r in lay.values()), 1), "ttft_sync_whole_ms":
+                    round(statistics.median(r["ms"] for r in who.values()), 1),
+                    "sync_layer_whole_paired": round(statistics.median(paired), 3),
+                    "cached": [statistics.median(r["cached"] for r in lay.values()),
+                               statistics.median(r["cached"] for r in who.values())],
+                    "layered_loads": [max(r["layered_loads"] for r in results["ab_layer"]),
+                                      max(r["layered_loads"] for r in results["ab_whole"])]}))
+            return 0
         log("no reuse ...")
-        # Alternating rounds (none, kvtier, none, kvtier) so that a change in machine load
-        # during the run hits both sides alike; medians over all rounds.
         results["noreuse_kvtier"], results["noreuse_none"] = [], []
-        for r in range(a.noreuse_rounds):
-            for row in run(dict(base, prompts=fresh, phases=["measure"]), work,
-                           f"noreuse-none-{r}"):
-                results["noreuse_none"].append(dict(row, round=r))
-            for row in run(dict(base, prompts=fresh,
-                                kv=kvtier_kv(dict(chunk, host_capacity="2GiB")),
-                                phases=["measure"]), work, f"noreuse-kvtier-{r}"):
-                results["noreuse_kvtier"].append(dict(row, round=r))
+        sides = {"none": Server(dict(base), work, "noreuse-none"),
+                 "kvtier": Server(dict(base, kv=kvtier_kv(dict(chunk, host_capacity="2GiB"))),
+                                  work, "noreuse-kvtier")}
+        try:
+            for s_ in sides.values():
+                s_.wait_ready()
+            for r in range(a.noreuse_rounds):
+                order = ("none", "kvtier") if r % 2 == 0 else ("kvtier", "none")
+                for i, n in enumerate(lengths):
+                    p = prompt(777000 + 1000 * r + i, n)  # fresh: every lookup misses
+                    for side in order:
+                        results["noreuse_" + side].append(dict(sides[side].ask(p), round=r))
+        finally:
+            for s_ in sides.values():
+                s_.close()
     finally:
         if daemon is not None:
             daemon.send_signal(signal.SIGTERM)
@@ -222,15 +361,27 @@ def main() -> int:
         def med(key, field="ms", rnd=None):
             return statistics.median(r[field] for r in results[key] if r["tokens"] == n
                                      and (rnd is None or r["round"] == rnd))
-        per_round = [med("noreuse_kvtier", rnd=r) / med("noreuse_none", rnd=r)
-                     for r in range(a.noreuse_rounds)]
+        none = {r["round"]: r for r in results["noreuse_none"] if r["tokens"] == n}
+        kvt = {r["round"]: r for r in results["noreuse_kvtier"] if r["tokens"] == n}
+        paired = sorted(kvt[k]["ms"] / none[k]["ms"] for k in kvt)
+        q = statistics.quantiles(paired, n=4) if len(paired) > 1 else paired * 3
+        path_ms = [sum(v for k, v in r["hooks_ms"].items() if k not in ("_store", "native_lookup"))
+                   for r in kvt.values()]
+        prefill = med("noreuse_none")
         noreuse = {
             "prompt_tokens": n,
-            "no_reuse_ratio": round(med("noreuse_kvtier") / med("noreuse_none"), 3),
-            "no_reuse_spread": [round(min(per_round), 3), round(max(per_round), 3)],
+            "no_reuse_ratio": round(med("noreuse_kvtier") / prefill, 3),
+            "no_reuse_paired": round(statistics.median(paired), 3),
+            "no_reuse_spread": [round(q[0], 3), round(q[2], 3)],
             "no_reuse_cpu_ratio": round(med("noreuse_kvtier", "cpu_ms") /
                                         med("noreuse_none", "cpu_ms"), 3),
-            "no_reuse_ms": [round(med("noreuse_none"), 1), round(med("noreuse_kvtier"), 1)]}
+            "no_reuse_connector_frac": round(statistics.median(path_ms) / prefill, 4),
+            "no_reuse_lookup_ms": round(statistics.median(
+                r["hooks_ms"].get("native_lookup", 0) for r in kvt.values()), 3),
+            "no_reuse_store_ms": round(statistics.median(
+                r["hooks_ms"].get("_store", 0) for r in kvt.values()), 2),
+            "no_reuse_ms": [round(prefill, 1), round(med("noreuse_kvtier"), 1)],
+            "no_reuse_rounds": len(paired)}
         if a.only_noreuse:
             out.append(noreuse)
             continue
@@ -239,32 +390,51 @@ def main() -> int:
                "ttft_kvtier_disk_ms": round(med("kvtier_disk"), 1),
                "ttft_kvtier_daemon_ms": round(med("kvtier_daemon"), 1),
                "ttft_kvtier_host_sync_ms": round(med("kvtier_host_sync"), 1),
+               "ttft_kvtier_host_sync_whole_ms": round(med("kvtier_host_sync_whole"), 1),
+               "ttft_sync_layer_ab_ms": round(med("ab_layer"), 1),
+               "ttft_sync_whole_ab_ms": round(med("ab_whole"), 1),
+               "sync_layer_whole_paired": round(statistics.median(
+                   x["ms"] / y["ms"] for x in results["ab_layer"] for y in results["ab_whole"]
+                   if x["tokens"] == y["tokens"] == n and x["round"] == y["round"]), 3),
                "ttft_kvtier_daemon_sync_ms": round(med("kvtier_daemon_sync"), 1),
                "ttft_example_ms": round(med("example"), 1),
                "ttft_prefix_cache_ms": round(med("prefix_cache"), 1),
                **noreuse,
                "kvtier_cached_tokens": {k: med(k, "cached") for k in
-                                        ("kvtier_host", "kvtier_host_sync", "kvtier_disk",
+                                        ("kvtier_host", "kvtier_host_sync",
+                                         "kvtier_host_sync_whole", "kvtier_disk",
                                          "kvtier_daemon", "kvtier_daemon_sync")}}
         out.append(row)
-    if a.json or a.only_noreuse:
+    if a.json:
         for row in out:
             print(json.dumps(row))
         return 0
-    print(f"{'prompt':>6} {'cold':>8} {'host':>8} {'host-syn':>8} {'disk':>8} {'kvtierd':>8} "
-          f"{'kvtd-syn':>8} {'example':>8} {'prefix$':>8}  {'host/prefix':>11} "
-          f"{'host/example':>12} {'sync/example':>12} {'no-reuse':>8} {'spread':>13} "
-          f"{'cpu':>7}")
+    if not a.only_noreuse:
+        print(f"{'prompt':>6} {'cold':>8} {'host':>8} {'host-syn':>8} {'syn-whol':>8} "
+              f"{'disk':>8} {'kvtierd':>8} {'kvtd-syn':>8} {'example':>8} {'prefix$':>8}  "
+              f"{'host/prefix':>11} {'host/example':>12} {'sync/example':>12} "
+              f"{'layer/whole':>11}")
+        for r in out:
+            print(f"{r['prompt_tokens']:>6} {r['ttft_cold_ms']:>8.1f} "
+                  f"{r['ttft_kvtier_host_ms']:>8.1f} {r['ttft_kvtier_host_sync_ms']:>8.1f} "
+                  f"{r['ttft_kvtier_host_sync_whole_ms']:>8.1f} {r['ttft_kvtier_disk_ms']:>8.1f} "
+                  f"{r['ttft_kvtier_daemon_ms']:>8.1f} {r['ttft_kvtier_daemon_sync_ms']:>8.1f} "
+                  f"{r['ttft_example_ms']:>8.1f} {r['ttft_prefix_cache_ms']:>8.1f}  "
+                  f"{r['ttft_kvtier_host_ms'] / r['ttft_prefix_cache_ms']:>11.2f} "
+                  f"{r['ttft_kvtier_host_ms'] / r['ttft_example_ms']:>12.2f} "
+                  f"{r['ttft_kvtier_host_sync_ms'] / r['ttft_example_ms']:>12.2f} "
+                  f"{r['sync_layer_whole_paired']:>11.2f}")
+    print(f"{'prompt':>6} {'none ms':>9} {'kvtier ms':>9} {'no-reuse':>8} {'paired':>7} "
+          f"{'IQR':>15} {'cpu':>6} {'hooks/prefill':>13} {'lookup ms':>9} {'store ms':>8} "
+          f"{'rounds':>6}")
     for r in out:
-        print(f"{r['prompt_tokens']:>6} {r['ttft_cold_ms']:>8.1f} {r['ttft_kvtier_host_ms']:>8.1f} "
-              f"{r['ttft_kvtier_host_sync_ms']:>8.1f} {r['ttft_kvtier_disk_ms']:>8.1f} "
-              f"{r['ttft_kvtier_daemon_ms']:>8.1f} {r['ttft_kvtier_daemon_sync_ms']:>8.1f} "
-              f"{r['ttft_example_ms']:>8.1f} {r['ttft_prefix_cache_ms']:>8.1f}  "
-              f"{r['ttft_kvtier_host_ms'] / r['ttft_prefix_cache_ms']:>11.2f} "
-              f"{r['ttft_kvtier_host_ms'] / r['ttft_example_ms']:>12.2f} "
-              f"{r['ttft_kvtier_host_sync_ms'] / r['ttft_example_ms']:>12.2f} "
-              f"{r['no_reuse_ratio']:>8.3f} {str(r['no_reuse_spread']):>13} "
-              f"{r['no_reuse_cpu_ratio']:>7.3f}")
+        print(f"{r['prompt_tokens']:>6} {r['no_reuse_ms'][0]:>9.1f} {r['no_reuse_ms'][1]:>9.1f} "
+              f"{r['no_reuse_ratio']:>8.3f} {r['no_reuse_paired']:>7.3f} "
+              f"{str(r['no_reuse_spread']):>15} {r['no_reuse_cpu_ratio']:>6.3f} "
+              f"{r['no_reuse_connector_frac']:>13.4f} {r['no_reuse_lookup_ms']:>9.3f} "
+              f"{r['no_reuse_store_ms']:>8.2f} {r['no_reuse_rounds']:>6}")
+    if a.only_noreuse:
+        return 0
     print("targets: kvtier warm <= 1.3 x prefix cache and <= 0.5 x ExampleConnector at >= 2k "
           "tokens; no-reuse ratio <= 1.02 (times in ms; TTFT of a 1-token request)")
     print("cached tokens (kvtier): " + ", ".join(

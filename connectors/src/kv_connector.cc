@@ -36,6 +36,12 @@ double SecondsSince(Clock::time_point t0) {
 
 }  // namespace
 
+std::span<const std::byte> FetchedPayloads::LayerPayload(size_t chunk_index, uint32_t layer) const {
+  const uint64_t lb = layer_bytes();
+  return std::span<const std::byte>(
+      records[chunk_index - first_chunk].get() + kChunkHeaderBytes + uint64_t{layer} * lb, lb);
+}
+
 absl::Status ConnectorOptions::Validate() const {
   if (absl::Status s = ns.Validate(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("ConnectorOptions.ns: ", s.message()));
@@ -229,6 +235,45 @@ class KVConnectorImpl final : public KVConnector {
       result.loaded_tokens = uint64_t{i + 1} * chunk_tokens_;
     }
     return result;
+  }
+
+  absl::StatusOr<FetchedPayloads> FetchPayloads(std::span<const TokenId> tokens,
+                                                uint64_t num_tokens,
+                                                uint64_t skip_tokens) override {
+    if (absl::Status s = connector_internal::CheckLoadArgs("FetchPayloads", tokens, num_tokens,
+                                                           skip_tokens, chunk_tokens_);
+        !s.ok()) {
+      return s;
+    }
+    FetchedPayloads out;
+    out.num_layers = options_.ns.layout.num_layers;
+    out.payload_bytes = payload_bytes_;
+    const size_t n = num_tokens / chunk_tokens_;
+    const size_t first = std::min<uint64_t>(skip_tokens / chunk_tokens_, n);
+    out.first_chunk = first;
+    out.result.loaded_tokens = uint64_t{first} * chunk_tokens_;
+    std::vector<ChunkKey> keys = ComputeChunkKeys(ns_, tokens.first(num_tokens), KeyOptions());
+    absl::Cleanup release = [&] { ReleaseLeaseFor(keys); };
+    if (first == n) return out;
+    const KvLayout layout = options_.ns.layout;
+    const size_t record_bytes = kChunkHeaderBytes + payload_bytes_;
+    const ChunkConsume keep = [](size_t, std::span<const std::byte>) { return absl::OkStatus(); };
+    for (size_t i = first; i < n; ++i) {
+      auto rec = std::make_unique_for_overwrite<std::byte[]>(record_bytes);
+      absl::Status err =
+          LoadOne(keys[i], layout, std::span<std::byte>(rec.get(), record_bytes), i, keep);
+      if (!err.ok()) {
+        for (size_t j = i; j < n; ++j) out.result.failed_chunks.push_back(j);
+        Bump(counters_->load_chunks_failed, n - i);
+        out.result.first_error = err;
+        spdlog::debug("kvt connector: fetch stopped at chunk {} of {}: {}", i, n, err.ToString());
+        break;
+      }
+      Bump(counters_->load_chunks_ok);
+      out.records.push_back(std::move(rec));
+      out.result.loaded_tokens = uint64_t{i + 1} * chunk_tokens_;
+    }
+    return out;
   }
 
   void ObservePrefill(uint64_t new_tokens, uint64_t context_tokens,

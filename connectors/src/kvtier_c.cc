@@ -36,6 +36,16 @@ struct kvt_connector {
   std::optional<KvtBlockView> blocks;
 };
 
+// A fetched per-layer block load (kvt_fetch_blocks): the verified records, the block view
+// and block ids of the fetch (copied), written layer by layer by kvt_fetched_scatter_layer.
+struct kvt_fetched {
+  kvt::FetchedPayloads payloads;
+  KvtBlockView view;
+  std::vector<int32_t> block_ids;
+  size_t per_chunk = 0;  // blocks per chunk
+  uint64_t skip_tokens = 0;
+};
+
 namespace {
 
 thread_local std::string g_last_error;
@@ -440,6 +450,66 @@ int kvt_load_blocks(kvt_connector* c, const int32_t* tokens, size_t n_tokens, ui
     return Ok();
   });
 }
+
+int kvt_fetch_blocks(kvt_connector* c, const int32_t* tokens, size_t n_tokens, uint64_t num_tokens,
+                     const int32_t* block_ids, size_t n_block_ids, uint64_t skip_tokens,
+                     kvt_fetched** fetched, uint64_t* loaded_tokens) {
+  return Guard("kvt_fetch_blocks", [&]() -> int {
+    KVT_C_REQUIRE(c != nullptr && fetched != nullptr && loaded_tokens != nullptr,
+                  "kvt_fetch_blocks: connector, fetched and loaded_tokens must be non-NULL");
+    *fetched = nullptr;
+    KVT_C_REQUIRE(tokens != nullptr || n_tokens == 0, "kvt_fetch_blocks: tokens is NULL");
+    KVT_C_REQUIRE(block_ids != nullptr || n_block_ids == 0, "kvt_fetch_blocks: block_ids is NULL");
+    if (!c->blocks) {
+      return Fail(KVT_FAILED_PRECONDITION,
+                  "kvt_fetch_blocks: no block view registered (call kvt_register_block_view)");
+    }
+    const KvtBlockView& v = *c->blocks;
+    const uint32_t chunk = c->connector->chunk_tokens();
+    KVT_C_REQUIRE(num_tokens % chunk == 0 && num_tokens <= n_tokens,
+                  absl::StrFormat("kvt_fetch_blocks: num_tokens = %d; expected a multiple of "
+                                  "chunk_tokens %d and <= n_tokens %d",
+                                  num_tokens, chunk, n_tokens));
+    const size_t n_needed = num_tokens / v.block_size;
+    if (int rc = CheckBlockIds("kvt_fetch_blocks", v, block_ids, n_block_ids, n_needed)) return rc;
+    auto r = c->connector->FetchPayloads(std::span<const int32_t>(tokens, n_tokens), num_tokens,
+                                         skip_tokens);
+    if (!r.ok()) return Fail(r.status());
+    auto f = std::make_unique<kvt_fetched>();
+    f->payloads = std::move(*r);
+    f->view = v;
+    f->block_ids.assign(block_ids, block_ids + n_needed);
+    f->per_chunk = chunk / v.block_size;
+    f->skip_tokens = skip_tokens;
+    *loaded_tokens = f->payloads.result.loaded_tokens;
+    *fetched = f.release();
+    return Ok();
+  });
+}
+
+int kvt_fetched_scatter_layer(kvt_fetched* f, uint32_t layer) {
+  return Guard("kvt_fetched_scatter_layer", [&]() -> int {
+    KVT_C_REQUIRE(f != nullptr, "kvt_fetched_scatter_layer: fetched is NULL");
+    const kvt::FetchedPayloads& p = f->payloads;
+    KVT_C_REQUIRE(layer < p.num_layers,
+                  absl::StrFormat("kvt_fetched_scatter_layer: layer = %d; expected 0..%d", layer,
+                                  static_cast<int64_t>(p.num_layers) - 1));
+    const KvtBlockView& v = f->view;
+    std::byte* base = v.layer_base[layer];
+    for (size_t ci = p.first_chunk; ci < p.first_chunk + p.num_chunks(); ++ci) {
+      const std::byte* in = p.LayerPayload(ci, layer).data();
+      for (size_t j = 0; j < f->per_chunk; ++j, in += v.block_bytes) {
+        const size_t bi = ci * f->per_chunk + j;
+        if ((bi + 1) * v.block_size > f->skip_tokens) {
+          std::memcpy(base + uint64_t(f->block_ids[bi]) * v.block_bytes, in, v.block_bytes);
+        }
+      }
+    }
+    return Ok();
+  });
+}
+
+void kvt_fetched_free(kvt_fetched* f) { delete f; }
 
 int kvt_get_stats(const kvt_connector* c, kvt_stats* out, size_t out_size) {
   return Guard("kvt_get_stats", [&]() -> int {

@@ -7,7 +7,9 @@ SPEC: {"model": dir, "connector": extra_config | null, "prompts": [[ids...], ...
        "max_tokens": 8, "block_size": null, "dtype": "bfloat16", "max_model_len": 2048,
        "num_gpu_blocks_override": null, "env": {name: value} (set before the engine starts),
        "flush_before": [prompt indices] (wait for the connector's stores first),
-       "connector_module": "kvtier.vllm", "connector_class": "KVTierConnector"}
+       "connector_module": "kvtier.vllm", "connector_class": "KVTierConnector",
+       "batch_first": [[ids...], ...] (run together first, "batch_max_tokens" each),
+       "hooks": [names of hooked_connector counters to report]}
 Greedy sampling with logprobs=1; enable_prefix_caching=False so every hit is kvtier's.
 """
 
@@ -51,6 +53,8 @@ def main():
     llm = build_llm(spec)
     conn = connector_of(llm)
     rows = []
+    if spec.get("batch_first"):  # these prompts together in one generate call first
+        rows += generate(llm, spec["batch_first"], spec.get("batch_max_tokens", 8), batch=True)
     for i, p in enumerate(spec["prompts"]):
         if i in spec.get("flush_before", ()) and conn is not None:
             conn.flush()
@@ -60,8 +64,8 @@ def main():
         conn.flush()
         stats = conn.kvtier_stats()
         conn.shutdown()  # drain stores down to the disk tier before the hard exit below
-    hooks = {k: getattr(type(conn), k) for k in ("loads_seen", "async_loads_seen")
-             if hasattr(type(conn), k)}
+    hooks = {k: getattr(conn, k) for k in spec.get(
+             "hooks", ("loads_seen", "async_loads_seen")) if hasattr(conn, k)}
     with open(sys.argv[2], "w") as f:
         json.dump({"rows": rows, "kvtier": stats, "hooks": hooks}, f)
     os._exit(0)  # skip vLLM's slow interpreter teardown

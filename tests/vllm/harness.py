@@ -109,12 +109,19 @@ def engine_result(p: subprocess.Popen, timeout=600) -> dict:
         return json.load(f)
 
 
-def generate(llm, prompts, max_tokens=8):
+def generate(llm, prompts, max_tokens=8, batch=False):
+    """Greedy rows, one prompt at a time (each request's hits are its own), or all in
+    one generate call (batch=True: they run together and compete for blocks)."""
     from vllm import SamplingParams, TokensPrompt
     sp = SamplingParams(max_tokens=max_tokens, temperature=0, logprobs=1, ignore_eos=True)
     rows = []
-    for p in prompts:  # one at a time: each request's hits are its own
-        o = llm.generate([TokensPrompt(prompt_token_ids=p)], sp, use_tqdm=False)[0]
+    if batch:
+        outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp,
+                            use_tqdm=False)
+    else:
+        outs = [llm.generate([TokensPrompt(prompt_token_ids=p)], sp, use_tqdm=False)[0]
+                for p in prompts]
+    for o in outs:
         out = o.outputs[0]
         rows.append({"prompt_tokens": len(o.prompt_token_ids),
                      "num_cached_tokens": o.num_cached_tokens or 0,

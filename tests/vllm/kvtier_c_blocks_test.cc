@@ -1,5 +1,6 @@
 // The C ABI's block-region level (kvt_register_block_view / kvt_store_blocks /
-// kvt_load_blocks), kvt_get_stats and the daemon options, as the vLLM connector uses them.
+// kvt_load_blocks, the per-layer kvt_fetch_blocks / kvt_fetched_scatter_layer), kvt_get_stats and
+// the daemon options, as the vLLM connector uses them.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -99,6 +100,65 @@ TEST_F(BlocksTest, StoreThenLoadCopiesWholeRegionsIntoOtherBlocks) {
   EXPECT_EQ(s.store_chunks_put, 2u);
   EXPECT_EQ(s.load_chunks_ok, 2u);
   EXPECT_EQ(s.lookup_hit_tokens, 512u);
+}
+
+// The per-layer load: the fetch verifies and holds the chunks but writes nothing; each
+// scatter writes exactly its layer; a chunk that cannot be delivered (here: never stored)
+// and every chunk after it are never written.
+TEST_F(BlocksTest, FetchWritesNothingThenEachLayerScattersOnlyThatLayer) {
+  Cache src(1), dst(200);
+  kvt_block_view v = src.View();
+  ASSERT_EQ(kvt_register_block_view(c_, &v), KVT_OK) << kvt_last_error();
+  const auto tokens = Tokens(900);  // 3 complete chunks; only the first 2 are stored
+  const int32_t from[] = {5, 2, 7, 0};
+  ASSERT_EQ(kvt_store_blocks(c_, tokens.data(), 600, from, 4, nullptr), KVT_OK);
+  kvt_flush(c_);
+
+  v = dst.View();
+  ASSERT_EQ(kvt_register_block_view(c_, &v), KVT_OK);
+  const Cache before(200);
+  const int32_t to[] = {1, 3, 4, 6, 2, 5};
+  kvt_fetched* f = nullptr;
+  uint64_t loaded = 0;
+  ASSERT_EQ(kvt_fetch_blocks(c_, tokens.data(), tokens.size(), 768, to, 6, 128, &f, &loaded),
+            KVT_OK)
+      << kvt_last_error();
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(loaded, 512u);  // chunk 2 is not in the cache
+  for (uint32_t l = 0; l < kLayers; ++l) {
+    EXPECT_EQ(dst.layers[l], before.layers[l]) << "the fetch wrote layer " << l;
+  }
+  ASSERT_EQ(kvt_fetched_scatter_layer(f, 0), KVT_OK) << kvt_last_error();
+  for (int j = 1; j < 4; ++j) {
+    EXPECT_EQ(std::memcmp(dst.Block(0, to[j]), src.Block(0, from[j]), kBlockBytes), 0) << j;
+  }
+  EXPECT_EQ(dst.layers[1], before.layers[1]) << "scattering layer 0 wrote layer 1";
+  EXPECT_EQ(std::memcmp(dst.Block(0, 1), before.Block(0, 1), kBlockBytes), 0)
+      << "block below skip_tokens written";
+  ASSERT_EQ(kvt_fetched_scatter_layer(f, 1), KVT_OK);
+  for (int j = 1; j < 4; ++j) {
+    EXPECT_EQ(std::memcmp(dst.Block(1, to[j]), src.Block(1, from[j]), kBlockBytes), 0) << j;
+  }
+  for (uint32_t l = 0; l < kLayers; ++l) {
+    for (int j = 4; j < 6; ++j) {  // chunk 2's blocks: not delivered, not written
+      EXPECT_EQ(std::memcmp(dst.Block(l, to[j]), before.Block(l, to[j]), kBlockBytes), 0);
+    }
+  }
+  EXPECT_EQ(kvt_fetched_scatter_layer(f, 2), KVT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kvt_last_error()).find("layer = 2"), std::string::npos) << kvt_last_error();
+  kvt_fetched_free(f);
+  kvt_stats s{};
+  ASSERT_EQ(kvt_get_stats(c_, &s, sizeof(s)), KVT_OK);
+  EXPECT_EQ(s.load_chunks_ok, 2u);
+  EXPECT_EQ(s.load_chunks_failed, 1u);
+  EXPECT_EQ(s.load_misses, 1u);
+
+  const int32_t bad[] = {1, 3, 4, 6, 2, 8};
+  f = reinterpret_cast<kvt_fetched*>(&s);
+  EXPECT_EQ(kvt_fetch_blocks(c_, tokens.data(), tokens.size(), 768, bad, 6, 0, &f, &loaded),
+            KVT_INVALID_ARGUMENT);
+  EXPECT_EQ(f, nullptr);
+  EXPECT_NE(std::string(kvt_last_error()).find("block_ids[5] = 8"), std::string::npos);
 }
 
 TEST_F(BlocksTest, BlockSizeThatDoesNotDivideTheChunkNamesBoth) {

@@ -9,6 +9,10 @@ import json
 
 import vllm
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
+from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
+    KVConnectorPromMetrics,
+    KVConnectorStats,
+)
 
 import kvtier.vllm as kv
 
@@ -36,5 +40,5 @@ print("RESULT " + json.dumps({
     "subclass": issubclass(cls, KVConnectorBase_V1),
     "abstract_left": sorted(getattr(cls, "__abstractmethods__", ())),
     "overridden": sorted(overridden), "mismatched": mismatched,
-    "stats_cls": issubclass(kv.KVTierStats, kv.KVConnectorStats),
-    "prom_cls": issubclass(kv.KVTierPromMetrics, kv.KVConnectorPromMetrics)}))
+    "stats_cls": issubclass(kv.KVTierStats, KVConnectorStats),
+    "prom_cls": issubclass(kv.KVTierPromMetrics, KVConnectorPromMetrics)}))

@@ -161,13 +161,20 @@ class EmbeddedStoreTest(unittest.TestCase):
                         b = f.read(1)
                         f.seek(off)
                         f.write(bytes([b[0] ^ 0x5A]))
+            # A computed prompt first: vLLM waits for every layer in its forward, so the
+            # load after it goes layer by layer (load_per_layer, the default).
             bad = harness.engine_result(harness.run_engine(
-                {"model": model, "connector": sync, "prompts": [p],
+                {"model": model, "connector": sync, "prompts": [harness.prompt(43, 300), p],
                  "connector_module": "hooked_connector",
-                 "connector_class": "HookedKVTierConnector"}, d, "damaged"))
-            self.assertEqual(bad["hooks"], {"loads_seen": 1, "async_loads_seen": 0})
-            self.assertEqual(bad["rows"][0]["token_ids"], cold["token_ids"])
-            self.assertEqual(bad["rows"][0]["logprobs"], cold["logprobs"])
+                 "connector_class": "HookedKVTierConnector",
+                 "hooks": ["loads_seen", "async_loads_seen", "layer_releases",
+                           "failed_blocks"]}, d, "damaged"))
+            h = bad["hooks"]
+            self.assertEqual((h["loads_seen"], h["async_loads_seen"]), (1, 0))
+            self.assertEqual([layer for layer, _ in h["layer_releases"]], [0, 1])  # per-layer
+            self.assertEqual(h["failed_blocks"], 4)  # 512 tokens / 128, recomputed
+            self.assertEqual(bad["rows"][1]["token_ids"], cold["token_ids"])
+            self.assertEqual(bad["rows"][1]["logprobs"], cold["logprobs"])
             self.assertEqual(bad["kvtier"]["load_chunks_ok"], 0)
             self.assertGreater(bad["kvtier"]["load_chunks_failed"], 0)
         finally:

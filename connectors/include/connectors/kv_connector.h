@@ -110,6 +110,31 @@ struct ConnectorLoadResult {
   absl::Status first_error;
 };
 
+// Verified chunk payloads that FetchPayloads fetched, owned by the caller (the payload
+// level's per-layer load: an engine writes layer 0 of every chunk, lets its forward
+// start on layer 0, then writes layer 1, ...; a chunk is verified as a whole, so every
+// chunk is fetched and verified before any layer is written). Move-only.
+struct FetchedPayloads {
+  // As LoadPayloads': loaded_tokens = tokens held once every delivered chunk is written
+  // (skipped + delivered), failed_chunks, first_error.
+  ConnectorLoadResult result;
+  // Chunk index of the first delivered chunk (chunks below skip_tokens are not fetched);
+  // chunks [first_chunk, first_chunk + num_chunks()) were delivered, verified.
+  size_t first_chunk = 0;
+  uint32_t num_layers = 0;
+  uint64_t payload_bytes = 0;  // of one chunk (KVConnector::chunk_payload_bytes())
+  // One record (chunk header + payload, codec order) per delivered chunk.
+  std::vector<std::unique_ptr<std::byte[]>> records;
+
+  size_t num_chunks() const { return records.size(); }
+  // Bytes of one layer inside a payload: payload_bytes / num_layers (codec order is
+  // layer-major, [layer][k|v][token][kv_head][head_dim]).
+  uint64_t layer_bytes() const { return num_layers == 0 ? 0 : payload_bytes / num_layers; }
+  // Layer `layer`'s bytes of delivered chunk `chunk_index`.
+  // REQUIRES: first_chunk <= chunk_index < first_chunk + num_chunks(), layer < num_layers.
+  std::span<const std::byte> LayerPayload(size_t chunk_index, uint32_t layer) const;
+};
+
 // Called with one chunk's payload buffer to fill (store) — REQUIRES: the callee writes
 // exactly payload.size() bytes in codec order before returning.
 using ChunkFill = std::function<absl::Status(size_t chunk_index, std::span<std::byte> payload)>;
@@ -144,6 +169,15 @@ class KVConnector {
                                                            uint64_t num_tokens,
                                                            const ChunkConsume& consume,
                                                            uint64_t skip_tokens = 0) = 0;
+
+  // LoadPayloads without the consume: fetches and verifies the same chunks (same
+  // counters, same lease release, same stop at the first chunk that cannot be
+  // delivered) and hands back their records instead, so the caller can write them in
+  // another order (by layer, FetchedPayloads). Costs one record of memory per chunk
+  // (LoadPayloads: one in total); no extra copy. Errors as LoadPayloads'.
+  virtual absl::StatusOr<FetchedPayloads> FetchPayloads(std::span<const TokenId> tokens,
+                                                        uint64_t num_tokens,
+                                                        uint64_t skip_tokens = 0) = 0;
 
   // Feeds the cost model one observed prefill: `new_tokens` computed on top of
   // `context_tokens` already present, taking `elapsed`.

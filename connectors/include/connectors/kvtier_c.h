@@ -222,6 +222,26 @@ int kvt_load_blocks(kvt_connector* connector, const int32_t* tokens, size_t n_to
                     uint64_t num_tokens, const int32_t* block_ids, size_t n_block_ids,
                     uint64_t skip_tokens, uint64_t* loaded_tokens);
 
+/* Per-layer block load, in two phases (KVConnector::FetchPayloads). Phase 1,
+ * kvt_fetch_blocks: fetches and verifies the chunks kvt_load_blocks would load (same
+ * arguments, same counters; the block ids and the block view are copied) into buffers
+ * the returned handle owns, and writes nothing into the engine's blocks.
+ * *loaded_tokens: leading tokens held once every layer is scattered; blocks of tokens
+ * [max(*loaded_tokens, skip_tokens), num_tokens) will NOT be written and must be
+ * recomputed. On success *fetched is a handle to free with kvt_fetched_free (also when
+ * nothing was delivered); on error it is NULL. Errors as kvt_load_blocks. */
+typedef struct kvt_fetched kvt_fetched;
+int kvt_fetch_blocks(kvt_connector* connector, const int32_t* tokens, size_t n_tokens,
+                     uint64_t num_tokens, const int32_t* block_ids, size_t n_block_ids,
+                     uint64_t skip_tokens, kvt_fetched** fetched, uint64_t* loaded_tokens);
+/* Phase 2: writes layer `layer`'s regions of every delivered chunk into the blocks
+ * (blocks wholly below skip_tokens are never written). Any layer order; repeating a layer
+ * writes the same bytes. Needs no connector call (thread-safe against other handles);
+ * REQUIRES: the engine memory of the block view registered at fetch time is still
+ * allocated. KVT_INVALID_ARGUMENT for layer >= num_layers (named). */
+int kvt_fetched_scatter_layer(kvt_fetched* fetched, uint32_t layer);
+void kvt_fetched_free(kvt_fetched* fetched);
+
 /* Connector counters (KVConnector::stats(), connectors/kv_connector.h ConnectorStats). */
 typedef struct kvt_stats {
   uint64_t lookups;

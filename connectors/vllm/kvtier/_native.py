@@ -135,6 +135,11 @@ def lib() -> C.CDLL:
             L.kvt_store_blocks.argtypes = [P, i32p, C.c_size_t, i32p, C.c_size_t, szp]
             L.kvt_load_blocks.argtypes = [P, i32p, C.c_size_t, C.c_uint64, i32p, C.c_size_t,
                                           C.c_uint64, u64p]
+            L.kvt_fetch_blocks.argtypes = [P, i32p, C.c_size_t, C.c_uint64, i32p, C.c_size_t,
+                                           C.c_uint64, C.POINTER(P), u64p]
+            L.kvt_fetched_scatter_layer.argtypes = [P, C.c_uint32]
+            L.kvt_fetched_free.argtypes = [P]
+            L.kvt_fetched_free.restype = None
             L.kvt_get_stats.argtypes = [P, C.POINTER(_Stats), C.c_size_t]
             L.kvt_flush.argtypes = [P]
             L.kvt_flush.restype = None
@@ -179,6 +184,33 @@ class ConnectorOptions:
     daemon_address: str | None = None
     daemon_token: str | None = None
     daemon_deadline_ms: int = 2000
+
+
+class Fetched:
+    """A per-layer block load fetched and verified by Connector.fetch_blocks
+    (kvt_fetch_blocks): ``loaded_tokens`` are held once every layer is scattered;
+    scatter_layer(l) writes layer l of every delivered chunk into the blocks (GIL
+    released). close() frees the verified buffers."""
+
+    def __init__(self, h: C.c_void_p, loaded_tokens: int):
+        self._h = h
+        self.loaded_tokens = loaded_tokens
+
+    def scatter_layer(self, layer: int) -> None:
+        if not self._h:
+            raise KvtError(9, "kvtier fetched load is closed")
+        _check(lib().kvt_fetched_scatter_layer(self._h, layer))
+
+    def close(self) -> None:
+        if self._h:
+            lib().kvt_fetched_free(self._h)
+            self._h = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
 
 
 class Connector:
@@ -250,6 +282,15 @@ class Connector:
         _check(lib().kvt_load_blocks(self._live(), _i32(tokens), len(tokens), num_tokens,
                                      _i32(block_ids), len(block_ids), skip_tokens, C.byref(loaded)))
         return loaded.value
+
+    def fetch_blocks(self, tokens: list[int], num_tokens: int, block_ids: list[int],
+                     skip_tokens: int = 0) -> Fetched:
+        """Phase 1 of a per-layer load_blocks: fetches and verifies, writes nothing."""
+        h, loaded = C.c_void_p(), C.c_uint64()
+        _check(lib().kvt_fetch_blocks(self._live(), _i32(tokens), len(tokens), num_tokens,
+                                      _i32(block_ids), len(block_ids), skip_tokens, C.byref(h),
+                                      C.byref(loaded)))
+        return Fetched(h, loaded.value)
 
     def register_kv_view(self, device: int, layout: str, dtype: str, num_layers: int,
                          num_kv_heads: int, head_dim: int, block_size: int, num_blocks: int,

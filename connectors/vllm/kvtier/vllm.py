@@ -23,9 +23,12 @@ Flow per engine step:
                                            store may still be copying its blocks
   worker     handle_preemptions         -> waits until stores of preempted requests copied
                                            their blocks (before vLLM reuses them)
-             start_load_kv              -> sync loads: copies verified chunks into the
-                                           request's blocks before the forward; async loads:
-                                           starts them on a background thread
+             start_load_kv              -> sync loads: a thread fetches and verifies every
+                                           chunk, then writes them layer by layer
+                                           (load_per_layer; else all before the forward);
+                                           async loads: starts them on a background thread
+             wait_for_layer_load        -> waits until this layer of the step's sync loads
+                                           is written (per-layer loads only)
              wait_for_save              -> after the forward: hands the prompt's complete
                                            chunks to a background store thread, which copies
                                            them out of the blocks and stores them
@@ -38,9 +41,8 @@ Flow per engine step:
 
 from __future__ import annotations
 
-import os
 import re
-import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -52,21 +54,30 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorMetadata,
     KVConnectorRole,
 )
-from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
-    KVConnectorPromMetrics,
-    KVConnectorStats,
-)
+from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
 from vllm.logger import init_logger
 
 from kvtier._native import (
     DEVICE_CPU,
     DEVICE_CUDA,
     STAT_FIELDS,
-    Connector,
-    ConnectorOptions,
     KvtError,
 )
-from kvtier.vllm_config import KVTierConfig, Namespace, derive_namespace, parse_extra_config
+from kvtier.vllm_support import (
+    _CLOSED,
+    _SCHEDULER_STATS,
+    _SHARED,
+    _SHARED_LOCK,
+    KVTierPromMetrics,
+    KVTierStats,
+    _add_time,
+    _LayeredLoad,
+    _open_native,
+    _timed,
+    detect_layout,
+    timing,
+)
+from kvtier.vllm_config import derive_namespace, parse_extra_config
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -79,7 +90,8 @@ if TYPE_CHECKING:
 
 logger = init_logger("kvtier.vllm")
 
-__all__ = ["KVTierConnector", "KVTierConnectorMetadata", "KVTierStats", "detect_layout"]
+__all__ = ["KVTierConnector", "KVTierConnectorMetadata", "KVTierStats", "detect_layout",
+           "timing"]
 
 
 @dataclass
@@ -99,120 +111,9 @@ class KVTierConnectorMetadata(KVConnectorMetadata):
     preempted: set[str] = field(default_factory=set)  # requests vLLM preempted this step
 
 
-# Counters each half reports to vLLM (so that an embedded store, shared by both halves,
-# is not counted twice): the scheduler looks up, the worker loads and stores.
-_SCHEDULER_STATS = ("lookups", "lookup_hit_tokens", "lookup_load_tokens")
-
-
-@dataclass
-class KVTierStats(KVConnectorStats):
-    """kvtier counters (deltas) that reach vLLM's connector stats logging."""
-
-    def reset(self):
-        self.data = {}
-
-    def aggregate(self, other: KVConnectorStats) -> KVConnectorStats:
-        for k, v in (other.data or {}).items():
-            self.data[k] = self.data.get(k, 0) + v
-        return self
-
-    def reduce(self) -> dict[str, int | float]:
-        return dict(self.data)
-
-    def is_empty(self) -> bool:
-        return not any(self.data.values())
-
-
-class KVTierPromMetrics(KVConnectorPromMetrics):
-    """kvtier's counters on vLLM's Prometheus endpoint: vllm:kvtier_<counter>_total for
-    every kvt_stats field (kvtier_c.h), summed over the engine's workers and scheduler,
-    labelled like vLLM's own metrics (model_name, engine)."""
-
-    def __init__(self, vllm_config, metric_types, labelnames, per_engine_labelvalues):
-        super().__init__(vllm_config, metric_types, labelnames, per_engine_labelvalues)
-        from vllm.v1.metrics.utils import create_metric_per_engine
-        self._counters = {}
-        for f in STAT_FIELDS:
-            c = self._counter_cls(name=f"vllm:kvtier_{f}",
-                                  documentation=f"kvtier connector counter {f} (kvt_stats)",
-                                  labelnames=labelnames)
-            self._counters[f"kvtier_{f}"] = create_metric_per_engine(c, per_engine_labelvalues)
-
-    def observe(self, transfer_stats_data: dict[str, Any], engine_idx: int = 0):
-        for k, v in (transfer_stats_data or {}).items():
-            per_engine = self._counters.get(k)
-            if per_engine is not None and v > 0:
-                per_engine[engine_idx].inc(v)
-
-
-# Embedded stores shared by the scheduler and worker halves of one process:
-# options -> [store, halves using it]; the last half to shut down closes it.
-_SHARED: dict[tuple, list] = {}
-_SHARED_LOCK = threading.Lock()
-
-
-class _Closed:
-    """Stands in for a closed native store: every lookup misses, nothing loads/stores."""
-
-    def __getattr__(self, name):
-        def fail(*args, **kwargs):
-            raise KvtError(9, "kvtier connector is shut down")
-        return fail
-
-    def stats(self):
-        return {}
-
-
-_CLOSED = _Closed()
-
-
-def _open_native(cfg: KVTierConfig, ns: Namespace) -> Connector:
-    o = ConnectorOptions(
-        model_id=ns.model_id, num_layers=ns.num_layers, num_kv_heads=ns.num_kv_heads,
-        head_dim=ns.head_dim, dtype=ns.dtype, layout=ns.layout, tp_rank=ns.tp_rank,
-        tp_world_size=ns.tp_world_size, chunk_tokens=cfg.chunk_tokens, tenant=cfg.tenant,
-        engine_extra=ns.engine_extra, host_capacity_bytes=cfg.host_capacity_bytes,
-        disk_dir=cfg.disk_dir, disk_capacity_bytes=cfg.disk_capacity_bytes,
-        use_cost_model=cfg.use_cost_model, daemon_address=cfg.daemon_address,
-        daemon_token=cfg.token or None, daemon_deadline_ms=cfg.daemon_deadline_ms)
-    if not cfg.embedded:
-        return Connector(o)  # every process talks to the daemon itself
-    key = tuple(sorted(vars(o).items()))
-    with _SHARED_LOCK:
-        if key not in _SHARED:
-            _SHARED[key] = [Connector(o), 0]
-        _SHARED[key][1] += 1
-        return _SHARED[key][0]
-
-
 def _layer_index(name: str) -> int:
     m = re.search(r"layers\.(\d+)\.", name)
     return int(m.group(1)) if m else -1
-
-
-def detect_layout(t: torch.Tensor, num_kv_heads: int, head_dim: int,
-                  block_size: int) -> tuple[str, int]:
-    """(layout, num_blocks) of one layer's KV tensor as vLLM's backends allocate it:
-    "cpu-blocks" [num_blocks, H, block_size, 2*D] (CPU backend, packed per ISA);
-    "flash_attn_nhd" [2, N, block_size, H, D] and "flash_attn_hnd" (same shape, H before
-    block_size in memory); "flashinfer" [N, 2, block_size, H, D]; "mla" [N, block_size, L].
-    ValueError naming the shape when it is none of these."""
-    s = tuple(t.shape)
-    H, D, B = num_kv_heads, head_dim, block_size
-    if len(s) == 4 and s[1:] == (H, B, 2 * D):
-        return "cpu-blocks", s[0]
-    if len(s) == 5 and s[0] == 2 and s[2:] == (B, H, D):
-        st = t.stride()
-        if H > 1 and st[3] > st[2]:  # heads outer in memory: HND stride order
-            return "flash_attn_hnd", s[1]
-        return "flash_attn_nhd", s[1]
-    if len(s) == 5 and s[1] == 2 and s[2:] == (B, H, D):
-        return "flashinfer", s[0]
-    if len(s) == 3 and s[1] == B:
-        return "mla", s[0]
-    raise ValueError(f"KV cache tensor of shape {list(s)} (kv heads {H}, head size {D}, block "
-                     f"size {B}) matches no layout kvtier knows: CPU [N,H,B,2D], FlashAttention "
-                     "[2,N,B,H,D], FlashInfer [N,2,B,H,D], MLA [N,B,L]")
 
 
 class KVTierConnector(KVConnectorBase_V1):
@@ -262,9 +163,21 @@ class KVTierConnector(KVConnectorBase_V1):
         self._finished: set[str] = set()        # finished reqs whose store is not reported
         self._load_pool: ThreadPoolExecutor | None = None
         self._store_pool: ThreadPoolExecutor | None = None
+        self._layer_pool: ThreadPoolExecutor | None = None
+        # Per-layer sync loads (load_per_layer): layer names in kvtier's layer order.
+        self._layer_names: list[str] = []
+        self._layer_of: dict[str, int] = {}
+        self._layer_names_set: set[str] = set()
+        self._waited_layers: set[str] = set()   # wait_for_layer_load calls of this step
+        self._layers_confirmed = False          # vLLM was seen waiting for every layer
+        self._layered: _LayeredLoad | None = None  # this step's per-layer load
+        self._layer_timeout_s = 2 * self._cfg.daemon_deadline_ms / 1000 + 10
+        self.layered_loads = 0                  # per-layer loads that completed
         if role == KVConnectorRole.WORKER:
             self._load_pool = ThreadPoolExecutor(1, thread_name_prefix="kvtier-load")
             self._store_pool = ThreadPoolExecutor(1, thread_name_prefix="kvtier-store")
+            if self._cfg.load_per_layer and not self._cfg.loads_async:
+                self._layer_pool = ThreadPoolExecutor(1, thread_name_prefix="kvtier-layers")
         self._last_stats: dict[str, int] = {}
         self._stat_fields = (_SCHEDULER_STATS if role == KVConnectorRole.SCHEDULER else
                              tuple(f for f in STAT_FIELDS if f not in _SCHEDULER_STATS))
@@ -293,11 +206,13 @@ class KVTierConnector(KVConnectorBase_V1):
         # _update_waiting_for_remote_kv), so the lookup sees one token more (chunk keys
         # depend on the complete chunks' tokens only).
         probe = tokens + tokens[-1:] if self._cfg.loads_async else tokens
+        t0 = time.perf_counter()
         try:
             load, _ = self._native.lookup(probe, num_computed_tokens)
         except KvtError as e:  # a broken cache never fails a request: it is a miss
             logger.warning("kvtier: lookup failed (%s); computing request %s", e, rid)
             load = 0
+        _add_time("native_lookup", time.perf_counter() - t0)
         if load <= num_computed_tokens:
             self._pending_loads.pop(rid, None)
             return 0, False
@@ -411,6 +326,9 @@ class KVTierConnector(KVConnectorBase_V1):
                                           self._ns.num_kv_heads, self._ns.head_dim,
                                           self._block_size, num_blocks, ptrs)
         self._view = layout
+        self._layer_names = names
+        self._layer_of = {n: i for i, n in enumerate(names)}
+        self._layer_names_set = set(names)
         logger.info("kvtier: registered %d layers, layout %s, %d blocks of %d tokens",
                     len(names), layout, num_blocks, self._block_size)
 
@@ -464,6 +382,7 @@ class KVTierConnector(KVConnectorBase_V1):
     def start_load_kv(self, forward_context: "ForwardContext", **kwargs: Any) -> None:
         meta = self._get_connector_metadata()
         assert isinstance(meta, KVTierConnectorMetadata)
+        layered: list[ReqMeta] = []
         for rm in meta.requests:
             if rm.load_tokens <= 0:
                 continue
@@ -472,21 +391,110 @@ class KVTierConnector(KVConnectorBase_V1):
                 # its blocks allocated until then, even if it is aborted meanwhile.
                 self._loads[rm.req_id] = (self._load_pool.submit(self._load, rm), rm)
                 continue
+            if self._per_layer_ready():
+                layered.append(rm)
+                continue
             loaded = self._load(rm)
             if loaded < rm.load_tokens:
                 # vLLM recomputes these blocks in a later step; until then they hold no
                 # valid KV, so the request's store of this step (if any) is dropped.
                 self._load_failed_reqs.add(rm.req_id)
             self._loaded(rm, loaded)
+        if layered:
+            job = _LayeredLoad(layered, len(self._layer_names))
+            self._layered = job
+            job.future = self._layer_pool.submit(self._run_layered, job)
+
+    # ------------------------------------------------------------ per-layer sync loads
+    def _per_layer_ready(self) -> bool:
+        """Whether this step's sync loads go layer by layer: configured, the CPU block
+        view, and vLLM was seen calling wait_for_layer_load for every layer in one
+        forward (were a layer's wait skipped, its KV could be read before it is written)."""
+        return (self._layer_pool is not None and self._view == "cpu-blocks"
+                and self._layers_confirmed)
+
+    def _run_layered(self, job: "_LayeredLoad") -> None:
+        """The load thread: fetches and verifies every chunk of every request (nothing
+        written), then writes layer 0 of all of them and releases layer 0, then layer 1,
+        ... Every event is set when this returns, whatever happened: no waiter hangs."""
+        fetched: list = []
+        try:
+            for rm in job.reqs:
+                try:
+                    f = self._native.fetch_blocks(rm.token_ids, rm.load_tokens, rm.block_ids,
+                                                  rm.skip_tokens)
+                except KvtError as e:
+                    logger.warning("kvtier: load for request %s failed (%s)", rm.req_id, e)
+                    f = None
+                fetched.append(f)
+                job.loaded[rm.req_id] = f.loaded_tokens if f is not None else 0
+            for layer in range(job.num_layers):
+                with job.lock:
+                    if job.cancelled:
+                        break
+                    self._scatter_layer(job, fetched, layer)
+                    job.scattered = layer + 1
+                job.events[layer].set()
+        except BaseException as e:  # noqa: BLE001 - a failed write is a failed load
+            logger.warning("kvtier: per-layer load failed (%s); its blocks are recomputed", e)
+            with job.lock:
+                job.cancelled = True
+        finally:
+            for f in fetched:
+                if f is not None:
+                    f.close()
+            for ev in job.events:
+                ev.set()
+
+    def _scatter_layer(self, job: "_LayeredLoad", fetched: list, layer: int) -> None:
+        """Writes `layer` of every fetched chunk into its request's blocks (GIL released)."""
+        for f in fetched:
+            if f is not None and f.loaded_tokens > 0:
+                f.scatter_layer(layer)
+
+    def _finish_layered(self) -> None:
+        """After the forward: records the outcome of this step's per-layer load. A load
+        that was cancelled (a layer wait timed out), failed while writing, or whose layers
+        vLLM did not all wait for counts as not loaded: its blocks are recomputed."""
+        job, self._layered = self._layered, None
+        if job is None:
+            return
+        if not self._layer_names_set <= self._waited_layers:
+            with job.lock:
+                job.cancelled = True  # a layer may have been read unwritten; none after this
+        try:
+            job.future.result(timeout=self._layer_timeout_s)
+        except Exception:  # noqa: BLE001 - still fetching: it writes nothing once cancelled
+            with job.lock:
+                job.cancelled = True
+        with job.lock:
+            ok = not job.cancelled and job.scattered == job.num_layers
+        for rm in job.reqs:
+            loaded = job.loaded.get(rm.req_id, 0) if ok else 0
+            if loaded < rm.load_tokens:
+                self._load_failed_reqs.add(rm.req_id)
+            self._loaded(rm, loaded)
+        if ok:
+            self.layered_loads += 1
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         # vLLM calls this per layer on the CPU backend too (attention's
-        # maybe_transfer_kv_layer). Nothing to wait for: a sync load is complete (every
-        # chunk verified, then copied) before the forward starts, and an async load's
-        # request is not in the batch until it is complete. kvtier's chunk holds all
-        # layers and is verified as a whole, so a layer can be written only after its
-        # whole chunk verified (see docs/vllm.md, "Per-layer loading").
-        return
+        # maybe_transfer_kv_layer), before the layer's attention reads its KV. A sync load
+        # going layer by layer (_run_layered) releases each layer once every chunk's part
+        # of it is written; otherwise there is nothing to wait for (a whole sync load is
+        # complete before the forward, an async load's request joins the batch only when
+        # its load is complete).
+        self._waited_layers.add(layer_name)
+        job = self._layered
+        if job is None:
+            return
+        i = self._layer_of.get(layer_name)
+        ev = job.events[i] if i is not None else job.events[-1]
+        if not ev.wait(self._layer_timeout_s):
+            logger.warning("kvtier: layer %s not loaded within %.1f s; the load's blocks are "
+                           "recomputed", layer_name, self._layer_timeout_s)
+            with job.lock:
+                job.cancelled = True  # waits for a layer being written; none after it
 
     def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor,
                       attn_metadata: "AttentionMetadata", **kwargs: Any) -> None:
@@ -496,6 +504,10 @@ class KVTierConnector(KVConnectorBase_V1):
     def wait_for_save(self):
         meta = self._get_connector_metadata()
         assert isinstance(meta, KVTierConnectorMetadata)
+        self._finish_layered()
+        if self._layer_names_set and self._layer_names_set <= self._waited_layers:
+            self._layers_confirmed = True  # vLLM waits for every layer: per-layer is safe
+        self._waited_layers = set()
         failed, self._load_failed_reqs = self._load_failed_reqs, set()
         for rm in meta.requests:
             if not rm.store:
@@ -560,7 +572,7 @@ class KVTierConnector(KVConnectorBase_V1):
 
     def shutdown(self):
         """Drains pending stores (down to the disk tier) and closes the native store."""
-        for pool in (self._load_pool, self._store_pool):
+        for pool in (self._load_pool, self._store_pool, self._layer_pool):
             if pool is not None:
                 pool.shutdown(wait=True)  # in-flight copies finish before the store closes
         native, self._native = self._native, _CLOSED
@@ -578,3 +590,12 @@ class KVTierConnector(KVConnectorBase_V1):
                     del _SHARED[k]
         native.close()
         return None
+
+
+for _name in ("get_num_new_matched_tokens", "update_state_after_alloc", "build_connector_meta",
+              "update_connector_output", "request_finished", "handle_preemptions",
+              "start_load_kv", "wait_for_layer_load", "save_kv_layer", "wait_for_save",
+              "get_finished", "get_block_ids_with_load_errors", "get_kv_connector_stats",
+              "_store"):
+    setattr(KVTierConnector, _name, _timed(_name, getattr(KVTierConnector, _name)))
+del _name

@@ -29,6 +29,11 @@ names the key, raised from the connector's constructor, so the engine does not s
                        whole prompt (vLLM recomputes its last token only). false: loads
                        complete inside the step, before the forward pass, and leave the
                        chunk holding the last prompt token to compute.
+  load_per_layer       true (default) or false; sync loads (load_async false) on the CPU
+                       block layout only. true: start_load_kv fetches and verifies every
+                       chunk on a worker thread, then writes the KV layer by layer while
+                       the forward runs, and wait_for_layer_load waits for its own layer
+                       only. false: the whole load completes before the forward starts.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from dataclasses import dataclass
 
 KEYS = {"kvtierd", "token", "token_file", "tenant", "chunk_tokens", "host_capacity",
         "disk_dir", "disk_capacity", "model_id", "use_cost_model", "daemon_deadline_ms",
-        "load_failure_policy", "load_async"}
+        "load_failure_policy", "load_async", "load_per_layer"}
 
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "m": 1000**2, "mb": 1000**2,
           "mib": 1 << 20, "g": 1000**3, "gb": 1000**3, "gib": 1 << 30, "t": 1000**4,
@@ -107,6 +112,7 @@ class KVTierConfig:
     daemon_deadline_ms: int = 2000
     load_failure_policy: str = "recompute"
     load_async: bool = True
+    load_per_layer: bool = True
 
     @property
     def embedded(self) -> bool:
@@ -183,6 +189,8 @@ def parse_extra_config(extra: dict | None) -> KVTierConfig:
         c.load_failure_policy = v
     if "load_async" in extra:
         c.load_async = _bool("load_async", extra["load_async"])
+    if "load_per_layer" in extra:
+        c.load_per_layer = _bool("load_per_layer", extra["load_per_layer"])
     return c
 
 
