@@ -143,29 +143,13 @@ absl::Status IoRing::Run(int fd, uint64_t offset, uint64_t len, bool write, cons
   size_t next_submit = 0, next_cb = 0;
   uint32_t inflight = 0, queued = 0;
 
-  // Hands the completed prefix to `in_order`, in slices of kInOrderSlice bytes. Called
-  // once the queue has been refilled, so hashing overlaps a full queue of I/O; between
-  // slices it yields to the completion queue (returns with the rest pending) as soon as
-  // a completion is waiting (after at least one slice), so a finished piece is resubmitted within
-  // one slice's hashing time instead of after the whole prefix.
-  constexpr uint64_t kInOrderSlice = 256 << 10;
-  uint64_t cb_off = 0;  // bytes of pieces[next_cb] already handed over
-  auto run_in_order = [&](bool yield) {
+  // Hands the completed prefix to `in_order`. Called once the queue has been refilled,
+  // so hashing overlaps a full queue of I/O instead of delaying the next submission.
+  auto run_in_order = [&] {
     if (write || !in_order || !first_error.ok()) return;
     while (next_cb < n && pieces[next_cb].done) {
-      const Piece& p = pieces[next_cb];
-      while (cb_off < p.mem_len) {
-        const uint64_t len = std::min<uint64_t>(kInOrderSlice, p.mem_len - cb_off);
-        in_order(std::span<const std::byte>(rdst + p.rec_off + cb_off, len));
-        cb_off += len;
-        // At least one slice per call, so hashing always progresses.
-        if (yield && ring_ && io_uring_cq_ready(ring_.get()) > 0) {
-          if (cb_off == p.mem_len) ++next_cb, cb_off = 0;
-          return;
-        }
-      }
+      in_order(std::span<const std::byte>(rdst + pieces[next_cb].rec_off, pieces[next_cb].mem_len));
       ++next_cb;
-      cb_off = 0;
     }
   };
 
@@ -199,8 +183,62 @@ absl::Status IoRing::Run(int fd, uint64_t offset, uint64_t len, bool write, cons
     return absl::OkStatus();
   };
 
-  // Accounts for one completion: resumes a short or interrupted I/O, records errors.
-  auto complete = [&](size_t idx, int res) {
+  while (true) {
+    // Fill the queue.
+    while (first_error.ok() && next_submit < n && inflight < options_.queue_depth) {
+      Piece& p = pieces[next_submit];
+      if (p.io_buf == nullptr) {
+        if (free_bounce.empty()) break;
+        p.bounce = free_bounce.back();
+        free_bounce.pop_back();
+        p.io_buf = bounce_[p.bounce].get();
+        if (write) {
+          std::memcpy(p.io_buf, wsrc + p.rec_off, p.mem_len);
+          if (p.mem_len < p.disk_len) std::memset(p.io_buf + p.mem_len, 0, p.disk_len - p.mem_len);
+        }
+      }
+      absl::Status s = issue(next_submit);
+      if (!s.ok()) {
+        first_error = s;
+        break;
+      }
+      ++next_submit;
+    }
+    if (inflight == 0) break;
+    if (ring_ && queued > 0) {
+      const int rc = io_uring_submit(ring_.get());
+      if (rc < 0) {
+        // Nothing from this batch reached the kernel; forget it.
+        if (first_error.ok()) first_error = ErrnoToStatus(rc, "io_uring_submit");
+        inflight -= queued;
+        queued = 0;
+        if (inflight == 0) break;
+      } else {
+        queued = 0;
+      }
+    }
+    run_in_order();
+    // Reap one completion.
+    size_t idx;
+    int res;
+    if (ring_) {
+      io_uring_cqe* cqe = nullptr;
+      int rc;
+      do {
+        rc = io_uring_wait_cqe(ring_.get(), &cqe);
+      } while (rc == -EINTR);
+      if (rc < 0) {
+        // The ring is unusable; in-flight pieces cannot be accounted for.
+        return ErrnoToStatus(rc, "io_uring_wait_cqe");
+      }
+      idx = static_cast<size_t>(io_uring_cqe_get_data64(cqe));
+      res = cqe->res;
+      io_uring_cqe_seen(ring_.get(), cqe);
+    } else {
+      idx = sync_done.front().first;
+      res = sync_done.front().second;
+      sync_done.pop_front();
+    }
     --inflight;
     Piece& p = pieces[idx];
     bool finished = false;
@@ -243,67 +281,8 @@ absl::Status IoRing::Run(int fd, uint64_t offset, uint64_t len, bool write, cons
         p.io_buf = nullptr;
       }
     }
-  };
-
-  while (true) {
-    // Fill the queue.
-    while (first_error.ok() && next_submit < n && inflight < options_.queue_depth) {
-      Piece& p = pieces[next_submit];
-      if (p.io_buf == nullptr) {
-        if (free_bounce.empty()) break;
-        p.bounce = free_bounce.back();
-        free_bounce.pop_back();
-        p.io_buf = bounce_[p.bounce].get();
-        if (write) {
-          std::memcpy(p.io_buf, wsrc + p.rec_off, p.mem_len);
-          if (p.mem_len < p.disk_len) std::memset(p.io_buf + p.mem_len, 0, p.disk_len - p.mem_len);
-        }
-      }
-      absl::Status s = issue(next_submit);
-      if (!s.ok()) {
-        first_error = s;
-        break;
-      }
-      ++next_submit;
-    }
-    if (inflight == 0) break;
-    if (ring_ && queued > 0) {
-      const int rc = io_uring_submit(ring_.get());
-      if (rc < 0) {
-        // Nothing from this batch reached the kernel; forget it.
-        if (first_error.ok()) first_error = ErrnoToStatus(rc, "io_uring_submit");
-        inflight -= queued;
-        queued = 0;
-        if (inflight == 0) break;
-      } else {
-        queued = 0;
-      }
-    }
-    run_in_order(/*yield=*/true);
-    // Reap one completion (waiting for it), then every other one already there.
-    if (ring_) {
-      io_uring_cqe* cqe = nullptr;
-      int rc;
-      do {
-        rc = io_uring_wait_cqe(ring_.get(), &cqe);
-      } while (rc == -EINTR);
-      if (rc < 0) {
-        // The ring is unusable; in-flight pieces cannot be accounted for.
-        return ErrnoToStatus(rc, "io_uring_wait_cqe");
-      }
-      do {
-        const auto idx = static_cast<size_t>(io_uring_cqe_get_data64(cqe));
-        const int res = cqe->res;
-        io_uring_cqe_seen(ring_.get(), cqe);
-        complete(idx, res);
-      } while (io_uring_peek_cqe(ring_.get(), &cqe) == 0);
-    } else {
-      const auto [idx, res] = sync_done.front();
-      sync_done.pop_front();
-      complete(idx, res);
-    }
   }
-  run_in_order(/*yield=*/false);
+  run_in_order();
   return first_error;
 }
 
