@@ -13,8 +13,12 @@
 //             Get (payload checksum verified) of every record, same queue depth and I/O size.
 //             disk_put_gbps / disk_get_gbps: ONE caller, one record at a time.
 //   disk put 1 caller (group commit): a DiskTier with commit = kGrouped: ONE caller Puts
-//             every record, then Sync() (all durable), timed together, beside the raw write
-//             (which also ends with one fdatasync): disk_put_1caller_gbps.
+//             a block of --block records, then Sync() (all durable), timed together,
+//             between two raw writes of the same records (each ends with one fdatasync):
+//             disk_put_1caller_gbps. The get figure is measured the same way, block by
+//             block between two raw reads. The ratios are medians over every block of every
+//             round (each block against the mean of the raw transfers right beside it),
+//             which a shared machine's load swings disturb least.
 //   disk xN : the same records Put / Get by N concurrent callers (--threads, default 2,4:
 //             what kvtierd's workers and the tiered store's write-back do), beside raw
 //             write / read at N x queue_depth (the most the tier can have in flight with N
@@ -22,6 +26,7 @@
 // O_DIRECT keeps the page cache out of every disk figure.
 #include <fcntl.h>
 #include <liburing.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -56,6 +61,13 @@ uint64_t RoundUp(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
+// CPU time of the whole process (every thread: the tier's committer included), seconds.
+double CpuSeconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  auto tv = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6; };
+  return tv(u.ru_utime) + tv(u.ru_stime);
+}
 double Gbps(uint64_t bytes, double s) { return s > 0 ? static_cast<double>(bytes) / s / 1e9 : 0; }
 
 struct FreeDeleter {
@@ -71,10 +83,12 @@ Buffer Aligned(uint64_t bytes) {
   std::exit(1);
 }
 
-// Sequential O_DIRECT transfer of `n` records of `rec` bytes (padded to 4096) from/to
-// `bufs` at consecutive padded offsets, keeping `qd` I/Os of `io` bytes in flight.
+// Sequential O_DIRECT transfer of records [first, first + count) (all when count = 0) of
+// `rec` bytes (padded to 4096) from/to `bufs` at consecutive padded offsets, keeping `qd`
+// I/Os of `io` bytes in flight.
 double RawTransfer(int fd, bool write, const std::vector<Buffer>& bufs, uint64_t rec, uint32_t qd,
-                   uint64_t io, bool sync_each_record = false) {
+                   uint64_t io, bool each_record = false, size_t first = 0, size_t count = 0) {
+  if (count == 0) count = bufs.size() - first;
   io_uring ring;
   if (int rc = io_uring_queue_init(qd, &ring, 0); rc < 0)
     Die(std::string("io_uring: ") + std::strerror(-rc));
@@ -84,18 +98,19 @@ double RawTransfer(int fd, bool write, const std::vector<Buffer>& bufs, uint64_t
     uint64_t off, len;
   };
   std::vector<Piece> pieces;
-  for (size_t r = 0; r < bufs.size(); ++r) {
+  for (size_t r = first; r < first + count; ++r) {
     for (uint64_t o = 0; o < padded; o += io) {
       pieces.push_back({bufs[r].get() + o, r * padded + o, std::min(io, padded - o)});
     }
   }
-  const size_t per_record = pieces.size() / bufs.size();
+  const size_t per_record = pieces.size() / count;
   const auto t0 = Clock::now();
   size_t next = 0, done = 0;
   uint32_t inflight = 0;
   while (done < pieces.size()) {
-    // With sync_each_record, a record's pieces drain and are fdatasync'd before the next.
-    const size_t limit = sync_each_record ? (done / per_record + 1) * per_record : pieces.size();
+    // With each_record, a record's pieces drain (and a write is fdatasync'd) before the
+    // next record's first piece is submitted, as one caller's Puts/Gets do.
+    const size_t limit = each_record ? (done / per_record + 1) * per_record : pieces.size();
     while (next < limit && inflight < qd) {
       io_uring_sqe* sqe = io_uring_get_sqe(&ring);
       const Piece& p = pieces[next];
@@ -114,7 +129,7 @@ double RawTransfer(int fd, bool write, const std::vector<Buffer>& bufs, uint64_t
     io_uring_cqe_seen(&ring, cqe);
     --inflight;
     ++done;
-    if (sync_each_record && done % per_record == 0 && ::fdatasync(fd) != 0) Die("fdatasync");
+    if (write && each_record && done % per_record == 0 && ::fdatasync(fd) != 0) Die("fdatasync");
   }
   if (write && ::fdatasync(fd) != 0) Die("fdatasync");
   const double s = Seconds(t0, Clock::now());
@@ -146,9 +161,21 @@ int RunTiers(int argc, char** argv) {
                  "commit_delay_ms of the group-commit tier (disk_put_1caller_gbps)")
       ->check(CLI::Range(1u, 60000u));
   app.add_flag("--keep", keep, "keep the files in --dir");
+  uint32_t block = 8;
+  app.add_option("--block", block,
+                 "records per interleaved block of the 1-caller put/get phases: each block is "
+                 "timed between two raw transfers of the same records")
+      ->check(CLI::Range(1u, 4096u));
+  std::string only = "all";
+  app.add_option("--only", only,
+                 "all, or put (1-caller put phases) or get (1-caller get phases) alone: "
+                 "quicker runs of one headline ratio")
+      ->check(CLI::IsMember({"all", "put", "get"}));
   CLI11_PARSE(app, argc, argv);
   if (json) spdlog::set_level(spdlog::level::warn);
   const uint64_t io = io_mib << 20;
+  const bool run_put = only != "get", run_get = only != "put", run_rest = only == "all";
+  if (!run_rest) threads.clear();
 
   fs::path base = dir.empty()
                       ? fs::temp_directory_path() / ("kvtier-bench-" + std::to_string(::getpid()))
@@ -208,18 +235,20 @@ int RunTiers(int argc, char** argv) {
   };
   Best memcpy_gbps, host_put_gbps, host_put_cold_gbps, host_get_gbps, raw_write_gbps,
       raw_write_sync_gbps, raw_read_gbps, disk_put_gbps, disk_get_gbps, disk_put_1caller_gbps,
-      raw_write_1caller_gbps, disk_put_1caller_ratio, disk_get_ratio_round;
-  auto put_all = [&](Tier& t) {
+      raw_write_1caller_gbps, disk_put_1caller_ratio, disk_get_ratio_round, raw_read_each_gbps;
+  auto put_all = [&](Tier& t, uint32_t first = 0, uint32_t count = 0) {
+    const uint32_t end = count == 0 ? chunks : first + count;
     const auto a = Clock::now();
-    for (uint32_t i = 0; i < chunks; ++i) {
+    for (uint32_t i = first; i < end; ++i) {
       if (absl::Status s = t.Put(std::span<const std::byte>(recs[i].get(), rec)); !s.ok())
         Die(s.ToString());
     }
     return Seconds(a, Clock::now());
   };
-  auto get_all = [&](Tier& t) {
+  auto get_all = [&](Tier& t, uint32_t first = 0, uint32_t count = 0) {
+    const uint32_t end = count == 0 ? chunks : first + count;
     const auto a = Clock::now();
-    for (uint32_t i = 0; i < chunks; ++i) {
+    for (uint32_t i = first; i < end; ++i) {
       auto n = t.Get(keys[i], std::span<std::byte>(dst.get(), padded));
       if (!n.ok() || *n != rec) Die("get: " + n.status().ToString());
     }
@@ -268,7 +297,7 @@ int RunTiers(int argc, char** argv) {
   auto host = HostTier::Create(ho);
   if (!host.ok()) Die(host.status().ToString());
   std::memcpy(dst.get(), recs[0].get(), rec);  // warm
-  for (uint32_t r = 0; r < rounds; ++r) {
+  for (uint32_t r = 0; r < (run_rest ? rounds : 0); ++r) {
     auto t0 = Clock::now();
     for (uint32_t i = 0; i < chunks; ++i) std::memcpy(dst.get(), recs[i].get(), rec);
     memcpy_gbps.Add(Gbps(total, Seconds(t0, Clock::now())));
@@ -316,34 +345,71 @@ int RunTiers(int argc, char** argv) {
   };
   std::vector<Multi> multi;
   for (uint32_t n : threads) multi.push_back(Multi{n, {}, {}, {}, {}});
+  // CPU seconds (all threads) spent in the 1-caller phases and in the raw transfer just
+  // before each block: what the tier costs the machine beyond the device's own limit.
+  double raw_write_cpu_s = 0, put_1caller_cpu_s = 0, raw_read_cpu_s = 0, get_cpu_s = 0;
+  uint64_t cpu_put_bytes = 0, cpu_get_bytes = 0;
   for (uint32_t r = 0; r < rounds; ++r) {
-    // Group-commit put, one caller, between two raw writes (their mean is its limit).
-    const double raw_a = Gbps(total, RawTransfer(fd, true, recs, rec, qd, io));
-    const double g = Gbps(
-        total, put_all(**grouped) + [&] {
-          const auto a = Clock::now();
-          if (absl::Status s = (*grouped)->Sync(); !s.ok()) Die(s.ToString());
-          return Seconds(a, Clock::now());
-        }());
-    const double raw_b = Gbps(total, RawTransfer(fd, true, recs, rec, qd, io));
-    disk_put_1caller_gbps.Add(g);
-    raw_write_1caller_gbps.Add((raw_a + raw_b) / 2);
-    disk_put_1caller_ratio.Add(g / ((raw_a + raw_b) / 2));
-    raw_write_gbps.Add(raw_a);
-    raw_write_gbps.Add(raw_b);
-    erase_all(**grouped);
+    if (run_put) {
+      // Group-commit put, one caller, block by block, each block between two raw writes of
+      // the same records (their mean is its limit); the block's time includes its Sync().
+      double put_s = 0, raw_s = 0;
+      for (uint32_t b = 0; b < chunks; b += block) {
+        const uint32_t nb = std::min(block, chunks - b);
+        const uint64_t bytes = rec * nb;
+        const double c0 = CpuSeconds();
+        const double raw_a = RawTransfer(fd, true, recs, rec, qd, io, false, b, nb);
+        const double c1 = CpuSeconds();
+        const auto a = Clock::now();
+        put_all(**grouped, b, nb);
+        if (absl::Status s = (*grouped)->Sync(); !s.ok()) Die(s.ToString());
+        const double g = Seconds(a, Clock::now());
+        raw_write_cpu_s += c1 - c0;
+        put_1caller_cpu_s += CpuSeconds() - c1;
+        cpu_put_bytes += bytes;
+        const double raw_b = RawTransfer(fd, true, recs, rec, qd, io, false, b, nb);
+        disk_put_1caller_ratio.Add(Gbps(bytes, g) /
+                                   ((Gbps(bytes, raw_a) + Gbps(bytes, raw_b)) / 2));
+        put_s += g;
+        raw_s += (raw_a + raw_b) / 2;
+      }
+      disk_put_1caller_gbps.Add(Gbps(total, put_s));
+      raw_write_1caller_gbps.Add(Gbps(total, raw_s));
+      raw_write_gbps.Add(Gbps(total, raw_s));
+      erase_all(**grouped);
+    }
     raw_write_gbps.Add(Gbps(total, RawTransfer(fd, true, recs, rec, qd, io)));
     disk_put_gbps.Add(Gbps(total, put_all(**disk)));
-    const double rr = Gbps(total, RawTransfer(fd, false, rbufs, rec, qd, io));
-    raw_read_gbps.Add(rr);
-    if (std::memcmp(rbufs[chunks - 1].get(), recs[chunks - 1].get(), rec) != 0)
-      Die("raw read mismatch");
-    const double dg = Gbps(total, get_all(**disk));
-    disk_get_gbps.Add(dg);
-    disk_get_ratio_round.Add(dg / rr);
-    if (std::memcmp(dst.get(), recs[chunks - 1].get(), rec) != 0)
-      Die("disk get returned wrong bytes");
-    raw_write_sync_gbps.Add(Gbps(total, RawTransfer(fd, true, recs, rec, qd, io, true)));
+    if (run_get) {
+      // Get, one caller, block by block, each block between two raw reads of the same
+      // records (their mean is its limit, as for put).
+      double get_s = 0, raw_s = 0;
+      for (uint32_t b = 0; b < chunks; b += block) {
+        const uint32_t nb = std::min(block, chunks - b);
+        const uint64_t bytes = rec * nb;
+        const double c0 = CpuSeconds();
+        const double rr_a = RawTransfer(fd, false, rbufs, rec, qd, io, false, b, nb);
+        const double c1 = CpuSeconds();
+        const double dg = get_all(**disk, b, nb);
+        raw_read_cpu_s += c1 - c0;
+        get_cpu_s += CpuSeconds() - c1;
+        cpu_get_bytes += bytes;
+        if (std::memcmp(dst.get(), recs[b + nb - 1].get(), rec) != 0)
+          Die("disk get returned wrong bytes");
+        const double rr_b = RawTransfer(fd, false, rbufs, rec, qd, io, false, b, nb);
+        disk_get_ratio_round.Add(Gbps(bytes, dg) / ((Gbps(bytes, rr_a) + Gbps(bytes, rr_b)) / 2));
+        get_s += dg;
+        raw_s += (rr_a + rr_b) / 2;
+      }
+      if (std::memcmp(rbufs[chunks - 1].get(), recs[chunks - 1].get(), rec) != 0)
+        Die("raw read mismatch");
+      disk_get_gbps.Add(Gbps(total, get_s));
+      raw_read_gbps.Add(Gbps(total, raw_s));
+      // Diagnostic: raw reads that drain after each record, as one caller's Gets must.
+      raw_read_each_gbps.Add(Gbps(total, RawTransfer(fd, false, rbufs, rec, qd, io, true)));
+    }
+    if (run_put)
+      raw_write_sync_gbps.Add(Gbps(total, RawTransfer(fd, true, recs, rec, qd, io, true)));
     erase_all(**disk);
     for (Multi& m : multi) {
       const uint32_t qdn = std::min<uint32_t>(qd * m.n, 4096);
@@ -370,7 +436,7 @@ int RunTiers(int argc, char** argv) {
   // header (CheckChunkHeader). Beside it, in the same rounds, the path before issue 12:
   // the same Get plus the store's and the connector's own VerifyChunk passes.
   Best store_load_gbps, store_load_rehash_gbps;
-  {
+  if (run_rest) {
     fs::remove_all(tier_dir, ec);
     StoreOptions so;
     so.host.capacity_bytes = 0;  // the disk tier alone: every Get is a disk hit
@@ -406,6 +472,9 @@ int RunTiers(int argc, char** argv) {
   if (!keep) fs::remove_all(dir.empty() ? base : tier_dir, ec);
 
   auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+  auto per_gb = [](double cpu_s, uint64_t bytes) {
+    return bytes > 0 ? cpu_s * 1e3 / (static_cast<double>(bytes) / 1e9) : 0.0;
+  };
   if (json) {
     nlohmann::json j = {
         {"chunks", chunks},
@@ -444,6 +513,14 @@ int RunTiers(int argc, char** argv) {
         {"disk_get_ratio_min", disk_get_ratio_round.min()},
         {"disk_get_ratio_max", disk_get_ratio_round.max()},
         {"disk_get_ratio_median_of_rounds", disk_get_ratio_round.v},
+        {"raw_read_each_record_gbps", raw_read_each_gbps.v},
+        {"block_records", block},
+        {"ratio_samples_per_figure", rounds * ((chunks + block - 1) / block)},
+        {"disk_put_1caller_cpu_ms_per_gb", per_gb(put_1caller_cpu_s, cpu_put_bytes)},
+        {"raw_write_cpu_ms_per_gb", per_gb(raw_write_cpu_s, cpu_put_bytes)},
+        {"disk_get_cpu_ms_per_gb", per_gb(get_cpu_s, cpu_get_bytes)},
+        {"raw_read_cpu_ms_per_gb", per_gb(raw_read_cpu_s, cpu_get_bytes)},
+        {"disk_get_over_raw_read_each_record", ratio(disk_get_gbps.v, raw_read_each_gbps.v)},
         {"store_load_gbps", store_load_gbps.v},
         {"store_load_rehash_gbps", store_load_rehash_gbps.v},
         {"store_load_ratio", ratio(store_load_gbps.v, disk_get_gbps.v)},
@@ -475,7 +552,7 @@ int RunTiers(int argc, char** argv) {
   auto row = [&](const char* name, double v, const char* lim, double l) {
     std::printf("%-28s %10.2f %-22s %10.2f %7.3f\n", name, v, lim, l, ratio(v, l));
   };
-  // The headline ratios are medians of per-round ratios (each round's figure against the
+  // The headline ratios are medians of per-block ratios (each block's figure against the
   // limit measured right beside it), which a shared machine's drift affects least.
   std::printf("%-28s %10.2f %-22s %10.2f %7.3f  [%.3f..%.3f]\n", "disk put 1 caller, grouped",
               disk_put_1caller_gbps.v, "raw write (around it)", raw_write_1caller_gbps.v,
@@ -484,14 +561,20 @@ int RunTiers(int argc, char** argv) {
               disk_get_gbps.v, "raw O_DIRECT read", raw_read_gbps.v, disk_get_ratio_round.v,
               disk_get_ratio_round.min(), disk_get_ratio_round.max());
   std::printf(
-      "  (ratio = median of per-round ratios [min..max]; %llu records in %llu group commits)\n",
+      "  (ratio = median of per-block ratios [min..max]; %llu records in %llu group commits)\n",
       static_cast<unsigned long long>(gx.group_committed_records),
       static_cast<unsigned long long>(gx.group_commits));
+  std::printf(
+      "  CPU ms per GB (all threads): put %.1f beside raw write %.1f; get %.1f beside raw "
+      "read %.1f\n",
+      per_gb(put_1caller_cpu_s, cpu_put_bytes), per_gb(raw_write_cpu_s, cpu_put_bytes),
+      per_gb(get_cpu_s, cpu_get_bytes), per_gb(raw_read_cpu_s, cpu_get_bytes));
   row("host put", host_put_gbps.v, "memcpy (1 thread)", memcpy_gbps.v);
   row("host put (cold arena)", host_put_cold_gbps.v, "memcpy (1 thread)", memcpy_gbps.v);
   row("host get", host_get_gbps.v, "memcpy (1 thread)", memcpy_gbps.v);
   row("disk put (store, 1 caller)", disk_put_gbps.v, "raw O_DIRECT write", raw_write_gbps.v);
   row("disk get (load, 1 caller)", disk_get_gbps.v, "raw O_DIRECT read", raw_read_gbps.v);
+  row("disk get (load, 1 caller)", disk_get_gbps.v, "raw read, drain/record", raw_read_each_gbps.v);
   row("disk put (store, 1 caller)", disk_put_gbps.v, "raw write+sync/chunk", raw_write_sync_gbps.v);
   row("store load, verify once", store_load_gbps.v, "disk get", disk_get_gbps.v);
   row("store load, +2 verifies (old)", store_load_rehash_gbps.v, "disk get", disk_get_gbps.v);

@@ -59,6 +59,16 @@ absl::Status DaemonConfig::Validate() const {
     return bad("disk_capacity", "must be a positive multiple of 4096");
   if (disk.file_bytes == 0 || disk.file_bytes % 4096 != 0)
     return bad("disk_file_bytes", "must be a positive multiple of 4096");
+  if (disk.commit != DiskCommit::kEachPut && disk.commit != DiskCommit::kGrouped)
+    return bad("disk_commit", "expected each_put|grouped");
+  if (disk.commit_delay_ms < 1 || disk.commit_delay_ms > 60000)
+    return bad("disk_commit_delay_ms",
+               absl::StrFormat("%d, expected 1..60000", disk.commit_delay_ms));
+  if (disk.commit == DiskCommit::kGrouped && durability == Durability::kSync)
+    return bad("disk_commit",
+               "'grouped' acknowledges a disk put before its commit, but durability: sync "
+               "acknowledges a put only once it is durable; use disk_commit: each_put, or "
+               "durability: async");
   if (workers < 1 || workers > 256)
     return bad("workers", absl::StrFormat("%d, expected 1..256", workers));
   if (max_record_bytes < 4096 || max_record_bytes > disk.file_bytes ||
@@ -203,6 +213,8 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
                             "disk_capacity",
                             "disk_file_bytes",
                             "disk_direct_io",
+                            "disk_commit",
+                            "disk_commit_delay_ms",
                             "durability",
                             "verify_on_put",
                             "workers",
@@ -261,6 +273,27 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
       if (auto s = Get(root["disk_direct_io"], "disk_direct_io", "true|false", &c.disk.direct_io);
           !s.ok())
         return s;
+    if (root["disk_commit"]) {
+      const std::string d = root["disk_commit"].as<std::string>();
+      if (d == "each_put")
+        c.disk.commit = DiskCommit::kEachPut;
+      else if (d == "grouped")
+        c.disk.commit = DiskCommit::kGrouped;
+      else
+        return absl::InvalidArgumentError(
+            absl::StrFormat("config disk_commit: '%s', expected each_put|grouped", d));
+    }
+    if (root["disk_commit_delay_ms"]) {
+      int64_t ms = 0;
+      if (auto s = Get(root["disk_commit_delay_ms"], "disk_commit_delay_ms",
+                       "milliseconds 1..60000", &ms);
+          !s.ok())
+        return s;
+      if (ms < 1 || ms > 60000)
+        return absl::InvalidArgumentError(
+            absl::StrFormat("config disk_commit_delay_ms: %d, expected 1..60000", ms));
+      c.disk.commit_delay_ms = static_cast<uint32_t>(ms);
+    }
     if (root["durability"]) {
       std::string d = root["durability"].as<std::string>();
       if (d == "sync")

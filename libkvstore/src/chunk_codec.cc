@@ -1,8 +1,20 @@
 #include "kvstore/chunk_codec.h"
 
 #include <xxhash.h>
+#if defined(__x86_64__) && __has_include(<xxh_x86dispatch.h>)
+// libxxhash's run-time dispatchers (AVX-512/AVX2/SSE2, whichever the CPU has); the names
+// are spelled out below rather than replaced by the header's macros.
+#define XXH_DISPATCH_DISABLE_REPLACE 1
+#include <xxh_x86dispatch.h>
+#define KVT_XXH3_64 XXH3_64bits_dispatch
+#define KVT_XXH3_64_UPDATE XXH3_64bits_update_dispatch
+#else
+#define KVT_XXH3_64 XXH3_64bits
+#define KVT_XXH3_64_UPDATE XXH3_64bits_update
+#endif
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_format.h"
@@ -102,8 +114,8 @@ absl::Status EncodeChunk(const ChunkHeader& h, std::span<const std::byte> payloa
   if (!payload.empty() && payload.data() != b + kChunkHeaderBytes) {
     std::memmove(b + kChunkHeaderBytes, payload.data(), payload.size());
   }
-  Store<uint64_t>(b, kOffPayloadCsum, XXH3_64bits(b + kChunkHeaderBytes, payload.size()));
-  Store<uint64_t>(b, kOffHeaderCsum, XXH3_64bits(b, kOffHeaderCsum));
+  Store<uint64_t>(b, kOffPayloadCsum, KVT_XXH3_64(b + kChunkHeaderBytes, payload.size()));
+  Store<uint64_t>(b, kOffHeaderCsum, KVT_XXH3_64(b, kOffHeaderCsum));
   return absl::OkStatus();
 }
 
@@ -127,7 +139,7 @@ absl::StatusOr<ChunkHeader> DecodeChunkHeader(std::span<const std::byte> record)
         absl::StrFormat("chunk record: bad magic 0x%08x, expected 0x%08x", magic, kChunkMagic)));
   }
   const uint64_t stored_csum = Load<uint64_t>(b, kOffHeaderCsum);
-  const uint64_t csum = XXH3_64bits(b, kOffHeaderCsum);
+  const uint64_t csum = KVT_XXH3_64(b, kOffHeaderCsum);
   if (stored_csum != csum) {
     return Fail(absl::DataLossError(
         absl::StrFormat("chunk record: header checksum 0x%016x does not match computed 0x%016x",
@@ -206,7 +218,7 @@ absl::StatusOr<ChunkHeader> VerifyChunk(std::span<const std::byte> record,
                                         const DecodeExpectations& expect) {
   absl::StatusOr<ChunkHeader> h = CheckChunkHeader(record, expect);
   if (!h.ok()) return h.status();  // already counted
-  const uint64_t csum = XXH3_64bits(record.data() + kChunkHeaderBytes, h->payload_bytes);
+  const uint64_t csum = KVT_XXH3_64(record.data() + kChunkHeaderBytes, h->payload_bytes);
   if (csum != h->payload_checksum) {
     return Fail(absl::DataLossError(
         absl::StrFormat("chunk %s: payload checksum 0x%016x does not match header 0x%016x",
@@ -214,6 +226,30 @@ absl::StatusOr<ChunkHeader> VerifyChunk(std::span<const std::byte> record,
   }
   return h;
 }
+
+uint64_t ChunkChecksum(std::span<const std::byte> bytes) {
+  return KVT_XXH3_64(bytes.data(), bytes.size());
+}
+
+struct ChunkChecksummer::State {
+  State() : xxh(XXH3_createState()) {
+    // XXH3_createState only fails when malloc does, which kvtier treats as fatal anyway.
+    if (xxh == nullptr) std::abort();
+    XXH3_64bits_reset(xxh);
+  }
+  ~State() { XXH3_freeState(xxh); }
+  XXH3_state_t* xxh;
+};
+
+ChunkChecksummer::ChunkChecksummer() : state_(std::make_unique<State>()) {}
+
+ChunkChecksummer::~ChunkChecksummer() = default;
+
+void ChunkChecksummer::Update(std::span<const std::byte> bytes) {
+  if (!bytes.empty()) KVT_XXH3_64_UPDATE(state_->xxh, bytes.data(), bytes.size());
+}
+
+uint64_t ChunkChecksummer::Digest() const { return XXH3_64bits_digest(state_->xxh); }
 
 uint64_t IntegrityErrorCount() { return g_integrity_errors.load(std::memory_order_relaxed); }
 

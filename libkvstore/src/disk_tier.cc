@@ -2,12 +2,6 @@
 #include "kvstore/disk_tier.h"
 
 #include <unistd.h>
-#include <xxhash.h>
-#if defined(__x86_64__)
-// XXH3 with run-time dispatch (AVX2/AVX-512 where the CPU has them; Debian's libxxhash
-// ships it): the Get path hashes every byte it reads. Replaces the XXH3_64bits* calls.
-#include <xxh_x86dispatch.h>
-#endif
 
 #include <algorithm>
 #include <cerrno>
@@ -28,10 +22,6 @@ using internal::RoundUpToIoAlign;
 namespace {
 
 int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
-
-struct XxhStateFree {
-  void operator()(XXH3_state_t* s) const { XXH3_freeState(s); }
-};
 
 }  // namespace
 
@@ -246,15 +236,14 @@ absl::Status DiskTier::Impl::ReadVerified(const ChunkKey& key, const IndexEntry&
   auto ring = AcquireRing();
   if (!ring.ok()) return ring.status();
   RingLease lease(this, std::move(*ring));
-  std::unique_ptr<XXH3_state_t, XxhStateFree> st(XXH3_createState());
-  if (!st) return absl::ResourceExhaustedError("XXH3_createState failed");
-  XXH3_64bits_reset(st.get());
+  // The payload's one hash (ChunkChecksum's fastest kernel), computed as the pieces
+  // arrive, while later pieces are still in flight: verifying costs no second pass.
+  ChunkChecksummer sum;
   uint64_t seen = 0;
-  // Hash the payload while later pieces are still in flight.
   auto hash = [&](std::span<const std::byte> b) {
     const uint64_t skip =
         seen < kChunkHeaderBytes ? std::min<uint64_t>(kChunkHeaderBytes - seen, b.size()) : 0;
-    if (b.size() > skip) XXH3_64bits_update(st.get(), b.data() + skip, b.size() - skip);
+    if (b.size() > skip) sum.Update(b.subspan(skip));
     seen += b.size();
   };
   absl::Status s = fs_->Read(lease.ring(), Ref(*file), e.offset, e.record_bytes, out, hash);
@@ -265,7 +254,7 @@ absl::Status DiskTier::Impl::ReadVerified(const ChunkKey& key, const IndexEntry&
       h->payload_checksum != e.payload_checksum) {
     return absl::DataLossError("record header does not match the index entry");
   }
-  const uint64_t digest = XXH3_64bits_digest(st.get());
+  const uint64_t digest = sum.Digest();
   if (digest != e.payload_checksum) {
     return absl::DataLossError(
         absl::StrCat("payload checksum ", digest, " != ", e.payload_checksum));

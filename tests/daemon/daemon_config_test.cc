@@ -43,6 +43,46 @@ TEST(DaemonConfigTest, TierKeysFillTheTiersOwnOptions) {
   EXPECT_TRUE(c->Validate().ok()) << c->Validate();
 }
 
+// disk_commit / disk_commit_delay_ms → DiskTierOptions::commit / commit_delay_ms; grouped
+// commit acknowledges before the commit, so durability: sync refuses it.
+TEST(DaemonConfigTest, DiskCommitKeys) {
+  const DaemonConfig d = DefaultDaemonConfig();
+  EXPECT_EQ(d.disk.commit, DiskCommit::kEachPut);
+  auto c =
+      ParseDaemonConfig("durability: async\ndisk_commit: grouped\ndisk_commit_delay_ms: 25\n", d);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->disk.commit, DiskCommit::kGrouped);
+  EXPECT_EQ(c->disk.commit_delay_ms, 25u);
+  EXPECT_TRUE(c->Validate().ok()) << c->Validate();
+  auto each = ParseDaemonConfig("disk_commit: each_put\n", d);
+  ASSERT_TRUE(each.ok()) << each.status();
+  EXPECT_EQ(each->disk.commit, DiskCommit::kEachPut);
+  EXPECT_EQ(each->disk.commit_delay_ms, DiskTierOptions().commit_delay_ms);
+
+  auto bad = ParseDaemonConfig("disk_commit: lazy\n", d);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("disk_commit"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("'lazy'"), std::string::npos);
+  for (const char* v : {"0", "60001", "-3"}) {
+    auto r = ParseDaemonConfig(std::string("disk_commit_delay_ms: ") + v + "\n", d);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << v;
+    EXPECT_NE(r.status().message().find("disk_commit_delay_ms"), std::string::npos) << v;
+  }
+  auto word = ParseDaemonConfig("disk_commit_delay_ms: soon\n", d);
+  EXPECT_NE(word.status().message().find("bad value 'soon'"), std::string::npos) << word.status();
+
+  // Parses (the flags may still change durability), but Validate refuses sync + grouped.
+  auto sync = ParseDaemonConfig("durability: sync\ndisk_commit: grouped\n", d);
+  ASSERT_TRUE(sync.ok()) << sync.status();
+  const absl::Status v = sync->Validate();
+  EXPECT_EQ(v.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(v.message().find("disk_commit"), std::string::npos) << v;
+  EXPECT_NE(v.message().find("durability: sync"), std::string::npos) << v;
+  DaemonConfig direct = DefaultDaemonConfig();
+  direct.disk.commit_delay_ms = 0;
+  EXPECT_NE(direct.Validate().message().find("disk_commit_delay_ms"), std::string::npos);
+}
+
 TEST(DaemonConfigTest, UnknownKeysAndBadValuesNameTheKey) {
   auto unknown = ParseDaemonConfig("host_capacty: 1GiB\n", DefaultDaemonConfig());
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);

@@ -44,7 +44,8 @@ struct DaemonConfig {
   // The tiers' own options, embedded rather than copied field by field. The YAML keys
   // stay flat (docs/daemon.md): host_capacity → host.capacity_bytes; disk_capacity →
   // disk.capacity_bytes; disk_file_bytes → disk.file_bytes (largest record the disk
-  // tier accepts); disk_direct_io → disk.direct_io. The server sets disk.dir to
+  // tier accepts); disk_direct_io → disk.direct_io; disk_commit (each_put|grouped) →
+  // disk.commit; disk_commit_delay_ms → disk.commit_delay_ms. The server sets disk.dir to
   // data_dir + "/disk" and caps disk.file_bytes at disk.capacity_bytes; every other
   // field keeps the tier's default.
   HostTierOptions host;                         // capacity_bytes default 1 GiB

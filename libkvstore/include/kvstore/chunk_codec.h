@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -37,6 +38,28 @@ struct ChunkHeader {
   uint64_t payload_checksum = 0;  // XXH3-64 of the payload, seed 0
 
   uint64_t record_bytes() const { return kChunkHeaderBytes + payload_bytes; }
+};
+
+// XXH3-64, seed 0: the record format's checksum (payload and header). Computed with the
+// fastest XXH3 kernel the CPU has (x86-64: AVX-512 or AVX2, chosen at run time by
+// libxxhash's dispatcher; Debian's plain XXH3_64bits is the SSE2 build). XXH3's values are
+// the same for every kernel, so records written by any build verify in any other.
+uint64_t ChunkChecksum(std::span<const std::byte> bytes);
+
+// The same checksum over bytes handed over in pieces, in order (e.g. as reads complete):
+// Digest() == ChunkChecksum(concatenation of every Update). Thread-compatible.
+class ChunkChecksummer {
+ public:
+  ChunkChecksummer();
+  ~ChunkChecksummer();
+  ChunkChecksummer(const ChunkChecksummer&) = delete;
+  ChunkChecksummer& operator=(const ChunkChecksummer&) = delete;
+  void Update(std::span<const std::byte> bytes);
+  uint64_t Digest() const;  // of everything so far; Update may continue after it
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
 };
 
 // Writes header + payload into `out`, computing the checksums.
