@@ -261,7 +261,8 @@ class KVConnectorImpl final : public KVConnector {
     for (size_t i = first; i < n; ++i) {
       auto rec = std::make_unique_for_overwrite<std::byte[]>(record_bytes);
       absl::Status err =
-          LoadOne(keys[i], layout, std::span<std::byte>(rec.get(), record_bytes), i, keep);
+          LoadOne(keys[i], layout, std::span<std::byte>(rec.get(), record_bytes), i, keep,
+                  /*may_view=*/false);
       if (!err.ok()) {
         for (size_t j = i; j < n; ++j) out.result.failed_chunks.push_back(j);
         Bump(counters_->load_chunks_failed, n - i);
@@ -345,11 +346,24 @@ class KVConnectorImpl final : public KVConnector {
   }
 
   // Fetches, verifies and consumes chunk `index`. Counts the outcome.
+  // `may_view`: the record may be consumed in tier 0 without being copied into `buf`
+  // (false: `buf` always holds the record afterwards, e.g. FetchPayloads keeps it).
   absl::Status LoadOne(const ChunkKey& key, const KvLayout& layout, std::span<std::byte> buf,
-                       size_t index, const ChunkConsume& consume) {
+                       size_t index, const ChunkConsume& consume, bool may_view = true) {
     const Clock::time_point t0 = Clock::now();
     GetInfo info;
-    absl::StatusOr<uint64_t> got = store_->Get(key, buf, &info);
+    // A record in tier 0 (the host tier) is consumed where it lies, without copying it
+    // out first (TieredStore::View); anything else is copied into `buf`.
+    absl::StatusOr<RecordView> view =
+        may_view ? store_->View(key, &info) : absl::StatusOr<RecordView>(absl::NotFoundError(""));
+    absl::StatusOr<uint64_t> got = absl::NotFoundError("not viewed");
+    if (view.ok()) {
+      got = view->bytes().size();
+      if (*got > buf.size()) got = absl::OutOfRangeError(absl::StrFormat("%d bytes", *got));
+    } else {
+      info = GetInfo{};
+      got = store_->Get(key, buf, &info);
+    }
     if (!got.ok()) {
       if (absl::IsNotFound(got.status())) {
         Bump(counters_->load_misses);
@@ -367,7 +381,8 @@ class KVConnectorImpl final : public KVConnector {
       }
       return got.status();
     }
-    std::span<const std::byte> record(buf.data(), *got);
+    std::span<const std::byte> record =
+        view.ok() ? view->bytes() : std::span<const std::byte>(buf.data(), *got);
     DecodeExpectations expect{ns_, key, &layout};
     // The store's verifying tiers checked the payload (verify once): the header must be
     // what this request asked for.
@@ -386,11 +401,13 @@ class KVConnectorImpl final : public KVConnector {
                    header.status().ToString());
       return header.status();
     }
-    if (info.tier_index != kNoTier && !info.from_queue) {
-      cost_.ObserveTransfer(info.tier_kind, *got, SecondsSince(t0));
-    }
+    const double fetch_s = SecondsSince(t0);
     Bump(counters_->load_bytes, *got);
     absl::Status consumed = consume(index, record.subspan(kChunkHeaderBytes));
+    // A viewed record's transfer is its consume (the one copy out of tier 0).
+    if (info.tier_index != kNoTier && !info.from_queue) {
+      cost_.ObserveTransfer(info.tier_kind, *got, view.ok() ? SecondsSince(t0) : fetch_s);
+    }
     if (!consumed.ok()) {
       Bump(counters_->load_other_errors);
       return absl::Status(consumed.code(),
