@@ -226,6 +226,9 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--noreuse-rounds", type=int, default=10)
     ap.add_argument("--only-noreuse", action="store_true")
+    ap.add_argument("--noreuse-role", default="kv_both", choices=["kv_both", "kv_consumer"],
+                    help="kv_role of the no-reuse kvtier engine (kv_consumer: lookups only, "
+                         "no stores, so the ratio shows what a miss's lookup costs)")
     ap.add_argument("--only-sync-ab", action="store_true",
                     help="run the per-layer vs whole sync-load rounds alone")
     ap.add_argument("--model-dir", default=os.path.join(tempfile.gettempdir(), "kvtier-bench-245m"))
@@ -335,7 +338,8 @@ def main() -> int:
         log("no reuse ...")
         results["noreuse_kvtier"], results["noreuse_none"] = [], []
         sides = {"none": Server(dict(base), work, "noreuse-none"),
-                 "kvtier": Server(dict(base, kv=kvtier_kv(dict(chunk, host_capacity="2GiB"))),
+                 "kvtier": Server(dict(base, kv=dict(kvtier_kv(dict(chunk, host_capacity="2GiB")),
+                                                     kv_role=a.noreuse_role)),
                                   work, "noreuse-kvtier")}
         try:
             for s_ in sides.values():

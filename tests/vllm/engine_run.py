@@ -27,7 +27,8 @@ def build_llm(spec):
     if spec.get("connector") is not None:
         kv = {"kv_connector": spec.get("connector_class", "KVTierConnector"),
               "kv_connector_module_path": spec.get("connector_module", "kvtier.vllm"),
-              "kv_role": "kv_both", "kv_connector_extra_config": spec["connector"]}
+              "kv_role": spec.get("kv_role", "kv_both"),
+              "kv_connector_extra_config": spec["connector"]}
     args = dict(model=spec["model"], enable_prefix_caching=False,
                 max_model_len=spec.get("max_model_len", 2048), dtype=spec.get("dtype", "bfloat16"),
                 enforce_eager=True, kv_transfer_config=kv, seed=0)

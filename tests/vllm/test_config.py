@@ -150,6 +150,21 @@ class EmbeddedStoreTest(unittest.TestCase):
             self.assertEqual(row["token_ids"], cold["token_ids"])
             self.assertEqual(row["logprobs"], cold["logprobs"])
             self.assertEqual(fresh["kvtier"]["load_chunks_ok"], 2)
+            # kv_role: a consumer loads p but stores nothing (not q either); a producer
+            # never looks up (q twice: computed twice) and stores q's 2 chunks.
+            q = harness.prompt(44, 700)
+            cons = harness.engine_result(harness.run_engine(
+                {"model": model, "connector": cfg, "prompts": [p, q],
+                 "kv_role": "kv_consumer"}, d, "consumer"))
+            self.assertEqual(cons["rows"][0]["num_cached_tokens"], 512)
+            self.assertEqual(cons["rows"][0]["token_ids"], cold["token_ids"])
+            self.assertEqual(cons["kvtier"]["store_chunks_put"], 0)
+            prod = harness.engine_result(harness.run_engine(
+                {"model": model, "connector": cfg, "prompts": [q, q],
+                 "kv_role": "kv_producer"}, d, "producer"))
+            self.assertEqual([r["num_cached_tokens"] for r in prod["rows"]], [0, 0])
+            self.assertEqual(prod["kvtier"]["store_chunks_put"], 2)
+            self.assertEqual(prod["kvtier"]["load_chunks_ok"], 0)
             # Damaged records, loaded synchronously (the async path's failures are in
             # test_shared_kvtierd): the blocks are recomputed, the output is identical.
             files = glob.glob(os.path.join(d, "disk", "**", "rec-*.dat"), recursive=True)

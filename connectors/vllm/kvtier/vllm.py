@@ -146,6 +146,8 @@ class KVTierConnector(KVConnectorBase_V1):
                 # vLLM reads the policy after creating the scheduler's connector.
                 ktc.kv_load_failure_policy = "recompute"
         self._native = _open_native(self._cfg, self._ns)
+        # vLLM's kv_role: kv_consumer only loads, kv_producer only stores, kv_both does both.
+        self._loads_on, self._stores_on = ktc.is_kv_consumer, ktc.is_kv_producer
         # Scheduler state.
         # req -> (tokens to load, tokens vLLM holds, prompt tokens), from the lookup
         self._pending_loads: dict[str, tuple[int, int, list[int]]] = {}
@@ -197,7 +199,7 @@ class KVTierConnector(KVConnectorBase_V1):
     def get_num_new_matched_tokens(self, request: "Request",
                                    num_computed_tokens: int) -> tuple[int | None, bool]:
         rid = request.request_id
-        if rid in self._no_reload:  # its async load failed: vLLM recomputes it
+        if rid in self._no_reload or not self._loads_on:  # a failed async load; a producer
             return 0, False
         tokens = list(request.prompt_token_ids or [])
         # kvtier's Lookup leaves the last prompt token to compute, so a prompt that ends
@@ -246,9 +248,10 @@ class KVTierConnector(KVConnectorBase_V1):
             rm = ReqMeta(nr.req_id, tokens, list(nr.block_ids[0]), load_tokens=load,
                          skip_tokens=local)
             done = nr.num_computed_tokens + n_sched.get(nr.req_id, 0)
-            rm.store = done >= len(tokens) and len(tokens) >= self._cfg.chunk_tokens
+            rm.store = (self._stores_on and done >= len(tokens) and
+                        len(tokens) >= self._cfg.chunk_tokens)
             meta.requests.append(rm)
-            if not rm.store and done < len(tokens):
+            if self._stores_on and not rm.store and done < len(tokens):
                 self._tracked[nr.req_id] = ReqMeta(nr.req_id, tokens, list(rm.block_ids))
         cached = scheduler_output.scheduled_cached_reqs
         for i, req_id in enumerate(cached.req_ids):
