@@ -32,6 +32,7 @@
 #include "connectors/kv_connector.h"
 #include "kvstore/chunk_codec.h"
 #include "kvstore/host_tier.h"
+#include "kvstore/throttled_tier.h"
 #include "kvstore/tiered_store.h"
 #include "llamacpp/gguf_generator.h"
 #include "llamacpp/kv_adapter.h"
@@ -47,46 +48,6 @@ using llamacpp::LlamaKvAdapter;
 using llamacpp::OverlapMode;
 using llamacpp::RunOptions;
 using llamacpp::RunResult;
-
-// A tier whose Get takes at least record_bytes / bandwidth (sleeping after the inner
-// Get returns): a slow link in front of host memory. Everything else is forwarded.
-// Thread-safe (the bandwidth is an atomic; the inner tier is thread-safe).
-class ThrottledTier final : public Tier {
- public:
-  ThrottledTier(std::unique_ptr<Tier> inner, double bytes_per_s)
-      : inner_(std::move(inner)), bytes_per_s_(bytes_per_s) {}
-  void set_bandwidth(double bytes_per_s) { bytes_per_s_.store(bytes_per_s); }
-
-  TierCaps caps() const override {
-    TierCaps c = inner_->caps();
-    c.name = "throttled-" + c.name;
-    return c;
-  }
-  absl::Status Put(std::span<const std::byte> record) override { return inner_->Put(record); }
-  absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out) override {
-    const Clock::time_point t0 = Clock::now();
-    absl::StatusOr<uint64_t> got = inner_->Get(key, out);
-    if (got.ok()) {
-      const double s = static_cast<double>(*got) / bytes_per_s_.load();
-      std::this_thread::sleep_until(
-          t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)));
-    }
-    return got;
-  }
-  std::vector<ChunkStat> Stat(std::span<const ChunkKey> keys) override {
-    return inner_->Stat(keys);
-  }
-  absl::Status Erase(const ChunkKey& key) override { return inner_->Erase(key); }
-  absl::StatusOr<ListPage> List(const ListOptions& options) override {
-    return inner_->List(options);
-  }
-  TierStats stats() const override { return inner_->stats(); }
-  PinHandle Pin(const ChunkKey& key) override { return inner_->Pin(key); }
-
- private:
-  std::unique_ptr<Tier> inner_;
-  std::atomic<double> bytes_per_s_;
-};
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());

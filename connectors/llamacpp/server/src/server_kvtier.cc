@@ -11,6 +11,7 @@
 #include "kvstore/disk_tier.h"
 #include "kvstore/host_tier.h"
 #include "kvstore/store_factory.h"
+#include "kvstore/throttled_tier.h"
 #include "kvtier_server/seq_streams.h"
 #include "kvtier_server/tail_records.h"
 #include "llamacpp/llama_engine.h"
@@ -120,7 +121,8 @@ absl::StatusOr<std::unique_ptr<ServerKvtier>> ServerKvtier::Create(
     auto host = HostTier::Create(so.host);
     if (!host.ok()) return host.status();
     std::vector<TierFactory> tiers;
-    tiers.push_back(UseTier(ThrottleTier(std::move(*host), options.throttle_gbps * 1e9)));
+    tiers.push_back(
+        UseTier(std::make_unique<ThrottledTier>(std::move(*host), options.throttle_gbps * 1e9)));
     auto throttled = TieredStore::Create(std::move(tiers), so.store);
     if (!throttled.ok()) return throttled.status();
     k->tiers_ = absl::StrCat("host(throttled ", options.throttle_gbps, " GB/s)");

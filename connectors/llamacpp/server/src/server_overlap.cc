@@ -46,47 +46,7 @@ void AddSeconds(std::atomic<double>& a, double v) {
   }
 }
 
-// Every Get takes at least record bytes / bandwidth (sleeping after the inner Get): a
-// slow link in front of host memory, for benchmarks. Everything else is forwarded.
-class ThrottledTier final : public Tier {
- public:
-  ThrottledTier(std::unique_ptr<Tier> inner, double bytes_per_s)
-      : inner_(std::move(inner)), bytes_per_s_(bytes_per_s) {}
-  TierCaps caps() const override {
-    TierCaps c = inner_->caps();
-    c.name = "throttled-" + c.name;
-    return c;
-  }
-  absl::Status Put(std::span<const std::byte> record) override { return inner_->Put(record); }
-  absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out) override {
-    const Clock::time_point t0 = Clock::now();
-    absl::StatusOr<uint64_t> got = inner_->Get(key, out);
-    if (got.ok()) {
-      std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
-                                             std::chrono::duration<double>(*got / bytes_per_s_)));
-    }
-    return got;
-  }
-  std::vector<ChunkStat> Stat(std::span<const ChunkKey> keys) override {
-    return inner_->Stat(keys);
-  }
-  absl::Status Erase(const ChunkKey& key) override { return inner_->Erase(key); }
-  absl::StatusOr<ListPage> List(const ListOptions& options) override {
-    return inner_->List(options);
-  }
-  TierStats stats() const override { return inner_->stats(); }
-  PinHandle Pin(const ChunkKey& key) override { return inner_->Pin(key); }
-
- private:
-  std::unique_ptr<Tier> inner_;
-  const double bytes_per_s_;
-};
-
 }  // namespace
-
-std::unique_ptr<Tier> ThrottleTier(std::unique_ptr<Tier> inner, double bytes_per_s) {
-  return std::make_unique<ThrottledTier>(std::move(inner), bytes_per_s);
-}
 
 uint64_t ServerKvtier::PickOverlapFront(const ConnectorLookup& lookup, uint64_t begin,
                                         uint64_t usable, uint64_t want) {

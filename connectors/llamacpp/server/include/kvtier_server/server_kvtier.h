@@ -53,10 +53,6 @@
 
 namespace kvt::llamacpp {
 
-// --kvtier-throttle-gbps (benchmarks): `inner` whose every Get takes at least its record
-// bytes / bytes_per_s (> 0) seconds. Thread-safe as `inner`.
-std::unique_ptr<Tier> ThrottleTier(std::unique_ptr<Tier> inner, double bytes_per_s);
-
 // Thread-safe for the hooks' threading contract (server_hooks.h).
 class ServerKvtier final : public KvtierServerHooks {
  public:
