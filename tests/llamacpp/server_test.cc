@@ -149,6 +149,13 @@ TEST(LlamaServerKvtierTest, BadFlagValuesExit2NamingTheFlag) {
     for (size_t p = out.find("--daemon"); p != std::string::npos; p = out.find("--daemon", p + 1))
       EXPECT_TRUE(p >= 7 && out.compare(p - 7, 7, "-kvtier") == 0) << out;
   }
+  // A valid front without --kvtier-overlap always is told what is missing (a fresh user
+  // read "expected a positive multiple" for 64 with 64-token chunks).
+  auto [rc, out] = RunToExit(
+      KVT_LLAMA_SERVER_BIN, With(BaseArgs(), {"--kvtier-chunk-tokens", "32", "--kvtier-dir", "/tmp",
+                                              "--kvtier-overlap-front", "64"}));
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("'64': needs --kvtier-overlap always"), std::string::npos) << out;
   // Without kvtier flags the server has no /kvtier endpoint: it is plain llama-server.
   auto plain = MustStart(BaseArgs(), "plain");
   ASSERT_TRUE(plain);

@@ -65,12 +65,14 @@ absl::Status ServerKvtierOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("--kvtier-timeout-ms '", daemon_timeout_ms, "': expected 1..600000"));
   }
-  if (overlap_front_tokens < 0 || overlap_front_tokens % chunk_tokens != 0 ||
-      (overlap_front_tokens > 0 && overlap != Overlap::kAlways)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--kvtier-overlap-front '", overlap_front_tokens,
-                     "': expected a positive multiple of --kvtier-chunk-tokens (", chunk_tokens,
-                     "), with --kvtier-overlap always"));
+  if (overlap_front_tokens < 0 || overlap_front_tokens % chunk_tokens != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--kvtier-overlap-front '", overlap_front_tokens,
+        "': expected a positive multiple of --kvtier-chunk-tokens (", chunk_tokens, ")"));
+  }
+  if (overlap_front_tokens > 0 && overlap != Overlap::kAlways) {
+    return absl::InvalidArgumentError(absl::StrCat("--kvtier-overlap-front '", overlap_front_tokens,
+                                                   "': needs --kvtier-overlap always"));
   }
   if (!(throttle_gbps >= 0 && throttle_gbps <= 1e4)) {
     return absl::InvalidArgumentError(
@@ -211,6 +213,7 @@ std::string KvtierFlagsHelp() {
 --kvtier-overlap-front N    with --kvtier-overlap always: compute exactly the first N tokens
                             while the cached chunks after them load (tests)
 --kvtier-throttle-gbps X    benchmarks only: the host tier (alone) reads at most X GB/s
+                            (0, the default: not throttled)
 Without any of these flags the server behaves exactly like llama-server.
 Bad kvtier values exit with code 2 naming the flag. A missing or dead kvtierd means misses
 (cold prefill), never an error.
