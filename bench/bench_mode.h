@@ -5,6 +5,7 @@
 #define KVT_BENCH_BENCH_MODE_H_
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace kvt::bench {
 
@@ -63,6 +65,25 @@ inline int BindLoopback(sockaddr_in* addr) {
     return -1;
   }
   return fd;
+}
+
+// Starts `argv` (argv[0] looked up on PATH) with stdout and stderr into `log`; the child's
+// pid, or -1 when fork failed. The child exits 127 when exec fails.
+inline pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    _exit(127);
+  }
+  return pid;
 }
 
 }  // namespace kvt::bench

@@ -71,7 +71,6 @@ using remote::Clock;
 using remote::Gbps;
 using remote::RedisPeer;
 using remote::Since;
-using remote::Spawn;
 using remote::Stop;
 
 double Median(std::vector<double> v) {

@@ -198,18 +198,7 @@ nlohmann::json ToJson(const ClientResult& r) {
 }
 
 pid_t SpawnDaemon(const std::string& bin, const std::string& dir) {
-  const std::string cfg = dir + "/kvtierd.yaml", log = dir + "/kvtierd.log";
-  pid_t pid = fork();
-  if (pid == 0) {
-    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-    }
-    execlp(bin.c_str(), bin.c_str(), "--config", cfg.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  return pid;
+  return Spawn({bin, "--config", dir + "/kvtierd.yaml"}, dir + "/kvtierd.log");
 }
 
 int RunSoak(int argc, char** argv) {

@@ -40,23 +40,6 @@ inline int FreePort() {
   return fd >= 0 ? ntohs(a.sin_port) : 0;
 }
 
-inline pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-    }
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execvp(args[0], args.data());
-    _exit(127);
-  }
-  return pid;
-}
-
 inline void Stop(pid_t pid) {
   if (pid <= 0) return;
   kill(pid, SIGTERM);

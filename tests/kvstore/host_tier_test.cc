@@ -41,12 +41,7 @@ std::vector<std::byte> MakeRecord(uint64_t i, uint32_t tokens, NamespaceId ns = 
 }
 
 std::unique_ptr<HostTier> MakeTier(uint64_t capacity, EvictionListener listener = nullptr) {
-  HostTierOptions o;
-  o.capacity_bytes = capacity;
-  o.eviction_listener = std::move(listener);
-  absl::StatusOr<std::unique_ptr<HostTier>> t = HostTier::Create(o);
-  EXPECT_TRUE(t.ok()) << t.status();
-  return t.ok() ? std::move(*t) : nullptr;
+  return testing::MakeHostTier(capacity, std::move(listener));
 }
 
 bool Has(HostTier& tier, uint64_t i) {

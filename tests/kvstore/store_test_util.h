@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+#include "kvstore/host_tier.h"
 #include "kvstore/tier.h"
 #include "kvstore/tiered_store.h"
 
@@ -86,6 +88,17 @@ inline std::string MakeScratchDir(const std::string& tag) {
   const char* base = std::getenv("TEST_TMPDIR");
   std::string tmpl = std::string(base ? base : "/tmp") + "/" + tag + "-XXXXXX";
   return ::mkdtemp(tmpl.data()) != nullptr ? tmpl : std::string();
+}
+
+// A host tier of `capacity` bytes (a test failure, and null, when it cannot be created).
+inline std::unique_ptr<HostTier> MakeHostTier(uint64_t capacity,
+                                              EvictionListener listener = nullptr) {
+  HostTierOptions o;
+  o.capacity_bytes = capacity;
+  o.eviction_listener = std::move(listener);
+  absl::StatusOr<std::unique_ptr<HostTier>> t = HostTier::Create(o);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? std::move(*t) : nullptr;
 }
 
 }  // namespace kvt::testing
