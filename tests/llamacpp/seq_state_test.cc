@@ -96,6 +96,21 @@ TEST_P(SeqStateTest, RecycledStorageBuildsTheSameBlobWithoutAllocating) {
     EXPECT_EQ(std::vector<std::byte>(b->blob().begin(), b->blob().end()), BuildBlob(spec, cells));
     EXPECT_TRUE(ParseSeqState(b->blob(), spec).ok());
   }
+  // The server's chain: each build in the storage of the one before, a shorter state in
+  // a larger buffer (no zeroing), then a longer one again; TakeBlob is exactly the blob.
+  std::vector<std::byte> storage;
+  for (uint32_t cells : {12u, 5u, 12u, 3u}) {
+    auto b = SeqStateBuilder::Create(spec, cells, 0, std::move(storage));
+    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_TRUE(b->PutChunk(0, cells, PatternPayload(spec, 0, cells)).ok());
+    EXPECT_EQ(std::vector<std::byte>(b->blob().begin(), b->blob().end()), BuildBlob(spec, cells));
+    storage = std::move(*b).TakeStorage();
+    EXPECT_GE(storage.size(), SeqStateBytes(spec, 12));
+  }
+  auto exact = SeqStateBuilder::Create(spec, 5, 0, std::move(storage));
+  ASSERT_TRUE(exact.ok());
+  ASSERT_TRUE(exact->PutChunk(0, 5, PatternPayload(spec, 0, 5)).ok());
+  EXPECT_EQ(std::move(*exact).TakeBlob(), BuildBlob(spec, 5));
   // Too small a buffer is replaced by a fresh, zeroed one.
   auto small = SeqStateBuilder::Create(spec, 12, 0, std::vector<std::byte>(3, std::byte{0xAB}));
   ASSERT_TRUE(small.ok());

@@ -344,12 +344,15 @@ absl::StatusOr<SeqStateBuilder> SeqStateBuilder::Create(const SeqStateSpec& spec
   if (cell_count == 0) return absl::InvalidArgumentError("SeqStateBuilder: cell_count is 0");
   SeqStateBuilder b(spec, cell_count, seq_id);
   const uint64_t bytes = SeqStateBytes(spec, cell_count);
-  if (storage.capacity() >= bytes) {
-    storage.resize(bytes);  // within capacity: no allocation; only growth is zeroed
+  if (storage.size() >= bytes) {
+    b.blob_ = std::move(storage);  // no allocation, no zeroing
+  } else if (storage.capacity() >= bytes) {
+    storage.resize(bytes);  // within capacity: no allocation; only the growth is zeroed
     b.blob_ = std::move(storage);
   } else {
     b.blob_.assign(bytes, std::byte{0});
   }
+  b.blob_bytes_ = bytes;
   std::byte* p = b.blob_.data();
   auto put = [&p](const auto& value) {
     std::memcpy(p, &value, sizeof(value));
@@ -464,7 +467,7 @@ absl::StatusOr<std::vector<std::byte>> SeqStateBuilder::Truncated(uint32_t cells
     return absl::InvalidArgumentError(
         absl::StrFormat("Truncated(%d): expected 1..%d cells", cells, cell_count_));
   }
-  absl::StatusOr<SeqStateView> view = ParseSeqState(blob_, spec_);
+  absl::StatusOr<SeqStateView> view = ParseSeqState(blob(), spec_);
   if (!view.ok()) return view.status();
   std::vector<std::byte> payload(uint64_t{cells} * spec_.payload_bytes_per_token());
   if (absl::Status s = ExtractChunkPayload(*view, 0, cells, payload); !s.ok()) return s;

@@ -106,7 +106,7 @@ class SeqStateBuilder {
  public:
   // InvalidArgument for an invalid spec or cell_count == 0.
   //
-  // `storage` is an optional buffer to build in (e.g. the blob TakeBlob returned for an
+  // `storage` is an optional buffer to build in (e.g. what TakeStorage returned for an
   // earlier request): when its capacity suffices, no memory is allocated or zeroed, so a
   // restore of a long prompt pays no page faults (a fresh 74 MB blob cost ~20 ms of page
   // faults per restore in kvtier-llama-server on the demo's 270M model; docs/llama-server.md).
@@ -127,8 +127,15 @@ class SeqStateBuilder {
   absl::Status CopyPrefixFrom(const SeqStateView& view, uint32_t count);
 
   // The blob. Rows never written by PutChunk are zero (fresh storage; see Create).
-  std::span<const std::byte> blob() const { return blob_; }
-  std::vector<std::byte> TakeBlob() && { return std::move(blob_); }
+  std::span<const std::byte> blob() const { return {blob_.data(), blob_bytes_}; }
+  // The blob, exactly blob().size() bytes.
+  std::vector<std::byte> TakeBlob() && {
+    blob_.resize(blob_bytes_);
+    return std::move(blob_);
+  }
+  // The memory to build the next state in (Create's `storage`): possibly larger than the
+  // blob, so a later, longer state is built without zeroing the difference again.
+  std::vector<std::byte> TakeStorage() && { return std::move(blob_); }
   uint32_t cell_count() const { return cell_count_; }
 
   // The blob of only the first `cells` tokens (e.g. after a partial load).
@@ -140,7 +147,8 @@ class SeqStateBuilder {
   SeqStateSpec spec_;
   uint32_t cell_count_ = 0;
   int32_t seq_id_ = 0;
-  std::vector<std::byte> blob_;
+  std::vector<std::byte> blob_;  // at least blob_bytes_ (recycled storage may be larger)
+  uint64_t blob_bytes_ = 0;
   std::vector<uint64_t> k_offset_;
   std::vector<uint64_t> v_offset_;
 };

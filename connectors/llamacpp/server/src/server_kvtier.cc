@@ -296,7 +296,7 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
       spec_, static_cast<uint32_t>(cells), seq_id, std::move(restore_blob_));
   // The blob's memory is kept for the next restore, whatever happens below.
   absl::Cleanup keep_blob = [&] {
-    if (builder.ok()) restore_blob_ = std::move(*builder).TakeBlob();
+    if (builder.ok()) restore_blob_ = std::move(*builder).TakeStorage();
   };
   if (!builder.ok()) {
     spdlog::warn("kvtier: cannot build a {}-token state: {}", cells, builder.status().ToString());
