@@ -223,7 +223,7 @@ HelperOutput ReadHelperOutput(const std::string& path) {
 
 TEST(LlamaKvAdapterTest, SecondProcessAndRestartHitChunksFromDiskTier) {
   const std::string disk = MakeTempDir("disk");
-  const std::string out = disk + "-out.bin";
+  const std::string out = MakeTempDir("disk-out") + "/out.bin";
   constexpr uint64_t kSeed = 31;
   constexpr size_t kTokens = 300;  // 9 full chunks + 12 tokens
   // Process A stores the prompt's chunks (host + disk tier) and exits.

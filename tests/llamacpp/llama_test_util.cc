@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #ifdef KVT_LLAMACPP_HAVE_CONNECTOR
@@ -19,14 +20,45 @@
 
 namespace kvt::llamacpp::testing {
 
+namespace {
+// Removes every directory MakeTempDir made when the test process exits normally (models,
+// disk tiers, server logs: hundreds of MB a run), unless KVT_KEEP_TEST_DIRS is set.
+class TempDirRegistry {
+ public:
+  void Add(const std::filesystem::path& dir) {
+    std::lock_guard<std::mutex> lock(mu_);
+    dirs_.push_back(dir);
+  }
+  ~TempDirRegistry() {
+    if (std::getenv("KVT_KEEP_TEST_DIRS") != nullptr) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& dir : dirs_) {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::filesystem::path> dirs_;
+};
+
+TempDirRegistry& Registry() {
+  static TempDirRegistry registry;
+  return registry;
+}
+}  // namespace
+
 std::string MakeTempDir(const std::string& tag) {
   static std::atomic<int> counter{0};
+  TempDirRegistry& registry = Registry();  // constructed first, so destroyed after users
   const char* base = std::getenv("TEST_TMPDIR");
   std::filesystem::path root = base != nullptr ? base : std::filesystem::temp_directory_path();
   std::filesystem::path dir =
       root / absl::StrCat("kvt-llama-", tag, "-", getpid(), "-", counter.fetch_add(1));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  registry.Add(dir);
   return dir.string();
 }
 

@@ -43,7 +43,8 @@ absl::StatusOr<std::shared_ptr<KVConnector>> MakeConnector(
 // Deterministic token ids in [3, n_vocab) (ids 0..2 are the SPM control tokens).
 std::vector<TokenId> RandomTokens(uint64_t seed, size_t n, int32_t n_vocab);
 
-// A fresh empty directory under the test temp dir.
+// A fresh empty directory under $TEST_TMPDIR (else the system temp dir), removed with its
+// contents when the process exits normally (kept when KVT_KEEP_TEST_DIRS is set).
 std::string MakeTempDir(const std::string& tag);
 
 }  // namespace kvt::llamacpp::testing
