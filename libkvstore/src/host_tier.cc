@@ -305,12 +305,22 @@ absl::StatusOr<ChunkKey> HostTier::PutInPlace(uint64_t record_bytes, const Recor
 }
 
 absl::StatusOr<uint64_t> HostTier::Get(const ChunkKey& key, std::span<std::byte> out) {
+  return CopyOut(key, out, /*client_read=*/true);
+}
+
+absl::StatusOr<uint64_t> HostTier::CopyForWriteBack(const ChunkKey& key,
+                                                    std::span<std::byte> out) {
+  return CopyOut(key, out, /*client_read=*/false);
+}
+
+absl::StatusOr<uint64_t> HostTier::CopyOut(const ChunkKey& key, std::span<std::byte> out,
+                                           bool client_read) {
   Entry* e = nullptr;
   {
     absl::MutexLock lock(&mu_);
     auto it = index_.find(key);
     if (it == index_.end()) {
-      ++misses_;
+      if (client_read) ++misses_;
       return absl::NotFoundError(absl::StrFormat("HostTier '%s': no chunk %s", name_, key.ToHex()));
     }
     e = it->second;
@@ -320,9 +330,11 @@ absl::StatusOr<uint64_t> HostTier::Get(const ChunkKey& key, std::span<std::byte>
                           key.ToHex(), e->record_bytes, out.size()));
     }
     ++e->readers;
-    Touch(e);
-    ++hits_;
-    bytes_out_ += e->record_bytes;
+    if (client_read) {
+      Touch(e);
+      ++hits_;
+      bytes_out_ += e->record_bytes;
+    }
   }
   // A reader count keeps the extent from being evicted, reused or freed.
   std::memcpy(out.data(), arena_ + e->offset, e->record_bytes);

@@ -32,6 +32,10 @@ absl::StatusOr<ChunkKey> Tier::PutInPlace(uint64_t record_bytes, const RecordFil
   return header->key;
 }
 
+absl::StatusOr<uint64_t> Tier::CopyForWriteBack(const ChunkKey& key, std::span<std::byte> out) {
+  return Get(key, out);
+}
+
 absl::StatusOr<RecordView> Tier::View(const ChunkKey& key) {
   return absl::UnimplementedError(absl::StrFormat(
       "tier '%s' cannot lend record %s in place; use Get", caps().name, key.ToHex()));

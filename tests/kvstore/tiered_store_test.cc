@@ -134,6 +134,24 @@ TEST(TieredStoreTest, PutThenGetFromTierZero) {
   EXPECT_EQ(store->stats().misses, 1u);
 }
 
+// The write-back's reads of tier 0 are the store's own: `kvtier stats` of a store whose
+// every put is written down must show the engines' hits and misses, not one hit a put.
+TEST(TieredStoreTest, WriteBackReadsAreNotCountedAsHits) {
+  auto store = MakeStore(8);  // write-through: each put is read back from tier 0
+  for (uint64_t i = 0; i < 6; ++i) ASSERT_TRUE(store->Put(MakeRecord(i)).ok());
+  store->Flush();
+  ASSERT_EQ(store->stats().writebacks, 6u);
+  for (uint64_t i = 0; i < 6; ++i) EXPECT_EQ(ReadFrom(store.tier(1), i), MakeRecord(i)) << i;
+  TierStats top = store.tier(0).stats();
+  EXPECT_EQ(top.hits, 0u);
+  EXPECT_EQ(top.misses, 0u);
+  EXPECT_EQ(top.bytes_out, 0u);
+  EXPECT_EQ(store->stats().hits, 0u);
+  ASSERT_TRUE(store->Get(KeyOf(2)).ok());
+  EXPECT_EQ(store.tier(0).stats().hits, 1u);
+  EXPECT_EQ(store->stats().hits, 1u);
+}
+
 TEST(TieredStoreTest, BadRecordIsRejected) {
   auto store = MakeStore(8);
   std::vector<std::byte> rec = MakeRecord(1);

@@ -23,6 +23,12 @@ class ThrottledTier final : public Tier {
   TierCaps caps() const override;
   absl::Status Put(std::span<const std::byte> record) override { return inner_->Put(record); }
   absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out) override;
+  // The store's own reads (write-back) are not throttled: the throttle models the reads
+  // an engine waits for.
+  absl::StatusOr<uint64_t> CopyForWriteBack(const ChunkKey& key,
+                                            std::span<std::byte> out) override {
+    return inner_->CopyForWriteBack(key, out);
+  }
   std::vector<ChunkStat> Stat(std::span<const ChunkKey> keys) override {
     return inner_->Stat(keys);
   }

@@ -237,6 +237,12 @@ class Tier {
   // other tiers return what they were given by Put.
   virtual absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out) = 0;
 
+  // Get for the store's own reads (write-back to the next tier): the same copy and errors,
+  // but not a client's read, so it counts no hit or miss and does not touch recency (a
+  // record written back must not look hotter, nor every write-back look like a hit in
+  // `kvtier stats`). The default calls Get (tiers without hit counters or recency).
+  virtual absl::StatusOr<uint64_t> CopyForWriteBack(const ChunkKey& key, std::span<std::byte> out);
+
   // For each key, whether the tier holds it now and its record length (no data moves,
   // no LRU touch). An unreachable tier reports keys as absent.
   virtual std::vector<ChunkStat> Stat(std::span<const ChunkKey> keys) = 0;
