@@ -10,6 +10,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
 #include "daemon/config.h"
 #include "daemon/server.h"
 #include "kvstore/byte_size.h"
@@ -90,7 +91,12 @@ int main(int argc, char** argv) {
   if (no_direct_io) config.disk.direct_io = false;
   // Flags and file go through the same checks; any failure here is a bad config: exit 2.
   if (absl::Status s = config.Validate(); !s.ok()) {
-    std::fprintf(stderr, "kvtierd: %s\n", s.ToString().c_str());
+    // The values may come from the file, the flags or both: name the file when there is one.
+    std::fprintf(stderr, "kvtierd: %s%s\n", s.ToString().c_str(),
+                 config_path.empty() ? ""
+                                     : absl::StrCat(" (config file ", config_path,
+                                                    ", with the command-line flags applied)")
+                                           .c_str());
     return 2;
   }
   if (absl::Status s = kvt::daemon::CheckDaemonPaths(config); !s.ok()) {

@@ -293,6 +293,10 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
         return absl::InvalidArgumentError(
             absl::StrFormat("config disk_commit_delay_ms: %d, expected 1..60000", ms));
       c.disk.commit_delay_ms = static_cast<uint32_t>(ms);
+      if (c.disk.commit != DiskCommit::kGrouped)
+        return absl::InvalidArgumentError(
+            "config disk_commit_delay_ms: applies only with disk_commit: grouped (each_put "
+            "commits every put at once); remove it or set disk_commit: grouped");
     }
     if (root["durability"]) {
       std::string d = root["durability"].as<std::string>();

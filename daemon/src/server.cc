@@ -313,7 +313,12 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonCo
       if (page->next_page_token.empty()) break;
       lo.page_token = page->next_page_token;
     }
-    spdlog::info("kvtierd: {} chunks on disk in {}", impl->catalog->num_keys(), dopt.dir);
+    spdlog::info("kvtierd: {} chunks on disk in {} (durability {}, disk commit {})",
+                 impl->catalog->num_keys(), dopt.dir,
+                 config.durability == Durability::kSync ? "sync" : "async",
+                 dopt.commit == DiskCommit::kGrouped
+                     ? absl::StrFormat("grouped within %d ms", dopt.commit_delay_ms)
+                     : std::string("each put"));
     if (impl->catalog->dropped_keys() > 0)
       spdlog::warn(
           "kvtierd: catalog_max_keys ({}) is below the chunks on disk: {} of them read as "

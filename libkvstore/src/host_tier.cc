@@ -308,8 +308,7 @@ absl::StatusOr<uint64_t> HostTier::Get(const ChunkKey& key, std::span<std::byte>
   return CopyOut(key, out, /*client_read=*/true);
 }
 
-absl::StatusOr<uint64_t> HostTier::CopyForWriteBack(const ChunkKey& key,
-                                                    std::span<std::byte> out) {
+absl::StatusOr<uint64_t> HostTier::CopyForWriteBack(const ChunkKey& key, std::span<std::byte> out) {
   return CopyOut(key, out, /*client_read=*/false);
 }
 

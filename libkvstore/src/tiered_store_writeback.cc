@@ -481,7 +481,8 @@ absl::StatusOr<std::span<const std::byte>> TieredStore::Impl::ReadBackFromTierZe
       }
       scratch_bytes_ = bytes;
     }
-    absl::StatusOr<uint64_t> n = tiers_[0]->CopyForWriteBack(key, std::span(scratch_.get(), scratch_bytes_));
+    absl::StatusOr<uint64_t> n =
+        tiers_[0]->CopyForWriteBack(key, std::span(scratch_.get(), scratch_bytes_));
     if (n.ok()) return std::span<const std::byte>(scratch_.get(), *n);
     if (!absl::IsOutOfRange(n.status())) return n.status();
   }

@@ -68,6 +68,11 @@ TEST(DaemonConfigTest, DiskCommitKeys) {
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << v;
     EXPECT_NE(r.status().message().find("disk_commit_delay_ms"), std::string::npos) << v;
   }
+  // A delay without grouped commit would be silently ignored: refused, naming both keys.
+  auto alone = ParseDaemonConfig("disk_commit_delay_ms: 25\n", d);
+  EXPECT_EQ(alone.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(alone.status().message().find("disk_commit_delay_ms"), std::string::npos);
+  EXPECT_NE(alone.status().message().find("disk_commit: grouped"), std::string::npos);
   auto word = ParseDaemonConfig("disk_commit_delay_ms: soon\n", d);
   EXPECT_NE(word.status().message().find("bad value 'soon'"), std::string::npos) << word.status();
 

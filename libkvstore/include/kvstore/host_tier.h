@@ -105,8 +105,7 @@ class HostTier final : public Tier {
   // keeps its pin count.
   absl::Status Put(std::span<const std::byte> record) override;
   absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out) override;
-  absl::StatusOr<uint64_t> CopyForWriteBack(const ChunkKey& key,
-                                            std::span<std::byte> out) override;
+  absl::StatusOr<uint64_t> CopyForWriteBack(const ChunkKey& key, std::span<std::byte> out) override;
   // Tier contract (tier.h): `fill` writes straight into a reserved extent of the arena
   // (one copy); the reservation counts in used_bytes, evicts like Put's, and is freed
   // when `fill` or the header check fails. ResourceExhausted before `fill` is called
@@ -173,8 +172,8 @@ class HostTier final : public Tier {
   void EvictOne(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Touch(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Get and CopyForWriteBack: a client read counts hits/misses/bytes_out and touches.
-  absl::StatusOr<uint64_t> CopyOut(const ChunkKey& key, std::span<std::byte> out,
-                                   bool client_read) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<uint64_t> CopyOut(const ChunkKey& key, std::span<std::byte> out, bool client_read)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // RecordView's release: drops the reader count `entry` (an Entry*) holds.
   static void EndView(void* self, void* entry);
   // PinHandle's release: unpin of an absent or unpinned key is a no-op.
