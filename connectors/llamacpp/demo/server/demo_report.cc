@@ -140,6 +140,10 @@ std::string EvidenceLine(const Row& row, Config c, int repeat, const Sample& s) 
     j["cached_tokens"] = s.cache_n;
     j["kvtier_loaded_tokens"] = s.kvtier_loaded;
     if (s.kvtier_path_ms >= 0) j["kvtier_path_ms"] = s.kvtier_path_ms;
+    if (s.prompt_ms >= 0) j["server_prompt_ms"] = s.prompt_ms;
+    if (s.server_run_ms >= 0) j["server_cpu_ms"] = s.server_run_ms;
+    if (s.server_wait_ms >= 0) j["server_runqueue_wait_ms"] = s.server_wait_ms;
+    if (!s.busiest_other.empty()) j["busiest_other_process"] = s.busiest_other;
     j["first_token"] = s.first_token;
     j["first_probs_xxh64"] =
         absl::StrFormat("%016x", XXH64(s.first_probs.data(), s.first_probs.size(), 0));

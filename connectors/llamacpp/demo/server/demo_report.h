@@ -34,6 +34,12 @@ struct Sample {
   // kvtier's time on this request's path before its prefill (GET /kvtier
   // prompt_start_seconds delta, ms); < 0 when not measured.
   double kvtier_path_ms = -1;
+  double prompt_ms = -1;  // the server's timings.prompt_ms (compute of the prompt_n tokens)
+  // The server's threads during the request (ReadSchedTimes deltas, ms): on a CPU, and
+  // runnable but waiting for one. < 0 when not measured.
+  double server_run_ms = -1, server_wait_ms = -1;
+  // The other process that used the most CPU during the request: "comm (pid) N ms".
+  std::string busiest_other;
   int first_token = -1;
   std::string first_probs;
 };

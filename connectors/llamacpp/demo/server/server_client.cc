@@ -59,6 +59,7 @@ absl::StatusOr<Completion> ServerClient::Complete(const std::vector<int>& prompt
     if (j.contains("timings")) {
       c.prompt_n = j["timings"].value("prompt_n", 0);
       c.cache_n = j["timings"].value("cache_n", 0);
+      c.prompt_ms = j["timings"].value("prompt_ms", -1.0);
     }
   };
   httplib::Request req;

@@ -17,6 +17,7 @@ struct Completion {
   double total_ms = 0;      // request sent -> end of the stream
   int prompt_n = 0;         // timings.prompt_n: prompt tokens computed
   int cache_n = 0;          // timings.cache_n: prompt tokens reused (RAM cache or kvtier)
+  double prompt_ms = -1;    // timings.prompt_ms: the server's compute of the prompt_n tokens
   int first_token = -1;     // id of the first generated token
   std::string first_probs;  // completion_probabilities[0] as JSON text (top-n probabilities)
 };

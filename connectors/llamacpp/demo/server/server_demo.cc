@@ -31,6 +31,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -182,7 +183,7 @@ class Demo {
     return ServerProcess::Start(f_.server_bin, args, run_dir_ + "/server-" + tag + ".log");
   }
   void Record(size_t row, Config c, int rep, const absl::StatusOr<Completion>& r,
-              int kvtier_loaded = 0, double kvtier_path_ms = -1);
+              int kvtier_loaded = 0, double kvtier_path_ms = -1, SchedTimes sched = {});
   // Waits (at most 10 s) until the kvtier server's stores of earlier requests reached
   // its tiers, so no measurement shares the two cores with another request's write-back.
   void WaitStoresDone();
@@ -195,7 +196,30 @@ class Demo {
   std::vector<int> filler_;
   Report report_;
   std::ofstream evidence_;
+  std::string busiest_other_;  // set by Measure's measured requests, taken by Record
 };
+
+// Waits (at most 3 s) until no process but `measured` used 20 ms or more of CPU in the
+// last 100 ms. A llama-server's threads keep spinning for ~75 ms each after every compute
+// (ggml's threadpool polling, --poll, default 50: measured 150 ms of CPU after each
+// response of a 2-thread server, none with --poll 0 --poll-batch 0), and on two cores
+// the server measured next then waits for a CPU: its 1-token decode after a restore
+// took 2 x as long. The servers keep llama.cpp's default; the measurement waits instead.
+void WaitForOtherProcessesIdle(pid_t measured) {
+  const auto deadline = Clock::now() + std::chrono::seconds(3);
+  auto before = ReadProcessCpuMs();
+  while (Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto after = ReadProcessCpuMs();
+    bool busy = false;
+    for (const auto& [pid, p] : after) {
+      auto b = before.find(pid);
+      if (pid != measured && b != before.end() && p.second - b->second.second >= 20) busy = true;
+    }
+    if (!busy) return;
+    before = std::move(after);
+  }
+}
 
 void Demo::WaitStoresDone() {
   if (!kvt_) return;
@@ -211,14 +235,18 @@ void Demo::WaitStoresDone() {
 }
 
 void Demo::Record(size_t row, Config c, int rep, const absl::StatusOr<Completion>& r,
-                  int kvtier_loaded, double kvtier_path_ms) {
+                  int kvtier_loaded, double kvtier_path_ms, SchedTimes sched) {
   Sample s;
   s.repeat = rep;
   s.kvtier_loaded = kvtier_loaded;
   s.kvtier_path_ms = kvtier_path_ms;
+  s.server_run_ms = sched.run_ms;
+  s.server_wait_ms = sched.wait_ms;
+  s.busiest_other = std::exchange(busiest_other_, std::string());
   if (r.ok()) {
     s.ok = true;
     s.ttft_ms = r->ttft_ms;
+    s.prompt_ms = r->prompt_ms;
     s.cache_n = r->cache_n;
     s.prompt_n = r->prompt_n;
     s.first_token = r->first_token;
@@ -242,6 +270,30 @@ void Demo::Measure(size_t row, Config c, int rep, const std::vector<int>& tokens
   auto complete = [&](ServerProcess& s, bool cache) {
     return ServerClient("127.0.0.1", s.port()).Complete(tokens, cache);
   };
+  // A measured request: its completion, and the server's CPU time and run-queue wait
+  // during it (evidence.jsonl: whether a slow one computed more or waited for a CPU).
+  SchedTimes sched;
+  auto measured = [&](ServerProcess& s, bool cache) {
+    WaitForOtherProcessesIdle(s.pid());
+    const auto procs_before = ReadProcessCpuMs();
+    const SchedTimes before = ReadSchedTimes(s.pid());
+    auto r = complete(s, cache);
+    const SchedTimes after = ReadSchedTimes(s.pid());
+    const auto procs_after = ReadProcessCpuMs();
+    if (before.run_ms >= 0 && after.run_ms >= 0)
+      sched = {after.run_ms - before.run_ms, after.wait_ms - before.wait_ms};
+    double most = 0;
+    for (const auto& [pid, p] : procs_after) {
+      auto b = procs_before.find(pid);
+      const double used = p.second - (b == procs_before.end() ? 0 : b->second.second);
+      if (pid != s.pid() && used > most) {
+        most = used;
+        busiest_other_ = absl::StrFormat("%s (%d) %.0f ms", p.first, pid, used);
+      }
+    }
+    if (most == 0) busiest_other_.clear();
+    return r;
+  };
   auto filler = [&](ServerProcess& s) {
     (void)ServerClient("127.0.0.1", s.port()).Complete(filler_, true);
   };
@@ -259,16 +311,16 @@ void Demo::Measure(size_t row, Config c, int rep, const std::vector<int>& tokens
   switch (c) {
     case Config::kCold:
       if (!plain_) return Record(row, c, rep, absl::UnavailableError("plain server not running"));
-      return Record(row, c, rep, complete(*plain_, false));
+      return Record(row, c, rep, measured(*plain_, false), 0, -1, sched);
     case Config::kUpstream:
       if (!upstream_) return Record(row, c, rep, absl::UnavailableError("llama-server not run"));
-      return Record(row, c, rep, complete(*upstream_, false));
+      return Record(row, c, rep, measured(*upstream_, false), 0, -1, sched);
     case Config::kServerCache:
       if (!plain_) return Record(row, c, rep, absl::UnavailableError("plain server not running"));
       (void)complete(*plain_,
                      true);  // the slot holds the prompt (usually already: cold ran just before)
       filler(*plain_);       // ... and is saved to the RAM cache
-      return Record(row, c, rep, complete(*plain_, true));
+      return Record(row, c, rep, measured(*plain_, true), 0, -1, sched);
     case Config::kHost:
       if (!kvt_) return Record(row, c, rep, absl::UnavailableError("kvtier server not running"));
       // The same three requests as the RAM-cache column: the prompt (the first time, it
@@ -281,11 +333,12 @@ void Demo::Measure(size_t row, Config c, int rep, const std::vector<int>& tokens
       {
         const int before = kvtier_loaded(*kvt_);
         const double path_before = kvtier_path_s(*kvt_);
-        auto r = complete(*kvt_, true);
+        auto r = measured(*kvt_, true);
         const double path_after = kvtier_path_s(*kvt_);
         return Record(
             row, c, rep, r, kvtier_loaded(*kvt_) - before,
-            path_before >= 0 && path_after >= path_before ? (path_after - path_before) * 1000 : -1);
+            path_before >= 0 && path_after >= path_before ? (path_after - path_before) * 1000 : -1,
+            sched);
       }
     case Config::kDisk:
     case Config::kKvtierd: {
@@ -298,8 +351,8 @@ void Demo::Measure(size_t row, Config c, int rep, const std::vector<int>& tokens
         return Record(row, c, rep, absl::UnavailableError(report_.kvtierd_note));
       auto s = Start(KvtierArgs(more), std::string(ConfigName(c)));
       if (!s.ok()) return Record(row, c, rep, s.status());
-      auto r = complete(**s, true);
-      Record(row, c, rep, r, kvtier_loaded(**s));
+      auto r = measured(**s, true);
+      Record(row, c, rep, r, kvtier_loaded(**s), -1, sched);
       (*s)->Stop();
       return;
     }
@@ -453,6 +506,7 @@ int Demo::Run() {
         const bool plain_first = rep % 2 == 0;
         auto plain_request = [&] {
           WaitStoresDone();
+          WaitForOtherProcessesIdle(plain_->pid());
           // Cold, from token 0, as kvtier-llama-server computes a miss whose slot shares
           // only the BOS token (it drops it: docs/llama-server.md, tail records).
           Record(row, Config::kCold, rep,
@@ -467,6 +521,7 @@ int Demo::Run() {
             return j.ok() ? j->value("prompt_start_seconds", 0.0) : -1.0;
           };
           const double before = path_s();
+          WaitForOtherProcessesIdle(kvt_->pid());
           auto r = kc.Complete(t, true);
           const double after = path_s();
           Record(row, Config::kHost, rep, r, 0,

@@ -9,8 +9,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <deque>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -36,6 +39,54 @@ int FreeLoopbackPort() {
   }
   close(fd);
   return port;
+}
+
+SchedTimes ReadSchedTimes(pid_t pid) {
+  SchedTimes t;
+  std::error_code ec;
+  const std::filesystem::path dir = "/proc/" + std::to_string(pid) + "/task";
+  double run_ns = 0, wait_ns = 0;
+  bool any = false;
+  for (const auto& task : std::filesystem::directory_iterator(dir, ec)) {
+    std::ifstream f(task.path() / "schedstat");
+    double run = 0, wait = 0;
+    if (f >> run >> wait) {
+      run_ns += run;
+      wait_ns += wait;
+      any = true;
+    }
+  }
+  if (any) {
+    t.run_ms = run_ns / 1e6;
+    t.wait_ms = wait_ns / 1e6;
+  }
+  return t;
+}
+
+std::map<pid_t, std::pair<std::string, double>> ReadProcessCpuMs() {
+  std::map<pid_t, std::pair<std::string, double>> out;
+  const double ms_per_tick = 1000.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream f(e.path() / "stat");
+    std::string line;
+    if (!std::getline(f, line)) continue;
+    // pid (comm) state ppid ... utime(14) stime(15): comm may hold spaces, so split after ')'.
+    const size_t open = line.find('('), close = line.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    std::string field;
+    double utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && rest >> field; ++i) {
+      if (i == 14) utime = std::atof(field.c_str());
+      if (i == 15) stime = std::atof(field.c_str());
+    }
+    out[static_cast<pid_t>(std::atol(name.c_str()))] = {line.substr(open + 1, close - open - 1),
+                                                        (utime + stime) * ms_per_tick};
+  }
+  return out;
 }
 
 std::string TailOfFile(const std::string& path, size_t lines) {

@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +17,19 @@ namespace kvt::llamacpp::demo {
 
 // A free loopback TCP port (bound to 0, then released).
 int FreeLoopbackPort();
+
+// CPU time of all threads of process `pid` so far, from /proc/<pid>/task/*/schedstat
+// (Linux; the kernel's sched_info): ms on a CPU, and ms runnable but waiting for one
+// (another process or thread had it). Both -1 when unreadable.
+struct SchedTimes {
+  double run_ms = -1;
+  double wait_ms = -1;
+};
+SchedTimes ReadSchedTimes(pid_t pid);
+
+// CPU time (user + system, ms; /proc/<pid>/stat, 10 ms ticks) of every process now,
+// with its name: pid -> (comm, ms). Two snapshots tell who else ran during a request.
+std::map<pid_t, std::pair<std::string, double>> ReadProcessCpuMs();
 
 // The last `lines` lines of a text file.
 std::string TailOfFile(const std::string& path, size_t lines = 30);
