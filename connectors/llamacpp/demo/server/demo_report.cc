@@ -208,6 +208,11 @@ int Report::Print(const std::string& run_dir, bool json, bool check) const {
   }
   if (!kvtierd_note.empty())
     std::fprintf(out, "kvtierd column not run: %s\n", kvtierd_note.c_str());
+  if (started_busy > 0)
+    std::fprintf(out,
+                 "busy machine: %d of %d measured requests started while another process was "
+                 "using the CPU (waited 1 s for it); on 2 cores their TTFT includes its share\n",
+                 started_busy, measured_requests);
 
   // Targets (issue 10), each from medians of this run.
   struct Target {

@@ -72,7 +72,10 @@ std::string EvidenceLine(const Row& row, Config c, int repeat, const Sample& s);
 struct Report {
   std::vector<Row> rows;
   std::string kvtierd_note;  // why the kvtierd column did not run ("" = it ran)
-  int chunk_tokens = 256;    // what counts as loaded from kvtier: whole chunks
+  // Measured requests, and those that started while another process was still busy
+  // (WaitForOtherProcessesIdle gave up): a sign that the machine was not quiet.
+  int measured_requests = 0, started_busy = 0;
+  int chunk_tokens = 256;  // what counts as loaded from kvtier: whole chunks
   double seconds = 0;
 
   // Prints the table and targets (stdout; stderr when `json`), writes <run_dir>/ttft.csv
