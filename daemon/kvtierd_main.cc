@@ -91,12 +91,12 @@ int main(int argc, char** argv) {
   if (no_direct_io) config.disk.direct_io = false;
   // Flags and file go through the same checks; any failure here is a bad config: exit 2.
   if (absl::Status s = config.Validate(); !s.ok()) {
-    // The values may come from the file, the flags or both: name the file when there is one.
-    std::fprintf(stderr, "kvtierd: %s%s\n", s.ToString().c_str(),
-                 config_path.empty() ? ""
-                                     : absl::StrCat(" (config file ", config_path,
-                                                    ", with the command-line flags applied)")
-                                           .c_str());
+    // The values may come from the file, the flags or both: name the file when there is
+    // one, where the file's own errors name it (before the message).
+    if (!config_path.empty())
+      s = absl::Status(s.code(),
+                       absl::StrCat(config_path, " with the command-line flags: ", s.message()));
+    std::fprintf(stderr, "kvtierd: %s\n", s.ToString().c_str());
     return 2;
   }
   if (absl::Status s = kvt::daemon::CheckDaemonPaths(config); !s.ok()) {

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "commands.h"
 #include "gguf_shape.h"
@@ -72,9 +73,16 @@ int RunPlan(const PlanFlags& plan, const GlobalFlags& global, std::ostream& out,
   // A GGUF MLA model keeps kMLA unless --layout was given explicitly.
   if (!(layout.kind == LayoutKind::kMLA && plan.layout == "flash_attn_nhd")) layout.kind = *kind;
   if (layout.num_layers == 0 || layout.num_kv_heads == 0 || layout.head_dim == 0) {
+    // Name what is zero: a flag given as 0 is not the same mistake as a flag left out.
+    std::vector<std::string> zero;
+    if (layout.num_layers == 0) zero.push_back("--layers");
+    if (layout.num_kv_heads == 0) zero.push_back("--kv-heads");
+    if (layout.head_dim == 0) zero.push_back("--head-dim");
     return Fail(err, kCmd,
-                absl::InvalidArgumentError(
-                    "give the model shape: --layers, --kv-heads and --head-dim, or --gguf FILE"));
+                absl::InvalidArgumentError(absl::StrCat(
+                    "give the model shape: --layers, --kv-heads and --head-dim (each >= 1), or "
+                    "--gguf FILE; missing or 0: ",
+                    absl::StrJoin(zero, ", "))));
   }
   if (absl::Status s = layout.Validate(); !s.ok())
     return Fail(err, kCmd, absl::InvalidArgumentError(s.message()));

@@ -66,7 +66,8 @@ absl::Status DaemonConfig::Validate() const {
                absl::StrFormat("%d, expected 1..60000", disk.commit_delay_ms));
   if (disk.commit == DiskCommit::kGrouped && durability == Durability::kSync)
     return bad("disk_commit",
-               "'grouped' acknowledges a disk put before its commit, but durability: sync "
+               "'grouped' acknowledges a disk put before its commit, but durability: sync (the "
+               "default) "
                "acknowledges a put only once it is durable; use disk_commit: each_put, or "
                "durability: async");
   if (workers < 1 || workers > 256)

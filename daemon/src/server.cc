@@ -191,7 +191,9 @@ class KvtierServer::Impl {
     }
     if (metrics_port <= 0)
       return absl::UnavailableError(
-          absl::StrFormat("metrics.listen: cannot bind %s", config.metrics_listen));
+          absl::StrFormat("metrics.listen: cannot bind %s (in use? another kvtierd? pass "
+                          "--metrics-listen 127.0.0.1:0 for any free port, or \"\" to disable)",
+                          config.metrics_listen));
     http_thread = std::thread([this] { http->listen_after_bind(); });
     return absl::OkStatus();
   }

@@ -1,4 +1,7 @@
 // Unit tests of the CLI's pure parts: token files, sizes, durations, formatting, GGUF.
+#include <stdlib.h>
+
+#include <filesystem>
 #include <fstream>
 
 #include "cli_common.h"
@@ -134,7 +137,28 @@ class GgufWriter {
   std::ofstream o_;
 };
 
-std::string TmpPath(const std::string& name) { return ::testing::TempDir() + "/" + name; }
+// A directory of this process's own under gtest's TempDir() (so concurrent runs do not
+// share file names), removed with its files when the process exits.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    std::string tmpl = ::testing::TempDir() + "/kvtier-cli-lib-XXXXXX";
+    path_ = ::mkdtemp(tmpl.data()) != nullptr ? tmpl : ::testing::TempDir();
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    if (path_ != ::testing::TempDir()) std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::string TmpPath(const std::string& name) {
+  static const ScratchDir dir;
+  return dir.path() + "/" + name;
+}
 
 TEST(GgufShapeTest, PerLayerKvHeadsAndSkippedArrays) {
   const std::string path = TmpPath("perlayer.gguf");

@@ -97,7 +97,8 @@ absl::StatusOr<std::unique_ptr<KvtierdProcess>> KvtierdProcess::Start(
   if (ec)
     return absl::InternalError(absl::StrFormat("cannot create %s: %s", o.run_dir, ec.message()));
   const std::string socket = SocketPath(o);
-  const std::string ready = o.run_dir + "/kvtierd-ready.json";
+  const std::string ready =
+      std::filesystem::absolute(o.run_dir + "/kvtierd-ready.json").lexically_normal().string();
   const std::string config = o.run_dir + "/kvtierd.yaml";
   const std::string log = o.run_dir + "/kvtierd.log";
   std::filesystem::remove(socket, ec);

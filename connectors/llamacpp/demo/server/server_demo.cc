@@ -189,6 +189,11 @@ class Demo {
   // Waits (at most 10 s) until the kvtier server's stores of earlier requests reached
   // its tiers, so no measurement shares the two cores with another request's write-back.
   void WaitStoresDone();
+  // One measured request: waits for a quiet machine (QuietBeforeMeasuring), then sends
+  // it; `sched` gets the server's CPU time and run-queue wait during it, busiest_other_
+  // the busiest other process (both for Record's Sample).
+  absl::StatusOr<Completion> MeasuredComplete(ServerProcess& s, const std::vector<int>& tokens,
+                                              bool cache, SchedTimes* sched);
   // WaitForOtherProcessesIdle, counted in the report.
   void QuietBeforeMeasuring(pid_t measured) {
     ++report_.measured_requests;
@@ -228,6 +233,32 @@ bool WaitForOtherProcessesIdle(pid_t measured) {
     before = std::move(after);
   }
   return false;
+}
+
+absl::StatusOr<Completion> Demo::MeasuredComplete(ServerProcess& s, const std::vector<int>& tokens,
+                                                  bool cache, SchedTimes* sched) {
+  QuietBeforeMeasuring(s.pid());
+  const auto procs_before = ReadProcessCpuMs();
+  const SchedTimes before = ReadSchedTimes(s.pid());
+  auto r = ServerClient("127.0.0.1", s.port()).Complete(tokens, cache);
+  const SchedTimes after = ReadSchedTimes(s.pid());
+  const auto procs_after = ReadProcessCpuMs();
+  *sched = {};
+  if (before.run_ms >= 0 && after.run_ms >= 0)
+    *sched = {after.run_ms - before.run_ms, after.wait_ms - before.wait_ms};
+  // The busiest process besides the server and this client (a kvtierd serving the request
+  // counts: it shares the cores too).
+  double most = 0;
+  busiest_other_.clear();
+  for (const auto& [pid, p] : procs_after) {
+    auto b = procs_before.find(pid);
+    const double used = p.second - (b == procs_before.end() ? 0 : b->second.second);
+    if (pid != s.pid() && pid != getpid() && used > most) {
+      most = used;
+      busiest_other_ = absl::StrFormat("%s (%d) %.0f ms", p.first, pid, used);
+    }
+  }
+  return r;
 }
 
 void Demo::WaitStoresDone() {
@@ -283,25 +314,7 @@ void Demo::Measure(size_t row, Config c, int rep, const std::vector<int>& tokens
   // during it (evidence.jsonl: whether a slow one computed more or waited for a CPU).
   SchedTimes sched;
   auto measured = [&](ServerProcess& s, bool cache) {
-    QuietBeforeMeasuring(s.pid());
-    const auto procs_before = ReadProcessCpuMs();
-    const SchedTimes before = ReadSchedTimes(s.pid());
-    auto r = complete(s, cache);
-    const SchedTimes after = ReadSchedTimes(s.pid());
-    const auto procs_after = ReadProcessCpuMs();
-    if (before.run_ms >= 0 && after.run_ms >= 0)
-      sched = {after.run_ms - before.run_ms, after.wait_ms - before.wait_ms};
-    double most = 0;
-    for (const auto& [pid, p] : procs_after) {
-      auto b = procs_before.find(pid);
-      const double used = p.second - (b == procs_before.end() ? 0 : b->second.second);
-      if (pid != s.pid() && used > most) {
-        most = used;
-        busiest_other_ = absl::StrFormat("%s (%d) %.0f ms", p.first, pid, used);
-      }
-    }
-    if (most == 0) busiest_other_.clear();
-    return r;
+    return MeasuredComplete(s, tokens, cache, &sched);
   };
   auto filler = [&](ServerProcess& s) {
     (void)ServerClient("127.0.0.1", s.port()).Complete(filler_, true);
@@ -519,11 +532,11 @@ int Demo::Run() {
         auto plain_request = [&] {
           (void)ServerClient("127.0.0.1", plain_->port()).Complete(filler_, false);
           WaitStoresDone();
-          QuietBeforeMeasuring(plain_->pid());
           // Cold, from token 0, as kvtier-llama-server computes a miss whose slot shares
           // only the BOS token (it drops it: docs/llama-server.md, tail records).
-          Record(row, Config::kCold, rep,
-                 ServerClient("127.0.0.1", plain_->port()).Complete(t, false));
+          SchedTimes sched;
+          auto r = MeasuredComplete(*plain_, t, false, &sched);
+          Record(row, Config::kCold, rep, r, 0, -1, sched);
         };
         if (plain_first) plain_request();
         if (kvt_) {  // a miss; kvtier's own time on its path from GET /kvtier
@@ -535,11 +548,11 @@ int Demo::Run() {
             return j.ok() ? j->value("prompt_start_seconds", 0.0) : -1.0;
           };
           const double before = path_s();
-          QuietBeforeMeasuring(kvt_->pid());
-          auto r = kc.Complete(t, true);
+          SchedTimes sched;
+          auto r = MeasuredComplete(*kvt_, t, true, &sched);
           const double after = path_s();
           Record(row, Config::kHost, rep, r, 0,
-                 before >= 0 && after >= before ? (after - before) * 1000 : -1);
+                 before >= 0 && after >= before ? (after - before) * 1000 : -1, sched);
         }
         if (!plain_first) plain_request();
       }
