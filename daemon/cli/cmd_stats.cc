@@ -57,7 +57,7 @@ nlohmann::json StatsJson(const StatsSnapshot& s) {
 void PrintStats(const StatsSnapshot& s, const StatsSnapshot* prev, double dt_s, std::ostream& out) {
   out << "source            " << s.source << "\n";
   if (s.store_hits && s.store_misses) {
-    out << absl::StrFormat("lookups           %s hits, %s misses (hit rate %s)\n",
+    out << absl::StrFormat("reads (Get)       %s hits, %s misses (hit rate %s)\n",
                            WithCommas(*s.store_hits), WithCommas(*s.store_misses),
                            Rate(*s.store_hits, *s.store_misses));
   }

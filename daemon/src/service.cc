@@ -435,7 +435,7 @@ grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
                     }
                     TieredStoreStats ss = store.stats();
                     resp->set_hits(ss.hits);
-                    resp->set_misses(ss.misses);
+                    resp->set_misses(ss.misses + unserved_misses_.load(std::memory_order_relaxed));
                     resp->set_integrity_errors(ss.integrity_errors);
                     resp->set_connected_clients(deps_.metrics->ConnectedClients());
                     resp->set_pending_write_bytes(ss.pending_write_bytes);

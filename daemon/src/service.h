@@ -111,6 +111,10 @@ class KvTierService final : public ::kvtier::v1::KvTier::WithRawCallbackMethod_G
   void CallStarted() { active_calls_.fetch_add(1); }
   void CallDone() { active_calls_.fetch_sub(1); }
   int64_t active_calls() const { return active_calls_.load(); }
+  // A Get (not a peek) of a key answered "not found" without asking the store (a key the
+  // catalog does not know, or gone from every tier): the store counts no miss for it, so
+  // Stats adds these to the store's misses.
+  void CountUnservedMiss() { unserved_misses_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
   // Runs `fn` on a worker, then finishes the unary reactor with its status and records metrics.
@@ -130,6 +134,7 @@ class KvTierService final : public ::kvtier::v1::KvTier::WithRawCallbackMethod_G
   std::atomic<uint64_t> inflight_bytes_{0};
   std::atomic<bool> draining_{false};
   std::atomic<int64_t> active_calls_{0};
+  std::atomic<uint64_t> unserved_misses_{0};
   absl::Mutex shm_mu_;
   absl::flat_hash_map<uint64_t, ShmEntry> regions_ ABSL_GUARDED_BY(shm_mu_);
   uint64_t next_region_id_ ABSL_GUARDED_BY(shm_mu_) = 1;

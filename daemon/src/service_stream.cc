@@ -322,6 +322,7 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     record_bytes_ = sent_ = 0;
     GetInfo info;
     bool found = false;
+    bool store_asked = false;  // a store Get counts its own hit or miss
     if (catalog.KeyVisible(key, tenant_)) {
       for (int attempt = 0; attempt < 3 && !found; ++attempt) {
         const uint64_t size = SizeOf(key);
@@ -330,6 +331,7 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
           // Tier 0 lends the record in place: it is sent from there without a copy.
           absl::StatusOr<RecordView> view = store.View(key, &info);
           if (view.ok()) {
+            store_asked = true;  // View counted the hit
             found = Lend(key, std::move(*view));
             break;
           }
@@ -353,6 +355,7 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
           dest = std::span<std::byte>(buf_.get(), size);
         }
         auto n = store.Get(key, dest, &info, GetOptions{.peek = req_->peek()});
+        store_asked = true;
         if (n.ok()) {
           // Defence in depth: the record's own namespace must be the caller's.
           auto h = DecodeChunkHeader(dest.first(*n));
@@ -369,6 +372,7 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       }
     }
     if (!found) {
+      if (!store_asked && !req_->peek()) svc_->CountUnservedMiss();
       buf_.reset();
       if (SizeOf(key) == 0) catalog.ForgetKey(key);
       resp_.set_found(false);

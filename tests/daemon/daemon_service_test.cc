@@ -39,6 +39,12 @@ TEST_F(DaemonServiceTest, PutThenGetReturnsSameBytesAndLookupCountsLeadingHits) 
   }
   auto miss = client->Get(chain.keys[3]);
   EXPECT_EQ(miss.status().code(), absl::StatusCode::kNotFound);
+  // `kvtier stats` counts what clients read: 3 hits, and the miss of a key the daemon
+  // never had (answered before the tiers, so the store itself counts nothing for it).
+  auto counted = client->Stats();
+  ASSERT_TRUE(counted.ok()) << counted.status();
+  EXPECT_EQ(counted->hits, 3u);
+  EXPECT_EQ(counted->misses, 1u);
 
   auto lookup = client->Lookup(chain.keys);
   ASSERT_TRUE(lookup.ok()) << lookup.status();
