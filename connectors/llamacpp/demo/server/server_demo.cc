@@ -333,22 +333,31 @@ void Demo::Measure(size_t row, Config c, int rep, const std::vector<int>& tokens
   switch (c) {
     case Config::kCold:
       if (!plain_) return Record(row, c, rep, absl::UnavailableError("plain server not running"));
-      return Record(row, c, rep, measured(*plain_, false), 0, -1, sched);
+      {
+        auto r = measured(*plain_, false);  // before Record reads `sched`
+        return Record(row, c, rep, r, 0, -1, sched);
+      }
     case Config::kUpstream:
       if (!upstream_) return Record(row, c, rep, absl::UnavailableError("llama-server not run"));
-      return Record(row, c, rep, measured(*upstream_, false), 0, -1, sched);
+      {
+        auto r = measured(*upstream_, false);
+        return Record(row, c, rep, r, 0, -1, sched);
+      }
     case Config::kServerCache:
       if (!plain_) return Record(row, c, rep, absl::UnavailableError("plain server not running"));
       (void)complete(*plain_,
                      true);  // the slot holds the prompt (usually already: cold ran just before)
       filler(*plain_);       // ... and is saved to the RAM cache
-      return Record(row, c, rep, measured(*plain_, true), 0, -1, sched);
+      {
+        auto r = measured(*plain_, true);
+        return Record(row, c, rep, r, 0, -1, sched);
+      }
     case Config::kHost:
       if (!kvt_) return Record(row, c, rep, absl::UnavailableError("kvtier server not running"));
       // The same three requests as the RAM-cache column: the prompt (the first time, it
       // brings the chunks into this process's host tier), the filler, then the measured
-      // restore. (With the first request only in repeat 1, the later repeats measured
-      // 2-3 x slower 1-token decodes after the idle gap of the other columns.)
+      // restore. (The 2-3 x slower 1-token decodes measured here before were another
+      // server's threads still polling on the shared cores: WaitForOtherProcessesIdle.)
       (void)complete(*kvt_, true);
       filler(*kvt_);
       WaitStoresDone();  // the filler's stores
