@@ -349,30 +349,46 @@ int RunTiers(int argc, char** argv) {
   // before each block: what the tier costs the machine beyond the device's own limit.
   double raw_write_cpu_s = 0, put_1caller_cpu_s = 0, raw_read_cpu_s = 0, get_cpu_s = 0;
   uint64_t cpu_put_bytes = 0, cpu_get_bytes = 0;
+  // One caller's tier operation over the records block by block, each block between two
+  // raw transfers of the same records (their mean is its limit). `op(b, nb)` returns its
+  // seconds; `after(b, nb)` runs untimed. Adds each block's ratio to `ratio` and the CPU
+  // seconds of the raw and the tier parts to *raw_cpu and *tier_cpu. Returns {tier seconds,
+  // raw seconds}.
+  auto interleaved = [&](bool write, auto&& op, auto&& after, Best& ratio, double* raw_cpu,
+                         double* tier_cpu, uint64_t* cpu_bytes) {
+    const std::vector<Buffer>& bufs = write ? recs : rbufs;
+    double tier_s = 0, raw_s = 0;
+    for (uint32_t b = 0; b < chunks; b += block) {
+      const uint32_t nb = std::min(block, chunks - b);
+      const uint64_t bytes = rec * nb;
+      const double c0 = CpuSeconds();
+      const double raw_a = RawTransfer(fd, write, bufs, rec, qd, io, false, b, nb);
+      const double c1 = CpuSeconds();
+      const double t = op(b, nb);
+      *raw_cpu += c1 - c0;
+      *tier_cpu += CpuSeconds() - c1;
+      *cpu_bytes += bytes;
+      after(b, nb);
+      const double raw_b = RawTransfer(fd, write, bufs, rec, qd, io, false, b, nb);
+      ratio.Add(Gbps(bytes, t) / ((Gbps(bytes, raw_a) + Gbps(bytes, raw_b)) / 2));
+      tier_s += t;
+      raw_s += (raw_a + raw_b) / 2;
+    }
+    return std::pair<double, double>(tier_s, raw_s);
+  };
+  auto nothing = [](uint32_t, uint32_t) {};
   for (uint32_t r = 0; r < rounds; ++r) {
     if (run_put) {
-      // Group-commit put, one caller, block by block, each block between two raw writes of
-      // the same records (their mean is its limit); the block's time includes its Sync().
-      double put_s = 0, raw_s = 0;
-      for (uint32_t b = 0; b < chunks; b += block) {
-        const uint32_t nb = std::min(block, chunks - b);
-        const uint64_t bytes = rec * nb;
-        const double c0 = CpuSeconds();
-        const double raw_a = RawTransfer(fd, true, recs, rec, qd, io, false, b, nb);
-        const double c1 = CpuSeconds();
-        const auto a = Clock::now();
-        put_all(**grouped, b, nb);
-        if (absl::Status s = (*grouped)->Sync(); !s.ok()) Die(s.ToString());
-        const double g = Seconds(a, Clock::now());
-        raw_write_cpu_s += c1 - c0;
-        put_1caller_cpu_s += CpuSeconds() - c1;
-        cpu_put_bytes += bytes;
-        const double raw_b = RawTransfer(fd, true, recs, rec, qd, io, false, b, nb);
-        disk_put_1caller_ratio.Add(Gbps(bytes, g) /
-                                   ((Gbps(bytes, raw_a) + Gbps(bytes, raw_b)) / 2));
-        put_s += g;
-        raw_s += (raw_a + raw_b) / 2;
-      }
+      // Group-commit put, one caller; the block's time includes its Sync().
+      const auto [put_s, raw_s] = interleaved(
+          true,
+          [&](uint32_t b, uint32_t nb) {
+            const auto a = Clock::now();
+            put_all(**grouped, b, nb);
+            if (absl::Status s = (*grouped)->Sync(); !s.ok()) Die(s.ToString());
+            return Seconds(a, Clock::now());
+          },
+          nothing, disk_put_1caller_ratio, &raw_write_cpu_s, &put_1caller_cpu_s, &cpu_put_bytes);
       disk_put_1caller_gbps.Add(Gbps(total, put_s));
       raw_write_1caller_gbps.Add(Gbps(total, raw_s));
       raw_write_gbps.Add(Gbps(total, raw_s));
@@ -381,26 +397,14 @@ int RunTiers(int argc, char** argv) {
     raw_write_gbps.Add(Gbps(total, RawTransfer(fd, true, recs, rec, qd, io)));
     disk_put_gbps.Add(Gbps(total, put_all(**disk)));
     if (run_get) {
-      // Get, one caller, block by block, each block between two raw reads of the same
-      // records (their mean is its limit, as for put).
-      double get_s = 0, raw_s = 0;
-      for (uint32_t b = 0; b < chunks; b += block) {
-        const uint32_t nb = std::min(block, chunks - b);
-        const uint64_t bytes = rec * nb;
-        const double c0 = CpuSeconds();
-        const double rr_a = RawTransfer(fd, false, rbufs, rec, qd, io, false, b, nb);
-        const double c1 = CpuSeconds();
-        const double dg = get_all(**disk, b, nb);
-        raw_read_cpu_s += c1 - c0;
-        get_cpu_s += CpuSeconds() - c1;
-        cpu_get_bytes += bytes;
-        if (std::memcmp(dst.get(), recs[b + nb - 1].get(), rec) != 0)
-          Die("disk get returned wrong bytes");
-        const double rr_b = RawTransfer(fd, false, rbufs, rec, qd, io, false, b, nb);
-        disk_get_ratio_round.Add(Gbps(bytes, dg) / ((Gbps(bytes, rr_a) + Gbps(bytes, rr_b)) / 2));
-        get_s += dg;
-        raw_s += (rr_a + rr_b) / 2;
-      }
+      // Get, one caller, as for put.
+      const auto [get_s, raw_s] = interleaved(
+          false, [&](uint32_t b, uint32_t nb) { return get_all(**disk, b, nb); },
+          [&](uint32_t b, uint32_t nb) {
+            if (std::memcmp(dst.get(), recs[b + nb - 1].get(), rec) != 0)
+              Die("disk get returned wrong bytes");
+          },
+          disk_get_ratio_round, &raw_read_cpu_s, &get_cpu_s, &cpu_get_bytes);
       if (std::memcmp(rbufs[chunks - 1].get(), recs[chunks - 1].get(), rec) != 0)
         Die("raw read mismatch");
       disk_get_gbps.Add(Gbps(total, get_s));

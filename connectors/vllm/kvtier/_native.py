@@ -186,11 +186,32 @@ class ConnectorOptions:
     daemon_deadline_ms: int = 2000
 
 
-class Fetched:
+class _OwnedHandle:
+    """A C ABI handle this object owns: close() hands it to the class's ``_free_name``
+    function of the library (once; later calls do nothing), and so does garbage collection."""
+
+    _free_name = ""
+    _h = None
+
+    def close(self) -> None:
+        if self._h:
+            getattr(lib(), self._free_name)(self._h)
+            self._h = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Fetched(_OwnedHandle):
     """A per-layer block load fetched and verified by Connector.fetch_blocks
     (kvt_fetch_blocks): ``loaded_tokens`` are held once every layer is scattered;
     scatter_layer(l) writes layer l of every delivered chunk into the blocks (GIL
     released). close() frees the verified buffers."""
+
+    _free_name = "kvt_fetched_free"
 
     def __init__(self, h: C.c_void_p, loaded_tokens: int):
         self._h = h
@@ -201,20 +222,12 @@ class Fetched:
             raise KvtError(9, "kvtier fetched load is closed")
         _check(lib().kvt_fetched_scatter_layer(self._h, layer))
 
-    def close(self) -> None:
-        if self._h:
-            lib().kvt_fetched_free(self._h)
-            self._h = None
 
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+class Connector(_OwnedHandle):
+    """One kvt_connector handle. Thread-safe (as the C ABI). close() destroys the handle;
+    REQUIRES: no other call on it in flight (kvt_destroy)."""
 
-
-class Connector:
-    """One kvt_connector handle. Thread-safe (as the C ABI)."""
+    _free_name = "kvt_destroy"
 
     def __init__(self, o: ConnectorOptions):
         L = lib()
@@ -243,18 +256,6 @@ class Connector:
         if not self._h:
             raise KvtError(9, "kvtier connector is closed")
         return self._h
-
-    def close(self) -> None:
-        """Destroys the handle. REQUIRES: no other call on it in flight (kvt_destroy)."""
-        if self._h:
-            lib().kvt_destroy(self._h)
-            self._h = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def lookup(self, tokens: list[int], num_computed_tokens: int = 0) -> tuple[int, int]:
         """(load_tokens, cached_tokens) for a prompt; see kvt_lookup."""
