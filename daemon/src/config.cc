@@ -87,6 +87,8 @@ absl::Status DaemonConfig::Validate() const {
     return bad("shm.max_region_bytes", "expected 1 MiB .. 4 GiB");
   if (shm_max_regions < 1 || shm_max_regions > 4096)
     return bad("shm.max_regions", "expected 1..4096");
+  if (shm_stall_timeout_ms < 1 || shm_stall_timeout_ms > 600000)
+    return bad("shm.stall_timeout_ms", "expected 1..600000");
   std::set<std::string> tokens, names;
   for (const auto& t : tenants) {
     if (!names.insert(t.name).second)
@@ -338,7 +340,9 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
           !s.ok())
         return s;
     if (const auto shm = root["shm"]) {
-      if (auto s = CheckKeys(shm, "shm", {"enabled", "max_region_bytes", "max_regions"}); !s.ok())
+      if (auto s = CheckKeys(shm, "shm",
+                             {"enabled", "max_region_bytes", "max_regions", "stall_timeout_ms"});
+          !s.ok())
         return s;
       if (shm["enabled"])
         if (auto s = Get(shm["enabled"], "shm.enabled", "true|false", &c.shm_enabled); !s.ok())
@@ -353,6 +357,11 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
       if (shm["max_regions"])
         if (auto s = Get(shm["max_regions"], "shm.max_regions", "an integer 1..4096",
                          &c.shm_max_regions);
+            !s.ok())
+          return s;
+      if (shm["stall_timeout_ms"])
+        if (auto s = Get(shm["stall_timeout_ms"], "shm.stall_timeout_ms", "an integer 1..600000",
+                         &c.shm_stall_timeout_ms);
             !s.ok())
           return s;
     }

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 
+#include "absl/random/random.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "kvstore/chunk_codec.h"
@@ -72,6 +73,15 @@ void KeyToProto(const ChunkKey& k, pb::Key128* out) {
 
 KvTierService::KvTierService(const ServiceDeps& deps)
     : deps_(deps), leases_(deps.store, deps.config->lease_timeout) {
+  {
+    // Region ids start at a random value per daemon start, so a client that still holds
+    // the id of a region of an earlier daemon process (restarted since) names no region
+    // of this one: "not attached", never another client's region.
+    absl::MutexLock lock(&shm_mu_);
+    next_region_id_ = deps_.config->shm_first_region_id != 0
+                          ? deps_.config->shm_first_region_id
+                          : (absl::Uniform<uint64_t>(absl::BitGen()) >> 1) + 1;
+  }
   for (const auto& t : deps_.config->tenants)
     for (const auto& tok : t.tokens) token_to_tenant_[tok] = t.name;
 }
@@ -181,20 +191,55 @@ absl::Status KvTierService::StoreRecord(std::span<const std::byte> record,
   return deps_.store->Put(record, StorePutOptions());
 }
 
+absl::Status KvTierService::CheckProgressBlock(const ShmRegion& region, const pb::ShmSlice& slice) {
+  if (!slice.progressive()) return absl::OkStatus();
+  const uint64_t at = slice.progress_offset();
+  if (at % 64 != 0 || !region.Contains(at, kShmProgressBlockBytes))
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "shm.progress_offset: %d, expected a 64-byte aligned offset of the %d-byte region "
+        "with %d bytes after it",
+        at, region.size(), kShmProgressBlockBytes));
+  if (at + kShmProgressBlockBytes > slice.offset() && at < slice.offset() + slice.length())
+    return absl::InvalidArgumentError(
+        absl::StrFormat("shm.progress_offset: the control block [%d, +%d) overlaps the slice's "
+                        "data [%d, +%d)",
+                        at, kShmProgressBlockBytes, slice.offset(), slice.length()));
+  return absl::OkStatus();
+}
+
 absl::Status KvTierService::StoreShmRecord(std::span<const std::byte> src,
-                                           const std::string& tenant, ChunkKey* key_out) {
+                                           const std::string& tenant, ChunkKey* key_out,
+                                           const ShmProgress* progress, uint64_t src_offset) {
   bool conflict = false;
   const bool verify = deps_.config->verify_on_put;
+  const absl::Duration stall = absl::Milliseconds(deps_.config->shm_stall_timeout_ms);
+  uint64_t seen = 0;  // the last `ready` read (region offset)
+  // Bytes of src the client has published, more than `have` (blocks; kvstore/shm_progress.h).
+  auto available = [&](size_t have) -> absl::StatusOr<size_t> {
+    if (progress == nullptr) return src.size();
+    while (seen <= src_offset + have) {
+      absl::StatusOr<uint64_t> r = progress->WaitBeyond(seen, src_offset + src.size(), stall);
+      if (!r.ok())
+        return absl::Status(r.status().code(),
+                            absl::StrFormat("shm Put after %d of %d bytes: %s", have, src.size(),
+                                            r.status().message()));
+      seen = *r;
+    }
+    return seen - src_offset;
+  };
   // The only read of the client's memory is the copy into the tier's reserved record;
   // every check after it, and the store, read that copy (issue 11 #7).
   absl::StatusOr<ChunkKey> key = deps_.store->PutInPlace(
       src.size(),
       [&](std::span<std::byte> dst) -> absl::Status {
         std::optional<uint64_t> payload_checksum;
-        if (verify)
-          payload_checksum = CopyRecordHashingPayload(src, dst);
-        else
+        if (verify || progress != nullptr) {
+          absl::StatusOr<uint64_t> h = CopyRecordHashingPayload(src, dst, available);
+          if (!h.ok()) return h.status();
+          if (verify) payload_checksum = *h;
+        } else {
           std::memcpy(dst.data(), src.data(), src.size());
+        }
         bool store = false;
         absl::Status s = AdmitRecord(dst, tenant, key_out, payload_checksum, &store);
         if (s.ok() && !store) {

@@ -16,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "catalog.h"
 #include "daemon/config.h"
+#include "kvstore/shm_progress.h"
 #include "kvstore/shm_region.h"
 #include "kvstore/tiered_store.h"
 #include "leases.h"
@@ -95,10 +96,18 @@ class KvTierService final : public ::kvtier::v1::KvTier::WithRawCallbackMethod_G
   // still be writing): the record is copied once, hashing its payload in the same pass
   // when verify_on_put, straight into the memory the store's tier 0 lends
   // (TieredStore::PutInPlace), and every check and the store read only that copy.
+  // With `progress` (a progressive Put: the client is still writing `src`, which lies at
+  // region offset `src_offset`), each piece is copied once the client publishes it; no
+  // progress for shm.stall_timeout_ms fails the Put (DeadlineExceeded, nothing stored).
   absl::Status StoreShmRecord(std::span<const std::byte> src, const std::string& tenant,
-                              ChunkKey* key_out);
+                              ChunkKey* key_out, const ShmProgress* progress = nullptr,
+                              uint64_t src_offset = 0);
   // Region owned by `tenant`, or nullptr.
   std::shared_ptr<ShmRegion> FindRegion(uint64_t id, const std::string& tenant);
+  // OK when `slice` names no progressive transfer, or one whose control block is
+  // 64-byte aligned, inside `region` and outside the slice's data; InvalidArgument.
+  static absl::Status CheckProgressBlock(const ShmRegion& region,
+                                         const ::kvtier::v1::ShmSlice& slice);
   std::atomic<uint64_t>& inflight_bytes() { return inflight_bytes_; }
   // The gRPC leases (Lookup with pin; released by the Get naming them or by timeout).
   LeaseTable& leases() { return leases_; }

@@ -1,6 +1,8 @@
 // The streaming RPCs of KvTierService: Put (client streaming) and Get (server streaming).
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -114,6 +116,10 @@ class PutReactor final : public grpc::ServerReadReactor<pb::PutRequest> {
           return absl::InvalidArgumentError(
               absl::StrFormat("shm.offset/length: [%d, +%d) outside the %d-byte region",
                               sl.offset(), sl.length(), region_->size()));
+        if (absl::Status s = KvTierService::CheckProgressBlock(*region_, sl); !s.ok()) return s;
+        // Progressive: the client writes the record after this message; the worker copies
+        // each piece as it is published (StoreShmRecord).
+        if (sl.progressive()) progress_.emplace(region_->data() + sl.progress_offset());
         // The record is copied into daemon memory (tier 0) before it is checked: count it.
         const uint64_t before = svc_->inflight_bytes().fetch_add(sl.length());
         reserved_ = sl.length();
@@ -160,7 +166,7 @@ class PutReactor final : public grpc::ServerReadReactor<pb::PutRequest> {
       absl::Status s =
           shm ? svc_->StoreShmRecord(
                     std::span<const std::byte>(region_->data() + shm_offset_, expected_), tenant_,
-                    &key)
+                    &key, progress_ ? &*progress_ : nullptr, shm_offset_)
               : svc_->StoreRecord(std::span<const std::byte>(buf_.get(), expected_), tenant_, &key);
       if (s.ok()) {
         svc_->deps().metrics->AddBytesIn(shm, expected_);
@@ -180,6 +186,7 @@ class PutReactor final : public grpc::ServerReadReactor<pb::PutRequest> {
 
   void Release() {
     buf_.reset();
+    progress_.reset();  // before the region it points into
     region_.reset();
     if (reserved_ > 0) svc_->inflight_bytes().fetch_sub(reserved_);
     reserved_ = 0;
@@ -211,6 +218,7 @@ class PutReactor final : public grpc::ServerReadReactor<pb::PutRequest> {
   pb::PutRequest req_;
   AlignedBuf buf_;
   std::shared_ptr<ShmRegion> region_;
+  std::optional<ShmProgress> progress_;  // a progressive shm Put's control block
   uint64_t shm_offset_ = 0;
   uint64_t expected_ = 0, received_ = 0, reserved_ = 0;
 };
@@ -241,6 +249,11 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   }
 
   void OnWriteDone(bool ok) override {
+    if (progressive_.load(std::memory_order_acquire)) {
+      write_ok_ = ok;  // read by whichever of the two finishes second (Step)
+      Step();
+      return;
+    }
     if (!ok) {
       Done(absl::CancelledError("client went away"));
       return;
@@ -298,6 +311,8 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
         return absl::InvalidArgumentError(
             absl::StrFormat("shm.offset/length: [%d, +%d) outside the %d-byte region", sl.offset(),
                             sl.length(), region_->size()));
+      if (absl::Status s = KvTierService::CheckProgressBlock(*region_, sl); !s.ok()) return s;
+      if (sl.progressive()) progress_.emplace(region_->data() + sl.progress_offset());
       shm_next_ = sl.offset();
       shm_end_ = sl.offset() + sl.length();
     }
@@ -334,6 +349,18 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
             store_asked = true;  // View counted the hit
             found = Lend(key, std::move(*view));
             break;
+          }
+        }
+        if (progress_ && !req_->peek()) {
+          // Tier 0 lends the record in place; it is copied into the slice piece by piece
+          // while the client copies it out (SendProgressive).
+          absl::StatusOr<RecordView> view = store.View(key, &info);
+          if (view.ok()) {
+            store_asked = true;                         // View counted the hit
+            auto h = DecodeChunkHeader(view->bytes());  // defence in depth, as in Lend
+            if (!h.ok() || h->key != key || !catalog.NsVisible(h->ns, tenant_)) break;
+            SendProgressive(std::move(*view), info);
+            return;
           }
         }
         std::span<std::byte> dest;
@@ -396,6 +423,54 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     }
     svc_->deps().metrics->AddBytesOut(false, record_bytes_);
     SendPart(true);
+  }
+
+  // On a worker: answers keys_[index_] with the message first, then copies the record
+  // from tier 0 into the slice, publishing each piece (kvstore/shm_progress.h). The next
+  // key is fetched once both the copy and the message's write are done (Step).
+  void SendProgressive(RecordView view, const GetInfo& info) {
+    const uint64_t size = view.bytes().size();
+    const uint64_t at = (shm_next_ + 63) & ~uint64_t{63};
+    resp_.set_found(true);
+    resp_.set_record_bytes(size);
+    auto* sl = resp_.mutable_shm();
+    sl->set_region_id(req_->shm().region_id());
+    if (at > shm_end_ || size > shm_end_ - at) {
+      resp_.set_shm_overflow(true);
+      Write(0);
+      return;
+    }
+    resp_.set_tier(TierToProto(info.tier_kind));
+    sl->set_offset(at);
+    sl->set_length(size);
+    sl->set_progressive(true);
+    sl->set_progress_offset(req_->shm().progress_offset());
+    shm_next_ = at + size;
+    record_bytes_ = sent_ = size;
+    svc_->deps().metrics->AddBytesOut(true, size);
+    pending_.store(2, std::memory_order_relaxed);
+    write_ok_ = true;
+    progressive_.store(true, std::memory_order_release);
+    Write(0);
+    CopyPublishing(view.bytes(), region_->data() + at, at, *progress_);
+    view.Release();
+    Step();
+  }
+
+  // One of a progressive record's two parts (the copy, the message's write) is done;
+  // the second goes on with the next key.
+  void Step() {
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    progressive_.store(false, std::memory_order_relaxed);
+    if (!write_ok_) {
+      Done(absl::CancelledError("client went away"));
+      return;
+    }
+    if (++index_ >= keys_.size()) {
+      Done(absl::OkStatus());
+      return;
+    }
+    svc_->deps().pool->Submit([this] { Fetch(); });
   }
 
   // Makes buf_ the view's bytes (held until gRPC drops the last slice into them) when the
@@ -464,7 +539,12 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   SharedBuf buf_;
   uint64_t record_bytes_ = 0, sent_ = 0;
   std::shared_ptr<ShmRegion> region_;
+  std::optional<ShmProgress> progress_;  // the request's control block, when progressive
   uint64_t shm_next_ = 0, shm_end_ = 0, shm_at_ = 0;
+  // A progressive record in flight: its copy and its message's write both end in Step.
+  std::atomic<bool> progressive_{false};
+  std::atomic<int> pending_{0};
+  bool write_ok_ = true;  // written before, read after pending_'s acq_rel decrement
 };
 
 }  // namespace

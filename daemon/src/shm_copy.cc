@@ -1,12 +1,14 @@
 #include "shm_copy.h"
 
+// The state on the stack (its size is known with this define): no allocation to fail.
+#define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
 #include <algorithm>
 #include <cstring>
-#include <memory>
 
 #include "kvstore/chunk_codec.h"
+#include "kvstore/shm_progress.h"
 
 // Debian's libxxhash exports the x86 dispatchers, which pick the AVX2/AVX-512 kernels at
 // run time; the plain XXH3 entry points are built for baseline x86-64 (SSE2), at about
@@ -20,26 +22,40 @@
 
 namespace kvt::daemon {
 
-uint64_t CopyRecordHashingPayload(std::span<const std::byte> src, std::span<std::byte> dst) {
-  // 64 KiB: the copied block is hashed while it is still in L1/L2.
-  constexpr size_t kBlock = 64 << 10;
-  std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> state(XXH3_createState(),
-                                                                        &XXH3_freeState);
+absl::StatusOr<uint64_t> CopyRecordHashingPayload(
+    std::span<const std::byte> src, std::span<std::byte> dst,
+    const std::function<absl::StatusOr<size_t>(size_t have)>& available) {
+  // 16 KiB: the bounce block stays in L1 between its copy, its hash and its stream-out.
+  constexpr size_t kBlock = 16 << 10;
+  alignas(64) std::byte bounce[kBlock];
   const size_t n = std::min(src.size(), dst.size());
-  if (state == nullptr) {  // out of memory for 576 bytes of state: copy, then hash the copy
-    std::memcpy(dst.data(), src.data(), n);
-    return n < kChunkHeaderBytes
-               ? XXH3_64bits(nullptr, 0)
-               : XXH3_64bits(dst.data() + kChunkHeaderBytes, n - kChunkHeaderBytes);
-  }
-  XXH3_64bits_reset(state.get());
-  for (size_t off = 0; off < n; off += kBlock) {
-    const size_t len = std::min(kBlock, n - off);
-    std::memcpy(dst.data() + off, src.data() + off, len);
+  XXH3_state_t state;
+  XXH3_state_t* st = &state;
+  XXH3_64bits_reset(st);
+  size_t ready = 0;
+  for (size_t off = 0; off < n;) {
+    if (off == ready) {
+      absl::StatusOr<size_t> a = available(ready);
+      if (!a.ok()) return a.status();
+      ready = std::min(*a, n);
+      if (ready <= off) continue;  // the callback's contract says it cannot happen
+    }
+    // Through a bounce block in L1: it is hashed there and streamed to dst (no
+    // read-for-ownership of dst, kvstore/shm_progress.h CopyStreaming); the hash and
+    // dst both come from the bounce copy, never from src a second time.
+    const size_t len = std::min(kBlock, ready - off);
+    std::memcpy(bounce, src.data() + off, len);
     const size_t skip = off < kChunkHeaderBytes ? kChunkHeaderBytes - off : 0;
-    if (skip < len) KVT_XXH3_UPDATE(state.get(), dst.data() + off + skip, len - skip);
+    if (skip < len) KVT_XXH3_UPDATE(st, bounce + skip, len - skip);
+    CopyStreaming(dst.data() + off, bounce, len);
+    off += len;
   }
-  return XXH3_64bits_digest(state.get());
+  return XXH3_64bits_digest(st);
+}
+
+uint64_t CopyRecordHashingPayload(std::span<const std::byte> src, std::span<std::byte> dst) {
+  return *CopyRecordHashingPayload(src, dst,
+                                   [&](size_t) -> absl::StatusOr<size_t> { return src.size(); });
 }
 
 }  // namespace kvt::daemon

@@ -77,6 +77,9 @@ void Start() {
   c.max_inflight_bytes = 16ull << 20;
   c.shm_max_region_bytes = 4ull << 20;
   c.shm_max_regions = 4;
+  c.shm_stall_timeout_ms = 20;
+  c.shm_first_region_id =
+      1;  // the seeds name region 1  // a fuzzed progressive Put nobody writes fails fast
   c.metrics_listen = "";
   c.log_level = "off";
   c.tenants = {{"a", {"tenant-a-token"}}, {"b", {"tenant-b-token"}}};

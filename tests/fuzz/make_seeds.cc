@@ -119,6 +119,10 @@ int main(int argc, char** argv) {
     shm.mutable_shm()->set_offset(0);
     shm.mutable_shm()->set_length(rec.size());
     Write("fuzz_daemon_rpc", "put_shm", Rpc(1, 1, {shm.SerializeAsString()}));
+    shm.mutable_shm()->set_offset(64);
+    shm.mutable_shm()->set_progressive(true);
+    shm.mutable_shm()->set_progress_offset(0);
+    Write("fuzz_daemon_rpc", "put_shm_progressive", Rpc(1, 1, {shm.SerializeAsString()}));
   }
   {
     pb::GetRequest r;
@@ -130,6 +134,10 @@ int main(int argc, char** argv) {
     r.mutable_shm()->set_region_id(1);
     r.mutable_shm()->set_length(4096);
     Write("fuzz_daemon_rpc", "get_shm", Rpc(2, 1, {r.SerializeAsString()}));
+    r.mutable_shm()->set_offset(64);
+    r.mutable_shm()->set_progressive(true);
+    r.mutable_shm()->set_progress_offset(0);
+    Write("fuzz_daemon_rpc", "get_shm_progressive", Rpc(2, 1, {r.SerializeAsString()}));
   }
   {
     pb::EvictRequest r;

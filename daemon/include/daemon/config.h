@@ -70,6 +70,12 @@ struct DaemonConfig {
   bool shm_enabled = true;
   uint64_t shm_max_region_bytes = 1ull << 30;
   uint32_t shm_max_regions = 64;
+  // A progressive shm transfer (kvstore/shm_progress.h) whose writer publishes nothing
+  // new for this long fails: DeadlineExceeded, nothing stored, the worker freed.
+  uint32_t shm_stall_timeout_ms = 2000;
+  // The first ShmAttach region id; 0 = random (the default; not in the YAML): tests and
+  // the RPC fuzzer set 1 to name regions they attach.
+  uint64_t shm_first_region_id = 0;
   // Metrics/health HTTP address "host:port" (port 0 = any free port); "" disables it.
   std::string metrics_listen = "127.0.0.1:9464";
   // Tenants; when non-empty every call must carry a valid token.

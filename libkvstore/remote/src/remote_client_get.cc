@@ -9,10 +9,37 @@ namespace {
 // One GetResponse message as read from the wire, except `data`, whose place is noted.
 struct RawGetResponse {
   bool found = false, header = false, has_shm = false, shm_overflow = false;
+  bool shm_progressive = false;  // ShmSlice.progressive: the bytes follow the message
+  uint64_t shm_offset = 0;
   uint64_t record_bytes = 0;
   int data_pos = -1;  // byte offset of the `data` bytes in the message; -1 = no data field
   uint32_t data_len = 0;
 };
+
+// Reads the ShmSlice fields a client needs (offset, progressive) from the next `len` bytes.
+bool ScanShmSlice(google::protobuf::io::CodedInputStream* in, uint32_t len, RawGetResponse* out) {
+  using google::protobuf::internal::WireFormatLite;
+  const auto limit = in->PushLimit(static_cast<int>(len));
+  bool ok = true;
+  for (;;) {
+    const uint32_t tag = in->ReadTag();
+    if (tag == 0) break;
+    const int field = WireFormatLite::GetTagFieldNumber(tag);
+    uint64_t v = 0;
+    if ((field == 2 || field == 4) &&
+        WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_VARINT) {
+      ok = in->ReadVarint64(&v);
+      if (field == 2) out->shm_offset = v;
+      if (field == 4) out->shm_progressive = v != 0;
+    } else {
+      ok = WireFormatLite::SkipField(in, tag);
+    }
+    if (!ok) break;
+  }
+  ok = ok && in->ConsumedEntireMessage();
+  in->PopLimit(limit);
+  return ok;
+}
 
 // Scans a serialised GetResponse without copying `data` (the daemon writes the record
 // bytes as the last field, but any field order is accepted).
@@ -43,8 +70,12 @@ absl::Status ScanGetResponse(grpc::ByteBuffer* bb, RawGetResponse* out) {
         out->data_pos = in.CurrentPosition();
         out->data_len = len;
       }
-      if (ok && field == 5) out->has_shm = true;
-      ok = ok && in.Skip(static_cast<int>(len));
+      if (ok && field == 5) {
+        out->has_shm = true;
+        ok = ScanShmSlice(&in, len, out);
+      } else {
+        ok = ok && in.Skip(static_cast<int>(len));
+      }
     } else {
       ok = WireFormatLite::SkipField(&in, tag);
     }
@@ -78,7 +109,7 @@ bool CopyData(grpc::ByteBuffer* bb, const RawGetResponse& msg, std::byte* dest) 
 grpc::Status ReadOneRecord(
     grpc::ClientReader<grpc::ByteBuffer>* reader, grpc::ClientContext& ctx,
     const std::function<absl::StatusOr<std::span<std::byte>>(uint64_t)>& dest,
-    absl::StatusOr<uint64_t>* result) {
+    absl::StatusOr<uint64_t>* result, const ShmAnswerFn& on_shm) {
   grpc::ByteBuffer bb;
   RawGetResponse resp;
   bool seen_header = false;
@@ -103,6 +134,13 @@ grpc::Status ReadOneRecord(
                       ? absl::StatusOr<uint64_t>(absl::OutOfRangeError(absl::StrFormat(
                             "Get: record needs %d bytes, shm slice too small", total)))
                       : absl::StatusOr<uint64_t>(total);
+        if (result->ok() && on_shm) {
+          if (absl::Status s = on_shm(resp.shm_offset, total, resp.shm_progressive); !s.ok()) {
+            *result = s;
+            ctx.TryCancel();
+            break;
+          }
+        }
         continue;
       }
       auto d = dest(total);

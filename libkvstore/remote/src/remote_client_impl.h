@@ -69,11 +69,14 @@ using Clock = std::chrono::system_clock;
 // Reads one record's GetResponse messages from `reader`: the header message gives the
 // record size, `dest(size)` supplies where the bytes go (its error ends the read), then
 // the data parts (or the shm slice) fill it. *result = record bytes or the error.
-// Defined in remote_client_get.cc; used by Get and GetShm.
+// Defined in remote_client_get.cc; used by Get and the shm Gets. `on_shm(offset,
+// record_bytes, progressive)`, when given, is called for a record answered in the shm
+// slice (its error becomes *result and cancels the call).
+using ShmAnswerFn = std::function<absl::Status(uint64_t offset, uint64_t bytes, bool progressive)>;
 grpc::Status ReadOneRecord(
     grpc::ClientReader<grpc::ByteBuffer>* reader, grpc::ClientContext& ctx,
     const std::function<absl::StatusOr<std::span<std::byte>>(uint64_t)>& dest,
-    absl::StatusOr<uint64_t>* result);
+    absl::StatusOr<uint64_t>* result, const ShmAnswerFn& on_shm = nullptr);
 
 class RemoteClient::Impl {
  public:

@@ -2,8 +2,10 @@
 
 #include <chrono>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "kvstore/chunk_codec.h"
+#include "kvstore/shm_progress.h"
 #include "spdlog/spdlog.h"
 
 namespace kvt {
@@ -22,6 +24,19 @@ bool IsUnreachable(const absl::Status& s) {
 
 }  // namespace
 
+absl::Status RemoteTierOptions::Validate() const {
+  if (absl::Status s = client.Validate(); !s.ok()) return s;
+  if (shm_slots > 256)
+    return absl::InvalidArgumentError(absl::StrFormat("shm_slots: %d, expected 0..256", shm_slots));
+  if (shm_slots > 0 && (shm_slot_bytes < (1ull << 20) || shm_slot_bytes % 4096 != 0 ||
+                        shm_slots * shm_slot_bytes > (4ull << 30)))
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "shm_slot_bytes: %d, expected a multiple of 4096, at least 1 MiB, and shm_slots x "
+        "shm_slot_bytes at most 4 GiB",
+        shm_slot_bytes));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<RemoteTier>> RemoteTier::Create(const RemoteTierOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   auto client = RemoteClient::Create(options.client);
@@ -39,7 +54,61 @@ TierFactory RemoteTier::Factory(RemoteTierOptions options) {
 
 RemoteTier::RemoteTier(const RemoteTierOptions& options, std::unique_ptr<RemoteClient> client)
     : name_(options.name), options_(options), client_(std::move(client)) {}
-RemoteTier::~RemoteTier() = default;
+RemoteTier::~RemoteTier() {
+  absl::MutexLock lock(&shm_mu_);
+  shm_.reset();  // detaches it (no call holds a slot: the tier is being destroyed)
+}
+
+// True when a shm call failed because of the region, not the record: the daemon does not
+// know it (restarted since: "shm.region_id: N is not attached") or the session is broken
+// (FailedPrecondition). The session is marked broken (a new region is attached for later
+// calls) and the call goes again through gRPC.
+bool RemoteTier::RegionLost(const absl::Status& s, ShmSession& session) {
+  const bool lost =
+      absl::IsFailedPrecondition(s) ||
+      (absl::IsInvalidArgument(s) && absl::StrContains(s.message(), "shm.region_id:"));
+  if (lost) session.broken.store(true, std::memory_order_release);
+  return lost;
+}
+
+RemoteTier::Slot RemoteTier::TakeSlot(uint64_t bytes) {
+  if (options_.shm_slots == 0 || bytes + kShmProgressBlockBytes > options_.shm_slot_bytes)
+    return {};
+  absl::MutexLock lock(&shm_mu_);
+  if (shm_ != nullptr && shm_->broken.load(std::memory_order_acquire)) {
+    // Detached by its deleter once no call uses it; new calls get a new region.
+    shm_.reset();
+  }
+  if (shm_ == nullptr) {
+    if (NowMs() < shm_next_try_ms_) return {};
+    auto s = client_->AttachShm(options_.shm_slots * options_.shm_slot_bytes);
+    if (!s.ok()) {
+      shm_next_try_ms_ = NowMs() + options_.shm_retry.count();
+      spdlog::info(
+          "remote tier: no shared memory with the daemon ({}); using gRPC, asking again "
+          "in {} ms",
+          s.status().ToString(), options_.shm_retry.count());
+      return {};
+    }
+    RemoteClient* client = client_.get();
+    shm_ = std::shared_ptr<ShmSession>(s->release(), [client](ShmSession* session) {
+      (void)client->DetachShm(*session);
+      delete session;
+    });
+    slot_busy_.assign(options_.shm_slots, false);
+  }
+  for (uint32_t i = 0; i < slot_busy_.size(); ++i) {
+    if (slot_busy_[i]) continue;
+    slot_busy_[i] = true;
+    return Slot{shm_, i, uint64_t{i} * options_.shm_slot_bytes};
+  }
+  return {};  // every slot in use: gRPC
+}
+
+void RemoteTier::GiveSlot(const Slot& slot) {
+  absl::MutexLock lock(&shm_mu_);
+  if (slot.session == shm_ && slot.index < slot_busy_.size()) slot_busy_[slot.index] = false;
+}
 
 absl::Status RemoteTier::Put(std::span<const std::byte> record) {
   auto header = DecodeChunkHeader(record);
@@ -48,7 +117,15 @@ absl::Status RemoteTier::Put(std::span<const std::byte> record) {
     return absl::InvalidArgumentError(
         absl::StrFormat("RemoteTier::Put: record is %d bytes, header says %d", record.size(),
                         header->record_bytes()));
-  absl::Status s = client_->Put(record);
+  absl::Status s = absl::UnknownError("no attempt");
+  bool sent = false;
+  if (Slot slot = TakeSlot(record.size()); slot.session != nullptr) {
+    s = client_->PutShmFrom(*slot.session, slot.offset, options_.shm_slot_bytes, record);
+    GiveSlot(slot);
+    sent = !RegionLost(s, *slot.session);
+    if (s.ok()) shm_puts_.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (!sent) s = client_->Put(record);
   if (s.ok()) {
     AtomicTierCounters::Add(counters_.puts, 1);
     AtomicTierCounters::Add(counters_.bytes_in, record.size());
@@ -117,7 +194,20 @@ size_t RemoteTier::held_leases() const {
 
 absl::StatusOr<uint64_t> RemoteTier::Get(const ChunkKey& key, std::span<std::byte> out) {
   // A lease Pin took for this key is released by the daemon when this Get finishes.
-  auto n = client_->Get(key, out, TakeLease(key));
+  const uint64_t lease = TakeLease(key);
+  absl::StatusOr<uint64_t> n = absl::UnknownError("no attempt");
+  bool sent = false;
+  // The record's size is not known here: any Get may try a slot, and one that does not
+  // fit it (OutOfRange while `out` is larger than the slot) goes again through gRPC.
+  const uint64_t slot_room = options_.shm_slot_bytes - kShmProgressBlockBytes;
+  if (Slot slot = TakeSlot(std::min<uint64_t>(out.size(), slot_room)); slot.session != nullptr) {
+    n = client_->GetShmInto(*slot.session, key, slot.offset, options_.shm_slot_bytes, out, lease);
+    GiveSlot(slot);
+    sent = !RegionLost(n.status(), *slot.session) &&
+           !(absl::IsOutOfRange(n.status()) && out.size() > slot_room);
+    if (n.ok()) shm_gets_.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (!sent) n = client_->Get(key, out, lease);
   if (!n.ok()) {
     if (n.status().code() == absl::StatusCode::kNotFound) {
       AtomicTierCounters::Add(counters_.misses, 1);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -105,6 +106,9 @@ absl::StatusOr<std::unique_ptr<ServerKvtier>> ServerKvtier::Create(
     r.client.token = options.token;
     r.client.deadline = std::chrono::milliseconds(options.daemon_timeout_ms);
     r.client.max_attempts = 1;  // a dead daemon is a quick miss; the next request tries again
+    // Same host (a unix socket): chunks through shared memory, gRPC where it cannot.
+    if (absl::StartsWith(options.daemon, "unix:"))
+      r.shm_slots = static_cast<uint32_t>(options.shm_slots);
     if (absl::Status s = r.Validate(); !s.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("--kvtier-daemon '", options.daemon, "': ", s.message()));

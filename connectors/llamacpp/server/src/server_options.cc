@@ -65,6 +65,10 @@ absl::Status ServerKvtierOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("--kvtier-timeout-ms '", daemon_timeout_ms, "': expected 1..600000"));
   }
+  if (shm_slots < 0 || shm_slots > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kvtier-shm-slots '", shm_slots, "': expected 0..64"));
+  }
   if (overlap_front_tokens < 0 || overlap_front_tokens % chunk_tokens != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--kvtier-overlap-front '", overlap_front_tokens,
@@ -123,10 +127,10 @@ absl::StatusOr<ServerKvtierOptions> ExtractKvtierFlags(std::vector<std::string>&
       continue;
     }
     static const char* kValued[] = {
-        "--kvtier-daemon",        "--kvtier-dir",          "--kvtier-host-mib",
-        "--kvtier-disk-mib",      "--kvtier-token",        "--kvtier-tenant",
-        "--kvtier-chunk-tokens",  "--kvtier-timeout-ms",   "--kvtier-overlap",
-        "--kvtier-overlap-front", "--kvtier-throttle-gbps"};
+        "--kvtier-daemon",        "--kvtier-dir",           "--kvtier-host-mib",
+        "--kvtier-disk-mib",      "--kvtier-token",         "--kvtier-tenant",
+        "--kvtier-chunk-tokens",  "--kvtier-timeout-ms",    "--kvtier-overlap",
+        "--kvtier-overlap-front", "--kvtier-throttle-gbps", "--kvtier-shm-slots"};
     bool known = false;
     for (const char* k : kValued) known = known || flag == k;
     if (!known) {
@@ -184,6 +188,8 @@ absl::StatusOr<ServerKvtierOptions> ExtractKvtierFlags(std::vector<std::string>&
           return absl::InvalidArgumentError(
               absl::StrCat("--kvtier-overlap-front '", value, "': expected > 0"));
         o.overlap_front_tokens = *v;
+      } else if (flag == "--kvtier-shm-slots") {
+        o.shm_slots = *v;
       } else {
         o.daemon_timeout_ms = *v;
       }
@@ -205,6 +211,8 @@ std::string KvtierFlagsHelp() {
 --kvtier-tenant NAME        tenant name (part of the namespace)
 --kvtier-chunk-tokens N     tokens per chunk (default 256; part of the namespace)
 --kvtier-timeout-ms N       deadline of one kvtierd call (default 2000)
+--kvtier-shm-slots N        unix-socket kvtierd: move chunks through N shared-memory slots
+                            of 40 MiB (default 4; 0 = gRPC only)
 --kvtier-no-cost-model      load every cached leading chunk, even when recomputing is faster
 --kvtier-no-tail            restore complete chunks only (no tail records): an answer through
                             kvtier is then bit for bit the cold answer, not a RAM-cache hit's

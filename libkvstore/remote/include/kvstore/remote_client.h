@@ -16,6 +16,7 @@
 #ifndef KVSTORE_REMOTE_CLIENT_H_
 #define KVSTORE_REMOTE_CLIENT_H_
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -139,6 +140,9 @@ struct RemoteHealth {
 struct ShmSession {
   uint64_t region_id = 0;
   std::unique_ptr<ShmRegion> region;
+  // Set when a progressive Get failed midway: the daemon may still be writing into its
+  // slot, so the session refuses further progressive calls (attach a new region).
+  std::atomic<bool> broken{false};
 };
 
 // Thread-safe: all methods may be called concurrently.
@@ -197,6 +201,27 @@ class RemoteClient {
   // not fit. The caller verifies the bytes (VerifyChunk) before use.
   absl::StatusOr<uint64_t> GetShm(const ShmSession& session, const ChunkKey& key, uint64_t offset,
                                   uint64_t capacity);
+
+  // Progressive shm transfers (docs/daemon.md, "Progressive transfers"): the copy into or
+  // out of the caller's buffer runs at the same time as the daemon's, piece by piece.
+  // Each uses a slot of the region: [slot_offset, +64) holds the control block
+  // (kvstore/shm_progress.h), the record goes at slot_offset + 64. One call per slot at
+  // a time; different slots may be used concurrently.
+  // REQUIRES: slot_offset is 64-byte aligned; slot_bytes >= 64 + the record's size.
+  //
+  // PutShmFrom copies `record` into the slot while the daemon copies and checks it;
+  // errors as PutShm. InvalidArgument for a slot that does not fit.
+  absl::Status PutShmFrom(ShmSession& session, uint64_t slot_offset, uint64_t slot_bytes,
+                          std::span<const std::byte> record);
+  // GetShmInto copies the record of `key` into `out` as the daemon writes it into the
+  // slot (records of tier 0; others are written whole first); returns its length.
+  // NotFound on a miss; OutOfRange when it does not fit the slot or `out`. A failure
+  // after the daemon may have started writing marks the session broken; later
+  // progressive calls on it return FailedPrecondition. The caller verifies the bytes
+  // (VerifyChunk) before use. `lease_id`: as for Get.
+  absl::StatusOr<uint64_t> GetShmInto(ShmSession& session, const ChunkKey& key,
+                                      uint64_t slot_offset, uint64_t slot_bytes,
+                                      std::span<std::byte> out, uint64_t lease_id = 0);
 
   const RemoteClientOptions& options() const { return options_; }
   // Random id sent as `kvtier-client-id` metadata (the daemon counts connected clients).

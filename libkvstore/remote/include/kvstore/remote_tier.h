@@ -37,8 +37,20 @@ struct RemoteTierOptions {
   std::string name = "remote";
   // How long a cached Stats answer (capacity) stays fresh, ms.
   std::chrono::milliseconds stats_refresh{1000};
+  // Same-host fast path: with shm_slots > 0, Put and Get move records through one
+  // shared-memory region of shm_slots slots of shm_slot_bytes, with progressive
+  // transfers (RemoteClient::PutShmFrom / GetShmInto, docs/daemon.md): the copy into or
+  // out of the caller's buffer runs beside the daemon's. The region is attached at the
+  // first call that needs it; a daemon that cannot share memory with this process
+  // (another host, shm off: FailedPrecondition) is asked again after shm_retry. A record
+  // larger than a slot, or a call while every slot is in use, goes through gRPC; so does
+  // everything while no region is attached. A region left broken by a failed Get is
+  // detached once its last slot is free and a new one attached. 0 = gRPC only.
+  uint32_t shm_slots = 0;
+  uint64_t shm_slot_bytes = 40ull << 20;  // one 256-token chunk of an 8B model (32 MiB) + room
+  std::chrono::milliseconds shm_retry{10000};
 
-  absl::Status Validate() const { return client.Validate(); }
+  absl::Status Validate() const;
 };
 
 // Thread-safe.
@@ -69,6 +81,9 @@ class RemoteTier final : public Tier {
   size_t leases_to_release() const;
 
   RemoteClient& client() { return *client_; }
+  // Records moved through shared memory (Put, Get) since creation.
+  uint64_t shm_puts() const { return shm_puts_.load(std::memory_order_relaxed); }
+  uint64_t shm_gets() const { return shm_gets_.load(std::memory_order_relaxed); }
 
  private:
   RemoteTier(const RemoteTierOptions& options, std::unique_ptr<RemoteClient> client);
@@ -77,6 +92,16 @@ class RemoteTier final : public Tier {
   uint64_t TakeLease(const ChunkKey& key);
   // The queued releases to send with the next Lookup RPC (at most kKvtierMaxBatchKeys).
   std::vector<uint64_t> TakeReleases();
+  // A free shm slot for a record of `bytes`, attaching the region when needed; an empty
+  // Slot (session == nullptr) means "use gRPC".
+  struct Slot {
+    std::shared_ptr<ShmSession> session;
+    uint32_t index = 0;
+    uint64_t offset = 0;
+  };
+  Slot TakeSlot(uint64_t bytes);
+  static bool RegionLost(const absl::Status& s, ShmSession& session);
+  void GiveSlot(const Slot& slot);
 
   const std::string name_;
   const RemoteTierOptions options_;
@@ -88,6 +113,12 @@ class RemoteTier final : public Tier {
   // Daemon lease ids per pinned key, oldest first.
   absl::flat_hash_map<ChunkKey, std::vector<uint64_t>> leases_ ABSL_GUARDED_BY(lease_mu_);
   std::vector<uint64_t> to_release_ ABSL_GUARDED_BY(lease_mu_);
+  absl::Mutex shm_mu_;
+  std::shared_ptr<ShmSession> shm_
+      ABSL_GUARDED_BY(shm_mu_);  // detached when the last user drops it
+  std::vector<bool> slot_busy_ ABSL_GUARDED_BY(shm_mu_);
+  int64_t shm_next_try_ms_ ABSL_GUARDED_BY(shm_mu_) = 0;
+  std::atomic<uint64_t> shm_puts_{0}, shm_gets_{0};
 };
 
 }  // namespace kvt

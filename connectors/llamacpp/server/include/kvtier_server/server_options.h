@@ -37,6 +37,11 @@ struct ServerKvtierOptions {
   // --kvtier-timeout-ms N: deadline of one kvtierd call (a dead or paused daemon costs at
   // most this, then the request is answered cold).
   int64_t daemon_timeout_ms = 2000;
+  // --kvtier-shm-slots N: with a kvtierd on a unix socket (same host), chunks move
+  // through a shared-memory region of N slots of 40 MiB (progressive transfers,
+  // docs/daemon.md; RemoteTierOptions::shm_slots), falling back to gRPC where the daemon
+  // cannot share memory. 0 = gRPC only. Default 4; ignored for host:port targets.
+  int64_t shm_slots = 4;
   // --kvtier-overlap MODE: load while computing (Cake; docs/llama-server.md "Load while
   // computing"). kOff: never; kAuto (default): when the cost model decided to load less
   // than the cached prefix (it loads slower than it computes) and CostModel::PlanOverlap
