@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "connectors/kv_connector.h"
 #include "kvstore/disk_tier.h"
@@ -160,6 +161,9 @@ int kvt_create(const kvt_options* o, kvt_connector** out) {
       ropts.client.target = o->daemon_address;
       ropts.client.token = o->daemon_token ? o->daemon_token : "";
       ropts.client.deadline = std::chrono::milliseconds(o->daemon_deadline_ms);
+      // Same host (a unix socket): chunks through 4 shared-memory slots (progressive
+      // transfers, docs/daemon.md), gRPC where the daemon cannot share memory.
+      if (absl::StartsWith(o->daemon_address, "unix:")) ropts.shm_slots = 4;
       if (absl::Status s = ropts.Validate(); !s.ok()) {
         return Fail(KVT_INVALID_ARGUMENT,
                     absl::StrFormat("kvt_create: options.daemon_address = \"%s\": %s",

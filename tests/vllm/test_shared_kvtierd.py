@@ -118,6 +118,11 @@ class SharedKvtierdTest(unittest.TestCase):
         hits = sum(float(v) for v in re.findall(r"^kvtier_store_hits_total(?:\{[^}]*\})? (\S+)$",
                                                 m, re.M))
         self.assertGreaterEqual(hits, 2, "kvtierd's metrics count the 2 chunks served")
+        # Same host, unix socket: the chunks moved through shared memory, both ways.
+        shm_in = re.search(r'^kvtier_bytes_in_total\{path="shm"\} (\S+)$', m, re.M)
+        shm_out = re.search(r'^kvtier_bytes_out_total\{path="shm"\} (\S+)$', m, re.M)
+        self.assertGreater(float(shm_in.group(1)), 0, "puts through shared memory")
+        self.assertGreater(float(shm_out.group(1)), 0, "gets through shared memory")
 
     def test_1b_whole_prompt_load_recomputes_only_the_last_token(self):
         before = self.worker_stats()
