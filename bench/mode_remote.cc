@@ -11,6 +11,9 @@
 //                  client's copy and the daemon's run at once, piece by piece
 //                  (kvstore/shm_progress.h); *_incl_copy_over_memcpy is the median of
 //                  their per-round ratios to that round's memcpy.
+//                  Each shm phase starts once the daemon's disk write-back of the phases
+//                  before it is done (its own records' write-back runs alongside, as in
+//                  service: kvtierd writes every record to its disk tier).
 //   tcp            plain loopback TCP transfer of the same bytes (one stream), received
 //                  into a buffer touched beforehand.
 //   unix           the same through a unix stream socket pair (kvtierd's transport here).
@@ -164,6 +167,16 @@ double MeasureUnix(const std::vector<std::vector<std::byte>>& recs) {
   return gbps;
 }
 
+// Waits (up to 30 s) until kvtierd's disk write-back has written every record queued so
+// far, so a phase is not measured while the previous phase's records go to disk.
+void DrainWriteBack(RemoteClient& client) {
+  for (int i = 0; i < 3000; ++i) {
+    auto st = client.Stats();
+    if (!st.ok() || st->pending_write_bytes == 0) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
 int RunRemote(int argc, char** argv) {
   CLI::App app{"kvtierd data path (gRPC, shm) vs loopback TCP, memcpy and redis"};
   bool json = false;
@@ -295,6 +308,7 @@ int RunRemote(int argc, char** argv) {
         daemon_error = "gRPC get returned different bytes";
     }
     if (session && daemon_error.empty()) {
+      DrainWriteBack(*client);
       std::byte* region = session->region->data();
       double put_s = 0, put_copy_s = 0, get_s = 0, get_copy_s = 0;
       for (size_t i = 0; i < recs.size(); ++i) {
@@ -338,6 +352,7 @@ int RunRemote(int argc, char** argv) {
                                                              f["memcpy_x2_gbps"].back());
     }
     if (session && daemon_error.empty()) {
+      DrainWriteBack(*client);
       // Progressive (PutShmFrom / GetShmInto): the client's copy into or out of the
       // caller's buffer runs beside the daemon's, piece by piece. These are issue 14's
       // shm_*_incl_copy figures; ratios are per round, to this round's memcpy (the median

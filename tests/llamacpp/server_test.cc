@@ -81,7 +81,7 @@ void WaitPut(const ServerProcess& s, uint64_t n, uint64_t tails = 0) {
       return;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  ADD_FAILURE() << "stores did not reach the tiers: " << Status(s).dump();
+  ADD_FAILURE() << "stores did not reach the tiers: " << Status(s).dump() << "\n" << Tail(s.log());
 }
 
 // Reference answers from the same binary without any kvtier flag (plain llama-server):
@@ -413,6 +413,7 @@ TEST(LlamaServerKvtierTest, TwoServersShareOneKvtierd) {
   ExpectSameAnswer(ra, ref);
   ExpectSameAnswer(rb, References(2).slot_reuse);
   EXPECT_EQ(Status(*b)["hits"], 1);
+  if (HasFailure()) ADD_FAILURE() << "kvtierd's log:\n" << Tail((*d)->log_path());
 }
 
 TEST(LlamaServerKvtierTest, KvtierdKilledOrPausedMeansColdAnswersThenHitsResume) {

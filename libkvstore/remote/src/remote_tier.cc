@@ -131,6 +131,8 @@ absl::Status RemoteTier::Put(std::span<const std::byte> record) {
     AtomicTierCounters::Add(counters_.bytes_in, record.size());
   } else {
     AtomicTierCounters::Add(counters_.io_errors, 1);
+    spdlog::warn("remote tier: put of {} ({} bytes) failed: {}", header->key.ToHex(), record.size(),
+                 s.ToString());
     if (IsUnreachable(s)) return absl::UnavailableError("RemoteTier::Put: " + s.ToString());
   }
   return s;
