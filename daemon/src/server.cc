@@ -315,12 +315,16 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonCo
       if (page->next_page_token.empty()) break;
       lo.page_token = page->next_page_token;
     }
-    spdlog::info("kvtierd: {} chunks on disk in {} (durability {}, disk commit {})",
-                 impl->catalog->num_keys(), dopt.dir,
-                 config.durability == Durability::kSync ? "sync" : "async",
-                 dopt.commit == DiskCommit::kGrouped
-                     ? absl::StrFormat("grouped within %d ms", dopt.commit_delay_ms)
-                     : std::string("each put"));
+    spdlog::info(
+        "kvtierd: {} chunks on disk in {} (durability {}, disk commit {}, shared memory {})",
+        impl->catalog->num_keys(), dopt.dir,
+        config.durability == Durability::kSync ? "sync" : "async",
+        dopt.commit == DiskCommit::kGrouped
+            ? absl::StrFormat("grouped within %d ms", dopt.commit_delay_ms)
+            : std::string("each put"),
+        config.shm_enabled
+            ? absl::StrFormat("on, regions up to %d bytes", config.shm_max_region_bytes)
+            : std::string("off"));
     if (impl->catalog->dropped_keys() > 0)
       spdlog::warn(
           "kvtierd: catalog_max_keys ({}) is below the chunks on disk: {} of them read as "

@@ -525,7 +525,8 @@ grpc::ServerUnaryReactor* KvTierService::ShmAttach(grpc::CallbackServerContext* 
       ctx, Rpc::kShmAttach, req->protocol_version(), [this, req, resp](const std::string& tenant) {
         const DaemonConfig& c = *deps_.config;
         if (!c.shm_enabled)
-          return absl::FailedPreconditionError("shared memory is disabled in this daemon's config");
+          return absl::FailedPreconditionError(
+              "shared memory is disabled in this daemon (shm.enabled: false or --no-shm)");
         if (req->bytes() < (1ull << 20) || req->bytes() > c.shm_max_region_bytes)
           return absl::InvalidArgumentError(absl::StrFormat("bytes: %d, expected 1 MiB .. %d",
                                                             req->bytes(), c.shm_max_region_bytes));

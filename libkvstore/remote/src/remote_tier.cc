@@ -84,7 +84,7 @@ RemoteTier::Slot RemoteTier::TakeSlot(uint64_t bytes) {
     auto s = client_->AttachShm(options_.shm_slots * options_.shm_slot_bytes);
     if (!s.ok()) {
       shm_next_try_ms_ = NowMs() + options_.shm_retry.count();
-      spdlog::info(
+      spdlog::warn(
           "remote tier: no shared memory with the daemon ({}); using gRPC, asking again "
           "in {} ms",
           s.status().ToString(), options_.shm_retry.count());
@@ -131,8 +131,9 @@ absl::Status RemoteTier::Put(std::span<const std::byte> record) {
     AtomicTierCounters::Add(counters_.bytes_in, record.size());
   } else {
     AtomicTierCounters::Add(counters_.io_errors, 1);
-    spdlog::warn("remote tier: put of {} ({} bytes) failed: {}", header->key.ToHex(), record.size(),
-                 s.ToString());
+    if (!IsUnreachable(s))  // an unreachable daemon is reported by the store already
+      spdlog::warn("remote tier: put of {} ({} bytes) failed: {}", header->key.ToHex(),
+                   record.size(), s.ToString());
     if (IsUnreachable(s)) return absl::UnavailableError("RemoteTier::Put: " + s.ToString());
   }
   return s;
