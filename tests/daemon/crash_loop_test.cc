@@ -119,7 +119,16 @@ TEST(CrashLoopTest, SigkillUnderLoadNeverLosesAcknowledgedChunksNorServesWrongBy
         }
       });
     }
-    // Kill at a random moment: 30..600 ms into the load.
+    // Kill at a random moment: 30..600 ms into the load, counted from the round's first
+    // acknowledged Put (waited for up to 10 s), so a slow machine or a sanitizer build
+    // (a sync Put can take longer than 600 ms there) still kills under load.
+    for (int i = 0; i < 1000; ++i) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!acked_now.empty()) break;
+      }
+      std::this_thread::sleep_for(milliseconds(10));
+    }
     std::this_thread::sleep_for(milliseconds(30 + rng() % 570));
     const int status = d.Kill(SIGKILL);
     EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
