@@ -1,0 +1,68 @@
+// MakeCachePolicy and the recency-only policy ("lru"), the historical behaviour of every
+// tier. Further policies live in their own files and are named here.
+#include "kvstore/cache_policy.h"
+
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "lru_list.h"
+
+namespace kvt {
+namespace {
+
+// Recency only; admits everything. Not thread-safe (the tier's lock guards it).
+class LruPolicy final : public CachePolicy {
+ public:
+  std::string_view name() const override { return "lru"; }
+  void OnInsert(const CacheEntryInfo& entry) override {
+    auto [it, inserted] = pos_.try_emplace(entry.key);
+    if (!inserted) {
+      lru_.Touch(it->second);
+      return;
+    }
+    it->second = lru_.Insert(entry.key);
+  }
+  void OnAccess(const ChunkKey& key) override {
+    if (auto it = pos_.find(key); it != pos_.end()) lru_.Touch(it->second);
+  }
+  void OnRemove(const ChunkKey& key, RemoveReason) override {
+    if (auto it = pos_.find(key); it != pos_.end()) {
+      lru_.Remove(it->second);
+      pos_.erase(it);
+    }
+  }
+  void VisitVictims(const std::function<bool(const ChunkKey&)>& visit) const override {
+    for (auto it = lru_.rbegin(); it != lru_.rend(); ++it) {
+      if (!visit(*it)) return;
+    }
+  }
+  size_t size() const override { return pos_.size(); }
+
+ private:
+  internal::LruList<ChunkKey> lru_;
+  absl::flat_hash_map<ChunkKey, internal::LruList<ChunkKey>::Handle> pos_;
+};
+
+}  // namespace
+
+absl::Status CachePolicyOptions::Validate() const {
+  if (name != "lru") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cache policy name '", name, "' is not known (expected: lru)"));
+  }
+  if (ttl.count() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cache policy ttl ", ttl.count(), " s is negative (0 = no TTL)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<CachePolicy>> MakeCachePolicy(const CachePolicyOptions& options,
+                                                             uint64_t capacity_bytes) {
+  (void)capacity_bytes;
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
+  return std::unique_ptr<CachePolicy>(new LruPolicy());
+}
+
+}  // namespace kvt
