@@ -1,5 +1,5 @@
-// TieredStore: Put, Get, Lookup and leases (the data path). The write-back queue is in
-// tiered_store_writeback.cc, listing and eviction in tiered_store_admin.cc.
+// TieredStore: Put, Get and Lookup (the data path; the leases are LeaseBook's). The write-back
+// queue is in tiered_store_writeback.cc, listing and eviction in tiered_store_admin.cc.
 #include "kvstore/tiered_store.h"
 
 #include <algorithm>
@@ -63,13 +63,9 @@ TieredStore::Impl::~Impl() {
     }
     worker_.join();  // the worker drains the queue before it exits
   }
-  // Leases hold pin handles into the tiers: release them while the tiers live.
-  absl::flat_hash_map<uint64_t, Lease> leases;
-  {
-    absl::MutexLock lock(&lease_mu_);
-    leases.swap(leases_);
-  }
-  leases.clear();
+  // Leases hold pin handles into the tiers: release them while the tiers live (a Lease
+  // handle that outlives the store then holds nothing).
+  leases_->Clear();
   // Tiers are destroyed bottom-up: a tier's listener may still reach the queue.
   while (!tiers_.empty()) tiers_.pop_back();
 }
@@ -287,7 +283,7 @@ absl::Status TieredStore::Impl::Miss(const ChunkKey& key, const GetOptions& opti
 
 LookupResult TieredStore::Impl::Lookup(std::span<const ChunkKey> keys,
                                        const LookupOptions& options) {
-  ReapExpired();
+  leases_->ReapExpired();
   LookupResult result;
   std::vector<int> where(keys.size(), -1);
   std::vector<uint64_t> bytes(keys.size(), 0);
@@ -329,8 +325,8 @@ LookupResult TieredStore::Impl::Lookup(std::span<const ChunkKey> keys,
   while (leading < keys.size() && where[leading] >= 0) ++leading;
 
   if (options.pin && leading > 0) {
-    Lease lease;
-    lease.deadline = absl::Now() + absl::FromChrono(options_.lease_timeout);
+    std::vector<internal::LeasePin> pins;
+    pins.reserve(leading);
     for (size_t i = 0; i < leading; ++i) {
       const int t = where[i];
       PinHandle handle;
@@ -342,23 +338,9 @@ LookupResult TieredStore::Impl::Lookup(std::span<const ChunkKey> keys,
         }
         bytes[i] = handle.record_bytes();
       }
-      lease.pins.push_back(PinnedChunk{t, keys[i], bytes[i], std::move(handle)});
+      pins.push_back(internal::LeasePin{t, keys[i], bytes[i], std::move(handle)});
     }
-    if (!lease.pins.empty()) {
-      absl::MutexLock lock(&lease_mu_);
-      const uint64_t id = next_lease_++;
-      result.lease = static_cast<LeaseId>(id);
-      for (const PinnedChunk& p : lease.pins) {
-        if (!p.handle) continue;
-        PinRef& ref = pin_refs_[{p.tier, p.key}];
-        if (ref.count++ == 0) {
-          ref.bytes = p.bytes;
-          pinned_bytes_ += p.bytes;
-        }
-      }
-      IndexLeaseEndLocked(id, lease, /*add=*/true);
-      leases_.emplace(id, std::move(lease));
-    }
+    result.lease = leases_->Grant(std::move(pins));
   }
   result.num_leading_hits = leading;
   const size_t answered = options.per_key ? keys.size() : leading;
@@ -369,114 +351,6 @@ LookupResult TieredStore::Impl::Lookup(std::span<const ChunkKey> keys,
     result.record_bytes.push_back(hit ? bytes[i] : 0);
   }
   return result;
-}
-
-void TieredStore::Impl::ReleaseLease(LeaseId id) {
-  Lease lease;
-  {
-    absl::MutexLock lock(&lease_mu_);
-    auto it = leases_.find(static_cast<uint64_t>(id));
-    if (it == leases_.end()) return;
-    lease = std::move(it->second);
-    IndexLeaseEndLocked(it->first, lease, /*add=*/false);
-    leases_.erase(it);
-    DropPinRefsLocked(lease);
-  }
-  // The pin handles release here, outside lease_mu_.
-}
-
-bool TieredStore::Impl::ShrinkLease(LeaseId id, size_t keep) {
-  if (keep == 0) {
-    {
-      absl::MutexLock lock(&lease_mu_);
-      if (!leases_.contains(static_cast<uint64_t>(id))) return false;
-    }
-    ReleaseLease(id);
-    return true;
-  }
-  Lease dropped;  // the released pins, destroyed outside lease_mu_
-  absl::MutexLock lock(&lease_mu_);
-  auto it = leases_.find(static_cast<uint64_t>(id));
-  if (it == leases_.end()) return false;
-  Lease& lease = it->second;
-  if (keep >= lease.pins.size()) return true;
-  IndexLeaseEndLocked(it->first, lease, /*add=*/false);
-  dropped.pins.assign(std::make_move_iterator(lease.pins.begin() + static_cast<ptrdiff_t>(keep)),
-                      std::make_move_iterator(lease.pins.end()));
-  lease.pins.resize(keep);
-  DropPinRefsLocked(dropped);
-  IndexLeaseEndLocked(it->first, lease, /*add=*/true);
-  return true;
-}
-
-LeaseId TieredStore::Impl::ReleaseLeaseEndingIn(std::span<const ChunkKey> keys) {
-  uint64_t id = 0;
-  {
-    absl::MutexLock lock(&lease_mu_);
-    for (size_t i = keys.size(); i-- > 0 && id == 0;) {
-      auto it = lease_ends_.find(keys[i]);
-      if (it != lease_ends_.end() && !it->second.empty()) id = it->second.back();
-    }
-  }
-  if (id == 0) return kNoLease;
-  ReleaseLease(static_cast<LeaseId>(id));
-  return static_cast<LeaseId>(id);
-}
-
-void TieredStore::Impl::IndexLeaseEndLocked(uint64_t id, const Lease& lease, bool add) {
-  if (lease.pins.empty()) return;
-  const ChunkKey& end = lease.pins.back().key;
-  if (add) {
-    lease_ends_[end].push_back(id);
-    return;
-  }
-  auto it = lease_ends_.find(end);
-  if (it == lease_ends_.end()) return;
-  std::erase(it->second, id);
-  if (it->second.empty()) lease_ends_.erase(it);
-}
-
-uint64_t TieredStore::Impl::pinned_bytes() {
-  ReapExpired();
-  absl::MutexLock lock(&lease_mu_);
-  return pinned_bytes_;
-}
-
-uint64_t TieredStore::Impl::expired_leases() const {
-  absl::MutexLock lock(&lease_mu_);
-  return expired_leases_;
-}
-
-void TieredStore::Impl::ReapExpired() {
-  std::vector<Lease> expired;
-  {
-    absl::MutexLock lock(&lease_mu_);
-    const absl::Time now = absl::Now();
-    for (auto it = leases_.begin(); it != leases_.end();) {
-      if (it->second.deadline <= now) {
-        IndexLeaseEndLocked(it->first, it->second, /*add=*/false);
-        DropPinRefsLocked(it->second);
-        ++expired_leases_;
-        expired.push_back(std::move(it->second));
-        leases_.erase(it++);
-      } else {
-        ++it;
-      }
-    }
-  }
-  // `expired` releases its pins on return, outside lease_mu_.
-}
-
-void TieredStore::Impl::DropPinRefsLocked(const Lease& lease) {
-  for (const PinnedChunk& p : lease.pins) {
-    if (!p.handle) continue;
-    auto it = pin_refs_.find(std::make_pair(p.tier, p.key));
-    if (it == pin_refs_.end()) continue;
-    if (--it->second.count == 0) {
-      pinned_bytes_ -= it->second.bytes;
-      pin_refs_.erase(it);
-    }
-  }
 }
 
 absl::Status TieredStore::Impl::Erase(const ChunkKey& key) {
@@ -531,13 +405,6 @@ absl::StatusOr<std::vector<std::byte>> TieredStore::Get(const ChunkKey& key, Get
 }
 LookupResult TieredStore::Lookup(std::span<const ChunkKey> keys, const LookupOptions& options) {
   return impl_->Lookup(keys, options);
-}
-void TieredStore::ReleaseLease(LeaseId lease) { impl_->ReleaseLease(lease); }
-bool TieredStore::ShrinkLease(LeaseId lease, size_t keep) {
-  return impl_->ShrinkLease(lease, keep);
-}
-LeaseId TieredStore::ReleaseLeaseEndingIn(std::span<const ChunkKey> keys) {
-  return impl_->ReleaseLeaseEndingIn(keys);
 }
 WriteAdmission TieredStore::AdmitWrite(const ChunkKey& key, uint64_t record_bytes,
                                        uint64_t limit_bytes) {

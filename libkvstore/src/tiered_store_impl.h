@@ -18,13 +18,14 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "kvstore/tiered_store.h"
+#include "lease_book.h"
 
 namespace kvt {
 
 // Lock order: a tier's own lock (if a tier holds it while it calls the eviction
 // listener; the host tier does not) may be followed by queue_mu_. No tier is ever called with
-// queue_mu_ or lease_mu_ held, except the in-memory Stat of a local next tier from OnEvicted (see
-// there).
+// queue_mu_ or the lease book's lock held, except the in-memory Stat of a local next tier from
+// OnEvicted (see there).
 class TieredStore::Impl {
  public:
   explicit Impl(const TieredStoreOptions& options) : options_(options) {}
@@ -44,13 +45,9 @@ class TieredStore::Impl {
   absl::StatusOr<std::vector<std::byte>> GetAlloc(const ChunkKey& key, GetInfo* info,
                                                   const GetOptions& options);
   LookupResult Lookup(std::span<const ChunkKey> keys, const LookupOptions& options);
-  void ReleaseLease(LeaseId id);
-  bool ShrinkLease(LeaseId id, size_t keep);
-  LeaseId ReleaseLeaseEndingIn(std::span<const ChunkKey> keys);
-  uint64_t pinned_bytes();
-  uint64_t expired_leases() const;
+  uint64_t pinned_bytes() { return leases_->pinned_bytes(); }
+  uint64_t expired_leases() const { return leases_->expired(); }
   absl::Status Erase(const ChunkKey& key);
-  void ReapExpired();
 
   // --- tiered_store_writeback.cc ---
   void Flush();
@@ -100,22 +97,6 @@ class TieredStore::Impl {
     bool finished = false;
   };
   using ItemPtr = std::shared_ptr<WriteItem>;
-  // A lease's pin on one chunk in one tier. Non-pinnable tiers hold an empty handle.
-  struct PinnedChunk {
-    int tier = 0;
-    ChunkKey key;
-    uint64_t bytes = 0;  // record size when pinned
-    PinHandle handle;
-  };
-  struct Lease {
-    absl::Time deadline;
-    std::vector<PinnedChunk> pins;
-  };
-  // A chunk pinned by several leases counts once in pinned_bytes().
-  struct PinRef {
-    uint32_t count = 0;
-    uint64_t bytes = 0;
-  };
 
   // Tiers a put is written through to (placement policy over capabilities): the
   // inclusive range [first, last]; empty when first > last.
@@ -141,9 +122,6 @@ class TieredStore::Impl {
   void WriteOne(const ItemPtr& item);
   void MarkDead();
   absl::StatusOr<std::span<const std::byte>> ReadBackFromTierZero(const ChunkKey& key);
-  void DropPinRefsLocked(const Lease& lease) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lease_mu_);
-  void IndexLeaseEndLocked(uint64_t id, const Lease& lease, bool add)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(lease_mu_);
   // Promotes a hit from tier t > 0 into tier 0 (unless peeking) and counts it.
   void AfterHit(size_t t, std::span<const std::byte> record, GetInfo* info,
                 const GetOptions& options);
@@ -178,14 +156,9 @@ class TieredStore::Impl {
   std::vector<RecordBuffer> pool_ ABSL_GUARDED_BY(pool_mu_);
   uint64_t pool_bytes_ ABSL_GUARDED_BY(pool_mu_) = 0;
 
-  mutable absl::Mutex lease_mu_;
-  absl::flat_hash_map<uint64_t, Lease> leases_ ABSL_GUARDED_BY(lease_mu_);
-  // Live leases by their last pinned key (ReleaseLeaseEndingIn), oldest first.
-  absl::flat_hash_map<ChunkKey, std::vector<uint64_t>> lease_ends_ ABSL_GUARDED_BY(lease_mu_);
-  uint64_t next_lease_ ABSL_GUARDED_BY(lease_mu_) = 1;
-  absl::flat_hash_map<std::pair<int, ChunkKey>, PinRef> pin_refs_ ABSL_GUARDED_BY(lease_mu_);
-  uint64_t pinned_bytes_ ABSL_GUARDED_BY(lease_mu_) = 0;  // distinct (tier, key) bytes
-  uint64_t expired_leases_ ABSL_GUARDED_BY(lease_mu_) = 0;
+  // The one lease book (Lookup's pins); leases hold a weak_ptr to it.
+  const std::shared_ptr<internal::LeaseBook> leases_ =
+      std::make_shared<internal::LeaseBook>(absl::FromChrono(options_.lease_timeout));
 
   mutable absl::Mutex stats_mu_;
   uint64_t hits_ ABSL_GUARDED_BY(stats_mu_) = 0;

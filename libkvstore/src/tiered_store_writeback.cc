@@ -377,7 +377,7 @@ void TieredStore::Impl::WorkerLoop() {
     }
     if (item != nullptr) WriteOne(item);
     if (absl::Now() >= next_reap) {
-      ReapExpired();
+      leases_->ReapExpired();
       next_reap = absl::Now() + reap_period;
     }
   }
