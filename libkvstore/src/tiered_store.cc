@@ -106,6 +106,10 @@ absl::Status TieredStore::Impl::Put(std::span<const std::byte> record, const Put
     if (durable > 0 && durable < tiers_.size()) {
       if (absl::Status s = tiers_[durable]->Put(record); !s.ok()) {
         LogTierError(durable, "durable Put", s);
+        // Not durable: nothing of it may stay visible (issue 21), so tier 0's copy goes.
+        if (top.ok()) {
+          if (absl::Status e = tiers_[0]->Erase(header->key); !e.ok()) LogTierError(0, "Erase", e);
+        }
         return absl::Status(s.code(), absl::StrCat(caps_[durable].name, " tier: ", s.message()));
       }
       // Written down to `durable` already: the background covers the tiers below it.

@@ -307,6 +307,35 @@ TEST_F(DiskStoreTest, DurablePutIsOnDiskWhenItReturns) {
   EXPECT_EQ(reopened->Get(KeyOf(2)).status().code(), absl::StatusCode::kNotFound);
 }
 
+// Issue 21 #3: a durable Put the durable tier refuses (here: larger than the disk tier)
+// returns that tier's error and leaves nothing visible, not even in tier 0.
+TEST_F(DiskStoreTest, FailedDurablePutLeavesNothingVisible) {
+  StoreOptions so;
+  so.host.capacity_bytes = 1 << 20;
+  so.disk = Disk();
+  so.disk->capacity_bytes = 4096;
+  so.disk->file_bytes = 4096;
+  so.store.placement.write_through = WriteThrough::kNone;
+  auto store = *OpenTieredStore(so);
+  const KvLayout layout = kvt::testing::Bytes32PerTokenLayout();
+  const std::vector<std::byte> big = kvt::testing::TestRecord(
+      kNsA, layout, KeyOf(7), RootKey(kNsA), 200,
+      std::vector<std::byte>(layout.payload_bytes(200), std::byte{7}));  // 6528 B > 4096
+  EXPECT_EQ(store->Put(big, PutOptions{.ack = PutAck::kDurable}).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(store->Get(KeyOf(7)).status().code(), absl::StatusCode::kNotFound);
+  const ChunkKey k = KeyOf(7);
+  EXPECT_EQ(store->Lookup(std::span(&k, 1)).num_leading_hits, 0u);
+  EXPECT_EQ(store->tier_stats(MakeTierIndex(0)).chunks, 0u);
+  EXPECT_EQ(store->tier_stats(MakeTierIndex(1)).chunks, 0u);
+  // The same record without kDurable lands in tier 0 (only the durable ack failed).
+  EXPECT_TRUE(store->Put(big).ok());
+  EXPECT_EQ(*store->Get(KeyOf(7)), big);
+  // A record that fits is acknowledged durable as before.
+  EXPECT_TRUE(store->Put(Record(1), PutOptions{.ack = PutAck::kDurable}).ok());
+  EXPECT_EQ(store->tier_stats(MakeTierIndex(1)).chunks, 1u);
+}
+
 // Issue 11 #10 over the real tiers: the host tier's map and the disk tier's RocksDB
 // index (big-endian keys) list in the one ChunkKey order, so pages never repeat or skip.
 TEST_F(DiskStoreTest, ListPagesOverHostAndDiskReturnEveryChunkOnce) {

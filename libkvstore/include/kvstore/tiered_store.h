@@ -209,7 +209,9 @@ class TieredStore {
   // When tier 0 answers ResourceExhausted (record larger than tier 0, or tier 0 all
   // pinned) and there is a lower tier, the record is queued for the lower tiers only and
   // Put returns OK (found in the queue until it lands). With PutAck::kDurable the first
-  // durable tier is written before Put returns, and its error is returned.
+  // durable tier is written before Put returns, and its error is returned; the record is
+  // then erased from tier 0 again, so a failed durable Put leaves nothing visible (unless
+  // a reader pinned it in tier 0 meanwhile).
   // InvalidArgument/DataLoss/FailedPrecondition for a bad record (nothing stored).
   absl::Status Put(std::span<const std::byte> record, const PutOptions& options = {});
   // Put of a record that `fill` writes (and may check) in memory tier 0 lends for the
