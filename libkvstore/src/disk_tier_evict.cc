@@ -85,7 +85,7 @@ absl::StatusOr<Extent> DiskTier::Impl::Reserve(uint64_t padded) {
           // index, are still in the policy: skipped.)
           uint64_t freed = 0;
           std::vector<ChunkKey> picked;
-          policy_->VisitVictims([&](const ChunkKey& key) {
+          policy_->VisitVictims([&](const ChunkKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
             auto it = map_.find(key);
             if (it == map_.end() || it->second.pins > 0) return true;
             freed += it->second.padded;

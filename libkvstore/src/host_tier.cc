@@ -195,10 +195,13 @@ void HostTier::Touch(Entry* e) {
 
 void HostTier::DropExpiredLocked() {
   std::vector<Entry*> expired;
-  policy_->VisitExpired(std::chrono::steady_clock::now(), [&](const ChunkKey& key) {
-    auto it = index_.find(key);
-    if (it != index_.end() && Evictable(*it->second)) expired.push_back(it->second);
-  });
+  // The policy calls back on this thread, under mu_.
+  policy_->VisitExpired(std::chrono::steady_clock::now(),
+                        [&](const ChunkKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                          auto it = index_.find(key);
+                          if (it != index_.end() && Evictable(*it->second))
+                            expired.push_back(it->second);
+                        });
   for (Entry* e : expired) {
     ++ttl_expired_;
     Unlink(e, RemoveReason::kExpired);
@@ -232,7 +235,7 @@ absl::StatusOr<HostTier::Entry*> HostTier::Reserve(uint64_t record_bytes) {
     }
     while (offset < 0) {
       Entry* victim = nullptr;
-      policy_->VisitVictims([&](const ChunkKey& key) {
+      policy_->VisitVictims([&](const ChunkKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         auto it = index_.find(key);
         if (it == index_.end() || !Evictable(*it->second)) return true;
         victim = it->second;
