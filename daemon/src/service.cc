@@ -278,7 +278,7 @@ grpc::ServerUnaryReactor* KvTierService::RunUnary(
     finish(s);
     return reactor;
   }
-  deps_.pool->Submit([fn = std::move(fn), finish, t = *tenant] { finish(fn(t)); });
+  deps_.pool->Submit([fn = std::move(fn), finish, t = *tenant] { finish(fn(t)); }, finish);
   return reactor;
 }
 

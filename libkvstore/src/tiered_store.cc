@@ -329,18 +329,33 @@ LookupResult TieredStore::Impl::Lookup(std::span<const ChunkKey> keys,
   if (options.pin && leading > 0) {
     Lease lease;
     lease.deadline = absl::Now() + absl::FromChrono(options_.lease_timeout);
+    // One PinMany per tier over the leading keys it holds (a remote tier answers it in
+    // one round trip), then the pins in prompt order.
+    std::vector<PinHandle> handles(leading);
+    for (size_t t = 0; t < tiers_.size(); ++t) {
+      if (!caps_[t].pinnable) continue;
+      std::vector<size_t> at;
+      std::vector<ChunkKey> query;
+      for (size_t i = 0; i < leading; ++i) {
+        if (where[i] == static_cast<int>(t) && !queued[i]) {
+          at.push_back(i);
+          query.push_back(keys[i]);
+        }
+      }
+      if (query.empty()) continue;
+      std::vector<PinHandle> got = tiers_[t]->PinMany(query);
+      for (size_t j = 0; j < at.size() && j < got.size(); ++j) handles[at[j]] = std::move(got[j]);
+    }
     for (size_t i = 0; i < leading; ++i) {
       const int t = where[i];
-      PinHandle handle;
       if (caps_[t].pinnable && !queued[i]) {
-        handle = tiers_[t]->Pin(keys[i]);
-        if (!handle) {  // left that tier since Stat: stop here
+        if (!handles[i]) {  // left that tier since Stat: stop here (later pins drop)
           leading = i;
           break;
         }
-        bytes[i] = handle.record_bytes();
+        bytes[i] = handles[i].record_bytes();
       }
-      lease.pins.push_back(PinnedChunk{t, keys[i], bytes[i], std::move(handle)});
+      lease.pins.push_back(PinnedChunk{t, keys[i], bytes[i], std::move(handles[i])});
     }
     if (!lease.pins.empty()) {
       absl::MutexLock lock(&lease_mu_);
