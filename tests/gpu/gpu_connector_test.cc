@@ -19,12 +19,21 @@
 //    stream gathers the bytes written before the event, never the engine's later writes.
 //  * CorruptDiskRecordWritesNoDeviceBlockOfThatChunk: a load that stops at a corrupted
 //    disk record leaves every device block of that chunk (and the later ones) untouched.
+//
+// Built a second time with KVT_GPU_TEST_HOST_MEMORY=1 as gpu_connector_hostmem_test
+// (label unit, every configuration): the same tests over host memory and kCpu views,
+// without the two that only mean something on a device (pinned arena, streams). That
+// run proves this file's own logic (expected bytes, keys, block tables, the disk record
+// offset it corrupts) on the CPU, so a GPU run fails only for the GPU's reasons.
+#if !KVT_GPU_TEST_HOST_MEMORY
 #include <cuda_runtime.h>
+#endif
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -59,6 +68,15 @@ constexpr uint32_t kBlock = 16;
 constexpr uint32_t kBlocks = 24;
 constexpr std::byte kSentinel{0xEE};
 
+#if KVT_GPU_TEST_HOST_MEMORY
+constexpr KvDevice kTestDevice = KvDevice::kCpu;
+constexpr int32_t kTestCDevice = KVT_DEVICE_CPU;
+#define REQUIRE_GPU() \
+  do {                \
+  } while (0)
+#else
+constexpr KvDevice kTestDevice = KvDevice::kCuda;
+constexpr int32_t kTestCDevice = KVT_DEVICE_CUDA;
 // Skips the calling test (with the reason) when no CUDA device is usable.
 #define REQUIRE_GPU()                                                                     \
   do {                                                                                    \
@@ -69,6 +87,7 @@ constexpr std::byte kSentinel{0xEE};
   } while (0)
 
 #define CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call
+#endif
 
 Shape MakeShape(LayoutKind kind, DType dtype) {
   Shape s;
@@ -91,6 +110,22 @@ void Fill(HostCache& h, std::byte b) {
   for (auto& t : h.v) std::fill(t.begin(), t.end(), b);
 }
 
+// Device memory (host memory in the host-memory build).
+#if KVT_GPU_TEST_HOST_MEMORY
+void* Alloc(size_t n) { return std::malloc(n); }
+void Free(void* p) { std::free(p); }
+void Copy(void* dst, const void* src, size_t n) { std::memcpy(dst, src, n); }
+#else
+void* Alloc(size_t n) {
+  void* p = nullptr;
+  return cudaMalloc(&p, n) == cudaSuccess ? p : nullptr;
+}
+void Free(void* p) { cudaFree(p); }
+void Copy(void* dst, const void* src, size_t n) {
+  EXPECT_EQ(cudaMemcpy(dst, src, n, cudaMemcpyDefault), cudaSuccess);
+}
+#endif
+
 // Device copies of every tensor of a HostCache.
 struct DeviceCache {
   std::vector<void*> k_or_layer, v;
@@ -98,14 +133,14 @@ struct DeviceCache {
   DeviceCache(const DeviceCache&) = delete;
   DeviceCache& operator=(const DeviceCache&) = delete;
   ~DeviceCache() {
-    for (void* p : k_or_layer) cudaFree(p);
-    for (void* p : v) cudaFree(p);
+    for (void* p : k_or_layer) Free(p);
+    for (void* p : v) Free(p);
   }
   void Upload(const HostCache& h) {
     auto up = [](const std::vector<std::byte>& t) {
-      void* p = nullptr;
-      EXPECT_EQ(cudaMalloc(&p, t.size()), cudaSuccess);
-      EXPECT_EQ(cudaMemcpy(p, t.data(), t.size(), cudaMemcpyHostToDevice), cudaSuccess);
+      void* p = Alloc(t.size());
+      EXPECT_NE(p, nullptr);
+      Copy(p, t.data(), t.size());
       return p;
     };
     for (const auto& t : h.k_or_layer) k_or_layer.push_back(up(t));
@@ -115,19 +150,14 @@ struct DeviceCache {
   HostCache Download(const Shape& shape) const {
     HostCache h(shape, 0);
     for (size_t i = 0; i < k_or_layer.size(); ++i) {
-      EXPECT_EQ(cudaMemcpy(h.k_or_layer[i].data(), k_or_layer[i], h.k_or_layer[i].size(),
-                           cudaMemcpyDeviceToHost),
-                cudaSuccess);
+      Copy(h.k_or_layer[i].data(), k_or_layer[i], h.k_or_layer[i].size());
     }
-    for (size_t i = 0; i < v.size(); ++i) {
-      EXPECT_EQ(cudaMemcpy(h.v[i].data(), v[i], h.v[i].size(), cudaMemcpyDeviceToHost),
-                cudaSuccess);
-    }
+    for (size_t i = 0; i < v.size(); ++i) Copy(h.v[i].data(), v[i], h.v[i].size());
     return h;
   }
   PagedKvView View(HostCache& shape_of) const {
     PagedKvView view = shape_of.View();
-    view.device = KvDevice::kCuda;
+    view.device = kTestDevice;
     if (!view.layer_base.empty()) view.layer_base = k_or_layer;
     if (!view.k_base.empty()) {
       view.k_base = k_or_layer;
@@ -361,7 +391,7 @@ TEST_P(GpuCApiTest, CApiStoreLoadOnDevice) {
 
   auto register_view = [&](const DeviceCache& d) {
     kvt_kv_view v{};
-    v.device = KVT_DEVICE_CUDA;
+    v.device = kTestCDevice;
     v.num_layers = s.layers;
     v.num_kv_heads = s.heads;
     v.head_dim = s.head_dim;
@@ -405,6 +435,7 @@ class GpuHierarchyTest : public ::testing::Test {
   void SetUp() override { REQUIRE_GPU(); }
 };
 
+#if !KVT_GPU_TEST_HOST_MEMORY
 // The host tier's arena is page-locked, and a device gather writes a record straight
 // into it (TieredStore::PutInPlace lends the arena; forbid_staging makes any staging
 // through pageable memory an error), no copy in between.
@@ -460,6 +491,8 @@ TEST_F(GpuHierarchyTest, PinnedHostArenaIsTheGatherTarget) {
   EXPECT_NE(refused.message().find("forbid_staging"), std::string_view::npos) << refused;
 }
 
+#endif  // !KVT_GPU_TEST_HOST_MEMORY
+
 // Device -> host -> disk; the host copies are erased; the load reads the disk records
 // (promoting them) and writes a fresh device cache byte-identical to the source.
 TEST_F(GpuHierarchyTest, DeviceHostDiskEvictHostLoadBack) {
@@ -500,6 +533,7 @@ TEST_F(GpuHierarchyTest, DeviceHostDiskEvictHostLoadBack) {
   EXPECT_TRUE(dev2.Download(s).SameBytes(ExpectedAfterLoad(src, slots, to, n)));
 }
 
+#if !KVT_GPU_TEST_HOST_MEMORY
 // vLLM stores a request's blocks while the model keeps running: the store is ordered
 // after an event on the engine's stream; the engine then keeps writing other blocks,
 // and rewrites the stored blocks once the store has returned. The stored bytes are
@@ -614,6 +648,8 @@ TEST_F(GpuHierarchyTest, StoreOnStreamSeesBytesAtItsEvent) {
   cudaStreamDestroy(engine);
 }
 
+#endif  // !KVT_GPU_TEST_HOST_MEMORY
+
 // A load that stops at a corrupted disk record: the chunks before it are written, and
 // no device block of the corrupted chunk (or of any later one) is touched.
 TEST_F(GpuHierarchyTest, CorruptDiskRecordWritesNoDeviceBlockOfThatChunk) {
@@ -664,12 +700,14 @@ TEST_F(GpuHierarchyTest, CorruptDiskRecordWritesNoDeviceBlockOfThatChunk) {
   EXPECT_TRUE(dev2.Download(s).SameBytes(ExpectedAfterLoad(src, slots, to, kChunk)));
 }
 
+#if !KVT_GPU_TEST_HOST_MEMORY
 TEST(GpuSetupTest, ReportsWhetherCudaIsUsable) {
   REQUIRE_GPU();
   int count = 0;
   ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
   EXPECT_GE(count, 1);
 }
+#endif
 
 }  // namespace
 }  // namespace kvt
