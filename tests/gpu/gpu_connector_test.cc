@@ -13,6 +13,8 @@
 //  * PinnedHostArenaIsTheGatherTarget: the host tier's arena is cudaHostAlloc'd and a
 //    gather from the device writes the record straight into it (forbid_staging: no
 //    pageable staging copy is possible), read back equal to the CPU gather.
+//  * LoadFromHostTierScattersStraightFromThePinnedArena: a load from the host tier
+//    with forbid_staging succeeds: the scatter reads the pinned arena directly.
 //  * DeviceHostDiskEvictHostLoadBack: device -> host -> disk, the host copies erased,
 //    load back to a fresh device cache from disk, byte-identical.
 //  * StoreOnStreamSeesBytesAtItsEvent: the store ordered after an event on another
@@ -496,6 +498,48 @@ TEST_F(GpuHierarchyTest, PinnedHostArenaIsTheGatherTarget) {
   EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
   EXPECT_NE(refused.message().find("forbid_staging"), std::string_view::npos) << refused;
 #endif
+}
+
+// A load served by the host tier scatters straight from its pinned arena into the
+// device cache (TieredStore::View lends the record where it lies): with
+// forbid_staging, any staging through pageable memory would fail the load.
+TEST_F(GpuHierarchyTest, LoadFromHostTierScattersStraightFromThePinnedArena) {
+  const Shape s = MakeShape(LayoutKind::kFlashAttnHND, DType::kFP8E4M3);
+  HostCache src(s, 351);
+  DeviceCache dev;
+  dev.Upload(src);
+  HostTier* host = nullptr;
+  auto store = HostStore(&host);
+  ASSERT_NE(host, nullptr);
+#if !KVT_GPU_TEST_HOST_MEMORY
+  ASSERT_TRUE(host->pinned_host_memory()) << "the host tier's arena is not cudaHostAlloc'd";
+#endif
+  auto writer = MakeConnector(store, s);
+  ASSERT_TRUE(writer->RegisterKvView(dev.View(src)).ok());
+  const std::vector<TokenId> tokens = Prompt(2 * kChunk + 1, 18);
+  const uint64_t n = 2 * kChunk;
+  const std::vector<int64_t> slots = BlockTableSlots(n, 19);
+  ASSERT_EQ(*writer->Store(tokens, slots), 2u);
+  writer->Flush();
+
+  ConnectorOptions o;
+  o.ns.model_id = "gpu-test";  // the writer's namespace (MakeConnector)
+  o.ns.layout = LayoutOf(s);
+  o.ns.chunk_tokens = kChunk;
+  o.use_cost_model = false;
+  o.copy.forbid_staging = true;
+  auto reader = KVConnector::Create(o, store);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  HostCache fresh(s, 0);
+  Fill(fresh, kSentinel);
+  DeviceCache dev2;
+  dev2.Upload(fresh);
+  ASSERT_TRUE((*reader)->RegisterKvView(dev2.View(fresh)).ok());
+  const std::vector<int64_t> to = LoadSlots(n, 20);
+  auto loaded = (*reader)->Load(tokens, n, to, 0);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->loaded_tokens, n) << loaded->first_error;
+  EXPECT_TRUE(dev2.Download(s).SameBytes(ExpectedAfterLoad(src, slots, to, n)));
 }
 
 // Device -> host -> disk; the host copies are erased; the load reads the disk records
