@@ -465,7 +465,8 @@ TEST(TokenizerCliTest, GgufWithoutTokenizerExits2NamingTheFile) {
   TempDir tmp;
   const std::string gguf = tmp.path() + "/ids-only.gguf";
 #ifdef KVTIER_MAKE_GGUF_BIN
-  RunResult made = Run(KVTIER_MAKE_GGUF_BIN, {"--size", "tiny", "--no-vocab", "--out", gguf}, 120);
+  RunResult made =
+      clitest::Run(KVTIER_MAKE_GGUF_BIN, {"--size", "tiny", "--no-vocab", "--out", gguf}, 120);
   ASSERT_EQ(made.exit_code, 0) << made.err;
 #else
   {
