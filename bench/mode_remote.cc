@@ -20,7 +20,7 @@
 //   memcpy         single-thread memcpy of the same bytes; memcpy_x2: two dependent
 //                  memcpys of each record, the bound of shm *_incl_copy (one copy by the
 //                  client, one by the daemon).
-//   copy_hash      the daemon's one pass over an shm put (daemon/src/shm_copy.h: copy
+//   copy_hash      the daemon's one pass over an shm put (kvstore/shm_copy.h: copy
 //                  and XXH3 of the copy); shm_put_incl_copy_bound = the client's memcpy
 //                  then that pass, in series (1 / (1/memcpy + 1/copy_hash)), per round,
 //                  each reading from memory (the shm path can beat it: the daemon reads
@@ -71,11 +71,11 @@
 #include "kvstore/chunk_codec.h"
 #include "kvstore/chunk_key.h"
 #include "kvstore/remote_client.h"
+#include "kvstore/shm_copy.h"  // the daemon's copy+hash, timed beside memcpy
 #include "kvstore/shm_progress.h"
 #include "nlohmann/json.hpp"
 #include "pinned_lookup.h"
 #include "remote_peers.h"
-#include "shm_copy.h"  // daemon/src: the daemon's copy+hash, timed beside memcpy
 
 namespace kvt::bench {
 namespace {
@@ -294,7 +294,7 @@ int RunRemote(int argc, char** argv) {
     {  // the daemon's one pass over an shm put: copy + hash of the copy
       uint64_t sink = 0;
       auto t = Clock::now();
-      for (const auto& rec : recs) sink ^= daemon::CopyRecordHashingPayload(rec, two_a);
+      for (const auto& rec : recs) sink ^= CopyRecordHashingPayload(rec, two_a);
       const double gbps = Gbps(total, Since(t));
       if (sink == 1) std::printf(" ");  // keeps the hashes live
       const double m = f["memcpy_gbps"].back();

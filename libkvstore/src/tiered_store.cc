@@ -178,7 +178,9 @@ absl::StatusOr<uint64_t> TieredStore::Impl::Get(const ChunkKey& key, std::span<s
                                                 GetInfo* info, const GetOptions& options) {
   absl::Status data_loss;
   for (size_t t = 0; t < tiers_.size(); ++t) {
-    absl::StatusOr<uint64_t> n = tiers_[t]->Get(key, out);
+    // A peek is not a client's read: no hit, no recency touch in the tier either.
+    absl::StatusOr<uint64_t> n =
+        options.peek ? tiers_[t]->CopyForWriteBack(key, out) : tiers_[t]->Get(key, out);
     if (n.ok()) {
       AfterHit(t, out.first(*n), info, options);
       return n;
@@ -229,7 +231,7 @@ absl::StatusOr<std::vector<std::byte>> TieredStore::Impl::GetAlloc(const ChunkKe
         break;
       }
       buf.resize(st[0].record_bytes);
-      n = tiers_[t]->Get(key, buf);
+      n = options.peek ? tiers_[t]->CopyForWriteBack(key, buf) : tiers_[t]->Get(key, buf);
       if (!absl::IsOutOfRange(n.status())) break;
     }
     if (n.ok()) {
