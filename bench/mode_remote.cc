@@ -20,7 +20,7 @@
 //   memcpy         single-thread memcpy of the same bytes; memcpy_x2: two dependent
 //                  memcpys of each record, the bound of shm *_incl_copy (one copy by the
 //                  client, one by the daemon).
-//   copy_hash      the daemon's one pass over an shm put (daemon/src/shm_copy.h: copy
+//   copy_hash      the daemon's one pass over an shm put (kvstore/shm_copy.h: copy
 //                  and XXH3 of the copy); shm_put_incl_copy_bound = the client's memcpy
 //                  then that pass, in series (1 / (1/memcpy + 1/copy_hash)), per round,
 //                  each reading from memory (the shm path can beat it: the daemon reads
@@ -34,6 +34,11 @@
 //                  records as values, one command at a time; and "best": the same total
 //                  bytes as pieces of --redis-piece-mib (default 1, 4 and 16 MiB; the best
 //                  median is reported), every SET then every GET pipelined.
+//   pinned lookup  TieredStore::Lookup({.pin = true}) over a RemoteTier of a
+//                  --lookup-tokens prompt (100k: 390 chunks) kvtierd holds: RPCs and ms
+//                  (target <= 2 RPCs and <= 5 % of the prompt's cold prefill at
+//                  --prefill-tokens-per-s, the demo model's), beside the same lookup
+//                  pinned one key per RPC (the path before batched pins) in the same run.
 // The daemon is the real kvtierd binary (found next to this binary in ../daemon/, or
 // --kvtierd, or $KVTIERD), started on a unix socket in a temp dir with durability async
 // (acknowledged in host memory, written to disk in the background, like Redis's SET).
@@ -66,10 +71,11 @@
 #include "kvstore/chunk_codec.h"
 #include "kvstore/chunk_key.h"
 #include "kvstore/remote_client.h"
+#include "kvstore/shm_copy.h"  // the daemon's copy+hash, timed beside memcpy
 #include "kvstore/shm_progress.h"
 #include "nlohmann/json.hpp"
+#include "pinned_lookup.h"
 #include "remote_peers.h"
-#include "shm_copy.h"  // daemon/src: the daemon's copy+hash, timed beside memcpy
 
 namespace kvt::bench {
 namespace {
@@ -198,6 +204,15 @@ int RunRemote(int argc, char** argv) {
   app.add_option("--redis-piece-mib", redis_piece_mib,
                  "value sizes (MiB) of the pipelined Redis run; the best median is reported")
       ->check(CLI::Range(1, 256));
+  uint64_t lookup_tokens = 100000;
+  app.add_option("--lookup-tokens", lookup_tokens,
+                 "prompt tokens of the pinned-lookup phase (256-token chunks)")
+      ->check(CLI::Range(256, 1 << 22));
+  // The demo model's cold prefill (README: 4,509 tokens in 15.7 s on 2 threads).
+  double prefill_tps = 288;
+  app.add_option("--prefill-tokens-per-s", prefill_tps,
+                 "cold prefill speed the pinned lookup is compared with (tokens/s)")
+      ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
 
   auto recs = MakeRecords(chunks, tokens);
@@ -279,7 +294,7 @@ int RunRemote(int argc, char** argv) {
     {  // the daemon's one pass over an shm put: copy + hash of the copy
       uint64_t sink = 0;
       auto t = Clock::now();
-      for (const auto& rec : recs) sink ^= daemon::CopyRecordHashingPayload(rec, two_a);
+      for (const auto& rec : recs) sink ^= CopyRecordHashingPayload(rec, two_a);
       const double gbps = Gbps(total, Since(t));
       if (sink == 1) std::printf(" ");  // keeps the hashes live
       const double m = f["memcpy_gbps"].back();
@@ -392,6 +407,8 @@ int RunRemote(int argc, char** argv) {
   if (session) (void)client->DetachShm(*session);
   session.reset();
   client.reset();
+  PinnedLookupFigures lookup;
+  if (ready) lookup = MeasurePinnedLookup(sock, lookup_tokens, 256, prefill_tps, rounds);
   Stop(daemon);
 
   nlohmann::json out;
@@ -449,6 +466,17 @@ int RunRemote(int argc, char** argv) {
   if (!redis_why.empty()) out["redis_error"] = redis_why;
   if (!shm_error.empty()) out["shm_error"] = shm_error;
   if (!daemon_error.empty()) out["daemon_error"] = daemon_error;
+  if (lookup.error.empty() && ready) {
+    out["pinned_lookup_chunks"] = lookup.chunks;
+    out["pinned_lookup_rpcs"] = lookup.rpcs;
+    out["pinned_lookup_ms"] = lookup.ms;
+    out["pinned_lookup_over_cold_prefill"] = lookup.ms / lookup.cold_prefill_ms;
+    out["pinned_lookup_per_key_rpcs"] = lookup.per_key_rpcs;
+    out["pinned_lookup_per_key_ms"] = lookup.per_key_ms;
+    out["pinned_lookup_cold_prefill_ms"] = lookup.cold_prefill_ms;
+  } else if (ready) {
+    out["pinned_lookup_error"] = lookup.error;
+  }
   std::filesystem::remove_all(dir);
 
   auto num = [&](const char* k) {
@@ -526,6 +554,19 @@ int RunRemote(int argc, char** argv) {
     }
     if (!shm_error.empty()) std::printf("  shm: %s\n", shm_error.c_str());
     if (!daemon_error.empty()) std::printf("  kvtierd: %s\n", daemon_error.c_str());
+    if (!lookup.error.empty()) std::printf("  pinned lookup: %s\n", lookup.error.c_str());
+    if (lookup.error.empty() && ready) {
+      const double share = lookup.ms / lookup.cold_prefill_ms;
+      std::printf(
+          "pinned lookup of a %llu-token prompt (%llu chunks): %llu RPCs (target 2: %s), %.2f ms "
+          "= %.5f x its cold prefill at %.0f tokens/s (target 0.05: %s); one pin RPC per key: "
+          "%llu RPCs, %.2f ms\n",
+          static_cast<unsigned long long>(lookup_tokens),
+          static_cast<unsigned long long>(lookup.chunks),
+          static_cast<unsigned long long>(lookup.rpcs), lookup.rpcs <= 2 ? "PASS" : "FAIL",
+          lookup.ms, share, prefill_tps, share <= 0.05 ? "PASS" : "FAIL",
+          static_cast<unsigned long long>(lookup.per_key_rpcs), lookup.per_key_ms);
+    }
   }
   return daemon_error.empty() ? 0 : 1;
 }

@@ -79,7 +79,10 @@ int main(int argc, char** argv) {
     return 2;
   if (!disk_cap.empty() && !bytes("--disk-capacity", disk_cap, &config.disk.capacity_bytes))
     return 2;
-  if (app.count("--metrics-listen") > 0) config.metrics_listen = metrics_listen;
+  if (app.count("--metrics-listen") > 0) {
+    config.metrics_listen = metrics_listen;
+    config.metrics_listen_explicit = true;
+  }
   if (!durability.empty())
     config.durability =
         durability == "async" ? kvt::daemon::Durability::kAsync : kvt::daemon::Durability::kSync;

@@ -73,6 +73,12 @@ absl::StatusOr<TierKind> ParseTierKind(std::string_view name_sv) {
     const auto k = static_cast<TierKind>(v);
     if (n == TierName(k)) return k;
   }
+  if (n == "cluster") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tier '", name,
+                     "': kvtierd's cluster tier is called 'remote' (expected host, disk or "
+                     "remote)"));
+  }
   return absl::InvalidArgumentError(
       absl::StrCat("tier '", name, "': expected host, disk or remote"));
 }

@@ -43,6 +43,11 @@ struct NamespaceFlags {
   uint32_t chunk_tokens = kDefaultChunkTokens;
   std::string tenant;
   std::string engine_extra;
+  // --from-server http://host:port: the namespace (and chunk_tokens) a running
+  // kvtier-llama-server reports at /kvtier; filled in by ApplyFromServer
+  // (server_namespace.h) into ns_hex, chunk_tokens and bytes_per_token.
+  std::string from_server;
+  uint64_t bytes_per_token = 0;  // from --from-server; 0 = unknown
 
   // True when any model flag (--model ...) was given.
   bool has_model() const { return !model_id.empty(); }

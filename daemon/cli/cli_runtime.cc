@@ -1,10 +1,12 @@
 // Pieces every command shares: opening the backend, loading a prompt, failing.
 #include <algorithm>
+#include <filesystem>
 #include <ostream>
 
 #include "absl/strings/str_cat.h"
 #include "commands.h"
 #include "disk_backend.h"
+#include "kvstore/daemon_address.h"
 #include "prompt_file.h"
 #ifdef KVT_CLI_HAVE_DAEMON
 #include "daemon_backend.h"
@@ -32,14 +34,24 @@ absl::StatusOr<std::unique_ptr<CacheBackend>> OpenBackend(const GlobalFlags& fla
     }
     return OpenDiskBackend(o);
   }
-  if (flags.daemon.empty()) {
-    return absl::InvalidArgumentError(
-        "no cache to talk to: give --daemon unix:/path/to/kvtierd.sock (or host:port, or set "
-        "KVTIER_DAEMON), or --disk-dir DIR to open a disk tier offline");
+  std::string address = flags.daemon;
+  if (address.empty()) {
+    // kvtierd's own default listen address (kvstore/daemon_address.h): a kvtierd started
+    // without --listen by the same user is found without flags.
+    const std::string fallback = DefaultDaemonAddress();
+    absl::StatusOr<DaemonAddress> a = ParseDaemonAddress(fallback);
+    std::error_code ec;
+    if (!a.ok() || !std::filesystem::exists(a->unix_path, ec)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "no cache to talk to: no kvtierd socket at the default address ", fallback,
+          " (kvtierd's default listen address); give --daemon unix:/path/to/kvtierd.sock (or "
+          "host:port, or set KVTIER_DAEMON), or --disk-dir DIR to open a disk tier offline"));
+    }
+    address = fallback;
   }
 #ifdef KVT_CLI_HAVE_DAEMON
   DaemonBackendOptions o;
-  o.address = flags.daemon;
+  o.address = address;
   o.token = flags.token;
   if (!(flags.timeout_s > 0 && flags.timeout_s <= 600)) {  // also refuses NaN
     return absl::InvalidArgumentError(

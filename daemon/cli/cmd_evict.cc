@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "commands.h"
 #include "nlohmann/json.hpp"
+#include "server_namespace.h"
 
 namespace kvt::cli {
 
@@ -26,8 +27,11 @@ std::string TierList(const std::vector<TierKind>& tiers) {
 
 }  // namespace
 
-int RunEvict(const EvictFlags& flags, const GlobalFlags& global, std::ostream& out,
+int RunEvict(const EvictFlags& given, const GlobalFlags& global, std::ostream& out,
              std::ostream& err) {
+  EvictFlags flags = given;
+  if (absl::Status s = ApplyFromServer(&flags.ns, global.timeout_s); !s.ok())
+    return Fail(err, "evict", s);
   constexpr std::string_view kCmd = "evict";
   const bool by_key = !flags.keys.empty();
   const bool by_prefix = flags.prefix.given();

@@ -2,11 +2,13 @@
 // ComputeChunkKeys) and show which leading chunks are cached, in which tier.
 #include <optional>
 #include <ostream>
+#include <span>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "commands.h"
 #include "nlohmann/json.hpp"
+#include "server_namespace.h"
 
 namespace kvt::cli {
 
@@ -22,8 +24,11 @@ std::string DescribeParams(const NamespaceParams& p) {
 
 }  // namespace
 
-int RunInspect(const InspectFlags& flags, const GlobalFlags& global, std::ostream& out,
+int RunInspect(const InspectFlags& given, const GlobalFlags& global, std::ostream& out,
                std::ostream& err) {
+  InspectFlags flags = given;
+  if (absl::Status s = ApplyFromServer(&flags.ns, global.timeout_s); !s.ok())
+    return Fail(err, "inspect", s);
   constexpr std::string_view kCmd = "inspect";
   auto ns = flags.ns.Resolve();
   if (!ns.ok()) return Fail(err, kCmd, ns.status());
@@ -37,10 +42,16 @@ int RunInspect(const InspectFlags& flags, const GlobalFlags& global, std::ostrea
   auto backend = OpenBackend(global);
   if (!backend.ok()) return Fail(err, kCmd, backend.status());
 
+  // With --include-partial, the engines' rule (kvtier-llama-server's tail records,
+  // docs/llama-server.md): an engine computes at least the prompt's last token, so it keys
+  // tokens [0, n - 1): the full chunks of those, then the rest as one tail record.
+  const size_t keyed =
+      flags.include_partial ? (tokens->empty() ? 0 : tokens->size() - 1) : tokens->size();
   ChunkKeyOptions ko;
   ko.chunk_tokens = chunk_tokens;
   ko.include_partial = flags.include_partial;
-  const std::vector<ChunkKey> keys = ComputeChunkKeys(*ns, *tokens, ko);
+  const std::vector<ChunkKey> keys =
+      ComputeChunkKeys(*ns, std::span<const TokenId>(tokens->data(), keyed), ko);
   std::vector<std::optional<TierKind>> where;
   if (!keys.empty()) {
     auto located = (*backend)->Locate(keys);
@@ -52,7 +63,7 @@ int RunInspect(const InspectFlags& flags, const GlobalFlags& global, std::ostrea
   uint64_t tokens_to_load = 0;
   for (size_t i = 0; i < keys.size(); ++i) {
     const uint32_t n = static_cast<uint32_t>(
-        std::min<size_t>(chunk_tokens, tokens->size() - i * static_cast<size_t>(chunk_tokens)));
+        std::min<size_t>(chunk_tokens, keyed - i * static_cast<size_t>(chunk_tokens)));
     if (where[i]) ++cached;
     if (run && where[i]) {
       ++leading;
@@ -80,10 +91,15 @@ int RunInspect(const InspectFlags& flags, const GlobalFlags& global, std::ostrea
                       "engine extra); `kvtier ls` shows the namespaces present")));
     }
   }
-  const size_t full = tokens->size() / chunk_tokens;
-  const size_t partial = tokens->size() % chunk_tokens;
+  const size_t full = keyed / chunk_tokens;
+  const size_t partial =
+      flags.include_partial ? keyed % chunk_tokens : tokens->size() % chunk_tokens;
   std::optional<uint64_t> bytes_to_load;
-  if (params) bytes_to_load = params->layout.payload_bytes(1) * tokens_to_load;
+  if (params) {
+    bytes_to_load = params->layout.payload_bytes(1) * tokens_to_load;
+  } else if (flags.ns.bytes_per_token > 0) {  // --from-server
+    bytes_to_load = flags.ns.bytes_per_token * tokens_to_load;
+  }
   const uint64_t recompute = tokens->size() - tokens_to_load;
 
   if (global.json) {
@@ -101,10 +117,11 @@ int RunInspect(const InspectFlags& flags, const GlobalFlags& global, std::ostrea
     j["chunks"] = nlohmann::json::array();
     for (size_t i = 0; i < keys.size(); ++i) {
       const size_t first = i * chunk_tokens;
-      const size_t n = std::min<size_t>(chunk_tokens, tokens->size() - first);
+      const size_t n = std::min<size_t>(chunk_tokens, keyed - first);
       j["chunks"].push_back({{"index", i},
                              {"first_token", first},
                              {"tokens", n},
+                             {"tail", n < chunk_tokens},
                              {"key", keys[i].ToHex()},
                              {"cached", where[i].has_value()},
                              {"tier", where[i] ? nlohmann::json(std::string(TierName(*where[i])))
@@ -126,19 +143,22 @@ int RunInspect(const InspectFlags& flags, const GlobalFlags& global, std::ostrea
   out << "\n";
   out << absl::StrFormat("prompt     %s tokens = %d full chunks of %d", WithCommas(tokens->size()),
                          full, chunk_tokens);
-  if (partial) {
-    out << absl::StrFormat(" + %d tokens (%s)", partial,
-                           flags.include_partial ? "partial chunk, keyed" : "partial, not keyed");
+  if (flags.include_partial) {
+    if (partial) out << absl::StrFormat(" + a tail record of %d tokens", partial);
+    out << " + the last token (always computed)";
+  } else if (partial) {
+    out << absl::StrFormat(" + %d tokens (partial, not keyed)", partial);
   }
   out << "\n\n";
   Table t({"CHUNK", "TOKENS", "KEY", "TIER", "STATUS"}, {true, false, false, false, false});
   for (size_t i = 0; i < keys.size(); ++i) {
     const size_t first = i * chunk_tokens;
-    const size_t n = std::min<size_t>(chunk_tokens, tokens->size() - first);
+    const size_t n = std::min<size_t>(chunk_tokens, keyed - first);
     std::string status =
         where[i] ? (i < leading ? "cached" : "cached (after a miss: not loadable)") : "miss";
-    t.AddRow({absl::StrCat(i), absl::StrCat(first, "-", first + n - 1), keys[i].ToHex(),
-              where[i] ? std::string(TierName(*where[i])) : "-", status});
+    const bool tail = n < chunk_tokens;
+    t.AddRow({tail ? "tail" : absl::StrCat(i), absl::StrCat(first, "-", first + n - 1),
+              keys[i].ToHex(), where[i] ? std::string(TierName(*where[i])) : "-", status});
   }
   if (keys.empty()) {
     out << "(the prompt is shorter than one chunk: nothing is keyed)\n";

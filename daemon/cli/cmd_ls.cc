@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "commands.h"
 #include "nlohmann/json.hpp"
+#include "server_namespace.h"
 
 namespace kvt::cli {
 
@@ -109,7 +110,10 @@ int RunLsChunks(const LsFlags& flags, const Filters& f, CacheBackend& backend,
 
 }  // namespace
 
-int RunLs(const LsFlags& flags, const GlobalFlags& global, std::ostream& out, std::ostream& err) {
+int RunLs(const LsFlags& given, const GlobalFlags& global, std::ostream& out, std::ostream& err) {
+  LsFlags flags = given;
+  if (absl::Status s = ApplyFromServer(&flags.ns, global.timeout_s); !s.ok())
+    return Fail(err, "ls", s);
   constexpr std::string_view kCmd = "ls";
   if (flags.limit == 0 || flags.limit > 10000) {
     return Fail(

@@ -20,6 +20,10 @@ std::string Rate(uint64_t hits, uint64_t misses) {
   return absl::StrFormat("%.1f%%", 100.0 * static_cast<double>(hits) / static_cast<double>(n));
 }
 
+// The remote tier (kvtierd's Redis Cluster tier) does not count its chunks: a count would
+// be a scan of the whole cluster, which other kvtierds fill too. Its 0 means "unknown".
+bool ChunksKnown(const TierSummary& t) { return t.kind != TierKind::kRemote; }
+
 nlohmann::json StatsJson(const StatsSnapshot& s) {
   nlohmann::json j;
   j["source"] = s.source;
@@ -30,7 +34,7 @@ nlohmann::json StatsJson(const StatsSnapshot& s) {
                           {"kind", std::string(TierName(t.kind))},
                           {"capacity_bytes", x.capacity_bytes},
                           {"used_bytes", x.used_bytes},
-                          {"chunks", x.chunks},
+                          {"chunks", ChunksKnown(t) ? nlohmann::json(x.chunks) : nlohmann::json()},
                           {"pinned_bytes", x.pinned_bytes},
                           {"hits", x.hits},
                           {"misses", x.misses},
@@ -83,11 +87,11 @@ void PrintStats(const StatsSnapshot& s, const StatsSnapshot* prev, double dt_s, 
   for (size_t i = 0; i < s.tiers.size(); ++i) {
     const auto& x = s.tiers[i].stats;
     std::vector<std::string> row = {
-        s.tiers[i].name,
+        std::string(TierName(s.tiers[i].kind)),
         HumanBytes(x.capacity_bytes),
         HumanBytes(x.used_bytes),
         x.capacity_bytes ? absl::StrFormat("%.1f%%", 100.0 * x.used_bytes / x.capacity_bytes) : "-",
-        WithCommas(x.chunks),
+        ChunksKnown(s.tiers[i]) ? WithCommas(x.chunks) : "?",
         HumanBytes(x.pinned_bytes),
         WithCommas(x.hits),
         WithCommas(x.misses),

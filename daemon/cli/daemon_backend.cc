@@ -1,13 +1,11 @@
 #include "daemon_backend.h"
 
-#include <cctype>
 #include <chrono>
 #include <string>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "kvstore/daemon_address.h"
 #include "kvstore/remote_client.h"
 
 namespace kvt::cli {
@@ -118,57 +116,13 @@ class DaemonBackend final : public CacheBackend {
   std::unique_ptr<RemoteClient> client_;
 };
 
-constexpr char kAddressForms[] =
-    "expected unix:/path/to/kvtierd.sock, unix:///path/to/kvtierd.sock or host:port (e.g. "
-    "127.0.0.1:7470)";
-
 }  // namespace
-
-absl::Status ValidateDaemonAddress(const std::string& address) {
-  auto bad = [&](const std::string& hint) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--daemon '", address, "': ", kAddressForms, hint));
-  };
-  if (address.empty()) return bad("");
-  if (absl::StartsWith(address, "unix:")) {
-    const std::string path = address.substr(5);
-    if (path.empty() || path == "//" || path == "///") return bad(" (the socket path is missing)");
-    return absl::OkStatus();
-  }
-  // Other gRPC target schemes are passed through as they are.
-  for (const char* scheme : {"unix-abstract:", "dns:", "ipv4:", "ipv6:", "vsock:"}) {
-    if (absl::StartsWith(address, scheme)) return absl::OkStatus();
-  }
-  if (address[0] == '/' || address[0] == '.' || address[0] == '~' ||
-      address.find('/') != std::string::npos) {
-    return bad(absl::StrCat(" (a socket path needs the unix: prefix: unix:", address, ")"));
-  }
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos || colon == 0) return bad(" (no port: add :PORT)");
-  const std::string host = address.substr(0, colon);
-  const std::string port = address.substr(colon + 1);
-  uint32_t port_num = 0;
-  if (port.empty() || !absl::SimpleAtoi(port, &port_num) || port_num == 0 || port_num > 65535 ||
-      port.find_first_not_of("0123456789") != std::string::npos) {
-    return bad(absl::StrCat(" (port '", port, "' is not a number in 1..65535)"));
-  }
-  // IPv6 literals must be bracketed: [::1]:7470.
-  if (host.find(':') != std::string::npos && !(host.front() == '[' && host.back() == ']')) {
-    return bad(" (write an IPv6 address in brackets: [::1]:7470)");
-  }
-  for (char c : host) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_' ||
-          c == '[' || c == ']' || c == ':')) {
-      return bad(absl::StrCat(" (host '", host, "' has a character '", std::string(1, c),
-                              "' hosts cannot)"));
-    }
-  }
-  return absl::OkStatus();
-}
 
 absl::StatusOr<std::unique_ptr<CacheBackend>> OpenDaemonBackend(
     const DaemonBackendOptions& options) {
-  if (absl::Status s = ValidateDaemonAddress(options.address); !s.ok()) return s;
+  if (auto a = ParseDaemonAddress(options.address); !a.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--daemon ", a.status().message()));
+  }
   if (options.timeout_ms <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--timeout: expected > 0, got ", options.timeout_ms, " ms"));

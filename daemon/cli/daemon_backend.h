@@ -22,13 +22,9 @@ struct DaemonBackendOptions {
   int64_t timeout_ms = 5000;
 };
 
-// OK for "unix:/path", "unix:///path", "host:port" ("[::1]:port") and the other gRPC
-// target schemes (dns:, ipv4:, ipv6:, unix-abstract:, vsock:); otherwise InvalidArgument
-// naming the accepted forms, with a hint (e.g. a bare socket path needs "unix:").
-absl::Status ValidateDaemonAddress(const std::string& address);
-
 // Connects (waiting up to timeout_ms) and checks Health. Unavailable naming the address
-// when nothing answers; InvalidArgument for an empty address or bad timeout.
+// when nothing answers; InvalidArgument for an address kvt::ParseDaemonAddress refuses
+// (kvstore/daemon_address.h) or a bad timeout.
 absl::StatusOr<std::unique_ptr<CacheBackend>> OpenDaemonBackend(
     const DaemonBackendOptions& options);
 

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <sstream>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 
@@ -34,7 +36,7 @@ constexpr uint64_t kMaxKvPairs = 1ull << 20;
 
 class Reader {
  public:
-  Reader(std::ifstream& in, std::string path) : in_(in), path_(std::move(path)) {}
+  Reader(std::istream& in, std::string path) : in_(in), path_(std::move(path)) {}
 
   absl::Status Bytes(void* dst, size_t n) {
     in_.read(static_cast<char*>(dst), static_cast<std::streamsize>(n));
@@ -69,7 +71,7 @@ class Reader {
   const std::string& path() const { return path_; }
 
  private:
-  std::ifstream& in_;
+  std::istream& in_;
   std::string path_;
 };
 
@@ -146,6 +148,7 @@ absl::StatusOr<std::optional<int64_t>> ReadInt(Reader& r, uint32_t type) {
 struct Value {
   std::optional<std::string> str;
   std::vector<int64_t> ints;  // one for a scalar, several for an integer array
+  uint64_t array_len = 0;     // elements of an array (of any type)
 };
 
 // Reads (or skips) one value of `type`; integers and strings are kept.
@@ -162,6 +165,7 @@ absl::StatusOr<Value> ReadValue(Reader& r, uint32_t type) {
     if (!et.ok()) return et.status();
     auto n = r.Pod<uint64_t>();
     if (!n.ok()) return n.status();
+    v.array_len = *n;
     if (*et == kString) {
       for (uint64_t i = 0; i < *n; ++i) {
         auto len = r.Pod<uint64_t>();
@@ -207,14 +211,10 @@ absl::StatusOr<Value> ReadValue(Reader& r, uint32_t type) {
   return v;
 }
 
-}  // namespace
+using Metadata = std::map<std::string, Value>;
 
-absl::StatusOr<GgufModelShape> ReadGgufShape(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("GGUF file '", path, "': cannot open (", std::strerror(errno), ")"));
-  }
+// The key/value metadata of the GGUF stream `in` (`path` names it in messages).
+absl::StatusOr<Metadata> ReadMetadata(std::istream& in, const std::string& path) {
   Reader r(in, path);
   char magic[4];
   if (!r.Bytes(magic, 4).ok() || std::memcmp(magic, "GGUF", 4) != 0) {
@@ -235,7 +235,7 @@ absl::StatusOr<GgufModelShape> ReadGgufShape(const std::string& path) {
     return absl::InvalidArgumentError(
         absl::StrCat("GGUF file '", path, "': ", *kvs, " metadata pairs (corrupt?)"));
   }
-  std::map<std::string, Value> meta;
+  Metadata meta;
   for (uint64_t i = 0; i < *kvs; ++i) {
     auto key = r.String();
     if (!key.ok()) return key.status();
@@ -245,7 +245,19 @@ absl::StatusOr<GgufModelShape> ReadGgufShape(const std::string& path) {
     if (!value.ok()) return value.status();
     meta.emplace(std::move(*key), std::move(*value));
   }
+  return meta;
+}
 
+absl::StatusOr<Metadata> ReadMetadataFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GGUF file '", path, "': cannot open (", std::strerror(errno), ")"));
+  }
+  return ReadMetadata(in, path);
+}
+
+absl::StatusOr<GgufModelShape> ShapeOf(const Metadata& meta, const std::string& path) {
   GgufModelShape shape;
   auto it = meta.find("general.architecture");
   if (it == meta.end() || !it->second.str) {
@@ -312,6 +324,59 @@ absl::StatusOr<GgufModelShape> ReadGgufShape(const std::string& path) {
         absl::StrCat("GGUF file '", path, "': zero layers, KV heads or head_dim"));
   }
   return shape;
+}
+
+absl::StatusOr<GgufTokenizer> TokenizerOf(const Metadata& meta, const std::string& path) {
+  auto model = meta.find("tokenizer.ggml.model");
+  if (model == meta.end() || !model->second.str) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GGUF file '", path,
+                     "' has no tokenizer (no tokenizer.ggml.model): give the GGUF of "
+                     "the model the engine runs, or token ids with --tokens FILE"));
+  }
+  const std::string& name = *model->second.str;
+  // llama.cpp's llama-vocab.cpp: "none" and "no_vocab" mean LLAMA_VOCAB_TYPE_NONE, a model
+  // driven by token ids only, which llama_tokenize aborts on (GGML_ABORT).
+  if (name == "none" || name == "no_vocab") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GGUF file '", path, "' has no tokenizer (tokenizer.ggml.model = ", name,
+        "): it cannot tokenize text; give token ids with --tokens FILE, or a GGUF with a "
+        "vocabulary as --tokenizer"));
+  }
+  auto tokens = meta.find("tokenizer.ggml.tokens");
+  if (tokens == meta.end() || tokens->second.array_len == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GGUF file '", path,
+                     "' has no vocabulary (tokenizer.ggml.tokens is missing or empty, "
+                     "tokenizer.ggml.model = ",
+                     name, ")"));
+  }
+  return GgufTokenizer{name, tokens->second.array_len};
+}
+
+}  // namespace
+
+absl::StatusOr<GgufModelShape> ReadGgufShape(const std::string& path) {
+  auto meta = ReadMetadataFile(path);
+  if (!meta.ok()) return meta.status();
+  return ShapeOf(*meta, path);
+}
+
+absl::StatusOr<GgufTokenizer> ReadGgufTokenizer(const std::string& path) {
+  auto meta = ReadMetadataFile(path);
+  if (!meta.ok()) return meta.status();
+  return TokenizerOf(*meta, path);
+}
+
+absl::Status CheckGgufBytes(std::string_view bytes, const std::string& name) {
+  std::istringstream in{std::string(bytes)};
+  auto meta = ReadMetadata(in, name);
+  if (!meta.ok()) return meta.status();
+  auto shape = ShapeOf(*meta, name);
+  auto tok = TokenizerOf(*meta, name);
+  if (!shape.ok()) return shape.status();
+  if (!tok.ok()) return tok.status();
+  return absl::OkStatus();
 }
 
 }  // namespace kvt::cli

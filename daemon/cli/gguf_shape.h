@@ -1,5 +1,6 @@
-// Minimal GGUF metadata reader for `kvtier plan --gguf FILE`: reads only the header and
-// the key/value metadata (never tensor data) and extracts the KV-cache shape.
+// Minimal GGUF metadata reader for `kvtier plan --gguf FILE` and `--tokenizer FILE`: reads
+// only the header and the key/value metadata (never tensor data) and extracts the
+// KV-cache shape, or checks that the file has a tokenizer before llama.cpp is handed it.
 //
 // Format source: ggml's docs/gguf.md (GGUF v2/v3): "GGUF" magic, u32 version,
 // u64 tensor_count, u64 metadata_kv_count, then per pair: gguf string key (u64 length +
@@ -17,6 +18,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -37,6 +39,21 @@ struct GgufModelShape {
 // InvalidArgument naming the file and what is wrong (not GGUF, unsupported version,
 // truncated, missing key) — never reads past a declared length.
 absl::StatusOr<GgufModelShape> ReadGgufShape(const std::string& path);
+
+struct GgufTokenizer {
+  std::string model;        // tokenizer.ggml.model: "llama", "gpt2", ...
+  uint64_t vocab_size = 0;  // elements of tokenizer.ggml.tokens
+};
+
+// The tokenizer `path` declares. InvalidArgument naming the file when it is not a GGUF
+// file (as ReadGgufShape), or has no usable tokenizer: tokenizer.ggml.model missing or
+// "none"/"no_vocab" (llama.cpp aborts when asked to tokenize with it), or no
+// tokenizer.ggml.tokens.
+absl::StatusOr<GgufTokenizer> ReadGgufTokenizer(const std::string& path);
+
+// Both readers over GGUF bytes in memory (the fuzz target): the first error of the shape,
+// then of the tokenizer. `name` names the bytes in messages.
+absl::Status CheckGgufBytes(std::string_view bytes, const std::string& name);
 
 }  // namespace kvt::cli
 

@@ -15,6 +15,10 @@ using kvt::cli::PromptFlags;
 void AddNamespaceFlags(CLI::App* app, NamespaceFlags* ns) {
   app->add_option("--ns", ns->ns_hex, "Namespace as 32 hex digits (instead of the model flags)")
       ->group("Namespace");
+  app->add_option("--from-server", ns->from_server,
+                  "http://host:port of a running kvtier-llama-server: use the namespace and "
+                  "chunk size it reports at /kvtier")
+      ->group("Namespace");
   app->add_option("--model", ns->model_id, "Model id as the engine hashes it (name + revision)")
       ->group("Namespace");
   app->add_option("--layers", ns->layers, "Number of layers")->group("Namespace");
@@ -106,7 +110,9 @@ int main(int argc, char** argv) {
   kvt::cli::GlobalFlags g;
   bool verbose = false;
   app.add_option("--daemon", g.daemon,
-                 "kvtierd address: unix:/path/to.sock, unix:///path/to.sock or host:port")
+                 "kvtierd address: unix:/path/to.sock, unix:///path/to.sock or host:port "
+                 "(default: kvtierd's default socket, unix://$XDG_RUNTIME_DIR/kvtierd.sock or "
+                 "unix:///tmp/kvtierd-UID.sock)")
       ->envname("KVTIER_DAEMON");
   app.add_option("--token", g.token, "Tenant token sent as 'authorization: Bearer <token>'")
       ->envname("KVTIER_TOKEN");
@@ -126,13 +132,14 @@ int main(int argc, char** argv) {
   kvt::cli::LsFlags ls;
   auto* ls_cmd = app.add_subcommand("ls", "Cached chunks grouped by namespace and tier");
   AddNamespaceFlags(ls_cmd, &ls.ns);
-  ls_cmd->add_option("--tier", ls.tier, "Only this tier: host, disk, remote");
+  ls_cmd->add_option("--tier", ls.tier, "Only this tier: host, disk, remote (the cluster)");
   ls_cmd->add_option("--older-than", ls.older_than,
                      "Only chunks not accessed for this long (90s, 30m, 2h, 7d)");
   ls_cmd->add_option("--newer-than", ls.newer_than, "Only chunks accessed within this long");
   ls_cmd->add_flag("--chunks", ls.chunks, "One row per chunk instead of per namespace");
   ls_cmd->add_flag("--show-layout", ls.layout,
-                   "Show each namespace's KV layout (reads one record per namespace)");
+                   "Show each namespace's KV layout (peeks at one record header per "
+                   "namespace; counts no hit)");
   ls_cmd->add_option("--limit", ls.limit, "Rows per page (namespaces, or chunks with --chunks)")
       ->capture_default_str()
       ->check(NonNegative());
@@ -147,7 +154,8 @@ int main(int argc, char** argv) {
   AddNamespaceFlags(insp_cmd, &insp.ns);
   AddPromptFlags(insp_cmd, &insp.prompt, "--tokens", "--text");
   insp_cmd->add_flag("--include-partial", insp.include_partial,
-                     "Also key the trailing partial chunk");
+                     "Also look up the tail record an engine stores after the last full chunk "
+                     "(kvtier-llama-server's: every token but the last)");
 
   kvt::cli::EvictFlags ev;
   auto* ev_cmd = app.add_subcommand(

@@ -9,6 +9,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "gguf_shape.h"
 #include "spdlog/spdlog.h"
 
 #ifdef KVT_CLI_HAVE_LLAMA
@@ -100,11 +101,23 @@ absl::StatusOr<std::vector<TokenId>> ReadTokenFile(const std::string& path) {
 #ifdef KVT_CLI_HAVE_LLAMA
 bool HaveTokenizer() { return true; }
 
+// llama_tokenize takes the text's length as int32_t.
+constexpr size_t kMaxTextBytes = 256u << 20;
+
 absl::StatusOr<std::vector<TokenId>> TokenizeTextFile(const std::string& text_path,
                                                       const std::string& gguf_path,
                                                       bool add_special) {
   auto text = ReadWholeFile(text_path, "text file");
   if (!text.ok()) return text.status();
+  if (text->size() > kMaxTextBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("text file '", text_path, "': ", text->size(),
+                                                   " bytes; at most ", kMaxTextBytes));
+  }
+  // Checked here, not by llama.cpp: a GGUF without a tokenizer loads, then aborts the
+  // process (GGML_ABORT) in llama_tokenize.
+  if (auto tok = ReadGgufTokenizer(gguf_path); !tok.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--tokenizer: ", tok.status().message()));
+  }
   // llama.cpp's loader prints ~50 lines per model: only with -v (spdlog info), and its
   // errors always.
   llama_log_set(

@@ -12,31 +12,22 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kvstore/byte_size.h"
+#include "kvstore/daemon_address.h"
 #include "yaml-cpp/yaml.h"
 
 namespace kvt::daemon {
 
 bool IsLocalAddress(const std::string& a) {
-  if (absl::StartsWith(a, "unix:") || absl::StartsWith(a, "unix-abstract:")) return true;
-  std::string host = a;
-  if (absl::StartsWith(host, "[")) {
-    host = host.substr(1, host.find(']') == std::string::npos ? host.size() : host.find(']') - 1);
-  } else if (auto p = host.rfind(':'); p != std::string::npos) {
-    host = host.substr(0, p);
-  }
-  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+  absl::StatusOr<DaemonAddress> parsed = ParseDaemonAddress(a, AddressUse::kListen);
+  return parsed.ok() && parsed->is_local();
 }
 
 DaemonConfig DefaultDaemonConfig() {
   DaemonConfig c;
-  const char* xdg = std::getenv("XDG_RUNTIME_DIR");
-  if (xdg != nullptr && *xdg != '\0') {
-    c.listen.push_back(absl::StrFormat("unix://%s/kvtierd.sock", xdg));
-  } else {
-    c.listen.push_back(absl::StrFormat("unix:///tmp/kvtierd-%d.sock", getuid()));
-  }
+  c.listen.push_back(DefaultDaemonAddress());  // the CLI's default daemon too
   c.data_dir = absl::StrFormat("/var/tmp/kvtierd-%d", getuid());
   return c;
 }
@@ -48,7 +39,9 @@ absl::Status DaemonConfig::Validate() const {
   if (listen.empty()) return bad("listen", "at least one address is required");
   for (const auto& a : listen) {
     if (a.empty()) return bad("listen", "empty address");
-    if (!allow_remote && !IsLocalAddress(a))
+    absl::StatusOr<DaemonAddress> parsed = ParseDaemonAddress(a, AddressUse::kListen);
+    if (!parsed.ok()) return bad("listen", std::string(parsed.status().message()));
+    if (!allow_remote && !parsed->is_local())
       return bad("listen", absl::StrFormat("'%s' is not a unix socket or loopback address; set "
                                            "allow_remote: true to listen on it",
                                            a));
@@ -120,13 +113,10 @@ absl::Status DaemonConfig::Validate() const {
       return bad("cluster", "max_record_bytes is below the daemon's max_record_bytes");
   }
   if (!metrics_listen.empty()) {
-    const auto colon = metrics_listen.rfind(':');
-    int port = -1;
-    if (colon == std::string::npos || colon == 0 ||
-        !absl::SimpleAtoi(metrics_listen.substr(colon + 1), &port) || port < 0 || port > 65535)
-      return bad("metrics.listen",
-                 absl::StrFormat("'%s', expected host:port with port 0..65535 ('' disables it)",
-                                 metrics_listen));
+    absl::StatusOr<DaemonAddress> parsed = ParseHostPort(metrics_listen, AddressUse::kListen);
+    if (!parsed.ok())
+      return bad("metrics.listen", absl::StrCat(parsed.status().message(),
+                                                "; port 0 = any free port, '' disables it"));
   }
   return absl::OkStatus();
 }
@@ -152,13 +142,9 @@ absl::Status CheckParentDir(const std::string& what, const std::string& path) {
 
 absl::Status CheckDaemonPaths(const DaemonConfig& c) {
   for (const auto& a : c.listen) {
-    std::string p;
-    if (absl::StartsWith(a, "unix://"))
-      p = a.substr(7);
-    else if (absl::StartsWith(a, "unix:"))
-      p = a.substr(5);
-    if (p.empty()) continue;
-    if (auto s = CheckParentDir("listen", p); !s.ok()) return s;
+    absl::StatusOr<DaemonAddress> parsed = ParseDaemonAddress(a, AddressUse::kListen);
+    if (!parsed.ok() || parsed->kind != DaemonAddress::Kind::kUnix) continue;  // Validate's
+    if (auto s = CheckParentDir("listen", parsed->unix_path); !s.ok()) return s;
   }
   if (!c.ready_file.empty()) {
     if (auto s = CheckParentDir("ready_file", c.ready_file); !s.ok()) return s;
@@ -367,7 +353,10 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
     }
     if (const auto m = root["metrics"]) {
       if (auto s = CheckKeys(m, "metrics", {"listen"}); !s.ok()) return s;
-      if (m["listen"]) c.metrics_listen = m["listen"].as<std::string>();
+      if (m["listen"]) {
+        c.metrics_listen = m["listen"].as<std::string>();
+        c.metrics_listen_explicit = true;
+      }
     }
     if (const auto cl = root["cluster"]) {
       auto co = ParseClusterConfig(cl);

@@ -1,5 +1,7 @@
 #include "metrics.h"
 
+#include <limits>
+
 #include "absl/strings/str_format.h"
 
 namespace kvt::daemon {
@@ -87,54 +89,48 @@ uint64_t Metrics::ConnectedClients(std::chrono::seconds window) {
   return n;
 }
 
-void Metrics::Render(std::string* out) {
-  absl::StrAppendFormat(out,
-                        "# HELP kvtier_rpc_total RPCs finished, by method and gRPC status code.\n"
-                        "# TYPE kvtier_rpc_total counter\n");
+void Metrics::Render(PrometheusText& out) {
+  using Type = PrometheusText::Type;
+  out.Family("kvtier_rpc_total", Type::kCounter, "RPCs finished, by method and gRPC status code.");
   for (size_t r = 0; r < hist_.size(); ++r) {
     for (int c = 0; c < kCodes; ++c) {
       uint64_t v = calls_[r][c].load(std::memory_order_relaxed);
       if (v == 0) continue;
-      absl::StrAppendFormat(out, "kvtier_rpc_total{method=\"%s\",code=\"%s\"} %d\n",
-                            RpcName(static_cast<Rpc>(r)), CodeName(c), v);
+      out.Sample("kvtier_rpc_total",
+                 {{"method", RpcName(static_cast<Rpc>(r))}, {"code", CodeName(c)}}, v);
     }
   }
-  absl::StrAppendFormat(out,
-                        "# HELP kvtier_rpc_latency_seconds RPC latency from arrival to finish.\n"
-                        "# TYPE kvtier_rpc_latency_seconds histogram\n");
+  out.Family("kvtier_rpc_latency_seconds", Type::kHistogram, "RPC latency from arrival to finish.");
   for (size_t r = 0; r < hist_.size(); ++r) {
     const char* m = RpcName(static_cast<Rpc>(r));
     uint64_t cum = 0;
-    for (size_t b = 0; b < kBuckets.size(); ++b) {
+    for (size_t b = 0; b <= kBuckets.size(); ++b) {
       cum += hist_[r].buckets[b].load(std::memory_order_relaxed);
-      absl::StrAppendFormat(out, "kvtier_rpc_latency_seconds_bucket{method=\"%s\",le=\"%g\"} %d\n",
-                            m, kBuckets[b], cum);
+      const std::string le = PrometheusText::BucketBound(
+          b < kBuckets.size() ? kBuckets[b] : std::numeric_limits<double>::infinity());
+      out.Sample("kvtier_rpc_latency_seconds_bucket", {{"method", m}, {"le", le}}, cum);
     }
-    cum += hist_[r].buckets[kBuckets.size()].load(std::memory_order_relaxed);
-    absl::StrAppendFormat(out, "kvtier_rpc_latency_seconds_bucket{method=\"%s\",le=\"+Inf\"} %d\n",
-                          m, cum);
-    absl::StrAppendFormat(out, "kvtier_rpc_latency_seconds_sum{method=\"%s\"} %.9f\n", m,
-                          hist_[r].sum_ns.load(std::memory_order_relaxed) * 1e-9);
-    absl::StrAppendFormat(out, "kvtier_rpc_latency_seconds_count{method=\"%s\"} %d\n", m,
-                          hist_[r].count.load(std::memory_order_relaxed));
+    out.Sample("kvtier_rpc_latency_seconds_sum", {{"method", m}},
+               hist_[r].sum_ns.load(std::memory_order_relaxed) * 1e-9);
+    out.Sample("kvtier_rpc_latency_seconds_count", {{"method", m}},
+               hist_[r].count.load(std::memory_order_relaxed));
   }
-  absl::StrAppendFormat(
-      out,
-      "# HELP kvtier_bytes_in_total Record bytes received from clients, by path.\n"
-      "# TYPE kvtier_bytes_in_total counter\n"
-      "kvtier_bytes_in_total{path=\"grpc\"} %d\nkvtier_bytes_in_total{path=\"shm\"} %d\n"
-      "# HELP kvtier_bytes_out_total Record bytes sent to clients, by path.\n"
-      "# TYPE kvtier_bytes_out_total counter\n"
-      "kvtier_bytes_out_total{path=\"grpc\"} %d\nkvtier_bytes_out_total{path=\"shm\"} %d\n"
-      "# HELP kvtier_auth_failures_total Calls refused for a missing or unknown token.\n"
-      "# TYPE kvtier_auth_failures_total counter\nkvtier_auth_failures_total %d\n"
-      "# HELP kvtier_put_conflicts_total Puts dropped because the key belongs to another "
-      "namespace.\n"
-      "# TYPE kvtier_put_conflicts_total counter\nkvtier_put_conflicts_total %d\n"
-      "# HELP kvtier_connected_clients Clients (by client id) that made a call in the last 60 s.\n"
-      "# TYPE kvtier_connected_clients gauge\nkvtier_connected_clients %d\n",
-      grpc_bytes_in_.load(), shm_bytes_in_.load(), grpc_bytes_out_.load(), shm_bytes_out_.load(),
-      auth_failures_.load(), put_conflicts_.load(), ConnectedClients());
+  out.Family("kvtier_bytes_in_total", Type::kCounter,
+             "Record bytes received from clients, by path.");
+  out.Sample("kvtier_bytes_in_total", {{"path", "grpc"}}, grpc_bytes_in_.load());
+  out.Sample("kvtier_bytes_in_total", {{"path", "shm"}}, shm_bytes_in_.load());
+  out.Family("kvtier_bytes_out_total", Type::kCounter, "Record bytes sent to clients, by path.");
+  out.Sample("kvtier_bytes_out_total", {{"path", "grpc"}}, grpc_bytes_out_.load());
+  out.Sample("kvtier_bytes_out_total", {{"path", "shm"}}, shm_bytes_out_.load());
+  out.Family("kvtier_auth_failures_total", Type::kCounter,
+             "Calls refused for a missing or unknown token.");
+  out.Sample("kvtier_auth_failures_total", auth_failures_.load());
+  out.Family("kvtier_put_conflicts_total", Type::kCounter,
+             "Puts dropped because the key belongs to another namespace.");
+  out.Sample("kvtier_put_conflicts_total", put_conflicts_.load());
+  out.Family("kvtier_connected_clients", Type::kGauge,
+             "Clients (by client id) that made a call in the last 60 s.");
+  out.Sample("kvtier_connected_clients", ConnectedClients());
 }
 
 }  // namespace kvt::daemon

@@ -1,5 +1,5 @@
 // Metrics: counters and histograms of kvtierd, rendered in the Prometheus text
-// exposition format (version 0.0.4, https://prometheus.io/docs/instrumenting/exposition_formats/).
+// exposition format by the project's one writer (kvstore/prometheus_text.h).
 // Tier gauges/counters are read from the store at scrape time; RPC counters and latency
 // histograms are kept here. The list of metrics is in docs/daemon.md.
 #ifndef KVT_DAEMON_METRICS_H_
@@ -13,6 +13,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "kvstore/prometheus_text.h"
 
 namespace kvt::daemon {
 
@@ -51,8 +52,8 @@ class Metrics {
   // Clients that made a call in the last `window`.
   uint64_t ConnectedClients(std::chrono::seconds window = std::chrono::seconds(60));
 
-  // Appends this object's metrics in Prometheus text format.
-  void Render(std::string* out);
+  // Appends this object's metrics (each family whole) to `out`.
+  void Render(PrometheusText& out);
 
  private:
   struct Hist {

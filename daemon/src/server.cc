@@ -15,13 +15,16 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "catalog.h"
 #include "kvstore/chunk_codec.h"
 #include "kvstore/cluster_tier.h"
+#include "kvstore/daemon_address.h"
 #include "kvstore/disk_tier.h"
 #include "kvstore/host_tier.h"
+#include "kvstore/prometheus_text.h"
 #include "kvstore/remote_client.h"
 #include "kvstore/store_factory.h"
 #include "kvstore/tiered_store.h"
@@ -38,9 +41,8 @@ namespace {
 
 // For "unix:///p" or "unix:p": the socket path; else "".
 std::string UnixPath(const std::string& address) {
-  if (absl::StartsWith(address, "unix://")) return address.substr(7);
-  if (absl::StartsWith(address, "unix:")) return address.substr(5);
-  return "";
+  absl::StatusOr<DaemonAddress> a = ParseDaemonAddress(address, AddressUse::kListen);
+  return a.ok() && a->kind == DaemonAddress::Kind::kUnix ? a->unix_path : "";
 }
 
 // Removes a stale socket file; FailedPrecondition when a live server answers on it.
@@ -83,88 +85,93 @@ class KvtierServer::Impl {
   bool shut_down ABSL_GUARDED_BY(shutdown_mu) = false;
 
   std::string RenderMetrics() {
-    std::string out;
-    metrics.Render(&out);
-    absl::StrAppendFormat(
-        &out,
-        "# TYPE kvtier_tier_capacity_bytes gauge\n# TYPE kvtier_tier_used_bytes gauge\n"
-        "# TYPE kvtier_tier_chunks gauge\n# TYPE kvtier_tier_pinned_bytes gauge\n"
-        "# TYPE kvtier_tier_hits_total counter\n# TYPE kvtier_tier_misses_total counter\n"
-        "# TYPE kvtier_tier_evictions_total counter\n"
-        "# TYPE kvtier_tier_integrity_errors_total counter\n"
-        "# TYPE kvtier_tier_bytes_in_total counter\n# TYPE kvtier_tier_bytes_out_total counter\n"
-        "# TYPE kvtier_tier_io_errors_total counter\n");
+    using Type = PrometheusText::Type;
+    PrometheusText out;
+    metrics.Render(out);
+    struct TierRow {
+      std::string label;  // TierKindName: the one name of a tier in metrics, stats and ls
+      TierStats stats;
+      bool chunks_counted;  // a remote tier (the cluster) cannot count its chunks cheaply
+    };
+    std::vector<TierRow> tiers;
     for (size_t t = 0; t < store->num_tiers(); ++t) {
-      TierStats s = store->tier_stats(MakeTierIndex(t));
-      const std::string_view l = TierKindName(store->tier_caps(MakeTierIndex(t)).kind);
-      absl::StrAppendFormat(
-          &out,
-          "kvtier_tier_capacity_bytes{tier=\"%s\"} %d\nkvtier_tier_used_bytes{tier=\"%s\"} %d\n"
-          "kvtier_tier_chunks{tier=\"%s\"} %d\nkvtier_tier_pinned_bytes{tier=\"%s\"} %d\n"
-          "kvtier_tier_hits_total{tier=\"%s\"} %d\nkvtier_tier_misses_total{tier=\"%s\"} %d\n"
-          "kvtier_tier_evictions_total{tier=\"%s\"} %d\n"
-          "kvtier_tier_integrity_errors_total{tier=\"%s\"} %d\n"
-          "kvtier_tier_bytes_in_total{tier=\"%s\"} %d\nkvtier_tier_bytes_out_total{tier=\"%s\"} "
-          "%d\n"
-          "kvtier_tier_io_errors_total{tier=\"%s\"} %d\n",
-          l, s.capacity_bytes, l, s.used_bytes, l, s.chunks, l, s.pinned_bytes, l, s.hits, l,
-          s.misses, l, s.evictions, l, s.integrity_errors, l, s.bytes_in, l, s.bytes_out, l,
-          s.io_errors);
+      const TierCaps caps = store->tier_caps(MakeTierIndex(t));
+      tiers.push_back({std::string(TierKindName(caps.kind)), store->tier_stats(MakeTierIndex(t)),
+                       !caps.remote});
     }
+    auto per_tier = [&](const char* name, Type type, const char* help, auto field) {
+      out.Family(name, type, help);
+      for (const TierRow& r : tiers) {
+        if (std::string_view(name) == "kvtier_tier_chunks" && !r.chunks_counted) continue;
+        out.Sample(name, {{"tier", r.label}}, field(r.stats));
+      }
+    };
+    per_tier("kvtier_tier_capacity_bytes", Type::kGauge, "",
+             [](const TierStats& s) { return s.capacity_bytes; });
+    per_tier("kvtier_tier_used_bytes", Type::kGauge, "",
+             [](const TierStats& s) { return s.used_bytes; });
+    per_tier("kvtier_tier_chunks", Type::kGauge,
+             "Chunks a tier holds (absent for the remote tier, which does not count them).",
+             [](const TierStats& s) { return s.chunks; });
+    per_tier("kvtier_tier_pinned_bytes", Type::kGauge, "",
+             [](const TierStats& s) { return s.pinned_bytes; });
+    per_tier("kvtier_tier_hits_total", Type::kCounter, "",
+             [](const TierStats& s) { return s.hits; });
+    per_tier("kvtier_tier_misses_total", Type::kCounter, "",
+             [](const TierStats& s) { return s.misses; });
+    per_tier("kvtier_tier_evictions_total", Type::kCounter, "",
+             [](const TierStats& s) { return s.evictions; });
+    per_tier("kvtier_tier_integrity_errors_total", Type::kCounter, "",
+             [](const TierStats& s) { return s.integrity_errors; });
+    per_tier("kvtier_tier_bytes_in_total", Type::kCounter, "",
+             [](const TierStats& s) { return s.bytes_in; });
+    per_tier("kvtier_tier_bytes_out_total", Type::kCounter, "",
+             [](const TierStats& s) { return s.bytes_out; });
+    per_tier("kvtier_tier_io_errors_total", Type::kCounter, "",
+             [](const TierStats& s) { return s.io_errors; });
     TieredStoreStats ss = store->stats();
     std::string detail;
     const bool ok = service->Healthy(&detail);
-    absl::StrAppendFormat(
-        &out,
-        "# TYPE kvtier_store_hits_total counter\nkvtier_store_hits_total %d\n"
-        "# TYPE kvtier_store_misses_total counter\nkvtier_store_misses_total %d\n"
-        "# TYPE kvtier_store_promotions_total counter\nkvtier_store_promotions_total %d\n"
-        "# TYPE kvtier_store_writeback_errors_total counter\nkvtier_store_writeback_errors_total "
-        "%d\n"
-        "# TYPE kvtier_store_pending_write_bytes gauge\nkvtier_store_pending_write_bytes %d\n"
-        "# TYPE kvtier_pinned_bytes gauge\nkvtier_pinned_bytes %d\n"
-        "# HELP kvtier_integrity_errors_total Records that failed verification in any tier.\n"
-        "# TYPE kvtier_integrity_errors_total counter\nkvtier_integrity_errors_total %d\n"
-        "# TYPE kvtier_shm_regions gauge\nkvtier_shm_regions %d\n"
-        "# TYPE kvtier_worker_task_failures_total counter\nkvtier_worker_task_failures_total %d\n"
-        "# HELP kvtier_healthy 1 while every background thread is alive.\n"
-        "# TYPE kvtier_healthy gauge\nkvtier_healthy %d\n",
-        ss.hits, ss.misses, ss.promotions, ss.writeback_errors, ss.pending_write_bytes,
-        store->pinned_bytes(), ss.integrity_errors, service->shm_regions(), pool->task_failures(),
-        ok ? 1 : 0);
+    auto one = [&](const char* name, Type type, const char* help, auto value) {
+      out.Family(name, type, help);
+      out.Sample(name, value);
+    };
+    one("kvtier_store_hits_total", Type::kCounter, "", ss.hits);
+    one("kvtier_store_misses_total", Type::kCounter, "", ss.misses);
+    one("kvtier_store_promotions_total", Type::kCounter, "", ss.promotions);
+    one("kvtier_store_writeback_errors_total", Type::kCounter, "", ss.writeback_errors);
+    one("kvtier_store_pending_write_bytes", Type::kGauge, "", ss.pending_write_bytes);
+    one("kvtier_pinned_bytes", Type::kGauge, "", store->pinned_bytes());
+    one("kvtier_integrity_errors_total", Type::kCounter,
+        "Records that failed verification in any tier.", ss.integrity_errors);
+    one("kvtier_shm_regions", Type::kGauge, "", service->shm_regions());
+    one("kvtier_worker_task_failures_total", Type::kCounter, "", pool->task_failures());
+    one("kvtier_healthy", Type::kGauge, "1 while every background thread is alive.", ok ? 1 : 0);
     const LeaseCounts lc = service->leases().counts();
-    absl::StrAppendFormat(
-        &out,
-        "# HELP kvtier_leases_granted_total Lookups with pin that pinned chunks.\n"
-        "# TYPE kvtier_leases_granted_total counter\nkvtier_leases_granted_total %d\n"
-        "# HELP kvtier_leases_released_total Leases released by the Get naming them.\n"
-        "# TYPE kvtier_leases_released_total counter\nkvtier_leases_released_total %d\n"
-        "# HELP kvtier_leases_expired_total Leases that reached lease_timeout_ms without a Get.\n"
-        "# TYPE kvtier_leases_expired_total counter\nkvtier_leases_expired_total %d\n"
-        "# TYPE kvtier_leases_active gauge\nkvtier_leases_active %d\n"
-        "# TYPE kvtier_catalog_keys gauge\nkvtier_catalog_keys %d\n"
-        "# HELP kvtier_catalog_dropped_keys_total Keys dropped from the full key catalog.\n"
-        "# TYPE kvtier_catalog_dropped_keys_total counter\nkvtier_catalog_dropped_keys_total "
-        "%d\n",
-        lc.granted, lc.released, lc.expired, lc.active, catalog->num_keys(),
-        catalog->dropped_keys());
-    return out;
+    one("kvtier_leases_granted_total", Type::kCounter, "Lookups with pin that pinned chunks.",
+        lc.granted);
+    one("kvtier_leases_released_total", Type::kCounter, "Leases released by the Get naming them.",
+        lc.released);
+    one("kvtier_leases_expired_total", Type::kCounter,
+        "Leases that reached lease_timeout_ms without a Get.", lc.expired);
+    one("kvtier_leases_active", Type::kGauge, "", lc.active);
+    one("kvtier_catalog_keys", Type::kGauge, "", catalog->num_keys());
+    one("kvtier_catalog_dropped_keys_total", Type::kCounter,
+        "Keys dropped from the full key catalog.", catalog->dropped_keys());
+    return out.Take();
   }
 
   absl::Status StartHttp() {
     if (config.metrics_listen.empty()) return absl::OkStatus();
-    auto colon = config.metrics_listen.rfind(':');
-    int port = 0;
-    if (colon == std::string::npos ||
-        !absl::SimpleAtoi(config.metrics_listen.substr(colon + 1), &port) || port < 0 ||
-        port > 65535)
-      return absl::InvalidArgumentError(
-          absl::StrFormat("metrics.listen: '%s', expected host:port", config.metrics_listen));
-    std::string host = config.metrics_listen.substr(0, colon);
-    if (!config.allow_remote && !IsLocalAddress(config.metrics_listen))
+    absl::StatusOr<DaemonAddress> addr = ParseHostPort(config.metrics_listen, AddressUse::kListen);
+    if (!addr.ok())
+      return absl::InvalidArgumentError(absl::StrCat("metrics.listen: ", addr.status().message()));
+    if (!config.allow_remote && !addr->is_local())
       return absl::InvalidArgumentError(absl::StrFormat(
           "metrics.listen: '%s' is not loopback; set allow_remote: true to expose it",
           config.metrics_listen));
+    const std::string host = addr->host;
+    const int port = addr->port;
     http = std::make_unique<httplib::Server>();
     // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT, which let a second
     // kvtierd bind the same metrics port and answer scrapes at random.
@@ -188,6 +195,18 @@ class KvtierServer::Impl {
       metrics_port = http->bind_to_any_port(host);
     } else {
       metrics_port = http->bind_to_port(host, port) ? port : -1;
+    }
+    if (metrics_port <= 0 && !config.metrics_listen_explicit) {
+      // The default port is one per host: a second kvtierd (another user's, a test's, a
+      // docs example's) runs without metrics rather than not at all.
+      spdlog::warn(
+          "kvtierd: the default metrics address {} is in use (another kvtierd?): serving "
+          "without /metrics and /healthz; set metrics.listen or --metrics-listen (port 0 = any "
+          "free port) to have them",
+          config.metrics_listen);
+      http.reset();
+      metrics_port = 0;
+      return absl::OkStatus();
     }
     if (metrics_port <= 0)
       return absl::UnavailableError(
@@ -271,7 +290,10 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonCo
   if (config.cluster) {  // shared by every kvtierd naming the same cluster: below the disk
     so.lower.push_back([&cluster,
                         &config](EvictionListener) -> absl::StatusOr<std::unique_ptr<Tier>> {
-      auto ct = ClusterTier::Create(*config.cluster);
+      // One name for this tier everywhere (metrics, kvtier stats and ls, docs): "remote".
+      ClusterTierOptions co = *config.cluster;
+      co.name = std::string(TierKindName(TierKind::kRemote));
+      auto ct = ClusterTier::Create(co);
       if (!ct.ok())
         return absl::Status(ct.status().code(), "cluster: " + std::string(ct.status().message()));
       cluster = ct->get();
@@ -361,8 +383,9 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonCo
   for (size_t i = 0; i < config.listen.size(); ++i) {
     const std::string& a = config.listen[i];
     if (*ports[i] == 0) return absl::UnavailableError(absl::StrFormat("listen: cannot bind %s", a));
-    if (UnixPath(a).empty()) {
-      impl->bound.push_back(absl::StrFormat("%s:%d", a.substr(0, a.rfind(':')), *ports[i]));
+    absl::StatusOr<DaemonAddress> parsed = ParseDaemonAddress(a, AddressUse::kListen);
+    if (parsed.ok() && parsed->kind == DaemonAddress::Kind::kTcp) {
+      impl->bound.push_back(parsed->HostPort(static_cast<uint16_t>(*ports[i])));
     } else {
       impl->bound.push_back(a);
     }
@@ -373,9 +396,9 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonCo
   }
   for (const auto& a : impl->bound) spdlog::info("kvtierd: serving gRPC on {}", a);
   if (impl->metrics_port > 0)
-    spdlog::info("kvtierd: metrics on http://{}:{}/metrics",
-                 config.metrics_listen.substr(0, config.metrics_listen.rfind(':')),
-                 impl->metrics_port);
+    spdlog::info("kvtierd: metrics on http://{}/metrics",
+                 ParseHostPort(config.metrics_listen, AddressUse::kListen)
+                     ->HostPort(static_cast<uint16_t>(impl->metrics_port)));
   if (!config.ready_file.empty()) {
     nlohmann::json j = {
         {"pid", getpid()}, {"listen", impl->bound}, {"metrics_port", impl->metrics_port}};

@@ -10,7 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "kvstore/chunk_codec.h"
 #include "kvstore/remote_client.h"
-#include "shm_copy.h"
+#include "kvstore/shm_copy.h"
 #include "spdlog/spdlog.h"
 
 namespace kvt::daemon {
@@ -278,7 +278,7 @@ grpc::ServerUnaryReactor* KvTierService::RunUnary(
     finish(s);
     return reactor;
   }
-  deps_.pool->Submit([fn = std::move(fn), finish, t = *tenant] { finish(fn(t)); });
+  deps_.pool->Submit([fn = std::move(fn), finish, t = *tenant] { finish(fn(t)); }, finish);
   return reactor;
 }
 

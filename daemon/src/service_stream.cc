@@ -160,28 +160,31 @@ class PutReactor final : public grpc::ServerReadReactor<pb::PutRequest> {
   }
 
   void Submit() {
-    svc_->deps().pool->Submit([this] {
-      const bool shm = region_ != nullptr;
-      ChunkKey key;
-      absl::Status s =
-          shm ? svc_->StoreShmRecord(
-                    std::span<const std::byte>(region_->data() + shm_offset_, expected_), tenant_,
-                    &key, progress_ ? &*progress_ : nullptr, shm_offset_)
-              : svc_->StoreRecord(std::span<const std::byte>(buf_.get(), expected_), tenant_, &key);
-      if (s.ok()) {
-        svc_->deps().metrics->AddBytesIn(shm, expected_);
-        resp_->set_records_stored(resp_->records_stored() + 1);
-        pb::Key128* k = resp_->add_keys();
-        k->set_lo(key.lo);
-        k->set_hi(key.hi);
-      }
-      Release();
-      if (!s.ok()) {
-        Done(s);
-        return;
-      }
-      StartRead(&req_);
-    });
+    svc_->deps().pool->Submit(
+        [this] {
+          const bool shm = region_ != nullptr;
+          ChunkKey key;
+          absl::Status s =
+              shm ? svc_->StoreShmRecord(
+                        std::span<const std::byte>(region_->data() + shm_offset_, expected_),
+                        tenant_, &key, progress_ ? &*progress_ : nullptr, shm_offset_)
+                  : svc_->StoreRecord(std::span<const std::byte>(buf_.get(), expected_), tenant_,
+                                      &key);
+          if (s.ok()) {
+            svc_->deps().metrics->AddBytesIn(shm, expected_);
+            resp_->set_records_stored(resp_->records_stored() + 1);
+            pb::Key128* k = resp_->add_keys();
+            k->set_lo(key.lo);
+            k->set_hi(key.hi);
+          }
+          Release();
+          if (!s.ok()) {
+            Done(s);
+            return;
+          }
+          StartRead(&req_);
+        },
+        [this](const absl::Status& s) { Done(s); });
   }
 
   void Release() {
@@ -245,7 +248,7 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       Done(s);
       return;
     }
-    svc_->deps().pool->Submit([this] { Fetch(); });
+    svc_->deps().pool->Submit([this] { Fetch(); }, [this](const absl::Status& s) { Done(s); });
   }
 
   void OnWriteDone(bool ok) override {
@@ -267,7 +270,7 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       Done(absl::OkStatus());
       return;
     }
-    svc_->deps().pool->Submit([this] { Fetch(); });
+    svc_->deps().pool->Submit([this] { Fetch(); }, [this](const absl::Status& s) { Done(s); });
   }
 
   void OnDone() override {
@@ -470,7 +473,7 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       Done(absl::OkStatus());
       return;
     }
-    svc_->deps().pool->Submit([this] { Fetch(); });
+    svc_->deps().pool->Submit([this] { Fetch(); }, [this](const absl::Status& s) { Done(s); });
   }
 
   // Makes buf_ the view's bytes (held until gRPC drops the last slice into them) when the

@@ -10,14 +10,17 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "spdlog/spdlog.h"
 
 namespace kvt::daemon {
 
 // Thread-safe. Tasks run in FIFO order on `threads` threads. A task that throws is
-// logged and counted (task_failures); the thread survives. Destruction runs every
-// queued task, then joins.
+// logged and counted (task_failures), its `on_throw` is called with INTERNAL naming the
+// exception (so an RPC's reactor finishes at once instead of leaving the client to wait
+// out its deadline), and the thread survives. Destruction runs every queued task, then
+// joins.
 class WorkerPool {
  public:
   explicit WorkerPool(uint32_t threads) {
@@ -25,9 +28,11 @@ class WorkerPool {
   }
   ~WorkerPool() { Stop(); }
 
-  void Submit(std::function<void()> task) {
+  // `on_throw` (may be empty) runs on the worker thread if `task` throws; an exception
+  // from `on_throw` itself is logged and swallowed.
+  void Submit(std::function<void()> task, std::function<void(const absl::Status&)> on_throw = {}) {
     absl::MutexLock lock(&mu_);
-    queue_.push_back(std::move(task));
+    queue_.push_back(Task{std::move(task), std::move(on_throw)});
   }
 
   // Runs the queued tasks, then joins the threads. Idempotent.
@@ -53,7 +58,7 @@ class WorkerPool {
   void Loop() {
     alive_.fetch_add(1);
     for (;;) {
-      std::function<void()> task;
+      Task task;
       {
         absl::MutexLock lock(&mu_);
         mu_.Await(absl::Condition(
@@ -64,21 +69,34 @@ class WorkerPool {
         task = std::move(queue_.front());
         queue_.pop_front();
       }
+      std::string what;
       try {
-        task();
+        task.run();
+        continue;
       } catch (const std::exception& e) {
-        failures_.fetch_add(1);
-        spdlog::error("kvtierd: worker task threw: {}", e.what());
+        what = e.what();
       } catch (...) {
-        failures_.fetch_add(1);
-        spdlog::error("kvtierd: worker task threw a non-std exception");
+        what = "a non-std exception";
+      }
+      failures_.fetch_add(1);
+      spdlog::error("kvtierd: worker task threw: {}", what);
+      if (!task.on_throw) continue;
+      try {
+        task.on_throw(absl::InternalError("kvtierd: the request's task threw: " + what));
+      } catch (...) {
+        spdlog::error("kvtierd: a worker task's failure handler threw too");
       }
     }
     alive_.fetch_sub(1);
   }
 
+  struct Task {
+    std::function<void()> run;
+    std::function<void(const absl::Status&)> on_throw;
+  };
+
   absl::Mutex mu_;
-  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<Task> queue_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
   std::atomic<uint64_t> failures_{0};

@@ -44,6 +44,26 @@ CudaResult ExecuteOnCuda(const CopySegment* segments, size_t count, std::byte* p
                          uint64_t payload_bytes, CopyDirection direction, void* stream,
                          uint64_t memcpy_min_bytes, bool payload_has_gaps);
 
+// What the CPU emulation of the CUDA path did (cuda_emul.cc), so a test can tell
+// which launch shapes and copy units it covered.
+struct CudaEmulStats {
+  uint64_t memcpys = 0;                       // segments given to the copy engine
+  uint64_t kernel_segments = 0;               // segments (pieces) given to the kernel
+  uint32_t grid = 0;                          // blocks launched (0: no launch)
+  uint32_t block_dim = 0;                     // threads per block
+  uint64_t unit16 = 0, unit4 = 0, unit1 = 0;  // kernel segments per copy-unit size
+};
+
+// Runs what ExecuteOnCuda would run for `segments`, on the CPU, with every pointer a
+// host pointer: the copy-engine segments as memcpy (they are issued before the
+// launch, on the same stream), then CopySegmentsThread (copy_grid.h) for every
+// (block, thread) of the launch ExecuteOnCuda would make, with at most `max_grid`
+// blocks (kMaxCopyGrid as on the GPU; smaller to exercise the grid-stride loop).
+// Host memory only; no CUDA needed. Adds to *stats when not null.
+void EmulateCudaExecute(const CopySegment* segments, size_t count, std::byte* payload,
+                        CopyDirection direction, uint64_t memcpy_min_bytes, uint32_t max_grid,
+                        CudaEmulStats* stats);
+
 }  // namespace kvt::kernels_internal
 
 #endif  // KERNELS_SRC_COPY_EXEC_H_

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "copy_exec.h"
 #include "copy_plan.h"
+#include "kv_copy_emul.h"
 #include "spdlog/spdlog.h"
 
 #ifndef KVT_HAVE_CUDA
@@ -268,6 +269,11 @@ absl::Status Execute(const PagedKvView& view, std::span<const int64_t> slots, st
                        " is not CUDA-accessible memory on the current device"));
     }
   }
+  if (options.forbid_staging && payload_bytes > 0 && !kernels_internal::CudaCanAccess(payload)) {
+    return absl::InvalidArgumentError(
+        "KvCopyOptions.forbid_staging is set but the payload is pageable host memory (not "
+        "device, pinned or registered memory); it would be staged through a device buffer");
+  }
   kernels_internal::CudaResult r = kernels_internal::ExecuteOnCuda(
       plan.data(), plan.size(), payload, payload_bytes, direction, options.cuda_stream,
       options.cuda_memcpy_min_bytes, std::find(slots.begin(), slots.end(), -1) != slots.end());
@@ -419,5 +425,38 @@ absl::Status ScatterChunk(const PagedKvView& view, std::span<const int64_t> slot
   return Execute(view, slots, const_cast<std::byte*>(payload.data()), payload.size(), options,
                  CopyDirection::kScatter);
 }
+
+namespace kernels_internal {
+
+absl::Status EmulatedCudaGather(const PagedKvView& view, std::span<const int64_t> slots,
+                                std::span<std::byte> payload, const EmulOptions& options,
+                                CudaEmulStats* stats) {
+  PagedKvView host = view;
+  host.device = KvDevice::kCpu;
+  if (absl::Status s = CheckCall(host, slots, payload.size(), KvCopyOptions{}, false); !s.ok()) {
+    return s;
+  }
+  const std::vector<CopySegment> plan = BuildPlan(host, slots);
+  EmulateCudaExecute(plan.data(), plan.size(), payload.data(), CopyDirection::kGather,
+                     options.memcpy_min_bytes, options.max_grid, stats);
+  return absl::OkStatus();
+}
+
+absl::Status EmulatedCudaScatter(const PagedKvView& view, std::span<const int64_t> slots,
+                                 std::span<const std::byte> payload, const EmulOptions& options,
+                                 CudaEmulStats* stats) {
+  PagedKvView host = view;
+  host.device = KvDevice::kCpu;
+  if (absl::Status s = CheckCall(host, slots, payload.size(), KvCopyOptions{}, true); !s.ok()) {
+    return s;
+  }
+  const std::vector<CopySegment> plan = BuildPlan(host, slots);
+  // The executor reads through this pointer only (direction kScatter).
+  EmulateCudaExecute(plan.data(), plan.size(), const_cast<std::byte*>(payload.data()),
+                     CopyDirection::kScatter, options.memcpy_min_bytes, options.max_grid, stats);
+  return absl::OkStatus();
+}
+
+}  // namespace kernels_internal
 
 }  // namespace kvt

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "copy_exec.h"
+#include "copy_grid.h"
 
 namespace kvt::kernels_internal {
 namespace {
@@ -26,60 +27,13 @@ CudaResult Fail(cudaError_t e, const char* call) {
     if (kvt_e != cudaSuccess) return Fail(kvt_e, #call); \
   } while (0)
 
-template <typename Unit>
-__device__ void CopyRows(const CopySegment& s, char* payload, bool gather) {
-  char* cache = reinterpret_cast<char*>(static_cast<uintptr_t>(s.cache_addr));
-  char* pay = payload + s.payload_offset;
-  const char* src = gather ? cache : pay;
-  char* dst = gather ? pay : cache;
-  if (s.contiguous()) {  // one flat run: no index division
-    const uint64_t units = s.bytes() / sizeof(Unit);
-    for (uint64_t i = threadIdx.x; i < units; i += blockDim.x) {
-      reinterpret_cast<Unit*>(dst)[i] = reinterpret_cast<const Unit*>(src)[i];
-    }
-    return;
-  }
-  const uint64_t src_stride = gather ? s.cache_stride : s.payload_stride;
-  const uint64_t dst_stride = gather ? s.payload_stride : s.cache_stride;
-  // Strided rows (HND heads): rows <= block_size, so rows * units fits 32 bits in
-  // practice; 32-bit division is much cheaper than 64-bit on the GPU.
-  const uint32_t units_per_row = s.row_bytes / sizeof(Unit);
-  const uint64_t units = uint64_t{s.rows} * units_per_row;
-  if (units <= 0xffffffffull) {
-    for (uint32_t i = threadIdx.x; i < units; i += blockDim.x) {
-      const uint32_t r = i / units_per_row, c = i - r * units_per_row;
-      reinterpret_cast<Unit*>(dst + r * dst_stride)[c] =
-          reinterpret_cast<const Unit*>(src + r * src_stride)[c];
-    }
-    return;
-  }
-  for (uint32_t r = 0; r < s.rows; ++r) {
-    for (uint32_t c = threadIdx.x; c < units_per_row; c += blockDim.x) {
-      reinterpret_cast<Unit*>(dst + r * dst_stride)[c] =
-          reinterpret_cast<const Unit*>(src + r * src_stride)[c];
-    }
-  }
-}
-
+// The kernel is a thin wrapper: each thread's work is CopySegmentsThread
+// (copy_grid.h), which the CPU emulation runs over the same grid.
 __global__ void CopySegmentsKernel(const CopySegment* segments, uint32_t count, char* payload,
                                    bool gather) {
-  for (uint32_t k = blockIdx.x; k < count; k += gridDim.x) {
-    const CopySegment s = segments[k];
-    const uint64_t bits = s.cache_addr | (reinterpret_cast<uintptr_t>(payload) + s.payload_offset) |
-                          s.cache_stride | s.payload_stride | s.row_bytes;
-    if ((bits & 15) == 0) {
-      CopyRows<uint4>(s, payload, gather);
-    } else if ((bits & 3) == 0) {
-      CopyRows<uint32_t>(s, payload, gather);
-    } else {
-      CopyRows<unsigned char>(s, payload, gather);
-    }
-  }
+  CopySegmentsThread(segments, count, payload, gather,
+                     GridPos{blockIdx.x, gridDim.x, threadIdx.x, blockDim.x});
 }
-
-// Contiguous runs longer than this are cut into pieces of this size for the kernel
-// (a multiple of 16, so the pieces keep the run's alignment).
-constexpr uint64_t kKernelPieceBytes = 64 * 1024;
 
 // Frees a stream-ordered allocation on every return path (errors included).
 struct AsyncFree {
@@ -142,27 +96,14 @@ CudaResult ExecuteOnCuda(const CopySegment* segment_data, size_t count, std::byt
     if (attr.type == cudaMemoryTypeHost) kernel_payload = static_cast<char*>(attr.devicePointer);
   }
 
-  std::vector<CopySegment> small;
-  small.reserve(count);
-  for (size_t i = 0; i < count; ++i) {
-    const CopySegment& s = segment_data[i];
-    if (s.contiguous() && s.bytes() >= memcpy_min_bytes) {
-      void* cache = reinterpret_cast<void*>(static_cast<uintptr_t>(s.cache_addr));
-      void* pay = target + s.payload_offset;
-      KVT_CUDA_TRY(cudaMemcpyAsync(gather ? pay : cache, gather ? cache : pay, s.bytes(),
-                                   cudaMemcpyDefault, stream));
-    } else if (s.contiguous() && s.bytes() > kKernelPieceBytes) {
-      // Split long flat runs so one launch spreads them over many SMs.
-      for (uint64_t off = 0; off < s.bytes(); off += kKernelPieceBytes) {
-        const uint64_t n =
-            s.bytes() - off < kKernelPieceBytes ? s.bytes() - off : kKernelPieceBytes;
-        small.push_back(CopySegment{s.cache_addr + off, s.payload_offset + off, n, n, 1,
-                                    static_cast<uint32_t>(n)});
-      }
-    } else {
-      small.push_back(s);
-    }
+  const CudaWork work = SplitForCuda(segment_data, count, memcpy_min_bytes);
+  for (const CopySegment& s : work.memcpys) {
+    void* cache = reinterpret_cast<void*>(static_cast<uintptr_t>(s.cache_addr));
+    void* pay = target + s.payload_offset;
+    KVT_CUDA_TRY(cudaMemcpyAsync(gather ? pay : cache, gather ? cache : pay, s.bytes(),
+                                 cudaMemcpyDefault, stream));
   }
+  const std::vector<CopySegment>& small = work.kernel;
   AsyncFree segments_guard{nullptr, stream};
   if (!small.empty()) {
     const size_t bytes = small.size() * sizeof(CopySegment);
@@ -171,8 +112,8 @@ CudaResult ExecuteOnCuda(const CopySegment* segment_data, size_t count, std::byt
     KVT_CUDA_TRY(
         cudaMemcpyAsync(device_segments, small.data(), bytes, cudaMemcpyHostToDevice, stream));
     const uint32_t n_small = static_cast<uint32_t>(small.size());
-    const uint32_t grid = n_small < 65535u ? n_small : 65535u;
-    CopySegmentsKernel<<<grid, 256, 0, stream>>>(device_segments, n_small, kernel_payload, gather);
+    CopySegmentsKernel<<<GridFor(n_small), kCopyBlockThreads, 0, stream>>>(device_segments, n_small,
+                                                                           kernel_payload, gather);
     KVT_CUDA_TRY(cudaGetLastError());
     KVT_CUDA_TRY(cudaFreeAsync(segments_guard.ptr, stream));
     segments_guard.ptr = nullptr;

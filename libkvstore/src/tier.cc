@@ -32,6 +32,13 @@ absl::StatusOr<ChunkKey> Tier::PutInPlace(uint64_t record_bytes, const RecordFil
   return header->key;
 }
 
+std::vector<PinHandle> Tier::PinMany(std::span<const ChunkKey> keys) {
+  std::vector<PinHandle> pins;
+  pins.reserve(keys.size());
+  for (const ChunkKey& key : keys) pins.push_back(Pin(key));
+  return pins;
+}
+
 absl::StatusOr<uint64_t> Tier::CopyForWriteBack(const ChunkKey& key, std::span<std::byte> out) {
   return Get(key, out);
 }

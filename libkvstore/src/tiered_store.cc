@@ -180,7 +180,9 @@ absl::StatusOr<uint64_t> TieredStore::Impl::Get(const ChunkKey& key, std::span<s
                                                 GetInfo* info, const GetOptions& options) {
   absl::Status data_loss;
   for (size_t t = 0; t < tiers_.size(); ++t) {
-    absl::StatusOr<uint64_t> n = tiers_[t]->Get(key, out);
+    // A peek is not a client's read: no hit, no recency touch in the tier either.
+    absl::StatusOr<uint64_t> n =
+        options.peek ? tiers_[t]->CopyForWriteBack(key, out) : tiers_[t]->Get(key, out);
     if (n.ok()) {
       AfterHit(t, out.first(*n), info, options);
       return n;
@@ -224,7 +226,7 @@ absl::StatusOr<std::vector<std::byte>> TieredStore::Impl::GetAlloc(const ChunkKe
         break;
       }
       buf.resize(st[0].record_bytes);
-      n = tiers_[t]->Get(key, buf);
+      n = options.peek ? tiers_[t]->CopyForWriteBack(key, buf) : tiers_[t]->Get(key, buf);
       if (!absl::IsOutOfRange(n.status())) break;
     }
     if (n.ok()) {
@@ -328,18 +330,33 @@ LookupResult TieredStore::Impl::Lookup(std::span<const ChunkKey> keys,
   if (options.pin && leading > 0) {
     std::vector<internal::LeasePin> pins;
     pins.reserve(leading);
+    // One PinMany per tier over the leading keys it holds (a remote tier answers it in
+    // one round trip), then the pins in prompt order.
+    std::vector<PinHandle> handles(leading);
+    for (size_t t = 0; t < tiers_.size(); ++t) {
+      if (!caps_[t].pinnable) continue;
+      std::vector<size_t> at;
+      std::vector<ChunkKey> query;
+      for (size_t i = 0; i < leading; ++i) {
+        if (where[i] == static_cast<int>(t) && !queued[i]) {
+          at.push_back(i);
+          query.push_back(keys[i]);
+        }
+      }
+      if (query.empty()) continue;
+      std::vector<PinHandle> got = tiers_[t]->PinMany(query);
+      for (size_t j = 0; j < at.size() && j < got.size(); ++j) handles[at[j]] = std::move(got[j]);
+    }
     for (size_t i = 0; i < leading; ++i) {
       const int t = where[i];
-      PinHandle handle;
       if (caps_[t].pinnable && !queued[i]) {
-        handle = tiers_[t]->Pin(keys[i]);
-        if (!handle) {  // left that tier since Stat: stop here
+        if (!handles[i]) {  // left that tier since Stat: stop here (later pins drop)
           leading = i;
           break;
         }
-        bytes[i] = handle.record_bytes();
+        bytes[i] = handles[i].record_bytes();
       }
-      pins.push_back(internal::LeasePin{t, keys[i], bytes[i], std::move(handle)});
+      pins.push_back(internal::LeasePin{t, keys[i], bytes[i], std::move(handles[i])});
     }
     result.lease = leases_->Grant(std::move(pins));
   }

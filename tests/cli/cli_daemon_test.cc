@@ -1,6 +1,7 @@
 // The kvtier binary against a real kvtierd started on a unix socket in a temp dir, with
 // two tenants. Chunks are stored through kvt::RemoteClient as records built with
 // kvt::ChunkChainEncoder; the CLI runs as a subprocess.
+#include <httplib.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,6 +18,10 @@
 #include "gtest/gtest.h"
 #include "kvstore/remote_client.h"
 #include "nlohmann/json.hpp"
+#ifdef KVT_CLI_TEST_HAVE_SERVER
+#include "kvstore/store_factory.h"
+#include "kvtier_server/tail_records.h"
+#endif
 
 namespace kvt::clitest {
 namespace {
@@ -284,7 +289,7 @@ TEST(DaemonAddressCliTest, MalformedAddressesExit2WithTheAcceptedForms) {
     std::string address, hint;
   };
   for (const Case& c :
-       std::vector<Case>{{"/tmp/kvtierd.sock", "needs the unix: prefix: unix:/tmp/kvtierd.sock"},
+       std::vector<Case>{{"/tmp/kvtierd.sock", "needs the unix: prefix: unix:///tmp/kvtierd.sock"},
                          {"garbage", "no port"},
                          {"host:99999", "port '99999' is not a number in 1..65535"},
                          {"unix:", "the socket path is missing"},
@@ -341,6 +346,156 @@ TEST_F(DaemonCliTest, OfflineDiskDirAfterTheDaemonStops) {
   EXPECT_EQ(j["leading_chunks"], 5);
   for (const auto& c : j["chunks"]) EXPECT_EQ(c["tier"], "disk");
 }
+
+TEST_F(DaemonCliTest, ShowLayoutIsReadOnly) {
+  // docs/cli.md: looking never changes the cache. --show-layout reads one header per
+  // namespace: no hit may be counted for it, in the store or in any tier.
+  auto stats = [&] {
+    RunResult r = Kvtier(kTokenA, {"stats", "--json"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return Json(r);
+  };
+  const nlohmann::json before = stats();
+  RunResult ls = Kvtier(kTokenA, {"ls", "--json", "--show-layout"});
+  ASSERT_EQ(ls.exit_code, 0) << ls.err;
+  nlohmann::json j = Json(ls);
+  ASSERT_EQ(j["namespaces"].size(), 2u) << ls.out;  // tenant a: models m and m2
+  for (const auto& n : j["namespaces"]) {
+    ASSERT_TRUE(n.contains("layout")) << n;
+    EXPECT_EQ(n["layout"]["num_layers"], 2);
+    EXPECT_EQ(n["layout"]["head_dim"], 8);
+  }
+  const nlohmann::json after = stats();
+  EXPECT_EQ(after["hits"], before["hits"]);
+  EXPECT_EQ(after["misses"], before["misses"]);
+  ASSERT_EQ(after["tiers"].size(), before["tiers"].size());
+  for (size_t i = 0; i < after["tiers"].size(); ++i) {
+    EXPECT_EQ(after["tiers"][i]["hits"], before["tiers"][i]["hits"]) << after["tiers"][i]["name"];
+    EXPECT_EQ(after["tiers"][i]["misses"], before["tiers"][i]["misses"]);
+  }
+}
+
+TEST_F(DaemonCliTest, DefaultDaemonIsKvtierdsDefaultSocket) {
+  // kvtierd listens on unix://$XDG_RUNTIME_DIR/kvtierd.sock by default; this one listens
+  // there for XDG_RUNTIME_DIR = the test's directory. No --daemon, no KVTIER_DAEMON.
+  RunResult r = clitest::Run(KVTIER_BIN, {"--token", kTokenA, "stats", "--json"}, 60,
+                             {{"XDG_RUNTIME_DIR", tmp_.path()}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(Json(r)["source"].get<std::string>(), HasSubstr("kvtierd " + target_));
+  // KVTIER_DAEMON wins over the default.
+  RunResult env =
+      clitest::Run(KVTIER_BIN, {"--token", kTokenA, "stats", "--json"}, 60,
+                   {{"XDG_RUNTIME_DIR", "/nonexistent-kvt"}, {"KVTIER_DAEMON", target_}});
+  ASSERT_EQ(env.exit_code, 0) << env.err;
+  // Nothing at the default address: a usage error naming it.
+  RunResult none =
+      clitest::Run(KVTIER_BIN, {"stats"}, 60, {{"XDG_RUNTIME_DIR", "/nonexistent-kvt"}});
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_THAT(
+      none.err,
+      HasSubstr("no kvtierd socket at the default address unix:///nonexistent-kvt/kvtierd.sock"));
+}
+
+// A stand-in for kvtier-llama-server's GET /kvtier, answering the body the server's
+// ServerKvtier::StatusJson writes (the keys --from-server reads, as captured from a
+// running server, plus a few of the others).
+class FakeLlamaServer {
+ public:
+  explicit FakeLlamaServer(std::string body) : body_(std::move(body)) {
+    server_.Get("/kvtier", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(body_, "application/json");
+    });
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+  }
+  ~FakeLlamaServer() {
+    server_.stop();
+    thread_.join();
+  }
+  std::string url() const { return absl::StrFormat("http://127.0.0.1:%d", port_); }
+
+ private:
+  std::string body_;
+  httplib::Server server_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+TEST_F(DaemonCliTest, FromServerUsesTheNamespaceTheServerReports) {
+  const std::string ns = ComputeNamespace(TestParams("m", "a")).ToHex();
+  FakeLlamaServer server(absl::StrFormat(
+      R"({"enabled":true,"state":"ready","tiers":["host","remote"],"namespace":"%s",)"
+      R"("chunk_tokens":16,"bytes_per_token":128,"requests":0,"hits":0,"misses":0})",
+      ns));
+  RunResult r =
+      Kvtier(kTokenA, {"inspect", "--json", "--from-server", server.url(), "--tokens", p_file_});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = Json(r);
+  EXPECT_EQ(j["namespace"], ns);
+  EXPECT_EQ(j["chunk_tokens"], 16);
+  EXPECT_EQ(j["leading_chunks"], 5);
+  EXPECT_EQ(j["bytes_to_load"], 80 * 128);
+  RunResult ev = Kvtier(kTokenA, {"evict", "--json", "--dry-run", "--from-server", server.url()});
+  ASSERT_EQ(ev.exit_code, 0) << ev.err;
+  EXPECT_EQ(Json(ev)["evicted_chunks"], 7);  // P's 5 and Q's own 2, under model m
+  RunResult both =
+      Kvtier(kTokenA, {"inspect", "--from-server", server.url(), "--ns", ns, "--tokens", p_file_});
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_THAT(both.err, HasSubstr("give either --from-server or the namespace flags"));
+  RunResult nothing =
+      Kvtier(kTokenA, {"inspect", "--from-server", "http://127.0.0.1:1", "--tokens", p_file_});
+  EXPECT_EQ(nothing.exit_code, 1);
+  EXPECT_THAT(nothing.err, HasSubstr("--from-server http://127.0.0.1:1: no answer to GET /kvtier"));
+}
+
+#ifdef KVT_CLI_TEST_HAVE_SERVER
+TEST_F(DaemonCliTest, IncludePartialFindsTheTailRecordKvtierLlamaServerWrites) {
+  // kvtier-llama-server's own writer (TailRecords) stores P's tail: its 85 tokens are
+  // 5 chunks of 16 and 5 more, of which the engine stores 4 (all but the last, which it
+  // always computes). inspect --include-partial must find that record and say the engine
+  // loads 84 tokens and computes 1.
+  const NamespaceParams params = TestParams("m", "a");
+  StoreOptions so;
+  so.host.capacity_bytes = 1 << 20;
+  auto store = OpenTieredStore(so);
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::shared_ptr<TieredStore> local(std::move(*store));
+  llamacpp::TailRecords tails(local, ComputeNamespace(params), params.layout, params.chunk_tokens);
+  ASSERT_EQ(tails.TailTokens(p_.size()), 4u);
+  ASSERT_TRUE(tails
+                  .Queue(p_,
+                         [](std::span<std::byte> payload) {
+                           for (size_t i = 0; i < payload.size(); ++i)
+                             payload[i] = static_cast<std::byte>(i * 7);
+                           return absl::OkStatus();
+                         })
+                  .ok());
+  tails.Flush();
+  const ChunkKey tail_key = tails.TailKey(p_);
+  auto record = local->Get(tail_key);
+  ASSERT_TRUE(record.ok()) << record.status();
+  auto c = Client(kTokenA);
+  ASSERT_TRUE(c->Put(*record).ok()) << Log();
+
+  RunResult r = Kvtier(kTokenA, Cat({"inspect", "--json", "--include-partial", "--tokens", p_file_},
+                                    NsFlags("m", "a")));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = Json(r);
+  ASSERT_EQ(j["chunks"].size(), 6u) << r.out;
+  EXPECT_EQ(j["chunks"][5]["key"], tail_key.ToHex());
+  EXPECT_EQ(j["chunks"][5]["first_token"], 80);
+  EXPECT_EQ(j["chunks"][5]["tokens"], 4);
+  EXPECT_EQ(j["chunks"][5]["tail"], true);
+  EXPECT_EQ(j["chunks"][5]["cached"], true);
+  EXPECT_EQ(j["leading_chunks"], 6);
+  EXPECT_EQ(j["tokens_to_load"], 84);
+  EXPECT_EQ(j["tokens_to_recompute"], 1);
+  RunResult table = Kvtier(
+      kTokenA, Cat({"inspect", "--include-partial", "--tokens", p_file_}, NsFlags("m", "a")));
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("would load 84 tokens (10.5 KiB) and recompute 1\n"));
+}
+#endif
 
 }  // namespace
 }  // namespace kvt::clitest

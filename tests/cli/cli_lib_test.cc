@@ -9,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prompt_file.h"
+#include "server_namespace.h"
 
 namespace kvt::cli {
 namespace {
@@ -225,6 +226,73 @@ TEST(GgufShapeTest, TruncatedAndMissingKeysAreInvalidArgument) {
     w.U32(1);
   }
   EXPECT_THAT(std::string(ReadGgufShape(path3).status().message()), HasSubstr("version 1"));
+}
+
+TEST(GgufTokenizerTest, NoTokenizerIsInvalidArgumentNamingTheFile) {
+  // kvtier-make-gguf --no-vocab writes tokenizer.ggml.model = none: llama.cpp loads such a
+  // file and then aborts in llama_tokenize, so the CLI must refuse it first.
+  const std::string none = TmpPath("ids-only.gguf");
+  {
+    GgufWriter w(none);
+    w.Header(2);
+    w.KvStr("general.architecture", "llama");
+    w.KvStr("tokenizer.ggml.model", "none");
+  }
+  auto t = ReadGgufTokenizer(none);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(t.status().message()),
+              HasSubstr("GGUF file '" + none + "' has no tokenizer (tokenizer.ggml.model = none)"));
+  const std::string missing = TmpPath("no-model.gguf");
+  {
+    GgufWriter w(missing);
+    w.Header(1);
+    w.KvStr("general.architecture", "llama");
+  }
+  EXPECT_THAT(std::string(ReadGgufTokenizer(missing).status().message()),
+              HasSubstr("has no tokenizer (no tokenizer.ggml.model)"));
+  const std::string good = TmpPath("vocab.gguf");
+  {
+    GgufWriter w(good);
+    w.Header(3);
+    w.KvStr("general.architecture", "llama");
+    w.KvStr("tokenizer.ggml.model", "llama");
+    w.KvStrArray("tokenizer.ggml.tokens", {"<s>", "</s>", "a"});
+  }
+  auto ok = ReadGgufTokenizer(good);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->model, "llama");
+  EXPECT_EQ(ok->vocab_size, 3u);
+  EXPECT_THAT(std::string(ReadGgufTokenizer(TmpPath("absent.gguf")).status().message()),
+              HasSubstr("cannot open"));
+}
+
+TEST(ServerNamespaceTest, ParsesKvtierLlamaServersStatus) {
+  // The body of GET /kvtier as ServerKvtier::StatusJson writes it (trimmed).
+  const std::string body = R"({"enabled":true,"state":"ready","tiers":["host","remote"],)"
+                           R"("namespace":"0123456789abcdef0123456789abcdef","chunk_tokens":256,)"
+                           R"("bytes_per_token":36864,"requests":3,"hits":1})";
+  auto s = ParseServerStatus(body, "http://127.0.0.1:8081");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->ns.ToHex(), "0123456789abcdef0123456789abcdef");
+  EXPECT_EQ(s->chunk_tokens, 256u);
+  EXPECT_EQ(s->bytes_per_token, 36864u);
+  auto loading = ParseServerStatus(R"({"enabled":false,"state":"loading","tiers":[]})", "u");
+  EXPECT_EQ(loading.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(loading.status().message()), HasSubstr("'loading'"));
+  EXPECT_EQ(ParseServerStatus("<html>", "u").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseServerStatus(R"({"namespace":"xyz","chunk_tokens":256})", "u").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(FetchServerNamespace("https://h:1", 1000).status().message()),
+              HasSubstr("expected http://host:port"));
+  EXPECT_THAT(std::string(FetchServerNamespace("http://h", 1000).status().message()),
+              HasSubstr("no port"));
+}
+
+TEST(CliParseTest, TheClusterTierIsCalledRemote) {
+  EXPECT_EQ(*ParseTierKind("remote"), TierKind::kRemote);
+  auto c = ParseTierKind("cluster");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("cluster tier is called 'remote'"));
 }
 
 }  // namespace

@@ -451,5 +451,53 @@ TEST(PlanCliTest, ReadsTheShapeFromAGgufHeader) {
   EXPECT_THAT(none.err, HasSubstr("--layers"));
 }
 
+TEST(UsageCliTest, TheClusterTierIsNamedRemote) {
+  RunResult r = Kvtier({"--disk-dir", "/nonexistent-kvt", "ls", "--tier", "cluster"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err,
+              HasSubstr("--tier: tier 'cluster': kvtierd's cluster tier is called 'remote'"));
+}
+
+TEST(TokenizerCliTest, GgufWithoutTokenizerExits2NamingTheFile) {
+  // `inspect --text F --tokenizer M.gguf` with a model that has no tokenizer
+  // (tokenizer.ggml.model = none, as `kvtier-make-gguf --no-vocab` writes) used to abort in
+  // llama.cpp's tokenizer (GGML_ASSERT, exit 134).
+  TempDir tmp;
+  const std::string gguf = tmp.path() + "/ids-only.gguf";
+#ifdef KVTIER_MAKE_GGUF_BIN
+  RunResult made =
+      clitest::Run(KVTIER_MAKE_GGUF_BIN, {"--size", "tiny", "--no-vocab", "--out", gguf}, 120);
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+#else
+  {
+    std::ofstream o(gguf, std::ios::binary);
+    auto u32 = [&](uint32_t v) { o.write(reinterpret_cast<const char*>(&v), 4); };
+    auto u64 = [&](uint64_t v) { o.write(reinterpret_cast<const char*>(&v), 8); };
+    auto str = [&](const std::string& v) {
+      u64(v.size());
+      o.write(v.data(), static_cast<std::streamsize>(v.size()));
+    };
+    o.write("GGUF", 4);
+    u32(3);
+    u64(0);
+    u64(2);
+    str("general.architecture");
+    u32(8);
+    str("llama");
+    str("tokenizer.ggml.model");
+    u32(8);
+    str("none");
+  }
+#endif
+  const std::string text = tmp.path() + "/prompt.txt";
+  std::ofstream(text) << "The quick brown fox";
+  RunResult r = Kvtier({"--disk-dir", tmp.path(), "inspect", "--ns", std::string(32, 'a'), "--text",
+                        text, "--tokenizer", gguf});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--tokenizer: GGUF file '" + gguf +
+                               "' has no tokenizer (tokenizer.ggml.model = none)"));
+  EXPECT_THAT(r.err, HasSubstr("--tokens FILE"));
+}
+
 }  // namespace
 }  // namespace kvt::clitest

@@ -38,7 +38,8 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ec);
 }
 
-RunResult Run(const std::string& bin, const std::vector<std::string>& args, int timeout_s) {
+RunResult Run(const std::string& bin, const std::vector<std::string>& args, int timeout_s,
+              const std::vector<std::pair<std::string, std::string>>& env) {
   TempDir io;
   const std::string out_path = io.path() + "/out", err_path = io.path() + "/err";
   const pid_t pid = ::fork();
@@ -53,6 +54,8 @@ RunResult Run(const std::string& bin, const std::vector<std::string>& args, int 
     argv.push_back(nullptr);
     ::unsetenv("KVTIER_DAEMON");
     ::unsetenv("KVTIER_TOKEN");
+    ::setenv("XDG_RUNTIME_DIR", io.path().c_str(), 1);
+    for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
     ::execv(bin.c_str(), argv.data());
     ::_exit(127);
   }

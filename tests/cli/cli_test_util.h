@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kvstore/chunk_codec.h"
@@ -20,8 +21,11 @@ struct RunResult {
 };
 
 // Runs `bin args...` with stdout and stderr captured (through files in /tmp), waits at
-// most `timeout_s` (then kills it: exit_code = -9).
-RunResult Run(const std::string& bin, const std::vector<std::string>& args, int timeout_s = 60);
+// most `timeout_s` (then kills it: exit_code = -9). KVTIER_DAEMON and KVTIER_TOKEN are
+// unset and XDG_RUNTIME_DIR points at an empty directory (so no kvtierd of this machine
+// is found at the CLI's default address), then `env` (name, value) is applied.
+RunResult Run(const std::string& bin, const std::vector<std::string>& args, int timeout_s = 60,
+              const std::vector<std::pair<std::string, std::string>>& env = {});
 
 class TempDir {
  public:

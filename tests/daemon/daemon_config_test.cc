@@ -1,7 +1,16 @@
-// kvtierd config parsing and validation (no daemon process).
+// kvtierd config parsing and validation (no daemon process; the metrics-port tests start
+// a KvtierServer in this process).
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cstdlib>
+#include <filesystem>
+
+#include "absl/strings/str_format.h"
 #include "daemon/config.h"
+#include "daemon/server.h"
 
 namespace kvt::daemon {
 namespace {
@@ -243,6 +252,101 @@ TEST(DaemonConfigTest, PathsMustHaveAnExistingDirectory) {
   c.ready_file = "/etc/passwd/ready.json";  // parent is a file
   s = CheckDaemonPaths(c);
   EXPECT_NE(s.message().find("is not a directory"), std::string::npos) << s;
+}
+
+TEST(DaemonConfigTest, BareSocketPathSuggestsTheUnixAddress) {
+  // `kvtierd --listen /path.sock`: the fix is the unix:// form, not allow_remote.
+  DaemonConfig c = DefaultDaemonConfig();
+  c.listen = {"/tmp/kvtierd-test.sock"};
+  absl::Status s = c.Validate();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("config listen: '/tmp/kvtierd-test.sock'"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("unix:///tmp/kvtierd-test.sock"), std::string::npos) << s;
+  EXPECT_EQ(s.message().find("allow_remote"), std::string::npos) << s;
+  c.listen = {"unix:///tmp/kvtierd-test.sock", "127.0.0.1:0"};  // port 0: any free port
+  EXPECT_TRUE(c.Validate().ok()) << c.Validate();
+}
+
+TEST(DaemonConfigTest, MetricsListenIsExplicitOnlyWhenConfigured) {
+  auto d = ParseDaemonConfig("log_level: warn\n", DefaultDaemonConfig());
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->metrics_listen, "127.0.0.1:9464");
+  EXPECT_FALSE(d->metrics_listen_explicit);
+  auto e = ParseDaemonConfig("metrics:\n  listen: 127.0.0.1:9464\n", DefaultDaemonConfig());
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_TRUE(e->metrics_listen_explicit);
+}
+
+// A loopback TCP port held open by the test: "someone else's kvtierd" on that port.
+class HeldPort {
+ public:
+  HeldPort() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), len) == 0 && ::listen(fd_, 1) == 0 &&
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+      port_ = ntohs(a.sin_port);
+    }
+  }
+  ~HeldPort() { ::close(fd_); }
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
+class DaemonMetricsPortTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/kvt-metrics-port-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    auto c = ParseDaemonConfig(
+        absl::StrFormat("listen: unix://%s/kvtierd.sock\ndata_dir: %s/data\n"
+                        "host_capacity: 16MiB\ndisk_capacity: 64MiB\ndisk_file_bytes: 16MiB\n"
+                        "max_record_bytes: 8MiB\nmax_inflight_bytes: 64MiB\nworkers: 2\n"
+                        "log_level: warn\n",
+                        dir_, dir_),
+        DefaultDaemonConfig());
+    ASSERT_TRUE(c.ok()) << c.status();
+    config_ = *c;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  std::string dir_;
+  DaemonConfig config_;
+};
+
+TEST_F(DaemonMetricsPortTest, TakenDefaultPortRunsWithoutMetrics) {
+  // Every docs example starts kvtierd on the default metrics port: a second one on the
+  // host must still serve (without /metrics), not exit.
+  HeldPort held;
+  ASSERT_GT(held.port(), 0);
+  config_.metrics_listen = absl::StrFormat("127.0.0.1:%d", held.port());
+  config_.metrics_listen_explicit = false;  // as the default is
+  auto server = KvtierServer::Start(config_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_EQ((*server)->metrics_port(), 0);
+  EXPECT_EQ((*server)->listen_addresses().size(), 1u);
+  (*server)->Shutdown();
+}
+
+TEST_F(DaemonMetricsPortTest, TakenConfiguredPortIsAnError) {
+  HeldPort held;
+  ASSERT_GT(held.port(), 0);
+  config_.metrics_listen = absl::StrFormat("127.0.0.1:%d", held.port());
+  config_.metrics_listen_explicit = true;  // metrics.listen or --metrics-listen
+  auto server = KvtierServer::Start(config_);
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(server.status().message().find("metrics.listen: cannot bind"), std::string::npos)
+      << server.status();
 }
 
 }  // namespace

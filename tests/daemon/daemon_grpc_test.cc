@@ -219,11 +219,14 @@ TEST_F(DaemonGrpcTest, RemoteTierPinsThroughTheDaemonWhenTheStoreLookupPins) {
   tiers.push_back(Capturing(RemoteTier::Factory(rto), &remote));
   auto store = *TieredStore::Create(std::move(tiers), TieredStoreOptions{});
   EXPECT_TRUE(remote->caps().pinnable);
+  const uint64_t rpcs_before = remote->client().rpcs();
   LookupResult lr = store->Lookup(chain.keys, LookupOptions{.pin = true});
   EXPECT_EQ(lr.num_leading_hits, 3u);
   EXPECT_TRUE(lr.lease);
+  // One Stat RPC and one pin RPC for the whole chain, not one per key.
+  EXPECT_EQ(remote->client().rpcs() - rpcs_before, 2u);
   EXPECT_EQ(remote->held_leases(), 3u);
-  EXPECT_EQ(client->Stats()->leases_active, 3u);  // one daemon lease per key
+  EXPECT_EQ(client->Stats()->leases_active, 1u);  // one daemon lease for the run
 
   EvictSelector sel;
   sel.keys = chain.keys;
@@ -236,23 +239,36 @@ TEST_F(DaemonGrpcTest, RemoteTierPinsThroughTheDaemonWhenTheStoreLookupPins) {
   lr.lease.Release();
   EXPECT_EQ(remote->held_leases(), 0u);
   auto st = client->Stats();
-  EXPECT_EQ(st->leases_released, 3u);
+  EXPECT_EQ(st->leases_released, 1u);
   EXPECT_EQ(st->leases_active, 0u);
 
   // A lookup whose load never comes: releasing the store's lease queues the daemon
-  // leases, and the tier's next Lookup RPC releases them (not the 10 s timeout).
+  // lease, and the tier's next Lookup RPC releases it (not the 10 s timeout).
   lr = store->Lookup(chain.keys, LookupOptions{.pin = true});
-  EXPECT_EQ(client->Stats()->leases_active, 3u);
+  EXPECT_EQ(client->Stats()->leases_active, 1u);
   lr.lease.Release();
   EXPECT_EQ(remote->held_leases(), 0u);
-  EXPECT_EQ(remote->leases_to_release(), 3u);
+  EXPECT_EQ(remote->leases_to_release(), 1u);
   EXPECT_EQ(client->Evict(sel)->chunks, 0u);  // still pinned at the daemon
   EXPECT_EQ(store->Lookup(chain.keys).num_leading_hits, 3u);
   EXPECT_EQ(remote->leases_to_release(), 0u);
   st = client->Stats();
   EXPECT_EQ(st->leases_active, 0u);
-  EXPECT_EQ(st->leases_released, 6u);
+  EXPECT_EQ(st->leases_released, 2u);
   EXPECT_EQ(st->leases_expired, 0u);
+
+  // A load that reads only the first chunk (the cost model kept one): the daemon lease
+  // of the run is released once the other two pins are dropped, by the next Lookup RPC.
+  lr = store->Lookup(chain.keys, LookupOptions{.pin = true});
+  ASSERT_TRUE(store->Get(chain.keys[0]).ok());
+  EXPECT_EQ(remote->held_leases(), 2u);
+  EXPECT_EQ(remote->leases_to_release(), 0u);  // two pins of the lease still held
+  lr.lease.Release();
+  EXPECT_EQ(remote->leases_to_release(), 1u);
+  EXPECT_EQ(store->Lookup(chain.keys).num_leading_hits, 3u);
+  st = client->Stats();
+  EXPECT_EQ(st->leases_active, 0u);
+  EXPECT_EQ(st->leases_released, 3u);
   EXPECT_EQ(client->Evict(sel)->chunks, 3u);
 }
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "kvstore/chunk_codec.h"
+#include "kvstore/shm_copy.h"
 #include "kvstore/shm_progress.h"
-#include "shm_copy.h"
 
 namespace kvt::daemon {
 namespace {

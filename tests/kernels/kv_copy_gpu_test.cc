@@ -1,6 +1,7 @@
 // CUDA copy kernels vs the CPU path, bit for bit, for every layout and element
-// size, with the payload in pinned host, pageable host and device memory, and with
-// both the kernel and the copy-engine (cudaMemcpyAsync) paths. Label: gpu.
+// size, odd and 16-byte row sizes, with the payload in pinned host, pageable host and
+// device memory, and with both the kernel and the copy-engine (cudaMemcpyAsync)
+// paths. Label: gpu.
 // Skipped (GTEST_SKIP with the reason) when no CUDA device is usable.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -104,8 +105,8 @@ struct Payload {
   std::span<std::byte> span() { return {ptr, bytes}; }
 };
 
-// (kind, dtype, block_size, payload memory, memcpy threshold)
-using Param = std::tuple<LayoutKind, DType, uint32_t, PayloadMem, uint64_t>;
+// (kind, dtype, block_size, payload memory, memcpy threshold, 16-byte rows)
+using Param = std::tuple<LayoutKind, DType, uint32_t, PayloadMem, uint64_t, bool>;
 
 class KvCopyGpuTest : public ::testing::TestWithParam<Param> {
  protected:
@@ -116,8 +117,12 @@ class KvCopyGpuTest : public ::testing::TestWithParam<Param> {
     }
   }
   Shape shape() const {
-    return testing::MakeShape(std::get<0>(GetParam()), std::get<1>(GetParam()),
-                              std::get<2>(GetParam()));
+    Shape s = testing::MakeShape(std::get<0>(GetParam()), std::get<1>(GetParam()),
+                                 std::get<2>(GetParam()));
+    // Rows of whole 16-byte units (the kernel's uint4 path, as real head sizes are):
+    // head_dim 8 x 2 heads, MLA latent 64.
+    if (std::get<5>(GetParam())) s.head_dim = s.kind == LayoutKind::kMLA ? 64 : 8;
+    return s;
   }
   KvCopyOptions options() const {
     KvCopyOptions o;
@@ -159,12 +164,12 @@ TEST_P(KvCopyGpuTest, ScatterMatchesCpuBitForBit) {
 }
 
 std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
-  auto [kind, dtype, block_size, mem, threshold] = info.param;
+  auto [kind, dtype, block_size, mem, threshold, aligned] = info.param;
   const char* m = mem == PayloadMem::kPinned   ? "Pinned"
                   : mem == PayloadMem::kDevice ? "Device"
                                                : "Pageable";
   return absl::StrCat(testing::KindName(kind), "_E", testing::ElemSize(dtype), "_B", block_size,
-                      "_", m, threshold == 0 ? "_CopyEngine" : "_Kernel");
+                      "_", m, threshold == 0 ? "_CopyEngine" : "_Kernel", aligned ? "_Rows16" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -174,7 +179,19 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(1u, 16u),
                        ::testing::Values(PayloadMem::kPinned, PayloadMem::kPageable,
                                          PayloadMem::kDevice),
-                       ::testing::Values(uint64_t{0}, uint64_t{1} << 40)),
+                       ::testing::Values(uint64_t{0}, uint64_t{1} << 40), ::testing::Values(false)),
+    ParamName);
+
+// 16-byte-aligned rows, so the kernel copies uint4 units (MakeShape's odd head sizes
+// reach only the 4- and 1-byte paths).
+INSTANTIATE_TEST_SUITE_P(
+    AlignedRows, KvCopyGpuTest,
+    ::testing::Combine(::testing::ValuesIn(testing::AllKinds()),
+                       ::testing::Values(DType::kF32, DType::kBF16, DType::kFP8E4M3),
+                       ::testing::Values(1u, 16u),
+                       ::testing::Values(PayloadMem::kPinned, PayloadMem::kPageable,
+                                         PayloadMem::kDevice),
+                       ::testing::Values(uint64_t{0}, uint64_t{1} << 40), ::testing::Values(true)),
     ParamName);
 
 TEST(KvCopyGpuSetupTest, ReportsWhetherCudaIsUsable) {

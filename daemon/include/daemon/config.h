@@ -78,6 +78,10 @@ struct DaemonConfig {
   uint64_t shm_first_region_id = 0;
   // Metrics/health HTTP address "host:port" (port 0 = any free port); "" disables it.
   std::string metrics_listen = "127.0.0.1:9464";
+  // True when metrics_listen was configured (metrics.listen, --metrics-listen): a port
+  // that is taken is then an error. The default port, when taken (a second kvtierd on the
+  // host), leaves the daemon without metrics and /healthz, with a warning.
+  bool metrics_listen_explicit = false;
   // Tenants; when non-empty every call must carry a valid token.
   std::vector<TenantConfig> tenants;
   std::string log_level = "info";

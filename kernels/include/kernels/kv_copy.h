@@ -113,6 +113,11 @@ struct KvCopyOptions {
   // CUDA path: contiguous runs of at least this many bytes go to the copy engine
   // (cudaMemcpyAsync); smaller, scattered ones to one gather/scatter kernel.
   uint64_t cuda_memcpy_min_bytes = 1ull << 20;
+  // CUDA path: refuse (InvalidArgument, nothing copied) instead of staging a
+  // pageable host payload through a device buffer. For callers that hand over pinned
+  // memory (the host tier's cudaHostAlloc arena) and must know the copy went there
+  // directly, with no pageable staging copy. No effect on kCpu views.
+  bool forbid_staging = false;
 
   absl::Status Validate() const;
 };
@@ -125,7 +130,8 @@ struct KvCopyOptions {
 // Errors (nothing is written on any error):
 //   InvalidArgument: view.Validate() fails; options invalid; payload.size() !=
 //     view.payload_bytes(slots.size()) (both sizes named); a slot out of range
-//     (index and value named); kCuda view without a usable CUDA device.
+//     (index and value named); kCuda view without a usable CUDA device; a kCuda view
+//     with options.forbid_staging and a pageable host payload.
 //   Internal: a CUDA runtime error (the call and cudaGetErrorString named).
 // Thread-safe: concurrent calls are fine as long as their payloads do not overlap.
 absl::Status GatherChunk(const PagedKvView& view, std::span<const int64_t> slots,

@@ -35,7 +35,7 @@ namespace kvt {
 // What a tier tells its policy about one record.
 struct CacheEntryInfo {
   ChunkKey key;
-  ChunkKey parent;        // the key of the chunk before it in its prompt (zero for chunk 0)
+  ChunkKey parent;  // the key of the chunk before it in its prompt (zero for chunk 0)
   NamespaceId ns;
   uint64_t record_bytes = 0;  // header + payload
 };
@@ -49,10 +49,10 @@ enum class AdmitReason : uint8_t {
 
 // Why a held record stops being held.
 enum class RemoveReason : uint8_t {
-  kEvicted = 0,  // the tier needed room (the policy's victim)
-  kErased = 1,   // an explicit erase or operator eviction
-  kReplaced = 2, // a new record of the same key replaced it
-  kExpired = 3,  // the policy's TTL ran out
+  kEvicted = 0,   // the tier needed room (the policy's victim)
+  kErased = 1,    // an explicit erase or operator eviction
+  kReplaced = 2,  // a new record of the same key replaced it
+  kExpired = 3,   // the policy's TTL ran out
 };
 
 class CachePolicy {

@@ -280,6 +280,11 @@ class Tier {
   // Pins `key` (and touches its recency: a pin announces a read). Empty handle when the
   // key is absent, or always when !caps().pinnable.
   virtual PinHandle Pin(const ChunkKey& key) = 0;
+  // Pin of many keys in one call: handle i pins keys[i] (empty when absent). A tier whose
+  // calls cross a process boundary (RemoteTier) answers the whole span with one request,
+  // so a store Lookup of a long prompt costs one round trip, not one per chunk. The
+  // default calls Pin per key.
+  virtual std::vector<PinHandle> PinMany(std::span<const ChunkKey> keys);
 
   // Put without the caller's buffer: the tier lends `record_bytes` of memory that only
   // this call writes or reads, `fill` writes the whole record there (header included)

@@ -56,6 +56,8 @@ RemoteClient::RemoteClient(const RemoteClientOptions& options, std::unique_ptr<I
     : options_(options), client_id_(impl->client_id_), impl_(std::move(impl)) {}
 RemoteClient::~RemoteClient() = default;
 
+uint64_t RemoteClient::rpcs() const { return impl_->rpcs(); }
+
 absl::StatusOr<RemoteLookup> RemoteClient::Lookup(std::span<const ChunkKey> keys, bool per_key,
                                                   bool pin, std::span<const uint64_t> release) {
   if (keys.empty() || keys.size() > kKvtierMaxBatchKeys)

@@ -137,6 +137,9 @@ class RemoteClient::Impl {
   // channel is rebuilt and, for a cool-down of 4 x max_backoff, calls fail at once
   // (one probe call per cool-down goes through), so a dead daemon costs engines
   // nothing but a miss.
+  // RPC attempts sent (retries included) since creation.
+  uint64_t rpcs() const { return rpcs_.load(std::memory_order_relaxed); }
+
   absl::Status Call(
       const std::function<grpc::Status(pb::KvTier::Stub&, grpc::ClientContext&)>& attempt) {
     const Clock::time_point deadline = Clock::now() + options_.deadline;
@@ -161,6 +164,7 @@ class RemoteClient::Impl {
         ctx.set_wait_for_ready(true);
         ctx.set_deadline(std::min(deadline, Clock::now() + options_.max_backoff * 2));
       }
+      rpcs_.fetch_add(1, std::memory_order_relaxed);
       last = FromGrpcStatus(attempt(*s, ctx));
       if (last.ok() || (last.code() != absl::StatusCode::kUnavailable &&
                         last.code() != absl::StatusCode::kDeadlineExceeded)) {
@@ -198,6 +202,7 @@ class RemoteClient::Impl {
   std::shared_ptr<grpc::Channel> channel_ ABSL_GUARDED_BY(mu_);
   int failures_ ABSL_GUARDED_BY(mu_) = 0;
   Clock::time_point circuit_open_until_ ABSL_GUARDED_BY(mu_);
+  std::atomic<uint64_t> rpcs_{0};
 };
 
 }  // namespace kvt

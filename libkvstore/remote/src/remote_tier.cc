@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "kvstore/chunk_codec.h"
@@ -140,29 +141,55 @@ absl::Status RemoteTier::Put(std::span<const std::byte> record, const PutContext
 }
 
 PinHandle RemoteTier::Pin(const ChunkKey& key) {
-  const std::vector<uint64_t> release = TakeReleases();
-  auto r =
-      client_->Lookup(std::span<const ChunkKey>(&key, 1), /*per_key=*/true, /*pin=*/true, release);
-  if (!r.ok()) {
-    if (IsUnreachable(r.status())) AtomicTierCounters::Add(counters_.io_errors, 1);
-    return PinHandle();
+  return std::move(PinMany(std::span<const ChunkKey>(&key, 1))[0]);
+}
+
+std::vector<PinHandle> RemoteTier::PinMany(std::span<const ChunkKey> keys) {
+  std::vector<PinHandle> pins(keys.size());
+  for (size_t i = 0; i < keys.size(); i += kKvtierMaxBatchKeys) {
+    const size_t n = std::min<size_t>(kKvtierMaxBatchKeys, keys.size() - i);
+    const std::vector<uint64_t> release = TakeReleases();
+    auto r = client_->Lookup(keys.subspan(i, n), /*per_key=*/true, /*pin=*/true, release);
+    if (!r.ok()) {
+      if (IsUnreachable(r.status())) AtomicTierCounters::Add(counters_.io_errors, 1);
+      return pins;  // unreachable: the rest reads as absent
+    }
+    // The daemon pins the leading run of this batch under one lease.
+    const size_t pinned = std::min<size_t>({r->num_leading_hits, n, r->record_bytes.size()});
+    size_t held = 0;
+    for (size_t j = 0; j < pinned && r->record_bytes[j] > 0; ++j) ++held;
+    if (held == 0) return pins;  // gone since the store's Stat
+    if (r->lease_id != 0) {      // 0: a daemon without leases (trusted as found)
+      absl::MutexLock lock(&lease_mu_);
+      for (size_t j = 0; j < held; ++j) leases_[keys[i + j]].push_back(r->lease_id);
+      lease_refs_[r->lease_id].handles += static_cast<uint32_t>(held);
+    }
+    for (size_t j = 0; j < held; ++j)
+      pins[i + j] = PinHandle(&RemoteTier::ReleasePin, this, keys[i + j], r->record_bytes[j]);
+    if (held < n) return pins;  // the leading run ends in this batch
   }
-  if (r->num_leading_hits == 0 || r->record_bytes.empty() || r->record_bytes[0] == 0)
-    return PinHandle();    // gone since the store's Stat
-  if (r->lease_id != 0) {  // 0: a daemon without leases (trusted as found)
-    absl::MutexLock lock(&lease_mu_);
-    leases_[key].push_back(r->lease_id);
-  }
-  return PinHandle(&RemoteTier::ReleasePin, this, key, r->record_bytes[0]);
+  return pins;
 }
 
 void RemoteTier::ReleasePin(void* owner, const ChunkKey& key) {
-  // The oldest lease of `key`, if no Get has used it: released with the next Lookup RPC.
+  // The oldest lease of `key`, if no Get has used it: its pin is no longer wanted.
   auto* self = static_cast<RemoteTier*>(owner);
   const uint64_t id = self->TakeLease(key);
-  if (id == 0) return;
-  absl::MutexLock lock(&self->lease_mu_);
-  if (self->to_release_.size() < 4 * kKvtierMaxBatchKeys) self->to_release_.push_back(id);
+  if (id != 0) self->DropLeaseRef(id, /*unread=*/true);
+}
+
+void RemoteTier::DropLeaseRef(uint64_t id, bool unread) {
+  // A lease covers a batch of keys: the daemon releases it by itself once Gets naming it
+  // have read every key; when some key's pin was dropped unread, the lease is released
+  // with the next Lookup RPC once no handle of it is left.
+  absl::MutexLock lock(&lease_mu_);
+  auto it = lease_refs_.find(id);
+  if (it == lease_refs_.end()) return;
+  it->second.unread = it->second.unread || unread;
+  if (--it->second.handles > 0) return;
+  const bool release = it->second.unread;
+  lease_refs_.erase(it);
+  if (release && to_release_.size() < 4 * kKvtierMaxBatchKeys) to_release_.push_back(id);
 }
 
 std::vector<uint64_t> RemoteTier::TakeReleases() {
@@ -198,6 +225,9 @@ size_t RemoteTier::held_leases() const {
 absl::StatusOr<uint64_t> RemoteTier::Get(const ChunkKey& key, std::span<std::byte> out) {
   // A lease Pin took for this key is released by the daemon when this Get finishes.
   const uint64_t lease = TakeLease(key);
+  absl::Cleanup lease_done = [&] {
+    if (lease != 0) DropLeaseRef(lease, /*unread=*/false);
+  };
   absl::StatusOr<uint64_t> n = absl::UnknownError("no attempt");
   bool sent = false;
   // The record's size is not known here: any Get may try a slot, and one that does not

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "kvstore/disk_tier.h"
 #include "kvstore/host_tier.h"
+#include "kvstore/prometheus_text.h"
 #include "kvstore/store_factory.h"
 #include "kvstore/throttled_tier.h"
 #include "kvtier_server/seq_streams.h"
@@ -497,10 +498,13 @@ void ServerKvtier::OnPromptSave(llama_context* ctx, int32_t seq_id, const llama_
 std::string ServerKvtier::MetricsText() const {
   const bool ready = ready_.load(std::memory_order_acquire);
   const ConnectorStats cs = ready ? connector_->stats() : ConnectorStats{};
-  std::string out;
+  PrometheusText out;  // the project's one writer of the text format
   auto line = [&](const char* name, const char* help, const char* type, double v) {
-    absl::StrAppend(&out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n", name, " ",
-                    absl::StrFormat("%.17g", v), "\n");
+    out.Family(name,
+               std::string_view(type) == "gauge" ? PrometheusText::Type::kGauge
+                                                 : PrometheusText::Type::kCounter,
+               help);
+    out.Sample(name, v);
   };
   line("kvtier_requests_total", "prompts that had complete chunks to gain from kvtier", "counter",
        requests_);
@@ -541,7 +545,7 @@ std::string ServerKvtier::MetricsText() const {
        overlap_wait_seconds_.load());
   line("kvtier_chunk_integrity_errors_total", "chunks that failed verification on load", "counter",
        static_cast<double>(cs.load_data_loss));
-  return out;
+  return out.Take();
 }
 
 std::string ServerKvtier::StatusJson() const {

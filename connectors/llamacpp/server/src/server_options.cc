@@ -5,9 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#ifdef KVT_SERVER_HAVE_DAEMON_CLI
-#include "daemon_backend.h"  // daemon/cli: the one parser of kvtierd addresses
-#endif
+#include "kvstore/daemon_address.h"  // the one parser of kvtierd addresses
 
 namespace kvt::llamacpp {
 namespace {
@@ -36,13 +34,9 @@ int64_t ServerKvtierOptions::effective_host_mib() const {
 
 absl::Status ServerKvtierOptions::Validate() const {
   if (!daemon.empty()) {
-#ifdef KVT_SERVER_HAVE_DAEMON_CLI
-    if (absl::Status s = cli::ValidateDaemonAddress(daemon); !s.ok()) {
-      // The shared parser names the CLI's own flag ("--daemon 'ADDR': ..."): name ours.
-      absl::string_view why = s.message();
-      const std::string cli_prefix = absl::StrCat("--daemon '", daemon, "': ");
-      if (absl::StartsWith(why, cli_prefix)) why.remove_prefix(cli_prefix.size());
-      return absl::InvalidArgumentError(absl::StrCat("--kvtier-daemon '", daemon, "': ", why));
+#ifdef KVT_SERVER_HAVE_REMOTE
+    if (auto a = ParseDaemonAddress(daemon); !a.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--kvtier-daemon ", a.status().message()));
     }
 #else
     return absl::InvalidArgumentError(

@@ -224,6 +224,9 @@ class RemoteClient {
                                       std::span<std::byte> out, uint64_t lease_id = 0);
 
   const RemoteClientOptions& options() const { return options_; }
+  // RPC attempts this client has sent since creation (retries included): what a caller
+  // pays in round trips (kvtier-bench remote counts a pinned lookup's with it).
+  uint64_t rpcs() const;
   // Random id sent as `kvtier-client-id` metadata (the daemon counts connected clients).
   const std::string& client_id() const { return client_id_; }
 

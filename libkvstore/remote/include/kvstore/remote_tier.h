@@ -8,15 +8,17 @@
 // payload checksum, key) before Get returns OK; a bad one is DataLoss and counted.
 //
 // caps(): durable, remote, verifies reads, pinnable, does not report evictions.
-// Pin asks the daemon for a lease on the chunk (a Lookup with pin: one RPC per key), so
-// a TieredStore Lookup with LookupOptions{.pin} holds remote chunks too: the daemon
-// evicts neither by capacity nor by Evict until the lease ends. The next Get of that key
-// through this tier names the lease, and the daemon releases it when that Get finishes;
-// releasing the PinHandle before any Get queues the lease, and the next Lookup RPC of
-// this tier (Stat or Pin) asks the daemon to release it (LookupRequest.release_leases;
-// nothing blocks on it); otherwise it ends at the daemon's lease_timeout_ms. An
-// unreachable daemon, or a chunk gone from it: empty handle (the store's leading run
-// ends there).
+// PinMany asks the daemon for one lease on the leading run of its keys (one Lookup RPC
+// with pin per kKvtierMaxBatchKeys keys: a store Lookup of a 100k-token prompt costs one
+// Stat RPC and one pin RPC), so a TieredStore Lookup with LookupOptions{.pin} holds
+// remote chunks too: the daemon evicts neither by capacity nor by Evict until the lease
+// ends. The next Get of a pinned key through this tier names the lease, and the daemon
+// drops that key from it when the Get finishes (the lease ends when every key was
+// read). When a PinHandle is released before its key was read, the lease is queued
+// once no handle of it is left, and the next Lookup RPC of this tier (Stat or Pin) asks
+// the daemon to release it (LookupRequest.release_leases; nothing blocks on it);
+// otherwise it ends at the daemon's lease_timeout_ms. An unreachable daemon, or a chunk
+// gone from it: empty handles from there on (the store's leading run ends there).
 #ifndef KVSTORE_REMOTE_TIER_H_
 #define KVSTORE_REMOTE_TIER_H_
 
@@ -77,6 +79,7 @@ class RemoteTier final : public Tier {
   // Client-side counters; capacity/used/chunks from the daemon's last Stats answer.
   TierStats stats() const override;
   PinHandle Pin(const ChunkKey& key) override;
+  std::vector<PinHandle> PinMany(std::span<const ChunkKey> keys) override;
   // Leases held here (taken by Pin, not yet used by a Get or released), and released
   // ones not yet sent to the daemon.
   size_t held_leases() const;
@@ -92,6 +95,8 @@ class RemoteTier final : public Tier {
   void RefreshStats() const;
   static void ReleasePin(void* owner, const ChunkKey& key);
   uint64_t TakeLease(const ChunkKey& key);
+  // One handle of lease `id` is done: read by a Get (unread = false) or dropped.
+  void DropLeaseRef(uint64_t id, bool unread);
   // The queued releases to send with the next Lookup RPC (at most kKvtierMaxBatchKeys).
   std::vector<uint64_t> TakeReleases();
   // A free shm slot for a record of `bytes`, attaching the region when needed; an empty
@@ -114,6 +119,12 @@ class RemoteTier final : public Tier {
   mutable absl::Mutex lease_mu_;
   // Daemon lease ids per pinned key, oldest first.
   absl::flat_hash_map<ChunkKey, std::vector<uint64_t>> leases_ ABSL_GUARDED_BY(lease_mu_);
+  // Per daemon lease: handles not yet read or dropped, and whether one was dropped unread.
+  struct LeaseRef {
+    uint32_t handles = 0;
+    bool unread = false;
+  };
+  absl::flat_hash_map<uint64_t, LeaseRef> lease_refs_ ABSL_GUARDED_BY(lease_mu_);
   std::vector<uint64_t> to_release_ ABSL_GUARDED_BY(lease_mu_);
   absl::Mutex shm_mu_;
   std::shared_ptr<ShmSession> shm_

@@ -1,4 +1,4 @@
-#include "shm_copy.h"
+#include "kvstore/shm_copy.h"
 
 // The state on the stack (its size is known with this define): no allocation to fail.
 #define XXH_STATIC_LINKING_ONLY
@@ -20,7 +20,7 @@
 #define KVT_XXH3_UPDATE XXH3_64bits_update
 #endif
 
-namespace kvt::daemon {
+namespace kvt {
 
 absl::StatusOr<uint64_t> CopyRecordHashingPayload(
     std::span<const std::byte> src, std::span<std::byte> dst,
@@ -58,4 +58,4 @@ uint64_t CopyRecordHashingPayload(std::span<const std::byte> src, std::span<std:
                                    [&](size_t) -> absl::StatusOr<size_t> { return src.size(); });
 }
 
-}  // namespace kvt::daemon
+}  // namespace kvt

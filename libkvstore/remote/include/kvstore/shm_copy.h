@@ -1,7 +1,8 @@
 // Copying a chunk record out of memory that another process may still be writing (a
-// client's shared-memory region) into daemon-owned memory.
-#ifndef KVT_DAEMON_SHM_COPY_H_
-#define KVT_DAEMON_SHM_COPY_H_
+// client's shared-memory region) into memory of one's own: kvtierd's shm Put, and
+// kvtier-bench's timing of it (in the core so no bench or engine includes daemon sources).
+#ifndef KVSTORE_SHM_COPY_H_
+#define KVSTORE_SHM_COPY_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -10,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace kvt::daemon {
+namespace kvt {
 
 // Copies `src` into `dst` and returns the XXH3-64 (seed 0, the record format's payload
 // checksum, docs/chunk-format.md) of dst's payload, dst[kChunkHeaderBytes, size). One
@@ -28,6 +29,6 @@ absl::StatusOr<uint64_t> CopyRecordHashingPayload(
     std::span<const std::byte> src, std::span<std::byte> dst,
     const std::function<absl::StatusOr<size_t>(size_t have)>& available);
 
-}  // namespace kvt::daemon
+}  // namespace kvt
 
-#endif  // KVT_DAEMON_SHM_COPY_H_
+#endif  // KVSTORE_SHM_COPY_H_
