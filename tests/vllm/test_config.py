@@ -98,14 +98,17 @@ class DetectLayoutTest(unittest.TestCase):
 
 
 class PipInstallTest(unittest.TestCase):
-    def test_pip_install_bundles_the_library(self):
+    def test_pip_install_offline_bundles_the_library(self):
+        """`pip install ./connectors/vllm` as the docs say it, with pip's build isolation
+        and no package index (PIP_NO_INDEX): nothing to download (issue 21 item 10)."""
         src = os.path.join(harness.HERE, "..", "..", "connectors", "vllm")
         with tempfile.TemporaryDirectory() as target, tempfile.TemporaryDirectory() as cwd:
             work = os.path.join(cwd, "pkg")
             shutil.copytree(src, work, ignore=shutil.ignore_patterns("lib", "build", "*.egg-info"))
-            env = dict(os.environ, KVTIER_LIB=os.environ["KVTIER_LIB"])
-            r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-                                "--no-build-isolation", "--target", target, work],
+            env = dict(os.environ, KVTIER_LIB=os.environ["KVTIER_LIB"], PIP_NO_INDEX="1",
+                       PIP_FIND_LINKS="")
+            r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", target,
+                                work],
                                capture_output=True, text=True, env=env, timeout=300)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             env = {k: v for k, v in os.environ.items() if k not in ("KVTIER_LIB", "PYTHONPATH")}
