@@ -115,6 +115,7 @@ Ref Reference(const std::string& model, const std::vector<int>& prompt, const st
   return r;
 }
 
+#ifdef KVT_KVTIERD_BIN
 std::vector<char> ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::vector<char>(std::istreambuf_iterator<char>(in), {});
@@ -141,7 +142,6 @@ std::string ReadText(const std::string& path) {
   return std::string(b.begin(), b.end());
 }
 
-#ifdef KVT_KVTIERD_BIN
 demo::KvtierdProcessOptions DaemonOptions(const std::string& dir) {
   demo::KvtierdProcessOptions o;
   o.binary = KVT_KVTIERD_BIN;

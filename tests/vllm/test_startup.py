@@ -34,7 +34,7 @@ class StartupTest(unittest.TestCase):
         try:
             daemon = harness.Kvtierd(d)  # not started yet
             vc = vllm_config({"kvtierd": daemon.address, "daemon_deadline_ms": 500})
-            with self.assertLogs("kvtier.vllm", level="INFO") as logs:
+            with self.assertLogs("vllm.kvtier", level="INFO") as logs:
                 conn = KVTierConnector(vc, KVConnectorRole.SCHEDULER)
                 text = "\n".join(logs.output)
                 self.assertRegex(conn.namespace_hex, r"^[0-9a-f]{32}$")

@@ -89,7 +89,10 @@ if TYPE_CHECKING:
     from vllm.v1.kv_cache_interface import KVCacheConfig
     from vllm.v1.request import Request
 
-logger = init_logger("kvtier.vllm")
+# Under vLLM's "vllm" logger, so vLLM's handler and VLLM_LOGGING_LEVEL apply: a logger
+# outside that tree ("kvtier.vllm" before) printed nothing below WARNING, and so not the
+# start-up line with the namespace (issue 21 item 14).
+logger = init_logger("vllm.kvtier")
 
 __all__ = ["KVTierConnector", "KVTierConnectorMetadata", "KVTierStats", "detect_layout",
            "timing"]
