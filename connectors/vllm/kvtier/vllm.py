@@ -188,7 +188,7 @@ class KVTierConnector(KVConnectorBase_V1):
         self._stat_fields = (_SCHEDULER_STATS if role == KVConnectorRole.SCHEDULER else
                              tuple(f for f in STAT_FIELDS if f not in _SCHEDULER_STATS))
         self.namespace_hex = self._native.namespace_hex()
-        logger.info("kvtier: %s connector, %s, namespace %s (kvtier ls/inspect/evict --ns %s%s) "
+        logger.info("kvtier: %s connector, %s, namespace %s (kvtier ls/inspect/evict --ns %s) "
                     "model=%s layers=%d kv_heads=%d "
                     "head_dim=%d dtype=%s packing=%s block=%d chunk=%d tp=%d/%d tenant=%r "
                     "loads=%s",
@@ -197,7 +197,6 @@ class KVTierConnector(KVConnectorBase_V1):
                     f"embedded host {self._cfg.host_capacity_bytes} B"
                     + (f" + disk {self._cfg.disk_dir}" if self._cfg.disk_dir else ""),
                     self.namespace_hex, self.namespace_hex,
-                    f" --tenant {self._cfg.tenant}" if self._cfg.tenant else "",
                     self._ns.model_id, self._ns.num_layers, self._ns.num_kv_heads,
                     self._ns.head_dim, self._ns.dtype, self._ns.packing, self._block_size,
                     self._cfg.chunk_tokens, self._ns.tp_rank, self._ns.tp_world_size,
