@@ -175,7 +175,7 @@ void ServerKvtier::WatchDaemon() {
       "kvtier: the cache daemon kvtierd at {} does not answer ({}): kvtier-llama-server runs "
       "cold (computes every prompt, stores nothing) until it answers; kvtier keeps trying and "
       "logs when it does",
-      options_.daemon, s.message());
+      options_.daemon, s.ToString());
   while (true) {
     {
       absl::MutexLock lock(&watch_mu_);
