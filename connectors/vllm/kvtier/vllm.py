@@ -227,7 +227,8 @@ class KVTierConnector(KVConnectorBase_V1):
                 try:
                     if native.daemon_check(1000) is None:
                         logger.info("kvtier: kvtierd at %s answers now: loads and stores "
-                                    "start", addr)
+                                    "resume (after the remote tier's reconnect cool-down, "
+                                    "about a second)", addr)
                         return
                 except KvtError:
                     return

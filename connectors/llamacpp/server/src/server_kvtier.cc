@@ -182,7 +182,10 @@ void ServerKvtier::WatchDaemon() {
       if (watch_mu_.AwaitWithTimeout(absl::Condition(&watch_stop_), absl::Seconds(1))) return;
     }
     if (ProbeDaemon(options_.daemon, options_.token, deadline).ok()) {
-      spdlog::info("kvtier: kvtierd at {} answers now: loads and stores start", options_.daemon);
+      spdlog::info(
+          "kvtier: kvtierd at {} answers now: loads and stores resume (after the remote tier's "
+          "reconnect cool-down, about a second)",
+          options_.daemon);
       return;
     }
   }
