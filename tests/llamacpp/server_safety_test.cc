@@ -14,7 +14,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -302,6 +304,7 @@ TEST(LlamaServerSafetyTest, ConcurrentSlotPrefillsAreStoredAndGiveThePlainGreedy
   }
   auto s = MustStart(Kvtier(TinyModelPath(), disk), "concurrent-load");
   ASSERT_TRUE(s);
+  double max_diff = 0;
   for (int i = 0; i < kSlots; ++i) {
     const Ref ref = Reference(TinyModelPath(), prompts[i], "concurrent-ref-" + std::to_string(i));
     json r = Post(*s, "/completion", Completion(prompts[i]));
@@ -314,10 +317,15 @@ TEST(LlamaServerSafetyTest, ConcurrentSlotPrefillsAreStoredAndGiveThePlainGreedy
     ASSERT_EQ(gp.size(), wp.size());
     for (size_t k = 0; k < gp.size(); ++k) {
       EXPECT_EQ(gp[k]["id"], wp[k]["id"]);
-      EXPECT_LE(std::fabs(gp[k]["logprob"].get<double>() - wp[k]["logprob"].get<double>()), 1e-3)
-          << i << " " << k;
+      const double diff =
+          std::fabs(gp[k]["logprob"].get<double>() - wp[k]["logprob"].get<double>());
+      max_diff = std::max(max_diff, diff);
+      EXPECT_LE(diff, 1e-3) << i << " " << k;
     }
   }
+  // For the record (not asserted): how far the concurrent prefills' bits were here.
+  RecordProperty("max_logprob_diff", std::to_string(max_diff));
+  std::printf("concurrent slots: max |logprob difference| vs plain llama-server: %g\n", max_diff);
 }
 
 }  // namespace
