@@ -2,6 +2,8 @@
 // becomes an int code + thread-local message, and where no C++ exception may escape.
 #include "connectors/kvtier_c.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -12,7 +14,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "connectors/daemon_probe.h"
 #include "connectors/kv_connector.h"
+#include "kvstore/byte_size.h"
 #include "kvstore/disk_tier.h"
 #include "kvstore/host_tier.h"
 #include "kvstore/store_factory.h"
@@ -35,6 +39,9 @@ struct kvt_connector {
   std::unique_ptr<kvt::KVConnector> connector;
   // Written only by kvt_register_block_view (REQUIRES: not concurrent with block calls).
   std::optional<KvtBlockView> blocks;
+  // kvtierd of daemon mode ("" = none), for kvt_daemon_check; set once by kvt_create.
+  std::string daemon_address, daemon_token;
+  uint32_t daemon_deadline_ms = 0;
 };
 
 // kvt_lookup_pinned's lease (the store's, moved out of the ConnectorLookup).
@@ -198,6 +205,11 @@ int kvt_create(const kvt_options* o, kvt_connector** out) {
         kvt::KVConnector::Create(copts, handle->store);
     if (!conn.ok()) return Fail(conn.status());
     handle->connector = std::move(*conn);
+    if (daemon) {
+      handle->daemon_address = o->daemon_address;
+      handle->daemon_token = o->daemon_token ? o->daemon_token : "";
+      handle->daemon_deadline_ms = o->daemon_deadline_ms;
+    }
     *out = handle.release();
     return Ok();
   });
@@ -574,6 +586,42 @@ void kvt_observe_prefill(kvt_connector* c, uint64_t new_tokens, uint64_t context
 void kvt_flush(kvt_connector* c) {
   if (c == nullptr) return;
   c->connector->Flush();
+}
+
+int kvt_parse_byte_size(const char* text, uint64_t* bytes) {
+  return Guard("kvt_parse_byte_size", [&]() -> int {
+    KVT_C_REQUIRE(text != nullptr && bytes != nullptr,
+                  "kvt_parse_byte_size: text and bytes must be non-NULL");
+    absl::StatusOr<uint64_t> v = kvt::ParseByteSize(text);
+    if (!v.ok()) return Fail(v.status());
+    *bytes = *v;
+    return Ok();
+  });
+}
+
+int kvt_namespace_hex(const kvt_connector* c, char* out, size_t out_size) {
+  return Guard("kvt_namespace_hex", [&]() -> int {
+    KVT_C_REQUIRE(c != nullptr && out != nullptr,
+                  "kvt_namespace_hex: connector and out must be non-NULL");
+    const std::string hex = c->connector->ns().ToHex();
+    KVT_C_REQUIRE(out_size > hex.size(),
+                  absl::StrFormat("kvt_namespace_hex: out_size %d; expected >= %d", out_size,
+                                  hex.size() + 1));
+    std::memcpy(out, hex.c_str(), hex.size() + 1);
+    return Ok();
+  });
+}
+
+int kvt_daemon_check(const kvt_connector* c, uint32_t timeout_ms) {
+  return Guard("kvt_daemon_check", [&]() -> int {
+    KVT_C_REQUIRE(c != nullptr, "kvt_daemon_check: connector must be non-NULL");
+    KVT_C_REQUIRE(timeout_ms >= 1, "kvt_daemon_check: timeout_ms = 0; expected >= 1");
+    if (c->daemon_address.empty()) return Ok();
+    const uint32_t ms = std::min(timeout_ms, c->daemon_deadline_ms);
+    absl::Status s =
+        kvt::ProbeDaemon(c->daemon_address, c->daemon_token, std::chrono::milliseconds(ms));
+    return s.ok() ? Ok() : Fail(s);
+  });
 }
 
 }  // extern "C"

@@ -249,7 +249,77 @@ static void TestPagedRoundTrip(void) {
   }
 }
 
+/* Every line of byte_sizes.txt (shared with tests/vllm/test_byte_size.py): the C ABI reads
+ * each text as the table says (the C++ parser that kvtierd and the CLI use). */
+static void TestParseByteSize(void) {
+  FILE* f = fopen(KVT_BYTE_SIZES_FILE, "r");
+  char line[256];
+  int rows = 0;
+  uint64_t v = 0;
+  CHECK(f != NULL);
+  if (f == NULL) return;
+  while (fgets(line, sizeof line, f) != NULL) {
+    char* tab = strchr(line, '\t');
+    char* want = tab ? tab + 1 : NULL;
+    int rc;
+    if (line[0] == '#' || tab == NULL) continue;
+    *tab = '\0';
+    want[strcspn(want, "\r\n")] = '\0';
+    rc = kvt_parse_byte_size(line, &v);
+    ++rows;
+    if (strcmp(want, "error") == 0) {
+      CHECK(rc == KVT_INVALID_ARGUMENT);
+      CHECK(strstr(kvt_last_error(), "byte size") != NULL);
+    } else {
+      CHECK(rc == KVT_OK);
+      if (rc == KVT_OK && v != strtoull(want, NULL, 10)) {
+        fprintf(stderr, "kvt_parse_byte_size('%s') = %llu, expected %s\n", line,
+                (unsigned long long)v, want);
+        CHECK(0);
+      }
+    }
+  }
+  fclose(f);
+  CHECK(rows >= 20);
+  CHECK(kvt_parse_byte_size(NULL, &v) == KVT_INVALID_ARGUMENT);
+  CHECK(kvt_parse_byte_size("4G", NULL) == KVT_INVALID_ARGUMENT);
+}
+
+/* The namespace id in hex (what the vLLM connector logs for `kvtier ... --ns`) and the
+ * daemon check: OK without a daemon, UNAVAILABLE-like and naming the address when the
+ * configured kvtierd is not running. */
+static void TestNamespaceAndDaemonCheck(void) {
+  kvt_options o = Options();
+  kvt_connector* c = NULL;
+  char hex[33];
+  char small[8];
+  size_t i;
+  int rc;
+  CHECK(kvt_create(&o, &c) == KVT_OK);
+  if (c == NULL) return;
+  CHECK(kvt_namespace_hex(c, hex, sizeof hex) == KVT_OK);
+  CHECK(strlen(hex) == 32);
+  for (i = 0; i < 32; ++i) CHECK(strchr("0123456789abcdef", hex[i]) != NULL);
+  CHECK(kvt_namespace_hex(c, small, sizeof small) == KVT_INVALID_ARGUMENT);
+  CHECK(kvt_daemon_check(c, 500) == KVT_OK);
+  kvt_destroy(c);
+  c = NULL;
+  o = Options();
+  o.daemon_address = "unix:///nonexistent-kvtier-dir/kvtierd.sock";
+  o.daemon_deadline_ms = 500;
+  rc = kvt_create(&o, &c);
+  if (rc == KVT_UNIMPLEMENTED) return; /* a build without the daemon client */
+  CHECK(rc == KVT_OK);
+  if (c == NULL) return;
+  rc = kvt_daemon_check(c, 500);
+  CHECK(rc == KVT_UNAVAILABLE || rc == KVT_DEADLINE_EXCEEDED);
+  CHECK(strstr(kvt_last_error(), "nonexistent-kvtier-dir") != NULL);
+  kvt_destroy(c);
+}
+
 int main(void) {
+  TestParseByteSize();
+  TestNamespaceAndDaemonCheck();
   TestBadOptions();
   TestPayloadRoundTrip();
   TestPagedRoundTrip();

@@ -9,8 +9,13 @@ SPEC: {"model": dir, "connector": extra_config | null, "prompts": [[ids...], ...
        "flush_before": [prompt indices] (wait for the connector's stores first),
        "connector_module": "kvtier.vllm", "connector_class": "KVTierConnector",
        "batch_first": [[ids...], ...] (run together first, "batch_max_tokens" each),
-       "hooks": [names of hooked_connector counters to report]}
-Greedy sampling with logprobs=1; enable_prefix_caching=False so every hit is kvtier's.
+       "hooks": [names of hooked_connector counters to report],
+       "prefix_hit_tokens": k (a reference process, no connector: vLLM's prefix cache on,
+       and for every prompt longer than k also "hit_rows"[i], the output when vLLM's own
+       prefix cache holds exactly its first k tokens: the reference for a kvtier load of
+       k tokens, docs/vllm.md "Exactness"; null for shorter prompts)}
+Greedy sampling with logprobs=1; enable_prefix_caching=False (unless prefix_hit_tokens)
+so every hit is kvtier's.
 """
 
 import json
@@ -18,7 +23,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import generate  # noqa: E402
+from harness import generate, prefix_hit_row  # noqa: E402
 
 
 def build_llm(spec):
@@ -29,7 +34,7 @@ def build_llm(spec):
               "kv_connector_module_path": spec.get("connector_module", "kvtier.vllm"),
               "kv_role": spec.get("kv_role", "kv_both"),
               "kv_connector_extra_config": spec["connector"]}
-    args = dict(model=spec["model"], enable_prefix_caching=False,
+    args = dict(model=spec["model"], enable_prefix_caching=bool(spec.get("prefix_hit_tokens")),
                 max_model_len=spec.get("max_model_len", 2048), dtype=spec.get("dtype", "bfloat16"),
                 enforce_eager=True, kv_transfer_config=kv, seed=0)
     if spec.get("block_size"):
@@ -53,13 +58,19 @@ def main():
     os.environ.update(spec.get("env", {}))
     llm = build_llm(spec)
     conn = connector_of(llm)
-    rows = []
+    rows, hit_rows = [], []
+    k = spec.get("prefix_hit_tokens")
+    if k:
+        llm.reset_prefix_cache()
     if spec.get("batch_first"):  # these prompts together in one generate call first
         rows += generate(llm, spec["batch_first"], spec.get("batch_max_tokens", 8), batch=True)
     for i, p in enumerate(spec["prompts"]):
         if i in spec.get("flush_before", ()) and conn is not None:
             conn.flush()
         rows += generate(llm, [p], spec.get("max_tokens", 8))
+        if k:  # resets vLLM's prefix cache before and after, so every cold row is cold
+            hit_rows.append(prefix_hit_row(llm, p, k, spec.get("max_tokens", 8))
+                            if len(p) > k else None)
     stats = {}
     if conn is not None and hasattr(conn, "kvtier_stats"):
         conn.flush()
@@ -68,7 +79,7 @@ def main():
     hooks = {k: getattr(conn, k) for k in spec.get(
              "hooks", ("loads_seen", "async_loads_seen")) if hasattr(conn, k)}
     with open(sys.argv[2], "w") as f:
-        json.dump({"rows": rows, "kvtier": stats, "hooks": hooks}, f)
+        json.dump({"rows": rows, "hit_rows": hit_rows, "kvtier": stats, "hooks": hooks}, f)
     os._exit(0)  # skip vLLM's slow interpreter teardown
 
 

@@ -129,3 +129,21 @@ def generate(llm, prompts, max_tokens=8, batch=False):
                      "logprobs": [lp[t].logprob for lp, t in zip(out.logprobs, out.token_ids)],
                      "text": out.text})
     return rows
+
+
+def prefix_hit_row(llm, ids: list[int], cached: int, max_tokens: int = 8) -> dict:
+    """The reference for a request that loads `cached` tokens from kvtier: the same request
+    when vLLM's own prefix cache holds exactly its first `cached` tokens (docs/vllm.md,
+    "Exactness"). `llm` must run with enable_prefix_caching=True; its prefix cache is
+    reset, filled by a prompt that shares exactly those tokens (`cached` a multiple of the
+    block size), and reset again after."""
+    llm.reset_prefix_cache()
+    other = ids[cached] + 1 if ids[cached] + 1 < 1000 else 3
+    generate(llm, [ids[:cached] + [other]], max_tokens)
+    row = generate(llm, [ids], max_tokens)[0]
+    llm.reset_prefix_cache()
+    if row["num_cached_tokens"] != cached:
+        raise AssertionError(f"vLLM's prefix cache held {row['num_cached_tokens']} tokens, "
+                             f"not {cached}")
+    return row
+

@@ -2,8 +2,8 @@
 
 Bad kv_connector_extra_config values are errors naming the key; a vLLM block size that
 does not divide kvtier's chunk size stops the engine with both numbers named; the
-embedded store hits in-process (host tier) and from a fresh process (disk tier) with
-output identical to computing the prompt.
+embedded store hits in-process (host tier) and from a fresh process (disk tier) with the
+output of vLLM's own prefix-cache hit on the same tokens (docs/vllm.md "Exactness").
 """
 
 import glob
@@ -98,14 +98,17 @@ class DetectLayoutTest(unittest.TestCase):
 
 
 class PipInstallTest(unittest.TestCase):
-    def test_pip_install_bundles_the_library(self):
+    def test_pip_install_offline_bundles_the_library(self):
+        """`pip install ./connectors/vllm` as the docs say it, with pip's build isolation
+        and no package index (PIP_NO_INDEX): nothing to download (issue 21 item 10)."""
         src = os.path.join(harness.HERE, "..", "..", "connectors", "vllm")
         with tempfile.TemporaryDirectory() as target, tempfile.TemporaryDirectory() as cwd:
             work = os.path.join(cwd, "pkg")
             shutil.copytree(src, work, ignore=shutil.ignore_patterns("lib", "build", "*.egg-info"))
-            env = dict(os.environ, KVTIER_LIB=os.environ["KVTIER_LIB"])
-            r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-                                "--no-build-isolation", "--target", target, work],
+            env = dict(os.environ, KVTIER_LIB=os.environ["KVTIER_LIB"], PIP_NO_INDEX="1",
+                       PIP_FIND_LINKS="")
+            r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", target,
+                                work],
                                capture_output=True, text=True, env=env, timeout=300)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             env = {k: v for k, v in os.environ.items() if k not in ("KVTIER_LIB", "PYTHONPATH")}
@@ -132,11 +135,16 @@ class EmbeddedStoreTest(unittest.TestCase):
                                           "kv_role": "kv_both",
                                           "kv_connector_extra_config": sync})
             p = harness.prompt(42, 700)
+            ref_proc = harness.run_engine({"model": model, "connector": None, "prompts": [p],
+                                           "prefix_hit_tokens": 512}, d, "reference")
             cold, warm = harness.generate(llm, [p, p])
+            ref = harness.engine_result(ref_proc)
+            hit = ref["hit_rows"][0]  # vLLM's own prefix-cache hit on the 512 tokens
             self.assertEqual(cold["num_cached_tokens"], 0)
+            self.assertEqual(cold["logprobs"], ref["rows"][0]["logprobs"])
             self.assertEqual(warm["num_cached_tokens"], 512)
-            self.assertEqual(warm["token_ids"], cold["token_ids"])
-            self.assertEqual(warm["logprobs"], cold["logprobs"])
+            self.assertEqual(warm["token_ids"], hit["token_ids"])
+            self.assertEqual(warm["logprobs"], hit["logprobs"])
             from vllm.distributed.kv_transfer import get_kv_transfer_group
             conn = get_kv_transfer_group()
             stats = conn.kvtier_stats()
@@ -147,8 +155,8 @@ class EmbeddedStoreTest(unittest.TestCase):
                 {"model": model, "connector": cfg, "prompts": [p]}, d, "fresh"))
             row = fresh["rows"][0]
             self.assertEqual(row["num_cached_tokens"], 512)
-            self.assertEqual(row["token_ids"], cold["token_ids"])
-            self.assertEqual(row["logprobs"], cold["logprobs"])
+            self.assertEqual(row["token_ids"], hit["token_ids"])
+            self.assertEqual(row["logprobs"], hit["logprobs"])
             self.assertEqual(fresh["kvtier"]["load_chunks_ok"], 2)
             # kv_role: a consumer loads p but stores nothing (not q either); a producer
             # never looks up (q twice: computed twice) and stores q's 2 chunks.
@@ -157,7 +165,7 @@ class EmbeddedStoreTest(unittest.TestCase):
                 {"model": model, "connector": cfg, "prompts": [p, q],
                  "kv_role": "kv_consumer"}, d, "consumer"))
             self.assertEqual(cons["rows"][0]["num_cached_tokens"], 512)
-            self.assertEqual(cons["rows"][0]["token_ids"], cold["token_ids"])
+            self.assertEqual(cons["rows"][0]["token_ids"], hit["token_ids"])
             self.assertEqual(cons["kvtier"]["store_chunks_put"], 0)
             prod = harness.engine_result(harness.run_engine(
                 {"model": model, "connector": cfg, "prompts": [q, q],
@@ -204,7 +212,8 @@ class DelayedFreeTest(unittest.TestCase):
     prompt) needs P's blocks: were they freed at once, Q's prefill would overwrite them
     before P's store copied them, kvtier would hold Q's KV under P's tokens, and P's
     repeat would load it. With request_finished delaying the free (finished_sending),
-    Q waits for the blocks and P's repeat loads P's own KV: identical output.
+    Q waits for the blocks and P's repeat loads P's own KV: the output of vLLM's own
+    prefix-cache hit on those 512 tokens (a reference process, no connector).
     (KVT_TEST_BREAK_DELAYED_FREE=1 in the engine's env makes this test fail.)"""
 
     def test_store_copies_blocks_before_vllm_reuses_them(self):
@@ -214,6 +223,9 @@ class DelayedFreeTest(unittest.TestCase):
             env = {"KVT_TEST_STORE_DELAY_S": "2"}
             env.update({k: v for k, v in os.environ.items()
                         if k == "KVT_TEST_BREAK_DELAYED_FREE"})
+            ref_proc = harness.run_engine({"model": harness.tiny_model(), "connector": None,
+                                           "prompts": [p], "prefix_hit_tokens": 512},
+                                          d, "reference")
             out = harness.engine_result(harness.run_engine(
                 {"model": harness.tiny_model(), "prompts": [p, q, p], "flush_before": [2],
                  "connector": {"host_capacity": "64MiB", "use_cost_model": False},
@@ -222,10 +234,11 @@ class DelayedFreeTest(unittest.TestCase):
                  "num_gpu_blocks_override": 6, "max_model_len": 640, "env": env},
                 d, "delayed-free"))
             cold, other, warm = out["rows"]
+            hit = harness.engine_result(ref_proc)["hit_rows"][0]
             self.assertEqual((cold["num_cached_tokens"], other["num_cached_tokens"]), (0, 0))
             self.assertEqual(warm["num_cached_tokens"], 512)
-            self.assertEqual(warm["token_ids"], cold["token_ids"])
-            self.assertEqual(warm["logprobs"], cold["logprobs"])
+            self.assertEqual(warm["token_ids"], hit["token_ids"])
+            self.assertEqual(warm["logprobs"], hit["logprobs"])
             self.assertEqual(out["kvtier"]["store_chunks_put"], 4)
         finally:
             shutil.rmtree(d, ignore_errors=True)

@@ -6,15 +6,15 @@ side by side:
     twice. The load thread may write layer l only after vLLM's forward got layer l-1
     ($KVT_TEST_HOLD_LAYERS), so the forward getting layer 0 while layer 1 is not written
     yet is an order, not a race. The second load fails writing layer 1
-    ($KVT_TEST_FAIL_LAYER_LOAD): its blocks are reported and recomputed. Outputs are
-    identical to computing the prompt. L also computes prompt Q once: the reference for
-    the preemption run.
+    ($KVT_TEST_FAIL_LAYER_LOAD): its blocks are reported and recomputed. A load's output
+    is vLLM's own prefix-cache hit on the same 512 tokens (a reference process, no
+    connector; docs/vllm.md "Exactness"); the recomputed one is the cold output.
   * R: prompts P and Q run together in a KV cache with room for 10 blocks, and both
     decode past 5 blocks, so vLLM preempts Q (its blocks are freed at once, no
     request_finished) while Q's store is still waiting to copy them (the store thread
     sleeps 5 s per request). The connector waits for that store before the step that
     may reuse the blocks (handle_preemptions); Q's stored KV is Q's own: Q loaded from
-    kvtier afterwards gives the reference output.
+    kvtier afterwards gives the reference output (the prefix-cache hit on 512 tokens).
 """
 
 import os
@@ -48,8 +48,11 @@ class LayersAndPreemptionTest(unittest.TestCase):
             prompts=[cls.q], flush_before=[0], num_gpu_blocks_override=11,
             max_model_len=1024, env=dict(BREAK, KVT_TEST_STORE_DELAY_S="5"),
             hooks=["preempted_store_waits", "loads_seen"]), cls.dir, "preempt")
+        ref = harness.run_engine(dict(model=model, connector=None, prompts=[cls.p, cls.q],
+                                      prefix_hit_tokens=512), cls.dir, "reference")
         cls.layers = harness.engine_result(layers)
         cls.preempt = harness.engine_result(preempt)
+        cls.ref = harness.engine_result(ref)
 
     @classmethod
     def tearDownClass(cls):
@@ -60,8 +63,11 @@ class LayersAndPreemptionTest(unittest.TestCase):
         h = self.layers["hooks"]
         self.assertEqual(cold["num_cached_tokens"], 0)
         self.assertEqual(warm["num_cached_tokens"], 512)
-        self.assertEqual(warm["token_ids"], cold["token_ids"])
-        self.assertEqual(warm["logprobs"], cold["logprobs"])
+        self.assertEqual(cold["token_ids"], self.ref["rows"][0]["token_ids"])
+        self.assertEqual(cold["logprobs"], self.ref["rows"][0]["logprobs"])
+        hit = self.ref["hit_rows"][0]
+        self.assertEqual(warm["token_ids"], hit["token_ids"])
+        self.assertEqual(warm["logprobs"], hit["logprobs"])
         # [layer vLLM's forward got, layers written at that moment]: layer 0 goes to the
         # forward while layer 1 is not written (1 of 2); the second load stops after
         # layer 0 and still releases layer 1 (no hang), as a failed load.
@@ -82,9 +88,11 @@ class LayersAndPreemptionTest(unittest.TestCase):
         h = self.preempt["hooks"]
         self.assertGreaterEqual(h["preempted_store_waits"], 1,
                                 "vLLM did not preempt a request whose store was pending")
+        self.assertEqual(ref_q["token_ids"], self.ref["rows"][1]["token_ids"])
         self.assertEqual(q_again["num_cached_tokens"], 512)
-        self.assertEqual(q_again["token_ids"], ref_q["token_ids"])
-        self.assertEqual(q_again["logprobs"], ref_q["logprobs"])
+        hit = self.ref["hit_rows"][1]
+        self.assertEqual(q_again["token_ids"], hit["token_ids"])
+        self.assertEqual(q_again["logprobs"], hit["logprobs"])
 
 
 if __name__ == "__main__":

@@ -285,6 +285,30 @@ void kvt_observe_prefill(kvt_connector* connector, uint64_t new_tokens, uint64_t
  * it returns, stored chunks survive the process and are found by a fresh one. */
 void kvt_flush(kvt_connector* connector);
 
+/* ---- Appended functions (issue 21): new ones go below. ---- */
+
+/* Parses a byte size with kvtier's one parser (kvstore/byte_size.h), so a size means the
+ * same number of bytes in every engine as in kvtierd and the kvtier CLI: an optional
+ * decimal fraction and a case-insensitive unit; B; K M G T and KiB MiB GiB TiB are powers
+ * of 2 ("4G" = 4 GiB = 4294967296); KB MB GB TB are powers of 10 ("4GB" = 4000000000). The
+ * result must be a whole number of bytes. KVT_INVALID_ARGUMENT for NULL arguments or any
+ * other text, with the parser's message naming `text` (kvt_last_error). */
+int kvt_parse_byte_size(const char* text, uint64_t* bytes);
+
+/* The connector's namespace id as 32 lowercase hex digits and a NUL in `out`: the value
+ * that `kvtier ls/inspect/evict --ns` take and that kvtier-llama-server's GET /kvtier
+ * reports as "namespace". KVT_INVALID_ARGUMENT for NULL arguments or out_size < 33. */
+int kvt_namespace_hex(const kvt_connector* connector, char* out, size_t out_size);
+
+/* Whether the connector's kvtierd (options.daemon_address) answers now: one Health call
+ * that waits at most min(timeout_ms, options.daemon_deadline_ms) ms (timeout_ms >= 1).
+ * KVT_OK when it answers and serves, and for a connector without a daemon. Otherwise the
+ * code of the failed call (KVT_UNAVAILABLE or KVT_DEADLINE_EXCEEDED for a daemon that is
+ * down, paused or not started yet; KVT_FAILED_PRECONDITION for one that answers but is
+ * not serving) with a message naming the address. The connector itself is unaffected:
+ * lookups miss and stores are dropped while the daemon does not answer. */
+int kvt_daemon_check(const kvt_connector* connector, uint32_t timeout_ms);
+
 #ifdef __cplusplus
 }
 #endif

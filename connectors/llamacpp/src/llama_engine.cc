@@ -54,21 +54,6 @@ absl::StatusOr<ggml_type> ParseCacheType(std::string_view name, std::string_view
                    "' is not a ggml type name (e.g. f16, f32, q8_0)"));
 }
 
-absl::StatusOr<ModelFileStamp> StampOf(int fd, const std::string& path) {
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    return absl::InternalError(
-        absl::StrFormat("fstat of model file '%s': %s", path, std::strerror(errno)));
-  }
-  ModelFileStamp m;
-  m.dev = static_cast<uint64_t>(st.st_dev);
-  m.ino = static_cast<uint64_t>(st.st_ino);
-  m.size = static_cast<uint64_t>(st.st_size);
-  m.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-  m.ctime_ns = static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec;
-  return m;
-}
-
 }  // namespace
 
 std::string_view LlamaCppPackageVersion() { return KVT_LLAMACPP_VERSION; }
@@ -99,15 +84,11 @@ absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Create(const EngineOpt
   std::unique_ptr<LlamaEngine> e(new LlamaEngine());
   e->options_ = options;
   // Held open for the engine's life: it names the inode llama.cpp maps, whatever later
-  // happens to the path (see CheckModelFile).
-  e->model_fd_ = ::open(options.model_path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (e->model_fd_ < 0) {
-    return absl::NotFoundError(absl::StrFormat("cannot open model file '%s': %s",
-                                               options.model_path, std::strerror(errno)));
-  }
-  absl::StatusOr<ModelFileStamp> stamp = StampOf(e->model_fd_, options.model_path);
-  if (!stamp.ok()) return stamp.status();
-  e->stamp_ = *stamp;
+  // happens to the path (see CheckModelFile). Fingerprinted before the load; the stamp is
+  // checked again after it.
+  absl::StatusOr<std::unique_ptr<ModelFileWatch>> watch = ModelFileWatch::Open(options.model_path);
+  if (!watch.ok()) return watch.status();
+  e->watch_ = std::move(*watch);
 
   llama_model_params mp = llama_model_default_params();
   mp.n_gpu_layers = 0;
@@ -143,12 +124,9 @@ absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Create(const EngineOpt
         options.model_path, options.n_ctx, options.type_k, options.type_v, options.flash_attn));
   }
   if (absl::Status s = e->Probe(); !s.ok()) return s;
-  absl::StatusOr<std::string> fp = FingerprintModelFile(e->FdPath());
-  if (!fp.ok()) return fp.status();
-  e->fingerprint_ = *fp;
-  absl::StatusOr<ModelFileStamp> after = StampOf(e->model_fd_, options.model_path);
-  if (!after.ok()) return after.status();
-  if (!(*after == e->stamp_)) {
+  absl::StatusOr<bool> moved = e->watch_->StampMoved();
+  if (!moved.ok()) return moved.status();
+  if (*moved) {
     return absl::UnavailableError(absl::StrFormat(
         "model file '%s' changed while it was being loaded; retry", options.model_path));
   }
@@ -158,27 +136,18 @@ absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Create(const EngineOpt
 LlamaEngine::~LlamaEngine() {
   if (ctx_ != nullptr) llama_free(ctx_);
   if (model_ != nullptr) llama_model_free(model_);
-  if (model_fd_ >= 0) ::close(model_fd_);
 }
 
-std::string LlamaEngine::FdPath() const { return absl::StrCat("/proc/self/fd/", model_fd_); }
-
 absl::StatusOr<bool> LlamaEngine::CheckModelFile() {
-  if (model_changed_) return true;
-  absl::StatusOr<ModelFileStamp> now = StampOf(model_fd_, options_.model_path);
-  if (!now.ok()) return now.status();
-  if (*now == stamp_) return false;
-  // Size, mtime or ctime moved: the bytes llama.cpp maps may have changed. Hash them.
-  absl::StatusOr<std::string> fp = FingerprintModelFile(FdPath());
-  if (!fp.ok()) return fp.status();
-  stamp_ = *now;
-  if (*fp == fingerprint_) return false;  // touched, same content
-  spdlog::warn(
-      "kvtier llama.cpp: model file '{}' changed under the running engine "
-      "(fingerprint {} -> {}); kvtier is off for this engine's old namespace",
-      options_.model_path, fingerprint_, *fp);
-  fingerprint_ = *fp;
-  model_changed_ = true;
+  absl::StatusOr<bool> changed = watch_->Changed();
+  if (!changed.ok() || !*changed) return changed;
+  if (!change_logged_) {
+    change_logged_ = true;
+    spdlog::warn(
+        "kvtier llama.cpp: model file '{}' changed under the running engine "
+        "(fingerprint {} -> {}); kvtier is off for this engine's old namespace",
+        options_.model_path, watch_->opened_fingerprint(), watch_->fingerprint());
+  }
   return true;
 }
 
@@ -361,7 +330,7 @@ std::string LlamaEngine::engine_extra() const {
 
 NamespaceParams LlamaEngine::MakeNamespaceParams(uint32_t chunk_tokens) const {
   NamespaceParams p;
-  p.model_id = "gguf-xxh3:" + fingerprint_;
+  p.model_id = "gguf-xxh3:" + model_fingerprint();
   p.layout = layout_;
   p.chunk_tokens = chunk_tokens;
   p.engine_extra = engine_extra();

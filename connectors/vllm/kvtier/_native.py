@@ -7,7 +7,7 @@ GIL for the duration of each call, so copies and I/O run without it.
 Where libkvtier.so comes from, first match wins:
   1. $KVTIER_LIB (a path to the file);
   2. kvtier/lib/libkvtier.so inside this package (copied there by ``pip install``
-     when the library was built first, see connectors/vllm/setup.py);
+     when the library was built first, see connectors/vllm/build_backend/kvtier_build.py);
   3. <source tree>/build/release/connectors/vllm/libkvtier.so (running from a checkout).
 Build it with ``cmake --preset release && cmake --build build/release --target kvtier_c``.
 """
@@ -145,6 +145,9 @@ def lib() -> C.CDLL:
             L.kvt_flush.restype = None
             L.kvt_observe_prefill.argtypes = [P, C.c_uint64, C.c_uint64, C.c_double]
             L.kvt_observe_prefill.restype = None
+            L.kvt_parse_byte_size.argtypes = [C.c_char_p, u64p]
+            L.kvt_namespace_hex.argtypes = [P, C.c_char_p, C.c_size_t]
+            L.kvt_daemon_check.argtypes = [P, C.c_uint32]
             _lib = L
         return _lib
 
@@ -152,6 +155,19 @@ def lib() -> C.CDLL:
 def _check(rc: int) -> None:
     if rc != 0:
         raise KvtError(rc, lib().kvt_last_error().decode("utf-8", "replace"))
+
+
+def parse_byte_size(text: str) -> int:
+    """Bytes of a size such as "4G" (= 4 GiB), "512MiB", "2TB" (= 2e12) or "1.5 MiB", read
+    by kvtier's one C++ parser (kvt_parse_byte_size; kvstore/byte_size.h), so a size means
+    what it means to kvtierd and the kvtier CLI. ValueError with the parser's message
+    (naming the text and the accepted forms) for anything else, e.g. a fraction of a byte."""
+    if not isinstance(text, str):
+        raise ValueError(f"byte size {text!r}: expected a string such as \"4GiB\"")
+    out = C.c_uint64()
+    if lib().kvt_parse_byte_size(text.encode(), C.byref(out)) != 0:
+        raise ValueError(lib().kvt_last_error().decode("utf-8", "replace"))
+    return out.value
 
 
 def _i32(values) -> C.Array:
@@ -323,6 +339,20 @@ class Connector(_OwnedHandle):
     def flush(self) -> None:
         if self._h:
             lib().kvt_flush(self._h)
+
+    def namespace_hex(self) -> str:
+        """The namespace id as 32 hex digits: what `kvtier ls/inspect/evict --ns` take."""
+        buf = C.create_string_buffer(33)
+        _check(lib().kvt_namespace_hex(self._live(), buf, len(buf)))
+        return buf.value.decode()
+
+    def daemon_check(self, timeout_ms: int = 1000) -> str | None:
+        """None when the connector's kvtierd answers (or there is none); else why not.
+        Waits at most min(timeout_ms, daemon_deadline_ms) (kvt_daemon_check)."""
+        L = lib()
+        if L.kvt_daemon_check(self._live(), max(1, int(timeout_ms))) == 0:
+            return None
+        return L.kvt_last_error().decode("utf-8", "replace")
 
     def stats(self) -> dict[str, int]:
         s = _Stats()

@@ -42,6 +42,7 @@ Flow per engine step:
 from __future__ import annotations
 
 import re
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -88,7 +89,10 @@ if TYPE_CHECKING:
     from vllm.v1.kv_cache_interface import KVCacheConfig
     from vllm.v1.request import Request
 
-logger = init_logger("kvtier.vllm")
+# Under vLLM's "vllm" logger, so vLLM's handler and VLLM_LOGGING_LEVEL apply: a logger
+# outside that tree ("kvtier.vllm" before) printed nothing below WARNING, and so not the
+# start-up line with the namespace (issue 21 item 14).
+logger = init_logger("vllm.kvtier")
 
 __all__ = ["KVTierConnector", "KVTierConnectorMetadata", "KVTierStats", "detect_layout",
            "timing"]
@@ -183,17 +187,65 @@ class KVTierConnector(KVConnectorBase_V1):
         self._last_stats: dict[str, int] = {}
         self._stat_fields = (_SCHEDULER_STATS if role == KVConnectorRole.SCHEDULER else
                              tuple(f for f in STAT_FIELDS if f not in _SCHEDULER_STATS))
-        logger.info("kvtier: %s connector, %s, namespace model=%s layers=%d kv_heads=%d "
+        self.namespace_hex = self._native.namespace_hex()
+        logger.info("kvtier: %s connector, %s, namespace %s (kvtier ls/inspect/evict --ns %s) "
+                    "model=%s layers=%d kv_heads=%d "
                     "head_dim=%d dtype=%s packing=%s block=%d chunk=%d tp=%d/%d tenant=%r "
                     "loads=%s",
                     role.name.lower(),
                     f"kvtierd {self._cfg.daemon_address}" if not self._cfg.embedded else
                     f"embedded host {self._cfg.host_capacity_bytes} B"
                     + (f" + disk {self._cfg.disk_dir}" if self._cfg.disk_dir else ""),
+                    self.namespace_hex, self.namespace_hex,
                     self._ns.model_id, self._ns.num_layers, self._ns.num_kv_heads,
                     self._ns.head_dim, self._ns.dtype, self._ns.packing, self._block_size,
                     self._cfg.chunk_tokens, self._ns.tp_rank, self._ns.tp_world_size,
                     self._cfg.tenant, "async" if self._cfg.loads_async else "sync")
+        self._daemon_watch: threading.Thread | None = None
+        self._daemon_watch_stop = threading.Event()
+        if role == KVConnectorRole.SCHEDULER and not self._cfg.embedded:
+            self._watch_daemon()
+
+    def _watch_daemon(self) -> None:
+        """Says at start-up whether kvtierd answers (issue 21 item 11). When it does not:
+        one warning now, then a thread asks every second and logs once when it answers.
+        Meanwhile every lookup misses and stores are dropped (the engine runs cold)."""
+        addr = self._cfg.daemon_address
+        why = self._native.daemon_check(1000)
+        if why is None:
+            logger.info("kvtier: kvtierd at %s answers", addr)
+            return
+        logger.warning("kvtier: the cache daemon kvtierd at %s does not answer (%s): vLLM runs "
+                       "cold (computes every prompt, stores nothing) until it answers; kvtier "
+                       "keeps trying and logs when it does", addr, why)
+
+        def poll():
+            while not self._daemon_watch_stop.wait(1.0):
+                native = self._native
+                if native is _CLOSED:
+                    return
+                try:
+                    if native.daemon_check(1000) is None:
+                        logger.info("kvtier: kvtierd at %s answers now: loads and stores "
+                                    "resume (after the remote tier's reconnect cool-down, "
+                                    "about a second)", addr)
+                        return
+                except KvtError:
+                    return
+        self._daemon_watch = threading.Thread(target=poll, name="kvtier-daemon-watch",
+                                              daemon=True)
+        self._daemon_watch.start()
+
+    @classmethod
+    def requires_piecewise_for_cudagraph(cls, extra_config: dict[str, Any]) -> bool:
+        """vLLM calls this while it builds its config (config/vllm.py, when CUDA graphs
+        are on), before any engine process starts: the earliest moment kvtier sees its
+        extra config, so a bad key stops vLLM here (ValueError naming the key) instead of
+        after the model loads (issue 21 item 13). On the CPU backend and with
+        --enforce-eager vLLM does not call it; the connector's constructors check the
+        same keys (see docs/vllm.md for when)."""
+        parse_extra_config(extra_config)
+        return super().requires_piecewise_for_cudagraph(extra_config)
 
     # ---------------------------------------------------------------- scheduler half
     def get_num_new_matched_tokens(self, request: "Request",
@@ -575,6 +627,7 @@ class KVTierConnector(KVConnectorBase_V1):
 
     def shutdown(self):
         """Drains pending stores (down to the disk tier) and closes the native store."""
+        self._daemon_watch_stop.set()
         for pool in (self._load_pool, self._store_pool, self._layer_pool):
             if pool is not None:
                 pool.shutdown(wait=True)  # in-flight copies finish before the store closes

@@ -12,7 +12,9 @@ names the key, raised from the connector's constructor, so the engine does not s
   tenant               tenant name, part of the namespace ("" = default tenant).
   chunk_tokens         kvtier chunk size in tokens (default 256); vLLM's block size
                        must divide it.
-  host_capacity        embedded host tier size: bytes or "512MiB", "4GiB" (default 1GiB).
+  host_capacity        embedded host tier size: bytes or "512MiB", "4G" (default 1GiB);
+                       sizes are read as kvtierd reads them (kvtier.parse_byte_size:
+                       K/M/G/T and KiB..TiB are powers of 2, KB/MB/GB/TB powers of 10).
   disk_dir             embedded disk tier directory (default: none).
   disk_capacity        embedded disk tier size (bytes or "8GiB"; default 0 = the disk
                        tier's own default).
@@ -48,28 +50,24 @@ KEYS = {"kvtierd", "token", "token_file", "tenant", "chunk_tokens", "host_capaci
         "disk_dir", "disk_capacity", "model_id", "use_cost_model", "daemon_deadline_ms",
         "load_failure_policy", "load_async", "load_per_layer"}
 
-_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "m": 1000**2, "mb": 1000**2,
-          "mib": 1 << 20, "g": 1000**3, "gb": 1000**3, "gib": 1 << 30, "t": 1000**4,
-          "tb": 1000**4, "tib": 1 << 40}
-
-
 def _err(key: str, value, expected: str) -> ValueError:
     return ValueError(f"kv_connector_extra_config.{key} = {value!r}: expected {expected}")
 
 
-def parse_bytes(key: str, value) -> int:
-    """Bytes from an int or a string like "512MiB" / "4GiB" / "1.5GB"."""
-    if isinstance(value, bool):
+def _bytes(key: str, value) -> int:
+    """Bytes from an int or a size string, read by kvtier's one parser (the C++ one that
+    kvtierd and the CLI use, through the C ABI): "4G" is 4 GiB there and here."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise _err(key, value, "a byte size such as 1073741824 or \"1GiB\"")
     if isinstance(value, int):
         if value < 0:
             raise _err(key, value, "a byte size >= 0")
         return value
-    if isinstance(value, str):
-        m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", value)
-        if m and m.group(2).lower() in _UNITS:
-            return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-    raise _err(key, value, "a byte size such as 1073741824 or \"1GiB\"")
+    from kvtier._native import parse_byte_size
+    try:
+        return parse_byte_size(value)
+    except ValueError as e:
+        raise ValueError(f"kv_connector_extra_config.{key}: {e}") from None
 
 
 def _bool(key: str, value) -> bool:
@@ -159,7 +157,7 @@ def parse_extra_config(extra: dict | None) -> KVTierConfig:
     if "chunk_tokens" in extra:
         c.chunk_tokens = _int("chunk_tokens", extra["chunk_tokens"], 1, 1 << 20)
     if "host_capacity" in extra:
-        c.host_capacity_bytes = parse_bytes("host_capacity", extra["host_capacity"])
+        c.host_capacity_bytes = _bytes("host_capacity", extra["host_capacity"])
         if c.host_capacity_bytes == 0:
             raise _err("host_capacity", extra["host_capacity"], "a byte size > 0")
     if "disk_dir" in extra:
@@ -167,7 +165,7 @@ def parse_extra_config(extra: dict | None) -> KVTierConfig:
         if not c.disk_dir:
             raise _err("disk_dir", extra["disk_dir"], "a directory path")
     if "disk_capacity" in extra:
-        c.disk_capacity_bytes = parse_bytes("disk_capacity", extra["disk_capacity"])
+        c.disk_capacity_bytes = _bytes("disk_capacity", extra["disk_capacity"])
     if not c.embedded:
         for k in ("host_capacity", "disk_dir", "disk_capacity"):
             if k in extra:
@@ -300,3 +298,36 @@ def derive_namespace(vllm_config, cfg: KVTierConfig, tp_rank: int = 0,
                      num_kv_heads=num_kv_heads, head_dim=head_dim, dtype=dtype, layout=layout,
                      block_size=block_size, packing=packing, tp_rank=tp_rank,
                      tp_world_size=pc.tensor_parallel_size, engine_extra=extra)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m kvtier.vllm_config '<--kv-transfer-config JSON>'``: checks the connector's
+    extra config in a second, before a vLLM start-up that would report a bad key only when
+    the connector is first built (after the model loads; docs/vllm.md). Accepts the whole
+    --kv-transfer-config object or its kv_connector_extra_config alone. Exit 0 and the
+    parsed settings, or exit 2 and the error naming the key."""
+    import sys
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or args[0] in ("-h", "--help"):
+        print(main.__doc__, file=sys.stderr)
+        return 2
+    try:
+        obj = json.loads(args[0])
+    except ValueError as e:
+        print(f"kvtier: not JSON: {e}", file=sys.stderr)
+        return 2
+    if not isinstance(obj, dict):
+        print("kvtier: expected a JSON object", file=sys.stderr)
+        return 2
+    extra = obj.get("kv_connector_extra_config", {}) if "kv_connector" in obj else obj
+    try:
+        cfg = parse_extra_config(extra)
+    except ValueError as e:
+        print(f"kvtier: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(vars(cfg) | {"token": "***" if cfg.token else ""}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "kvstore/chunk_key.h"
 #include "kvstore/types.h"
+#include "llamacpp/model_file_watch.h"
 #include "llamacpp/seq_state.h"
 
 struct llama_model;
@@ -50,13 +51,6 @@ struct EngineOptions {
   bool verbose_llama_log = false;
 
   absl::Status Validate() const;
-};
-
-// What fstat says about the model file's inode; any change triggers a re-fingerprint.
-struct ModelFileStamp {
-  uint64_t dev = 0, ino = 0, size = 0;
-  int64_t mtime_ns = 0, ctime_ns = 0;
-  bool operator==(const ModelFileStamp&) const = default;
 };
 
 // Called during prefill with (tokens done, tokens total) after each batch.
@@ -114,9 +108,10 @@ class LlamaEngine {
   // XXH3-128 of the model file (whole file up to 4 GiB; above that, the GGUF metadata
   // plus 1 MiB samples at 256 evenly spaced offsets), as 32 hex digits. Computed at
   // Create and again by CheckModelFile when the file's stamp moves.
-  const std::string& model_fingerprint() const { return fingerprint_; }
-  // Whether the model file now holds other bytes than when the engine was created.
-  // The engine keeps the file open, so this follows the inode llama.cpp mapped: an
+  const std::string& model_fingerprint() const { return watch_->fingerprint(); }
+  // Whether the model file now holds other bytes than when the engine was created
+  // (ModelFileWatch::Changed, logged once). The engine keeps the file open, so this
+  // follows the inode llama.cpp mapped: an
   // in-place overwrite (same path, even same size: llama.cpp's shared mapping then
   // sees the new weights) is a change; a replace-by-rename of the path is not (the
   // engine still runs the old inode's weights). Cheap when nothing moved (one fstat);
@@ -144,13 +139,9 @@ class LlamaEngine {
   bool logits_valid_ = false;
   SeqStateSpec spec_;
   KvLayout layout_;
-  std::string fingerprint_;
   double probe_decode_s_ = 0;
-  int model_fd_ = -1;
-  ModelFileStamp stamp_;
-  bool model_changed_ = false;
-
-  std::string FdPath() const;  // /proc/self/fd/<model_fd_>
+  std::unique_ptr<ModelFileWatch> watch_;  // set by Create, never null after it
+  bool change_logged_ = false;
 };
 
 // XXH3-128 fingerprint of a GGUF file as described at model_fingerprint().

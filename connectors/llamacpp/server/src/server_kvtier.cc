@@ -1,5 +1,6 @@
 #include "kvtier_server/server_kvtier.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <optional>
 #include <vector>
@@ -9,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "connectors/daemon_probe.h"
 #include "kvstore/disk_tier.h"
 #include "kvstore/host_tier.h"
 #include "kvstore/prometheus_text.h"
@@ -144,10 +147,71 @@ absl::StatusOr<std::unique_ptr<ServerKvtier>> ServerKvtier::Create(
     return store.status();
   }
   k->store_ = std::shared_ptr<TieredStore>(std::move(*store));
+  if (!options.daemon.empty()) {
+    ServerKvtier* self = k.get();
+    k->daemon_watch_ = std::thread([self] { self->WatchDaemon(); });
+  }
   return k;
 }
 
-ServerKvtier::~ServerKvtier() { Flush(); }
+ServerKvtier::~ServerKvtier() {
+  if (daemon_watch_.joinable()) {
+    {
+      absl::MutexLock lock(&watch_mu_);
+      watch_stop_ = true;
+    }
+    daemon_watch_.join();
+  }
+  Flush();
+}
+
+void ServerKvtier::WatchDaemon() {
+  const std::chrono::milliseconds deadline(std::min<int64_t>(options_.daemon_timeout_ms, 2000));
+  absl::Status s = ProbeDaemon(options_.daemon, options_.token, deadline);
+  if (s.ok()) {
+    spdlog::info("kvtier: kvtierd at {} answers", options_.daemon);
+    return;
+  }
+  spdlog::warn(
+      "kvtier: the cache daemon kvtierd at {} does not answer ({}): kvtier-llama-server runs "
+      "cold (computes every prompt, stores nothing) until it answers; kvtier keeps trying and "
+      "logs when it does",
+      options_.daemon, s.ToString());
+  while (true) {
+    {
+      absl::MutexLock lock(&watch_mu_);
+      if (watch_mu_.AwaitWithTimeout(absl::Condition(&watch_stop_), absl::Seconds(1))) return;
+    }
+    if (ProbeDaemon(options_.daemon, options_.token, deadline).ok()) {
+      spdlog::info(
+          "kvtier: kvtierd at {} answers now: loads and stores resume (after the remote tier's "
+          "reconnect cool-down, about a second)",
+          options_.daemon);
+      return;
+    }
+  }
+}
+
+bool ServerKvtier::ModelUnchanged() {
+  if (model_changed_.load(std::memory_order_relaxed)) return false;
+  if (!model_watch_) return false;
+  absl::StatusOr<bool> changed = model_watch_->Changed();
+  if (!changed.ok()) {
+    spdlog::warn("kvtier: cannot check the model file, not using kvtier for this request: {}",
+                 changed.status().ToString());
+    return false;
+  }
+  if (!*changed) return true;
+  model_changed_.store(true, std::memory_order_relaxed);
+  spdlog::error(
+      "kvtier: model file '{}' changed under the running server (fingerprint {} -> {}): kvtier "
+      "is off for this server from now on (no lookup, no load, no store under namespace {}, "
+      "which names the old weights); restart kvtier-llama-server to use kvtier with the new "
+      "file",
+      model_watch_->path(), model_watch_->opened_fingerprint(), model_watch_->fingerprint(),
+      ns_hex_);
+  return false;
+}
 
 void ServerKvtier::Flush() {
   if (connector_) connector_->Flush();
@@ -172,6 +236,13 @@ bool ServerKvtier::OnContextReady(llama_context* ctx, const char* model_path) {
         llama_n_ubatch(ctx), chunk, llama_n_batch(ctx));
     return false;
   }
+  // The file the server loaded, watched from now on (ModelUnchanged). Opened before the
+  // namespace engine reads it, so a change in between shows as two fingerprints.
+  absl::StatusOr<std::unique_ptr<ModelFileWatch>> watch = ModelFileWatch::Open(model_path);
+  if (!watch.ok()) {
+    spdlog::error("kvtier: cannot watch the model file: {}", watch.status().ToString());
+    return false;
+  }
   // The adapter's namespace: a small engine over the same model, types and flash attention.
   EngineOptions eo;
   eo.model_path = model_path;
@@ -191,6 +262,12 @@ bool ServerKvtier::OnContextReady(llama_context* ctx, const char* model_path) {
                   engine.status().ToString());
     return false;
   }
+  if ((*engine)->model_fingerprint() != (*watch)->opened_fingerprint()) {
+    spdlog::error("kvtier: model file '{}' changed while the server started; restart it",
+                  model_path);
+    return false;
+  }
+  model_watch_ = std::move(*watch);
   const SeqStateSpec& es = (*engine)->state_spec();
   if (es.n_layer != probed->n_layer || es.type_k != probed->type_k || es.type_v != probed->type_v ||
       es.k_row_bytes != probed->k_row_bytes || es.v_row_bytes != probed->v_row_bytes ||
@@ -232,7 +309,7 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
     AddAtomic(prompt_start_seconds_, std::chrono::duration<double>(Clock::now() - entered).count());
   };
   overlaps_.erase(seq_id);  // a front the slot never finished (e.g. a cancelled request)
-  if (!connector_ || n_tokens < 2) return 0;
+  if (!connector_ || n_tokens < 2 || !ModelUnchanged()) return 0;
   const uint32_t chunk = connector_->chunk_tokens();
   // Complete chunks up to T (the last token is always computed), then the tail record of
   // tokens [T, n - 1) (tail_records.h) when the slot holds no more than T, or, for a
@@ -244,6 +321,8 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
   requests_.fetch_add(1, std::memory_order_relaxed);
   const std::span<const TokenId> prompt = Span(tokens, n_tokens);
   uint64_t want = 0;
+  // The lookup's lease pins the chunks it found until this restore has loaded them.
+  std::optional<ConnectorLookup> pinned;
   if (chunk_end > 0) {
     absl::StatusOr<ConnectorLookup> lookup = connector_->Lookup(prompt, n_have);
     if (!lookup.ok()) {
@@ -268,6 +347,7 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
     if (want <= n_have && lookup->cached_tokens > n_have) {
       cost_skips_.fetch_add(1, std::memory_order_relaxed);
     }
+    pinned.emplace(std::move(*lookup));
   }
   // The tail follows the chunks' decision: only after every chunk before it is loaded.
   std::optional<std::vector<std::byte>> tail;
@@ -455,6 +535,7 @@ void ServerKvtier::OnPromptDone(llama_context* ctx, int32_t seq_id, const llama_
     prompt_start_.erase(it);
   }
   last_prompt_tokens_[seq_id] = n_tokens;
+  if (!ModelUnchanged()) return;  // never store under a namespace of other weights
   const std::span<const TokenId> prompt = Span(tokens, n_tokens);
   StoreSeq(ctx, seq_id, prompt);
   // The tail only when its KV was computed the way a cold prefill computes it: the
@@ -491,7 +572,7 @@ void ServerKvtier::OnPromptSave(llama_context* ctx, int32_t seq_id, const llama_
   // Only the prompt's chunks: generated tokens were decoded one by one, and their KV can
   // differ in the last bits from a prefill of the same tokens.
   auto it = last_prompt_tokens_.find(seq_id);
-  if (it == last_prompt_tokens_.end()) return;
+  if (it == last_prompt_tokens_.end() || !ModelUnchanged()) return;
   StoreSeq(ctx, seq_id, Span(tokens, std::min<size_t>(n_tokens, it->second)));
 }
 
@@ -545,6 +626,9 @@ std::string ServerKvtier::MetricsText() const {
        overlap_wait_seconds_.load());
   line("kvtier_chunk_integrity_errors_total", "chunks that failed verification on load", "counter",
        static_cast<double>(cs.load_data_loss));
+  line("kvtier_model_changed",
+       "1 once the model file changed under the server: kvtier is off until a restart", "gauge",
+       model_changed_.load(std::memory_order_relaxed) ? 1 : 0);
   return out.Take();
 }
 
@@ -554,9 +638,12 @@ std::string ServerKvtier::StatusJson() const {
   }
   const ConnectorStats cs = connector_->stats();
   const TailStats ts = tails_ ? tails_->stats() : TailStats{};
+  const bool model_changed = model_changed_.load(std::memory_order_relaxed);
   nlohmann::json j = {
-      {"enabled", true},
-      {"state", "ready"},
+      {"enabled", !model_changed},
+      {"state", model_changed ? "model_changed" : "ready"},
+      {"model_changed", model_changed},
+      {"model_file", model_watch_ ? model_watch_->path() : ""},
       {"tiers", tiers_},
       {"namespace", ns_hex_},
       {"chunk_tokens", options_.chunk_tokens},

@@ -115,6 +115,12 @@ size_t ServerKvtier::OnPromptBatch(llama_context* ctx, int32_t seq_id, const lla
     overlaps_.erase(it);  // the slot moved on to another prompt (waits for the loader)
     return n_done;
   }
+  // The model file changed since the load started: its chunks name the old weights, so
+  // none is joined; llama-server computes the rest (issue 21 item 1).
+  if (!ModelUnchanged()) {
+    overlaps_.erase(it);
+    return n_done;
+  }
   if (ov.from_end) {
     // Meet in the middle: one chunk per batch while the loader walks down from the end;
     // once it has stopped (finished or failed), the gap before what it loaded at once.

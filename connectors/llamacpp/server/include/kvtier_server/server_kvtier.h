@@ -31,6 +31,17 @@
 //    llama_state_seq_set_data on that seq id) and llama-server continues after K. A
 //    back load that fails only leaves the rest to compute.
 //  * Counters for /metrics (kvtier_* lines) and GET /kvtier.
+//  * The model file (issue 21 item 1): OnContextReady opens a ModelFileWatch on the file
+//    the server loaded; before every lookup/load (OnPromptStart) and every store
+//    (OnPromptDone, OnPromptSave) the watch is asked whether the file changed (one fstat;
+//    the file is hashed again only when its stamp moved). Once it changed, kvtier is off
+//    for this server for good: no lookup, no load, no store under the namespace that
+//    names the old weights. Logged once as an error, shown in /kvtier ("state":
+//    "model_changed") and /metrics (kvtier_model_changed 1). Restart the server to use
+//    kvtier with the new file.
+//  * kvtierd at start-up (issue 21 item 11): Create starts a thread that asks kvtierd's
+//    Health; when it does not answer, one warning says the server runs cold until it
+//    does, and the thread asks every second until it answers, then logs that once.
 // A tier that fails (kvtierd missing, dead or paused) is a miss: the prompt is computed.
 #ifndef KVTIER_SERVER_SERVER_KVTIER_H_
 #define KVTIER_SERVER_SERVER_KVTIER_H_
@@ -40,13 +51,17 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "connectors/kv_connector.h"
 #include "kvstore/cost_model.h"
 #include "kvstore/tiered_store.h"
 #include "kvtier_server/server_options.h"
 #include "kvtier_server/tail_records.h"
+#include "llamacpp/model_file_watch.h"
 #include "llamacpp/overlap_load.h"
 #include "llamacpp/seq_state.h"
 #include "server-kvtier-hooks.h"  // from llama-server.patch (tools/server/)
@@ -81,6 +96,11 @@ class ServerKvtier final : public KvtierServerHooks {
   using Clock = std::chrono::steady_clock;
   explicit ServerKvtier(const ServerKvtierOptions& options) : options_(options) {}
   size_t StoreSeq(llama_context* ctx, int32_t seq_id, std::span<const TokenId> tokens);
+  // Whether the model file still holds the bytes the namespace names (task-loop thread).
+  // False, for good, once it changed (logged once); false for this call on an I/O error.
+  bool ModelUnchanged();
+  // The kvtierd start-up check (thread body; see the file comment).
+  void WatchDaemon();
   // Reads sequence `seq_id`'s state (single stream) into state_scratch_ and parses it.
   absl::StatusOr<SeqStateView> ReadSeqState(llama_context* ctx, int32_t seq_id);
   void StoreTail(llama_context* ctx, int32_t seq_id, std::span<const TokenId> prompt);
@@ -125,6 +145,8 @@ class ServerKvtier final : public KvtierServerHooks {
   SeqStateSpec spec_;
   uint32_t n_stream_ = 1;  // KV streams of the server's context (non-unified: one per slot)
   std::string ns_hex_;
+  std::unique_ptr<ModelFileWatch> model_watch_;  // set by OnContextReady; task-loop thread
+  std::atomic<bool> model_changed_{false};
   std::map<int32_t, PromptStart> prompt_start_;   // task-loop thread only
   std::map<int32_t, size_t> last_prompt_tokens_;  // task-loop thread only
   // Reused buffers (task-loop thread only), so a restore or a store of a long prompt
@@ -158,6 +180,11 @@ class ServerKvtier final : public KvtierServerHooks {
   OverlapJoinCost join_cost_;  // task-loop thread only: measured join costs for PlanOverlap
   // Last: destroyed first, so a loader's thread ends before the connector it uses.
   std::map<int32_t, std::unique_ptr<Overlap>> overlaps_;  // task-loop thread only
+
+  // The kvtierd start-up check (WatchDaemon); stopped and joined by the destructor.
+  absl::Mutex watch_mu_;
+  bool watch_stop_ ABSL_GUARDED_BY(watch_mu_) = false;
+  std::thread daemon_watch_;
 };
 
 }  // namespace kvt::llamacpp
