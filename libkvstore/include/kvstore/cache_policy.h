@@ -25,6 +25,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -35,7 +36,7 @@ namespace kvt {
 // What a tier tells its policy about one record.
 struct CacheEntryInfo {
   ChunkKey key;
-  ChunkKey parent;        // the key of the chunk before it in its prompt (zero for chunk 0)
+  ChunkKey parent;  // the key of the chunk before it in its prompt (zero for chunk 0)
   NamespaceId ns;
   uint64_t record_bytes = 0;  // header + payload
 };
@@ -49,10 +50,10 @@ enum class AdmitReason : uint8_t {
 
 // Why a held record stops being held.
 enum class RemoveReason : uint8_t {
-  kEvicted = 0,  // the tier needed room (the policy's victim)
-  kErased = 1,   // an explicit erase or operator eviction
-  kReplaced = 2, // a new record of the same key replaced it
-  kExpired = 3,  // the policy's TTL ran out
+  kEvicted = 0,   // the tier needed room (the policy's victim)
+  kErased = 1,    // an explicit erase or operator eviction
+  kReplaced = 2,  // a new record of the same key replaced it
+  kExpired = 3,   // the policy's TTL ran out
 };
 
 class CachePolicy {
@@ -98,18 +99,33 @@ class CachePolicy {
   virtual size_t size() const = 0;
 };
 
-// Which policy a tier uses, with its parameters. The defaults are documented in
-// docs/cache-policy.md.
+// Which policy a tier uses, with its parameters. The policies, the defaults and the
+// measurements behind them are in docs/cache-policy.md.
 struct CachePolicyOptions {
-  // "lru" (recency only, admits everything: the historical behaviour). Further policies
-  // are added by name; MakeCachePolicy rejects an unknown name.
+  // One of CachePolicyNames():
+  //  "lru"     recency only, admits everything (the historical behaviour);
+  //  "lfu"     in-cache LFU (fewest uses first, ties least recent first);
+  //  "s3fifo"  S3-FIFO (SOSP'23): small FIFO + main FIFO with reinsertion + ghost keys;
+  //  "adaptive" prefix-aware LRU that stores a chunk seen for the first time only while
+  //            its ARC-style adaptive budget for such chunks allows (a small tier skips
+  //            them, a large one keeps them); chains leave tail first. The default policy
+  //            ("default" names it too).
+  // MakeCachePolicy rejects any other name.
   std::string name = "lru";
-  // Records older than this since their last use are dropped. 0 = no TTL.
+  // Records older than this since their last use (insert, read or pin) are dropped. 0 = no
+  // TTL.
   std::chrono::seconds ttl{0};
+  // The TTL's clock: empty = std::chrono::steady_clock::now (tests pass their own).
+  std::function<std::chrono::steady_clock::time_point()> clock;
 
   // InvalidArgument naming the field for a bad value.
   absl::Status Validate() const;
 };
+
+// The policy names MakeCachePolicy accepts, for help texts and config validation.
+const std::vector<std::string>& CachePolicyNames();
+// The name of the default policy ("adaptive"), what "default" resolves to.
+inline constexpr std::string_view kDefaultCachePolicy = "adaptive";
 
 // A new policy object for one tier. `capacity_bytes` is the tier's capacity (policies
 // that size windows or sketches by it). InvalidArgument for bad options.
