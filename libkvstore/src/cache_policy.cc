@@ -54,7 +54,8 @@ std::unique_ptr<CachePolicy> MakeLruPolicy() { return std::make_unique<LruPolicy
 }  // namespace internal
 
 const std::vector<std::string>& CachePolicyNames() {
-  static const std::vector<std::string> names = {"lru", "lfu", "s3fifo", "adaptive", "default"};
+  static const std::vector<std::string> names = {"lru",    "lfu",      "arc",
+                                                 "s3fifo", "adaptive", "default"};
   return names;
 }
 
@@ -81,6 +82,8 @@ absl::StatusOr<std::unique_ptr<CachePolicy>> MakeCachePolicy(const CachePolicyOp
     policy = internal::MakeLruPolicy();
   } else if (name == "lfu") {
     policy = internal::MakeLfuPolicy();
+  } else if (name == "arc") {
+    policy = internal::MakeArcPolicy(capacity_bytes);
   } else if (name == "s3fifo") {
     policy = internal::MakeS3FifoPolicy(capacity_bytes);
   } else {

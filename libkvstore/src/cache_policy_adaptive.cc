@@ -23,10 +23,8 @@
 // Prefix-aware placement (cache_policy_list.h): a prompt's chain leaves tail first.
 // Not thread-safe.
 #include <algorithm>
-#include <deque>
 #include <optional>
 
-#include "absl/container/flat_hash_set.h"
 #include "cache_policy_impl.h"
 #include "frequency_sketch.h"
 
@@ -34,33 +32,6 @@ namespace kvt::internal {
 namespace {
 
 constexpr uint8_t kWindow = 1, kMain = 2;
-
-// Keys recently lost by one side (ARC's B1/B2): keys only, FIFO-bounded.
-class GhostList {
- public:
-  void Add(const ChunkKey& key, size_t limit) {
-    if (!set_.insert(key).second) return;
-    fifo_.push_back(key);
-    while (set_.size() > limit && !fifo_.empty()) {
-      set_.erase(fifo_.front());
-      fifo_.pop_front();
-    }
-    if (fifo_.size() > 2 * limit + 16) Compact();
-  }
-  bool Take(const ChunkKey& key) { return set_.erase(key) > 0; }
-  size_t size() const { return set_.size(); }
-
- private:
-  void Compact() {
-    std::deque<ChunkKey> kept;
-    for (const ChunkKey& k : fifo_) {
-      if (set_.contains(k)) kept.push_back(k);
-    }
-    fifo_.swap(kept);
-  }
-  absl::flat_hash_set<ChunkKey> set_;
-  std::deque<ChunkKey> fifo_;  // may hold keys already taken
-};
 
 class AdaptivePolicy final : public StagedPolicy {
  public:

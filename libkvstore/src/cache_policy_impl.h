@@ -17,6 +17,8 @@ std::unique_ptr<CachePolicy> MakeLruPolicy();
 // Least frequently used held key first, ties least recent first; admits everything
 // (cache_policy_lfu.cc). Counts are kept while a key is held (in-cache LFU).
 std::unique_ptr<CachePolicy> MakeLfuPolicy();
+// ARC (cache_policy_arc.cc).
+std::unique_ptr<CachePolicy> MakeArcPolicy(uint64_t capacity_bytes);
 // S3-FIFO (cache_policy_s3fifo.cc).
 std::unique_ptr<CachePolicy> MakeS3FifoPolicy(uint64_t capacity_bytes);
 // The default: prefix-aware LRU with ARC-adapted admission of first-seen chunks

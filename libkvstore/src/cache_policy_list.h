@@ -8,13 +8,16 @@
 //    parent *behind* its children (evicted first, orphaning them). Placing a chunk right
 //    behind its parent when the parent sits in the same list makes a prompt's chain leave
 //    tail first (its last chunk, rarely reused, first; its first chunk last).
+//  - GhostList: keys recently evicted (ARC's B1/B2, S3-FIFO's ghost queue), keys only.
 // Not thread-safe (the policy's tier guards it).
 #ifndef KVSTORE_SRC_CACHE_POLICY_LIST_H_
 #define KVSTORE_SRC_CACHE_POLICY_LIST_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/container/node_hash_map.h"
 #include "kvstore/types.h"
 
@@ -96,6 +99,35 @@ inline void PlaceAfterParent(NodeList& list, uint8_t queue, PolicyNode* n) {
   }
   list.set_last_placed(n);
 }
+
+// Keys recently evicted from one side of a policy: keys only, FIFO-bounded.
+class GhostList {
+ public:
+  // Remembers `key` (no-op if remembered), forgetting the oldest beyond `limit` keys.
+  void Add(const ChunkKey& key, size_t limit) {
+    if (!set_.insert(key).second) return;
+    fifo_.push_back(key);
+    while (set_.size() > limit && !fifo_.empty()) {
+      set_.erase(fifo_.front());
+      fifo_.pop_front();
+    }
+    if (fifo_.size() > 2 * limit + 16) Compact();
+  }
+  // Forgets `key`; whether it was remembered.
+  bool Take(const ChunkKey& key) { return set_.erase(key) > 0; }
+  size_t size() const { return set_.size(); }
+
+ private:
+  void Compact() {
+    std::deque<ChunkKey> kept;
+    for (const ChunkKey& k : fifo_) {
+      if (set_.contains(k)) kept.push_back(k);
+    }
+    fifo_.swap(kept);
+  }
+  absl::flat_hash_set<ChunkKey> set_;
+  std::deque<ChunkKey> fifo_;  // may hold keys already taken (dropped when reached)
+};
 
 }  // namespace kvt::internal
 

@@ -4,9 +4,6 @@
 // in a ghost FIFO of keys only; a ghost key stored again goes straight to main. Main is
 // a FIFO with reinsertion (a key read since it was last looked at goes round again, up
 // to 3 times). Admits everything. Not thread-safe.
-#include <deque>
-
-#include "absl/container/flat_hash_set.h"
 #include "cache_policy_impl.h"
 
 namespace kvt::internal {
@@ -32,7 +29,7 @@ class S3FifoPolicy final : public StagedPolicy {
     n->parent = entry.parent;
     n->bytes = entry.record_bytes;
     if (avg_bytes_ == 0) avg_bytes_ = entry.record_bytes > 0 ? entry.record_bytes : 1;
-    if (ghost_.erase(entry.key) > 0) {
+    if (ghost_.Take(entry.key)) {
       n->queue = kMain;
       main_.PushFront(n);
     } else {
@@ -107,20 +104,13 @@ class S3FifoPolicy final : public StagedPolicy {
  private:
   void RememberGhost(const ChunkKey& key) {
     // As many ghost keys as main holds records (the paper's choice).
-    const size_t limit = (capacity_bytes_ / avg_bytes_) * 9 / 10 + 1;
-    if (!ghost_.insert(key).second) return;
-    ghost_fifo_.push_back(key);
-    while (ghost_fifo_.size() > limit) {
-      ghost_.erase(ghost_fifo_.front());
-      ghost_fifo_.pop_front();
-    }
+    ghost_.Add(key, (capacity_bytes_ / avg_bytes_) * 9 / 10 + 1);
   }
 
   uint64_t capacity_bytes_;
   uint64_t avg_bytes_ = 0;  // the first record's size (a tier's records are alike)
   NodeList small_, main_;
-  absl::flat_hash_set<ChunkKey> ghost_;
-  std::deque<ChunkKey> ghost_fifo_;  // may hold keys already gone from ghost_ (re-stored)
+  GhostList ghost_;
 };
 
 }  // namespace

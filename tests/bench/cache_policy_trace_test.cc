@@ -35,8 +35,7 @@ std::vector<nlohmann::json> RunBench(const std::string& args) {
 
 TEST(CachePolicyTraceTest, ConversationSliceJsonHasTheKeysAndDefaultBeatsLru) {
   const auto lines = RunBench(
-      "--traces conversation --max-requests 3000 --capacities 0.01,0.02,0.1 "
-      "--policies default,lru,lfu,s3fifo");
+      "--traces conversation --max-requests 3000 --capacities 0.01,0.02,0.1 --host-disk ''");
   std::map<double, std::map<std::string, double>> ratio;  // capacity -> policy -> ratio
   for (const auto& j : lines) {
     if (!j.contains("policy")) continue;               // a target's verdict line
@@ -56,7 +55,7 @@ TEST(CachePolicyTraceTest, ConversationSliceJsonHasTheKeysAndDefaultBeatsLru) {
   for (const auto& [cap, by_policy] : ratio) {
     std::set<std::string> names;
     for (const auto& [name, r] : by_policy) names.insert(name);
-    EXPECT_EQ(names, (std::set<std::string>{"default", "lfu", "lru", "optimum", "s3fifo"}))
+    EXPECT_EQ(names, (std::set<std::string>{"arc", "default", "lfu", "lru", "optimum", "s3fifo"}))
         << "capacity " << cap;
     EXPECT_GE(by_policy.at("default"), by_policy.at("lru")) << "capacity " << cap;
     EXPECT_GT(by_policy.at("optimum"), 0.0) << "capacity " << cap;

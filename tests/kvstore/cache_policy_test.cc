@@ -159,6 +159,20 @@ TEST(CachePolicyTest, LfuEvictsTheLeastUsedThenTheLeastRecent) {
   EXPECT_THAT(t.VictimOrder(), ElementsAre(5, 3, 1));
 }
 
+TEST(CachePolicyTest, ArcMovesReusedKeysToT2AndGrowsT1OnAGhostHit) {
+  FakeTier t("arc", 2);
+  t.Put(1);
+  t.Put(2);
+  t.Get(1);  // 1 used again: T2
+  t.Put(3);  // T1 (2, 3's room) is over its target share (0): its oldest, 2, goes to B1
+  EXPECT_THAT(t.TakeEvicted(), ElementsAre(2));
+  EXPECT_FALSE(t.Get(2));  // a B1 hit: T1's share grows to one record, 2 returns to T2
+  t.Put(2);
+  EXPECT_THAT(t.TakeEvicted(), ElementsAre(1));  // T1 (3) is within its share: T2's 1 goes
+  // T1 holds its share (3): T2's 2 would go first.
+  EXPECT_THAT(t.VictimOrder(), ElementsAre(2, 3));
+}
+
 TEST(CachePolicyTest, S3FifoMovesReadKeysToMainAndRemembersTheOthers) {
   // Room for 10: the small FIFO's share is 1 record.
   FakeTier t("s3fifo", 10);

@@ -105,6 +105,7 @@ struct CachePolicyOptions {
   // One of CachePolicyNames():
   //  "lru"     recency only, admits everything (the historical behaviour);
   //  "lfu"     in-cache LFU (fewest uses first, ties least recent first);
+  //  "arc"     ARC (FAST'03): recency and frequency lists with ghosts, self-tuning split;
   //  "s3fifo"  S3-FIFO (SOSP'23): small FIFO + main FIFO with reinsertion + ghost keys;
   //  "adaptive" prefix-aware LRU that stores a chunk seen for the first time only while
   //            its ARC-style adaptive budget for such chunks allows (a small tier skips
