@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -64,10 +66,10 @@ void DiskTier::Impl::ReleaseRing(std::unique_ptr<IoRing> ring) {
 // ---------------------------------------------------------------- bookkeeping
 
 DiskTier::Impl::Entry DiskTier::Impl::DetachLocked(
-    absl::flat_hash_map<ChunkKey, Entry>::iterator it) {
+    absl::flat_hash_map<ChunkKey, Entry>::iterator it, std::optional<RemoveReason> reason) {
   Entry e = it->second;
   if (!e.committed) --uncommitted_;
-  lru_.Remove(e.lru);
+  if (reason) policy_->OnRemove(it->first, *reason);
   dirty_access_.erase(it->first);
   used_bytes_ -= e.padded;
   map_.erase(it);
@@ -107,7 +109,7 @@ void DiskTier::Impl::DropEntry(const ChunkKey& key, uint64_t gen) {
     absl::MutexLock l(&mu_);
     auto it = map_.find(key);
     if (it == map_.end() || it->second.gen != gen) return;  // replaced or gone already
-    e = DetachLocked(it);
+    e = DetachLocked(it, RemoveReason::kErased);
   }
   absl::Status s = index_->Delete(std::span<const ChunkKey>(&key, 1), /*sync=*/true);
   absl::MutexLock l(&mu_);
@@ -122,7 +124,43 @@ void DiskTier::Impl::DropEntry(const ChunkKey& key, uint64_t gen) {
 
 // ---------------------------------------------------------------- Put / Get
 
-absl::Status DiskTier::Impl::Put(std::span<const std::byte> record) {
+void DiskTier::Impl::DropExpired() {
+  {
+    absl::MutexLock l(&mu_);
+    bool any = false;
+    policy_->VisitExpired(std::chrono::steady_clock::now(), [&](const ChunkKey&) { any = true; });
+    if (!any) return;  // the common case: no TTL, or nothing expired
+  }
+  absl::MutexLock il(&index_mu_);
+  std::vector<ChunkKey> keys;
+  std::vector<Entry> dropped;
+  {
+    absl::MutexLock l(&mu_);
+    std::vector<ChunkKey> expired;
+    policy_->VisitExpired(std::chrono::steady_clock::now(),
+                          [&](const ChunkKey& key) { expired.push_back(key); });
+    for (const ChunkKey& key : expired) {
+      auto it = map_.find(key);
+      if (it == map_.end() || it->second.pins > 0 || it->second.readers > 0) continue;
+      keys.push_back(key);
+      dropped.push_back(DetachLocked(it, RemoveReason::kExpired));
+    }
+  }
+  if (keys.empty()) return;
+  // Synced: the deletion is durable before the extents are reused.
+  absl::Status s = index_->Delete(keys, /*sync=*/true);
+  absl::MutexLock l(&mu_);
+  if (!s.ok()) {
+    // The index may still point at the extents: leak them until the next Open.
+    ++counters_.io_errors;
+    spdlog::error("disk tier: cannot drop {} expired index entries: {}", keys.size(), s.ToString());
+    return;
+  }
+  counters_.ttl_expired += dropped.size();
+  for (const Entry& e : dropped) ReleaseExtentLocked(e);
+}
+
+absl::Status DiskTier::Impl::Put(std::span<const std::byte> record, const PutContext& context) {
   auto hdr = DecodeChunkHeader(record);
   if (!hdr.ok()) return hdr.status();
   if (record.size() != hdr->record_bytes()) {
@@ -135,6 +173,16 @@ absl::Status DiskTier::Impl::Put(std::span<const std::byte> record) {
         "record of ", record.size(), " bytes can never fit: file_bytes = ", options_.file_bytes,
         ", capacity_bytes = ", options_.capacity_bytes));
   }
+  {
+    absl::MutexLock l(&mu_);
+    const CacheEntryInfo info{
+        .key = hdr->key, .parent = hdr->parent, .ns = hdr->ns, .record_bytes = record.size()};
+    if (!policy_->Admit(info, context.reason)) {
+      ++counters_.admission_rejects;
+      return absl::OkStatus();
+    }
+  }
+  DropExpired();
   auto ext = Reserve(padded);
   if (!ext.ok()) return ext.status();
 
@@ -178,7 +226,7 @@ absl::Status DiskTier::Impl::Put(std::span<const std::byte> record) {
       en.committed = committed;
       if (auto old = map_.find(hdr->key); old != map_.end()) {
         en.pins = old->second.pins;  // pins follow the key
-        Entry o = DetachLocked(old);
+        Entry o = DetachLocked(old, RemoveReason::kReplaced);
         if (!committed && o.committed) {
           // The index still points at the old extent until the new entry is committed.
           ++o.readers;
@@ -186,9 +234,10 @@ absl::Status DiskTier::Impl::Put(std::span<const std::byte> record) {
         }
         ReleaseExtentLocked(o);
       }
-      en.lru = lru_.Insert(hdr->key);
       used_bytes_ += padded;
       map_.emplace(hdr->key, en);
+      policy_->OnInsert(CacheEntryInfo{
+          .key = hdr->key, .parent = hdr->parent, .ns = hdr->ns, .record_bytes = record.size()});
       ++counters_.puts;
       counters_.bytes_in += record.size();
       if (!committed) {
@@ -272,6 +321,7 @@ absl::StatusOr<uint64_t> DiskTier::Impl::Get(const ChunkKey& key, std::span<std:
     auto it = map_.find(key);
     if (it == map_.end()) {
       ++counters_.misses;
+      policy_->OnMiss(key);
       return absl::NotFoundError(absl::StrCat("chunk ", key.ToHex(), " not on disk"));
     }
     Entry& en = it->second;
@@ -281,7 +331,7 @@ absl::StatusOr<uint64_t> DiskTier::Impl::Get(const ChunkKey& key, std::span<std:
                                                 out.size()));
     }
     en.idx.last_access_ms = NowMs();
-    lru_.Touch(en.lru);
+    policy_->OnAccess(key);
     dirty_access_.insert(key);
     flush = dirty_access_.size() >= options_.access_flush_batch;
     ++en.readers;
@@ -376,7 +426,7 @@ absl::Status DiskTier::Impl::Erase(const ChunkKey& key) {
       return absl::FailedPreconditionError(
           absl::StrCat("chunk ", key.ToHex(), " is pinned (", it->second.pins, " pins)"));
     }
-    e = DetachLocked(it);
+    e = DetachLocked(it, RemoveReason::kErased);
   }
   absl::Status s = index_->Delete(std::span<const ChunkKey>(&key, 1), /*sync=*/true);
   absl::MutexLock l(&mu_);
@@ -469,8 +519,12 @@ DiskTierExtraStats DiskTier::Impl::extra_stats() const {
 PinHandle DiskTier::Impl::Pin(const ChunkKey& key) {
   absl::MutexLock l(&mu_);
   auto it = map_.find(key);
-  if (it == map_.end()) return PinHandle();
+  if (it == map_.end()) {
+    policy_->OnMiss(key);
+    return PinHandle();
+  }
   ++it->second.pins;
+  policy_->OnAccess(key);  // a pin announces a read (tier.h)
   return PinHandle(&DiskTier::Impl::Unpin, this, key, it->second.idx.record_bytes);
 }
 
@@ -495,7 +549,9 @@ TierFactory DiskTier::Factory(DiskTierOptions options) {
 
 DiskTier::DiskTier(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 DiskTier::~DiskTier() = default;
-absl::Status DiskTier::Put(std::span<const std::byte> record) { return impl_->Put(record); }
+absl::Status DiskTier::Put(std::span<const std::byte> record, const PutContext& context) {
+  return impl_->Put(record, context);
+}
 absl::StatusOr<uint64_t> DiskTier::Get(const ChunkKey& key, std::span<std::byte> out) {
   return impl_->Get(key, out);
 }

@@ -101,7 +101,7 @@ absl::Status DiskTier::Impl::CommitPending() {
         // Its bytes may not be on the device: never index them; the record is gone.
         ++counters_.io_errors;
         if (absl::IsResourceExhausted(sync_status)) ++extra_.enospc;
-        ReleaseExtentLocked(DetachLocked(it));
+        ReleaseExtentLocked(DetachLocked(it, RemoveReason::kErased));
         dropped.push_back(key);  // the index may still hold the entry it replaced
         continue;
       }

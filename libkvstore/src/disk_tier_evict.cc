@@ -14,7 +14,8 @@ namespace kvt {
 using internal::Extent;
 
 void DiskTier::Impl::ReattachLocked(std::vector<std::pair<ChunkKey, Entry>>& victims) {
-  // Victims were the least recently accessed: they go back to the cold end.
+  // The policy still holds them where they were (it is told of evictions only once
+  // their index entries are deleted).
   for (auto& [key, en] : victims) {
     if (auto ev = evicting_readers_.find(en.gen); ev != evicting_readers_.end()) {
       en.readers = ev->second;
@@ -22,7 +23,6 @@ void DiskTier::Impl::ReattachLocked(std::vector<std::pair<ChunkKey, Entry>>& vic
     } else {
       en.readers = 0;
     }
-    en.lru = lru_.InsertCold(key);
     used_bytes_ += en.padded;
     map_.emplace(key, en);
   }
@@ -80,17 +80,20 @@ absl::StatusOr<Extent> DiskTier::Impl::Reserve(uint64_t padded) {
           new_id = next_file_id_++;
           new_size = std::min(options_.file_bytes, room);
         } else {
-          // Evict least-recently accessed unpinned chunks worth at least `padded` bytes.
+          // Evict unpinned chunks worth at least `padded` bytes, in the policy's order.
+          // (Keys of another Reserve's victims, detached but not yet deleted from the
+          // index, are still in the policy: skipped.)
           uint64_t freed = 0;
           std::vector<ChunkKey> picked;
-          for (auto it = lru_.rbegin(); it != lru_.rend() && freed < padded; ++it) {
-            const Entry& en = map_.at(*it);
-            if (en.pins > 0) continue;
-            freed += en.padded;
-            picked.push_back(*it);
-          }
+          policy_->VisitVictims([&](const ChunkKey& key) {
+            auto it = map_.find(key);
+            if (it == map_.end() || it->second.pins > 0) return true;
+            freed += it->second.padded;
+            picked.push_back(key);
+            return freed < padded;
+          });
           for (const ChunkKey& k : picked) {
-            Entry en = DetachLocked(map_.find(k));
+            Entry en = DetachLocked(map_.find(k), std::nullopt);
             if (en.readers > 0) evicting_readers_[en.gen] = en.readers;
             victims.emplace_back(k, en);
           }
@@ -134,6 +137,11 @@ absl::StatusOr<Extent> DiskTier::Impl::Reserve(uint64_t padded) {
         if (absl::IsResourceExhausted(s)) ++extra_.enospc;
         return absl::Status(s.code(), absl::StrCat("cannot evict ", keys.size(),
                                                    " chunks to make room: ", s.message()));
+      }
+      absl::MutexLock l(&mu_);
+      // A key put again meanwhile (kGrouped publishes without index_mu_) is held again.
+      for (const ChunkKey& k : keys) {
+        if (!map_.contains(k)) policy_->OnRemove(k, RemoveReason::kEvicted);
       }
     }
     FinishEviction(std::move(victims));

@@ -10,6 +10,7 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,7 +24,6 @@
 #include "disk_tier_index.h"
 #include "extent_allocator.h"
 #include "kvstore/disk_tier.h"
-#include "lru_list.h"
 #include "uring_file.h"
 
 namespace kvt {
@@ -59,7 +59,7 @@ class DiskTier::Impl {
   void RepairTruncatedFile(const std::shared_ptr<RecordFile>& f);
 
   // --- disk_tier.cc ---
-  absl::Status Put(std::span<const std::byte> record);
+  absl::Status Put(std::span<const std::byte> record, const PutContext& context);
   absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out);
   std::vector<ChunkStat> Stat(std::span<const ChunkKey> keys);
   absl::Status Erase(const ChunkKey& key);
@@ -91,7 +91,6 @@ class DiskTier::Impl {
     // flushes skip it), and an entry that replaces a committed one keeps the old extent
     // reserved until the next commit.
     bool committed = true;
-    internal::LruList<ChunkKey>::Handle lru;  // position in lru_
   };
   // An entry removed while readers were copying it: its extent is freed by the last one.
   struct Doomed {
@@ -109,12 +108,17 @@ class DiskTier::Impl {
   // to the eviction listener (reading it with no lock held), then frees the extents.
   void FinishEviction(std::vector<std::pair<ChunkKey, Entry>> victims)
       ABSL_LOCKS_EXCLUDED(index_mu_, mu_);
-  // Puts detached victims back (their index deletion failed), at the LRU's cold end.
+  // Puts detached victims back (their index deletion failed); the policy, never told of
+  // their removal, keeps them where they were.
   void ReattachLocked(std::vector<std::pair<ChunkKey, Entry>>& victims)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Unlinks an entry from the map and LRU; returns it.
-  Entry DetachLocked(absl::flat_hash_map<ChunkKey, Entry>::iterator it)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unlinks an entry from the map and tells the policy (OnRemove with `reason`); returns
+  // it. nullopt = eviction victims: the policy is told once their index entries are gone.
+  Entry DetachLocked(absl::flat_hash_map<ChunkKey, Entry>::iterator it,
+                     std::optional<RemoveReason> reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the records whose TTL ran out (CachePolicy::VisitExpired): index entries first
+  // (synced), then their extents. Unpinned, unread records only.
+  void DropExpired() ABSL_LOCKS_EXCLUDED(index_mu_, mu_);
   // Frees the extent of a detached entry now, or when its last reader finishes.
   void ReleaseExtentLocked(const Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishReadLocked(const ChunkKey& key, uint64_t gen) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -140,7 +144,8 @@ class DiskTier::Impl {
   absl::Mutex index_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
   absl::flat_hash_map<ChunkKey, Entry> map_ ABSL_GUARDED_BY(mu_);
-  internal::LruList<ChunkKey> lru_ ABSL_GUARDED_BY(mu_);
+  // Admission and victim order over map_'s keys (set by Init).
+  std::unique_ptr<CachePolicy> policy_ ABSL_PT_GUARDED_BY(mu_);
   absl::flat_hash_set<ChunkKey> dirty_access_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Doomed> doomed_ ABSL_GUARDED_BY(mu_);
   // gen -> readers still copying an entry detached for eviction and not yet released.

@@ -58,6 +58,9 @@ absl::Status DiskTierOptions::Validate() const {
   if (access_flush_batch == 0) {
     return absl::InvalidArgumentError("DiskTierOptions.access_flush_batch = 0, expected >= 1");
   }
+  if (absl::Status s = cache_policy.Validate(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("DiskTierOptions.cache_policy: ", s.message()));
+  }
   return absl::OkStatus();
 }
 
@@ -160,7 +163,8 @@ void DiskTier::Impl::HandleLostFile(uint32_t file_id) {
         if (cur->second.idx.file_id != file_id) continue;
         dropped.push_back(cur->first);
         ++counters_.integrity_errors;
-        DetachLocked(cur);  // extent belonged to the lost file: nothing to free
+        DetachLocked(cur,
+                     RemoveReason::kErased);  // extent belonged to the lost file: nothing to free
       }
     }
     if (absl::Status s = index_->Delete(dropped, /*sync=*/true); !s.ok()) {
@@ -193,6 +197,17 @@ DiskTier::Impl::~Impl() {
 }
 
 absl::Status DiskTier::Impl::Init() {
+  {
+    auto policy = options_.cache_policy_factory
+                      ? options_.cache_policy_factory(options_.capacity_bytes)
+                      : MakeCachePolicy(options_.cache_policy, options_.capacity_bytes);
+    if (!policy.ok()) return policy.status();
+    if (*policy == nullptr) {
+      return absl::InvalidArgumentError("DiskTier: cache_policy_factory returned no policy");
+    }
+    absl::MutexLock l(&mu_);
+    policy_ = std::move(*policy);
+  }
   std::error_code ec;
   fs::create_directories(fs::path(options_.dir) / "records", ec);
   if (ec) {
@@ -310,12 +325,14 @@ absl::Status DiskTier::Impl::Init() {
   extra_.dropped_on_open = drop_raw.size();
   counters_.integrity_errors += drop_raw.size();
 
-  // LRU: oldest access at the back.
+  // The policy learns of the records oldest access first (with "lru": the oldest is the
+  // first victim).
   std::stable_sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) {
     return a.second.idx.last_access_ms < b.second.idx.last_access_ms;
   });
   for (auto& [key, en] : kept) {
-    en.lru = lru_.Insert(key);
+    policy_->OnInsert(CacheEntryInfo{
+        .key = key, .parent = en.idx.parent, .ns = en.idx.ns, .record_bytes = en.idx.record_bytes});
     en.gen = next_gen_++;
     used_bytes_ += en.padded;
     map_.emplace(key, en);

@@ -1,15 +1,16 @@
 #include "kvstore/host_tier.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "extent_allocator.h"
 #include "kvstore/chunk_codec.h"
-#include "lru_list.h"
 #include "spdlog/spdlog.h"
 
 #ifdef KVT_HAVE_CUDA
@@ -41,11 +42,23 @@ absl::Status HostTierOptions::Validate() const {
   if (name.empty()) {
     return absl::InvalidArgumentError("HostTierOptions.name is empty; expected a tier name");
   }
+  if (absl::Status s = cache_policy.Validate(); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("HostTierOptions.cache_policy: %s", s.message()));
+  }
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<HostTier>> HostTier::Create(const HostTierOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
+  absl::StatusOr<std::unique_ptr<CachePolicy>> policy =
+      options.cache_policy_factory ? options.cache_policy_factory(options.capacity_bytes)
+                                   : MakeCachePolicy(options.cache_policy, options.capacity_bytes);
+  if (!policy.ok()) return policy.status();
+  if (*policy == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("HostTier '%s': cache_policy_factory returned no policy", options.name));
+  }
   const uint64_t alloc_bytes = RoundUp(options.capacity_bytes, kArenaAlignment);
   std::byte* arena = nullptr;
   bool pinned = false;
@@ -76,7 +89,7 @@ absl::StatusOr<std::unique_ptr<HostTier>> HostTier::Create(const HostTierOptions
   }
   spdlog::info("HostTier '{}': arena of {} bytes in {} memory", options.name,
                options.capacity_bytes, pinned ? "pinned (cudaHostAlloc)" : "plain 4096-aligned");
-  return std::unique_ptr<HostTier>(new HostTier(options, arena, pinned));
+  return std::unique_ptr<HostTier>(new HostTier(options, arena, pinned, std::move(*policy)));
 }
 
 TierFactory HostTier::Factory(HostTierOptions options) {
@@ -89,7 +102,8 @@ TierFactory HostTier::Factory(HostTierOptions options) {
   };
 }
 
-HostTier::HostTier(const HostTierOptions& options, std::byte* arena, bool pinned)
+HostTier::HostTier(const HostTierOptions& options, std::byte* arena, bool pinned,
+                   std::unique_ptr<CachePolicy> policy)
     : name_(options.name),
       capacity_(options.capacity_bytes),
       alignment_(options.alignment),
@@ -97,7 +111,7 @@ HostTier::HostTier(const HostTierOptions& options, std::byte* arena, bool pinned
       arena_(arena),
       pinned_host_memory_(pinned),
       alloc_(std::make_unique<internal::ExtentAllocator>(internal::ExtentAllocator::Fit::kBest)),
-      lru_(std::make_unique<internal::LruList<Entry*>>()),
+      policy_(std::move(policy)),
       listener_(options.eviction_listener) {
   absl::MutexLock lock(&mu_);
   alloc_->AddFile(0, usable_);  // the arena is the allocator's one "file"
@@ -140,10 +154,10 @@ void HostTier::Destroy(Entry* e) {
   extents_.erase(e->offset);  // destroys *e
 }
 
-void HostTier::Unlink(Entry* e) {
+void HostTier::Unlink(Entry* e, RemoveReason reason) {
   auto it = index_.find(e->key);
   if (it != index_.end() && it->second == e) index_.erase(it);
-  lru_->Remove(e->lru_it);
+  policy_->OnRemove(e->key, reason);
   e->state = State::kZombie;
   if (e->readers == 0) Destroy(e);
 }
@@ -171,17 +185,38 @@ void HostTier::EvictOne(Entry* e) {
     if (e->pins > 0) return;  // pinned meanwhile: it stays (the listener has a copy)
   }
   ++evictions_;
-  Unlink(e);
+  Unlink(e, RemoveReason::kEvicted);
 }
 
 void HostTier::Touch(Entry* e) {
   e->last_access_unix_ms = NowUnixMs();
-  lru_->Touch(e->lru_it);
+  policy_->OnAccess(e->key);
+}
+
+void HostTier::DropExpiredLocked() {
+  std::vector<Entry*> expired;
+  policy_->VisitExpired(std::chrono::steady_clock::now(), [&](const ChunkKey& key) {
+    auto it = index_.find(key);
+    if (it != index_.end() && Evictable(*it->second)) expired.push_back(it->second);
+  });
+  for (Entry* e : expired) {
+    ++ttl_expired_;
+    Unlink(e, RemoveReason::kExpired);
+  }
+}
+
+bool HostTier::AdmitLocked(const ChunkHeader& header, uint64_t record_bytes, AdmitReason reason) {
+  const CacheEntryInfo info{
+      .key = header.key, .parent = header.parent, .ns = header.ns, .record_bytes = record_bytes};
+  if (policy_->Admit(info, reason)) return true;
+  ++admission_rejects_;
+  return false;
 }
 
 absl::StatusOr<HostTier::Entry*> HostTier::Reserve(uint64_t record_bytes) {
   const uint64_t need = RoundUp(record_bytes, alignment_);
   absl::MutexLock lock(&mu_);
+  DropExpiredLocked();
   if (need > usable_) {
     return absl::ResourceExhaustedError(
         absl::StrFormat("HostTier '%s': record of %d bytes can never fit a tier of %d bytes", name_,
@@ -197,12 +232,12 @@ absl::StatusOr<HostTier::Entry*> HostTier::Reserve(uint64_t record_bytes) {
     }
     while (offset < 0) {
       Entry* victim = nullptr;
-      for (auto it = lru_->rbegin(); it != lru_->rend(); ++it) {
-        if (Evictable(**it)) {
-          victim = *it;
-          break;
-        }
-      }
+      policy_->VisitVictims([&](const ChunkKey& key) {
+        auto it = index_.find(key);
+        if (it == index_.end() || !Evictable(*it->second)) return true;
+        victim = it->second;
+        return false;
+      });
       if (victim != nullptr) {
         EvictOne(victim);
       } else if (evictions_in_flight_ > 0) {
@@ -239,31 +274,37 @@ void HostTier::Publish(Entry* entry, const ChunkHeader& header) {
   entry->ns = header.ns;
   entry->parent = header.parent;
   entry->token_count = header.token_count;
-  entry->lru_it = lru_->Insert(entry);
   entry->state = State::kLive;
   entry->last_access_unix_ms = NowUnixMs();
-  auto [it, inserted] = index_.emplace(entry->key, entry);
-  if (!inserted) {
+  if (auto it = index_.find(entry->key); it != index_.end()) {
     Entry* old = it->second;
-    it->second = entry;
     if (old->pins > 0) {  // the pins were taken on the key: carry them over
       entry->pins = old->pins;
       old->pins = 0;
       pinned_bytes_ = pinned_bytes_ - old->record_bytes + entry->record_bytes;
     }
-    Unlink(old);
+    Unlink(old, RemoveReason::kReplaced);
   }
+  index_.emplace(entry->key, entry);
+  policy_->OnInsert(CacheEntryInfo{.key = entry->key,
+                                   .parent = entry->parent,
+                                   .ns = entry->ns,
+                                   .record_bytes = entry->record_bytes});
   ++puts_;
   bytes_in_ += entry->record_bytes;
 }
 
-absl::Status HostTier::Put(std::span<const std::byte> record) {
+absl::Status HostTier::Put(std::span<const std::byte> record, const PutContext& context) {
   absl::StatusOr<ChunkHeader> header = DecodeChunkHeader(record);
   if (!header.ok()) return header.status();
   if (record.size() != header->record_bytes()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("HostTier '%s': record of key %s is %d bytes; its header says %d", name_,
                         header->key.ToHex(), record.size(), header->record_bytes()));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (!AdmitLocked(*header, record.size(), context.reason)) return absl::OkStatus();
   }
   absl::StatusOr<Entry*> entry = Reserve(record.size());
   if (!entry.ok()) return entry.status();
@@ -300,6 +341,15 @@ absl::StatusOr<ChunkKey> HostTier::PutInPlace(uint64_t record_bytes, const Recor
     Abandon(*entry);
     return s;
   }
+  bool admitted;
+  {
+    absl::MutexLock lock(&mu_);
+    admitted = AdmitLocked(*header, record_bytes, AdmitReason::kPut);
+  }
+  if (!admitted) {
+    Abandon(*entry);
+    return header->key;
+  }
   Publish(*entry, *header);
   return header->key;
 }
@@ -319,7 +369,10 @@ absl::StatusOr<uint64_t> HostTier::CopyOut(const ChunkKey& key, std::span<std::b
     absl::MutexLock lock(&mu_);
     auto it = index_.find(key);
     if (it == index_.end()) {
-      if (client_read) ++misses_;
+      if (client_read) {
+        ++misses_;
+        policy_->OnMiss(key);
+      }
       return absl::NotFoundError(absl::StrFormat("HostTier '%s': no chunk %s", name_, key.ToHex()));
     }
     e = it->second;
@@ -383,7 +436,7 @@ absl::Status HostTier::Erase(const ChunkKey& key) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "HostTier '%s': chunk %s is pinned %d time(s)", name_, key.ToHex(), it->second->pins));
   }
-  Unlink(it->second);
+  Unlink(it->second, RemoveReason::kErased);
   return absl::OkStatus();
 }
 
@@ -431,6 +484,8 @@ TierStats HostTier::stats() const {
   s.bytes_in = bytes_in_;
   s.bytes_out = bytes_out_;
   s.evictions = evictions_;
+  s.admission_rejects = admission_rejects_;
+  s.ttl_expired = ttl_expired_;
   return s;
 }
 
@@ -448,7 +503,10 @@ TierCaps HostTier::caps() const {
 PinHandle HostTier::Pin(const ChunkKey& key) {
   absl::MutexLock lock(&mu_);
   auto it = index_.find(key);
-  if (it == index_.end()) return PinHandle();
+  if (it == index_.end()) {
+    policy_->OnMiss(key);
+    return PinHandle();
+  }
   Entry* e = it->second;
   if (e->pins++ == 0) pinned_bytes_ += e->record_bytes;
   Touch(e);

@@ -266,7 +266,9 @@ void TieredStore::Impl::AfterHit(size_t t, std::span<const std::byte> record, Ge
   // A tier below 0 with verifies_reads has verified the record; a local tier that does
   // not verify got it from this process. Either way it is trusted here (verify once).
   bool promoted = false;
-  if (t > 0 && !options.peek) promoted = tiers_[0]->Put(record).ok();
+  if (t > 0 && !options.peek) {
+    promoted = tiers_[0]->Put(record, PutContext{AdmitReason::kPromotion}).ok();
+  }
   if (info != nullptr) *info = GetInfo{MakeTierIndex(t), caps_[t].kind, promoted, false};
   if (options.peek) return;
   absl::MutexLock lock(&stats_mu_);

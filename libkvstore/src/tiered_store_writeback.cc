@@ -432,7 +432,8 @@ void TieredStore::Impl::WriteOne(const ItemPtr& item_ptr) {
     }
     for (size_t t = item.first_tier; !record.empty() && t <= item.last_tier; ++t) {
       if (item.demotion && tiers_[t]->Stat(std::span(&item.key, 1))[0].present) continue;
-      absl::Status s = tiers_[t]->Put(record);
+      const PutContext context{item.demotion ? AdmitReason::kDemotion : AdmitReason::kPut};
+      absl::Status s = tiers_[t]->Put(record, context);
       if (s.ok()) {
         ++ok;
       } else {

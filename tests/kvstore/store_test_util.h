@@ -39,9 +39,10 @@ class GatedTier final : public Tier {
   explicit GatedTier(std::unique_ptr<Tier> inner) : inner_(std::move(inner)) {}
   void Open() { gate_.Notify(); }
   TierCaps caps() const override { return inner_->caps(); }
-  absl::Status Put(std::span<const std::byte> record) override {
+  using Tier::Put;
+  absl::Status Put(std::span<const std::byte> record, const PutContext& context) override {
     gate_.WaitForNotification();
-    return inner_->Put(record);
+    return inner_->Put(record, context);
   }
   absl::StatusOr<uint64_t> Get(const ChunkKey& k, std::span<std::byte> out) override {
     return inner_->Get(k, out);

@@ -212,10 +212,11 @@ class SlowStickyTier final : public Tier {
     c.name = "sticky";
     return c;
   }
-  absl::Status Put(std::span<const std::byte> record) override {
+  using Tier::Put;
+  absl::Status Put(std::span<const std::byte> record, const PutContext& context) override {
     if (!put_entered.HasBeenNotified()) put_entered.Notify();
     release.WaitForNotificationWithTimeout(absl::Milliseconds(300));
-    return inner_->Put(record);
+    return inner_->Put(record, context);
   }
   absl::StatusOr<uint64_t> Get(const ChunkKey& k, std::span<std::byte> out) override {
     return inner_->Get(k, out);

@@ -398,7 +398,8 @@ class ThrowingTier final : public Tier {
   TierCaps caps() const override {
     return TierCaps{.name = "throwing", .kind = TierKind::kDisk, .durable = true};
   }
-  absl::Status Put(std::span<const std::byte>) override {
+  using Tier::Put;
+  absl::Status Put(std::span<const std::byte>, const PutContext&) override {
     throw std::runtime_error("injected failure");
   }
   absl::StatusOr<uint64_t> Get(const ChunkKey&, std::span<std::byte>) override {

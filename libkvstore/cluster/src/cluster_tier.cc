@@ -115,7 +115,7 @@ std::string ClusterTier::PieceKey(const ChunkKey& key, uint32_t piece) const {
   return absl::StrFormat("kvt:{%s:%s}:%d", options_.keyspace, key.ToHex(), piece);
 }
 
-absl::Status ClusterTier::Put(std::span<const std::byte> record) {
+absl::Status ClusterTier::Put(std::span<const std::byte> record, const PutContext& /*context*/) {
   auto header = DecodeChunkHeader(record);
   if (!header.ok()) return header.status();
   if (record.size() != header->record_bytes())

@@ -22,7 +22,14 @@
 // Space: `capacity_bytes` bounds the total size of the record files (strict). Files are
 // created on demand (file_bytes each, the last one smaller); when no extent fits and no
 // file can be created (capacity reached, or fallocate says ENOSPC), unpinned records
-// are evicted in least-recently-accessed order. used_bytes counts padded extents.
+// are evicted in the victim order of the tier's CachePolicy (DiskTierOptions::cache_policy;
+// "lru" = least recently accessed first). used_bytes counts padded extents.
+//
+// Admission (CachePolicy::Admit) comes before any space is reserved: a declined record
+// is not written and Put returns OK (counted in stats().admission_rejects). Get hits and
+// Pin are uses; Get and Pin of an absent key are misses. Records whose TTL ran out
+// (CachePolicy::VisitExpired) are dropped, unless pinned or being read, at the start of
+// each Put (counted in stats().ttl_expired).
 #ifndef KVSTORE_DISK_TIER_H_
 #define KVSTORE_DISK_TIER_H_
 
@@ -35,6 +42,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kvstore/cache_policy.h"
 #include "kvstore/tier.h"
 
 namespace kvt {
@@ -93,6 +101,11 @@ struct DiskTierOptions {
   // Receives each record evicted to make room (for demotion to a lower tier), outside
   // the index lock; it must not call into this tier.
   EvictionListener eviction_listener;
+  // Admission and eviction order (kvstore/cache_policy.h); "lru" = recency only. At Open
+  // the policy is told of the indexed records oldest access first.
+  CachePolicyOptions cache_policy;
+  // When set, builds the policy instead of MakeCachePolicy(cache_policy, capacity_bytes).
+  CachePolicyFactory cache_policy_factory;
 
   // OK, or InvalidArgument naming the field and the expected range.
   absl::Status Validate() const;
@@ -134,7 +147,8 @@ class DiskTier final : public Tier {
 
   // See Tier::Put. Also ResourceExhausted for ENOSPC on write, with nothing stored;
   // ResourceExhausted when the record is larger than file_bytes or capacity_bytes.
-  absl::Status Put(std::span<const std::byte> record) override;
+  using Tier::Put;
+  absl::Status Put(std::span<const std::byte> record, const PutContext& context) override;
   // See Tier::Get. The record is verified (header, key, namespace, length and payload
   // checksum against the index) before OK is returned; a record that fails is dropped,
   // counted (stats().integrity_errors) and answered DataLoss. On any error the contents

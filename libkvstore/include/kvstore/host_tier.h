@@ -11,15 +11,21 @@
 // that is a multiple of `alignment` (64 by default, so records start on cache lines;
 // with a 4096-aligned arena, record starts are 64-byte aligned in virtual memory too).
 //
-// Eviction policy: LRU. A Put or a Get (hit) makes a chunk the most recently used;
-// Stat/List do not touch recency, Pin does (a pin announces a read).
-// When a Put does not find a free extent large enough, chunks are evicted from the
-// least recently used end, skipping chunks that are pinned or being copied by a
+// Admission and eviction order: the tier's CachePolicy (kvstore/cache_policy.h, chosen
+// by HostTierOptions::cache_policy; "lru" by default). Put asks the policy to admit the
+// record first (a declined record is not stored, and Put returns OK). Get and View hits
+// and Pin are uses (OnAccess); Get and Pin of an absent key are misses (OnMiss);
+// Stat/List/CopyForWriteBack tell the policy nothing. With "lru" a Put or a use makes a
+// chunk the most recently used.
+// When a Put does not find a free extent large enough, chunks are evicted in the
+// policy's victim order, skipping chunks that are pinned or being copied by a
 // reader, until the extent fits. Before evicting anything, the tier checks that
 // evicting every evictable chunk would produce a large enough contiguous extent; if
 // not (record larger than the arena, or pinned/busy chunks fragment the arena) Put
 // returns ResourceExhausted and evicts nothing. Because allocation is contiguous, an
-// eviction round may evict more than the byte count needed (LRU order, not adjacency).
+// eviction round may evict more than the byte count needed (victim order, not adjacency).
+// Records whose TTL ran out (CachePolicy::VisitExpired) are dropped, without demotion, at
+// the start of each Put/PutInPlace, unless pinned or being read.
 //
 // Strict capacity: used_bytes (sum of allocated extents, including records being
 // written and records being read after removal) never exceeds capacity_bytes.
@@ -38,7 +44,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <list>
 #include <map>
 #include <memory>
 #include <set>
@@ -51,6 +56,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "kvstore/cache_policy.h"
 #include "kvstore/tier.h"
 #include "kvstore/types.h"
 
@@ -58,8 +64,6 @@ namespace kvt {
 struct ChunkHeader;  // kvstore/chunk_codec.h
 namespace internal {
 class ExtentAllocator;
-template <typename T>
-class LruList;
 }  // namespace internal
 
 struct HostTierOptions {
@@ -76,6 +80,10 @@ struct HostTierOptions {
   // Receives each evicted record before its bytes are freed (for demotion); called
   // without the tier's lock, on the thread of the Put that evicts (see the file comment).
   EvictionListener eviction_listener;
+  // Admission and eviction order (kvstore/cache_policy.h); "lru" = recency only.
+  CachePolicyOptions cache_policy;
+  // When set, builds the policy instead of MakeCachePolicy(cache_policy, capacity_bytes).
+  CachePolicyFactory cache_policy_factory;
 
   // OK, or InvalidArgument naming the bad field and the expected range.
   absl::Status Validate() const;
@@ -84,8 +92,8 @@ struct HostTierOptions {
 // Thread-safe. See the file comment for allocation, eviction and lifetime rules.
 class HostTier final : public Tier {
  public:
-  // Allocates the arena. InvalidArgument for bad options; ResourceExhausted when the
-  // arena cannot be allocated.
+  // Allocates the arena. InvalidArgument for bad options (cache_policy included); ResourceExhausted
+  // when the arena cannot be allocated.
   static absl::StatusOr<std::unique_ptr<HostTier>> Create(const HostTierOptions& options);
   // A TieredStore factory: Create with the store's eviction listener (when it gives one).
   static TierFactory Factory(HostTierOptions options);
@@ -103,13 +111,16 @@ class HostTier final : public Tier {
   // ResourceExhausted when the record can never fit (round_up(size, alignment) >
   // usable capacity) or pinned/busy chunks leave no contiguous room. A replaced record
   // keeps its pin count.
-  absl::Status Put(std::span<const std::byte> record) override;
+  using Tier::Put;
+  absl::Status Put(std::span<const std::byte> record, const PutContext& context) override;
   absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out) override;
   absl::StatusOr<uint64_t> CopyForWriteBack(const ChunkKey& key, std::span<std::byte> out) override;
   // Tier contract (tier.h): `fill` writes straight into a reserved extent of the arena
   // (one copy); the reservation counts in used_bytes, evicts like Put's, and is freed
   // when `fill` or the header check fails. ResourceExhausted before `fill` is called
-  // exactly when Put would return it for a record of `record_bytes`.
+  // exactly when Put would return it for a record of `record_bytes`. The policy is asked
+  // to admit the record once its header is known (after `fill`): a declined record is
+  // freed and its key returned, as Put returns OK.
   absl::StatusOr<ChunkKey> PutInPlace(uint64_t record_bytes, const RecordFill& fill) override;
   // Tier contract (tier.h): the view holds a reader count on the record's extent, as
   // Get does during its copy, so the record is skipped by eviction and its extent is
@@ -142,10 +153,10 @@ class HostTier final : public Tier {
     uint32_t readers = 0;
     State state = State::kWriting;
     bool evicting = false;  // a Put is handing it to the listener (holds one reader count)
-    std::list<Entry*>::iterator lru_it;  // internal::LruList handle; valid when kLive
   };
 
-  HostTier(const HostTierOptions& options, std::byte* arena, bool pinned);
+  HostTier(const HostTierOptions& options, std::byte* arena, bool pinned,
+           std::unique_ptr<CachePolicy> policy);
 
   bool Evictable(const Entry& e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return e.state == State::kLive && e.pins == 0 && e.readers == 0;
@@ -162,14 +173,20 @@ class HostTier final : public Tier {
   void FreeExtent(uint64_t offset, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether evicting every evictable entry would leave a contiguous extent >= bytes.
   bool CanFitAfterEviction(uint64_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Removes a live entry from the index and LRU (state becomes kZombie); frees it now
-  // when no reader holds it. Does not call the listener.
-  void Unlink(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes a live entry from the index and the policy (OnRemove with `reason`; state
+  // becomes kZombie); frees it now when no reader holds it. Does not call the listener.
+  void Unlink(Entry* e, RemoveReason reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the records whose TTL ran out (CachePolicy::VisitExpired), unless pinned or read.
+  void DropExpiredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Asks the policy to admit a record; counts a rejection.
+  bool AdmitLocked(const ChunkHeader& header, uint64_t record_bytes, AdmitReason reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Frees the extent and destroys the entry. REQUIRES: readers == 0.
   void Destroy(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Hands a victim to the listener with mu_ RELEASED meanwhile (re-acquired before it
   // returns), then unlinks it unless it was pinned meanwhile.
   void EvictOne(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A client's use of a live entry: last access time and CachePolicy::OnAccess.
   void Touch(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Get and CopyForWriteBack: a client read counts hits/misses/bytes_out and touches.
   absl::StatusOr<uint64_t> CopyOut(const ChunkKey& key, std::span<std::byte> out, bool client_read)
@@ -191,11 +208,11 @@ class HostTier final : public Tier {
   std::map<uint64_t, std::unique_ptr<Entry>> extents_ ABSL_GUARDED_BY(mu_);
   // Visible (live) entries by key.
   std::map<ChunkKey, Entry*> index_ ABSL_GUARDED_BY(mu_);
-  // Free space of the arena (best fit), and the live entries by recency. Held by
-  // pointer so this public header needs neither private header (src/extent_allocator.h,
-  // src/lru_list.h).
+  // Free space of the arena (best fit). Held by pointer so this public header needs no
+  // private header (src/extent_allocator.h).
   const std::unique_ptr<internal::ExtentAllocator> alloc_ ABSL_PT_GUARDED_BY(mu_);
-  const std::unique_ptr<internal::LruList<Entry*>> lru_ ABSL_PT_GUARDED_BY(mu_);
+  // Admission and victim order over the live entries' keys.
+  const std::unique_ptr<CachePolicy> policy_ ABSL_PT_GUARDED_BY(mu_);
   const EvictionListener listener_;
 
   uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
@@ -206,6 +223,8 @@ class HostTier final : public Tier {
   uint64_t bytes_in_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t bytes_out_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t admission_rejects_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t ttl_expired_ ABSL_GUARDED_BY(mu_) = 0;
   // Listener calls running (mu_ released); evict_cv_ is signalled as each ends.
   uint32_t evictions_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   absl::CondVar evict_cv_;

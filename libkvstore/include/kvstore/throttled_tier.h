@@ -21,7 +21,10 @@ class ThrottledTier final : public Tier {
   void set_bandwidth(double bytes_per_s) { bytes_per_s_.store(bytes_per_s); }
 
   TierCaps caps() const override;
-  absl::Status Put(std::span<const std::byte> record) override { return inner_->Put(record); }
+  using Tier::Put;
+  absl::Status Put(std::span<const std::byte> record, const PutContext& context) override {
+    return inner_->Put(record, context);
+  }
   absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out) override;
   // The store's own reads (write-back) are not throttled: the throttle models the reads
   // an engine waits for.

@@ -26,6 +26,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kvstore/cache_policy.h"
 #include "kvstore/types.h"
 
 namespace kvt {
@@ -48,6 +49,8 @@ struct TierStats {
   uint64_t evictions = 0;
   uint64_t integrity_errors = 0;
   uint64_t io_errors = 0;
+  uint64_t admission_rejects = 0;  // records offered and declined by the tier's CachePolicy
+  uint64_t ttl_expired = 0;        // records dropped because the policy's TTL ran out
 };
 
 // The counters of TierStats as relaxed atomics, for tiers that count without a lock
@@ -209,6 +212,18 @@ class RecordView {
   void* token_ = nullptr;
 };
 
+// Why a record is put into a tier, for the tier's admission policy (CachePolicy::Admit).
+// The store says which; a client's put (and a direct Tier::Put) is kPut.
+struct PutContext {
+  AdmitReason reason = AdmitReason::kPut;
+};
+
+// Builds a tier's CachePolicy for its capacity in bytes, in place of MakeCachePolicy
+// (tests pass a recording or scripted policy, as DiskTierOptions::file_system takes a
+// fault-injecting layer). Errors are returned by the tier's Create/Open.
+using CachePolicyFactory =
+    std::function<absl::StatusOr<std::unique_ptr<CachePolicy>>(uint64_t capacity_bytes)>;
+
 // Writes and checks one whole record in memory a tier lends for the call (PutInPlace).
 using RecordFill = std::function<absl::Status(std::span<std::byte> record)>;
 
@@ -227,8 +242,14 @@ class Tier {
   // from it). Replaces an existing record of the same key. May evict unpinned chunks
   // to make room. InvalidArgument/DataLoss for a bad header; ResourceExhausted when the
   // record can never fit or everything is pinned. On error nothing is stored and no
-  // existing chunk is lost except by normal eviction.
-  virtual absl::Status Put(std::span<const std::byte> record) = 0;
+  // existing chunk is lost except by normal eviction. A tier with a CachePolicy may
+  // decline the record (CachePolicy::Admit, told `context.reason`): then nothing is stored,
+  // the tier counts it in stats().admission_rejects, and Put still returns OK (a cache
+  // may decline; a later Get is a miss).
+  virtual absl::Status Put(std::span<const std::byte> record, const PutContext& context) = 0;
+  // Put of a client's record (PutContext{}: AdmitReason::kPut). Implementations add
+  // `using Tier::Put;` so both overloads stay visible.
+  absl::Status Put(std::span<const std::byte> record) { return Put(record, PutContext{}); }
 
   // Copies the whole record of `key` into `out` and returns its length.
   // NotFound on a miss; OutOfRange (message names the needed size) when `out` is

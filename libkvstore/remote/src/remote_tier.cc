@@ -110,7 +110,7 @@ void RemoteTier::GiveSlot(const Slot& slot) {
   if (slot.session == shm_ && slot.index < slot_busy_.size()) slot_busy_[slot.index] = false;
 }
 
-absl::Status RemoteTier::Put(std::span<const std::byte> record) {
+absl::Status RemoteTier::Put(std::span<const std::byte> record, const PutContext& /*context*/) {
   auto header = DecodeChunkHeader(record);
   if (!header.ok()) return header.status();
   if (record.size() != header->record_bytes())

@@ -71,7 +71,9 @@ class ClusterTier final : public Tier {
   // left: the header is written last); InvalidArgument/DataLoss for a bad record;
   // ResourceExhausted when the record exceeds max_record_bytes or Redis is out of
   // memory (OOM reply).
-  absl::Status Put(std::span<const std::byte> record) override;
+  using Tier::Put;
+  // The context is not sent: admission is the serving process's own tiers' business.
+  absl::Status Put(std::span<const std::byte> record, const PutContext& context) override;
   // NotFound on a miss (also a missing, short or torn piece); DataLoss when the
   // record fails VerifyChunk; Unavailable when the shard cannot be reached;
   // OutOfRange when `out` is too small.

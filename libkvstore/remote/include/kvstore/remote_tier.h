@@ -64,7 +64,9 @@ class RemoteTier final : public Tier {
 
   TierCaps caps() const override;
 
-  absl::Status Put(std::span<const std::byte> record) override;
+  using Tier::Put;
+  // The context is not sent: admission is the serving process's own tiers' business.
+  absl::Status Put(std::span<const std::byte> record, const PutContext& context) override;
   absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out) override;
   // One per-key Lookup RPC per kKvtierMaxBatchKeys keys. Unreachable daemon: every key
   // reads as absent.
