@@ -52,9 +52,10 @@ SimResult SimulatePolicy(const Trace& trace, CachePolicy& policy, uint64_t capac
                          uint64_t record_bytes);
 
 // Host memory over disk, each with its own policy and capacity, as TieredStore composes
-// them by default (every store is written through to disk; a host eviction is demoted
-// to disk when disk does not hold it; a disk hit is promoted into host memory). Each
-// tier's Admit decides whether it stores what it is offered.
+// them by default: a store is written through to disk if host memory took it (the store
+// reads the bytes back from tier 0); a host eviction is demoted to disk when disk does
+// not hold it; a disk hit is promoted into host memory. Each tier's Admit decides
+// whether it stores what it is offered.
 struct TwoTierResult {
   uint64_t host_hit_tokens = 0;  // tokens of hit blocks found in host memory
   uint64_t disk_hit_tokens = 0;  // ... found only on disk

@@ -87,7 +87,9 @@ absl::StatusOr<std::unique_ptr<CachePolicy>> MakeCachePolicy(const CachePolicyOp
   } else if (name == "s3fifo") {
     policy = internal::MakeS3FifoPolicy(capacity_bytes);
   } else {
-    policy = internal::MakeAdaptivePolicy(capacity_bytes);
+    internal::AdaptiveParams params;
+    params.decline_first_seen = options.adaptive_declines_first_seen;
+    policy = internal::MakeAdaptivePolicy(capacity_bytes, params);
   }
   if (options.ttl.count() > 0) {
     policy = internal::MakeTtlPolicy(std::move(policy), options.ttl, options.clock);

@@ -8,14 +8,18 @@
 // A large tier (disk, 10-50 %) keeps chunks long enough that their first reuse is a hit,
 // and there skipping first-seen chunks costs a third of LRU's hits. Which regime a tier
 // is in depends on its capacity and the workload, so the policy learns it:
-//  - window: first-seen chunks that were admitted (an LRU, at most `window` bytes);
+//  - window: first-seen chunks (an LRU with a budget of `window` bytes);
 //  - main: chunks referenced before (an LRU); a window chunk that is read moves here;
 //  - while the window is within its budget, the older of the two lists' tails goes
 //    first (one LRU over both); over it, the window's tail goes;
+//  - a first-seen chunk beyond the budget (and the tier full) is either stored into the
+//    window anyway, where it is the next to go (the default: it costs one record of
+//    room, and TieredStore, which writes down only what tier 0 holds, still gets it to
+//    the lower tiers), or declined (adaptive_declines_first_seen: no write at all);
 //  - the budget adapts as ARC's p (Megiddo & Modha, FAST'03): a miss on a first-seen
-//    chunk this policy did not keep (bypassed, or evicted from the window) grows it, a
-//    miss on a chunk evicted from main shrinks it. At budget 0 no first-seen chunk is
-//    stored; at the tier's capacity the policy is LRU.
+//    chunk this policy did not keep (declined, or evicted from the window) grows it, a
+//    miss on a chunk evicted from main shrinks it. At budget 0 no first-seen chunk stays;
+//    at the tier's capacity the policy is LRU.
 // "Referenced before" = the frequency sketch's estimate is not 0 (frequency_sketch.h):
 // its doorkeeper remembers every key of the last `sample_factor` x capacity references,
 // its counters (halved, not cleared, at each such period) keep the often-used keys
@@ -57,6 +61,7 @@ class AdaptivePolicy final : public StagedPolicy {
     // Free room: storing costs no other chunk its place.
     const uint64_t held = window_.bytes() + main_.bytes() + victims_.bytes();
     if (held + entry.record_bytes <= capacity_bytes_) return true;
+    if (!params_.decline_first_seen) return true;  // through the window, first to go
     first_ghost_.Add(entry.key, GhostLimit());
     return false;
   }

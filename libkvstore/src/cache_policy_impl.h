@@ -29,6 +29,7 @@ struct AdaptiveParams {
   double ghost_fraction = 0.5;           // each ghost list: this many x capacity keys
   double step = 1.0;                     // records moved per ghost hit (ARC's 1) ...
   double step_fraction = 0.0003;         // ... and at least this share of capacity
+  bool decline_first_seen = false;       // CachePolicyOptions::adaptive_declines_first_seen
 };
 std::unique_ptr<CachePolicy> MakeAdaptivePolicy(uint64_t capacity_bytes,
                                                 const AdaptiveParams& params = {});

@@ -39,14 +39,20 @@ class FakeTier {
  public:
   FakeTier(const std::string& name, uint64_t capacity, std::chrono::seconds ttl = {},
            std::function<std::chrono::steady_clock::time_point()> clock = {})
-      : capacity_(capacity) {
+      : FakeTier(Options(name, ttl, std::move(clock)), capacity) {}
+  FakeTier(const CachePolicyOptions& options, uint64_t capacity) : capacity_(capacity) {
+    auto p = MakeCachePolicy(options, capacity * kRecord);
+    EXPECT_TRUE(p.ok()) << p.status();
+    policy_ = std::move(*p);
+  }
+
+  static CachePolicyOptions Options(const std::string& name, std::chrono::seconds ttl,
+                                    std::function<std::chrono::steady_clock::time_point()> clock) {
     CachePolicyOptions options;
     options.name = name;
     options.ttl = ttl;
     options.clock = std::move(clock);
-    auto p = MakeCachePolicy(options, capacity * kRecord);
-    EXPECT_TRUE(p.ok()) << p.status();
-    policy_ = std::move(*p);
+    return options;
   }
 
   // Stores `key` (child of `parent`); false when the policy declined it.
@@ -188,8 +194,14 @@ TEST(CachePolicyTest, S3FifoMovesReadKeysToMainAndRemembersTheOthers) {
   EXPECT_THAT(t.VictimOrder(), ElementsAre(4, 5, 6, 7, 8, 9, 10, 1, 2, 11));
 }
 
-TEST(CachePolicyTest, DefaultStoresFirstSeenChunksOnlyWhileThereIsRoom) {
-  FakeTier t("default", 4);
+CachePolicyOptions Declining() {
+  CachePolicyOptions o = Named("default");
+  o.adaptive_declines_first_seen = true;
+  return o;
+}
+
+TEST(CachePolicyTest, DefaultStoresFirstSeenChunksOnlyWhileThereIsRoomWhenDeclining) {
+  FakeTier t(Declining(), 4);
   for (uint64_t k = 1; k <= 4; ++k) EXPECT_TRUE(t.Put(k)) << k;  // free room: all stored
   EXPECT_FALSE(t.Put(5));  // full, and 5 was never seen: declined, nothing evicted
   // A lookup's miss and the store that follows it are one reference, not two.
@@ -202,7 +214,7 @@ TEST(CachePolicyTest, DefaultStoresFirstSeenChunksOnlyWhileThereIsRoom) {
 }
 
 TEST(CachePolicyTest, DefaultLearnsToStoreFirstSeenChunksWhenTheirReuseIsMissed) {
-  FakeTier t("default", 4);
+  FakeTier t(Declining(), 4);
   for (uint64_t k = 1; k <= 4; ++k) t.Put(k);
   EXPECT_FALSE(t.Put(5));  // declined, remembered as a first-seen key not kept
   EXPECT_FALSE(t.Put(6));
@@ -211,6 +223,21 @@ TEST(CachePolicyTest, DefaultLearnsToStoreFirstSeenChunksWhenTheirReuseIsMissed)
   EXPECT_FALSE(t.Get(5));
   EXPECT_TRUE(t.Put(5));
   EXPECT_TRUE(t.Put(7));  // first seen, but now within the budget
+}
+
+TEST(CachePolicyTest, DefaultPassesFirstSeenChunksThroughAndEvictsThemFirst) {
+  // Without declining, a first-seen chunk is stored (TieredStore can then write it
+  // through to a lower tier) but first-seen chunks go before chunks referenced before.
+  FakeTier t("default", 4);
+  for (uint64_t k = 1; k <= 4; ++k) EXPECT_TRUE(t.Put(k)) << k;
+  EXPECT_TRUE(t.Put(5));
+  EXPECT_THAT(t.TakeEvicted(), ElementsAre(1));
+  EXPECT_TRUE(t.Put(6));
+  EXPECT_THAT(t.TakeEvicted(), ElementsAre(2));
+  EXPECT_FALSE(t.Get(1));  // 1 was referenced before: stored into main
+  EXPECT_TRUE(t.Put(1));
+  EXPECT_THAT(t.TakeEvicted(), ElementsAre(3));
+  EXPECT_THAT(t.VictimOrder(), ElementsAre(4, 5, 6, 1));
 }
 
 TEST(CachePolicyTest, DefaultEvictsAPromptsChainTailFirst) {
@@ -222,8 +249,8 @@ TEST(CachePolicyTest, DefaultEvictsAPromptsChainTailFirst) {
     t->Put(1);
     t->Put(2, 1);
     t->Put(3, 2);
-    t->Put(9);  // the default policy declines 9 the first time it sees it ...
-    t->Put(9);  // ... and stores it the second
+    t->Put(9);  // first seen: the default policy evicts a first-seen chunk for it ...
+    t->Put(9);  // ... and 9, stored again, is referenced before: main
   }
   EXPECT_THAT(lru.TakeEvicted(), ElementsAre(1));
   EXPECT_THAT(def.TakeEvicted(), ElementsAre(3));
