@@ -14,7 +14,7 @@ namespace kvt::connector_internal {
 struct ConnectorCounters {
   using Counter = std::atomic<uint64_t>;
   Counter lookups{0}, lookup_hit_tokens{0}, lookup_load_tokens{0};
-  Counter leases_by_load{0}, leases_by_timeout{0};
+  Counter leases_by_timeout{0};
   Counter store_calls{0}, store_chunks_taken{0}, store_chunks_skipped{0}, store_chunks_dropped{0},
       store_chunks_put{0}, store_put_errors{0};
   Counter load_chunks_ok{0}, load_chunks_failed{0}, load_misses{0}, load_data_loss{0},
@@ -29,7 +29,6 @@ struct ConnectorCounters {
     s->lookups = r(lookups);
     s->lookup_hit_tokens = r(lookup_hit_tokens);
     s->lookup_load_tokens = r(lookup_load_tokens);
-    s->leases_released_by_load = r(leases_by_load);
     s->leases_released_by_timeout = r(leases_by_timeout);
     s->store_calls = r(store_calls);
     s->store_chunks_taken = r(store_chunks_taken);

@@ -2,8 +2,8 @@
 // and docs/connector.md. This file: lookup (cost model) and the payload level. The
 // stores go through the store's one write-back queue (TieredStore::AdmitWrite /
 // SubmitWrite: buffer pool, back-pressure, supervised thread) and the leases are the
-// store's (one lease book); the paged level over the payload level: paged_level.h;
-// the counters: connector_counters.h.
+// store's (one lease book: a Lookup hands the engine the store's Lease); the paged level over the
+// payload level: paged_level.h; the counters: connector_counters.h.
 #include "connectors/kv_connector.h"
 
 #include <algorithm>
@@ -70,8 +70,7 @@ class KVConnectorImpl final : public KVConnector {
         counters_(std::make_shared<ConnectorCounters>()) {}
 
   // Submitted stores stay in the store's queue and are written after the connector is
-  // gone (their callbacks share counters_); leases not released by a load expire in
-  // the store.
+  // gone (their callbacks share counters_); leases are the engines' (ConnectorLookup).
   ~KVConnectorImpl() override = default;
 
   absl::StatusOr<ConnectorLookup> Lookup(std::span<const TokenId> tokens,
@@ -116,12 +115,9 @@ class KVConnectorImpl final : public KVConnector {
     out.load_tokens = uint64_t{k} * chunk_tokens_;
     if (out.load_tokens <= num_computed_tokens) out.load_tokens = 0;
     Bump(counters_->lookup_load_tokens, out.load_tokens);
-    if (hit.lease != kNoLease) {
-      // Keep pins only on the chunks to load; the load of keys[0, k) releases the lease
-      // (ReleaseLeaseEndingIn), else the store's lease_timeout does.
-      store_->ShrinkLease(hit.lease, out.load_tokens == 0 ? 0 : k);
-      if (out.load_tokens != 0) out.lease = hit.lease;
-    }
+    // Keep pins only on the chunks to load; the engine holds them until its load is done.
+    hit.lease.Shrink(out.load_tokens == 0 ? 0 : k);
+    if (out.load_tokens != 0) out.lease = std::move(hit.lease);
     spdlog::debug(
         "kvt connector: lookup tokens={} computed={} cached={} load={} "
         "(predicted load {:.6g} s vs recompute {:.6g} s)",
@@ -217,8 +213,6 @@ class KVConnectorImpl final : public KVConnector {
     const size_t first = std::min<uint64_t>(skip_tokens / chunk_tokens_, n);
     result.loaded_tokens = uint64_t{first} * chunk_tokens_;
     std::vector<ChunkKey> keys = ComputeChunkKeys(ns_, tokens.first(num_tokens), KeyOptions());
-    // Whatever happens below, the lease this chain's Lookup took is released here.
-    absl::Cleanup release = [&] { ReleaseLeaseFor(keys); };
     if (first == n) return result;
     const KvLayout layout = options_.ns.layout;
     std::vector<std::byte> buf(kChunkHeaderBytes + payload_bytes_);
@@ -253,7 +247,6 @@ class KVConnectorImpl final : public KVConnector {
     out.first_chunk = first;
     out.result.loaded_tokens = uint64_t{first} * chunk_tokens_;
     std::vector<ChunkKey> keys = ComputeChunkKeys(ns_, tokens.first(num_tokens), KeyOptions());
-    absl::Cleanup release = [&] { ReleaseLeaseFor(keys); };
     if (first == n) return out;
     const KvLayout layout = options_.ns.layout;
     const size_t record_bytes = kChunkHeaderBytes + payload_bytes_;
@@ -414,11 +407,6 @@ class KVConnectorImpl final : public KVConnector {
                           absl::StrFormat("consume of chunk %d: %s", index, consumed.message()));
     }
     return absl::OkStatus();
-  }
-
-  // Releases the lease this chain's Lookup took (the store's lease book).
-  void ReleaseLeaseFor(const std::vector<ChunkKey>& keys) {
-    if (store_->ReleaseLeaseEndingIn(keys) != kNoLease) Bump(counters_->leases_by_load);
   }
 
   const ConnectorOptions options_;

@@ -37,6 +37,11 @@ struct kvt_connector {
   std::optional<KvtBlockView> blocks;
 };
 
+// kvt_lookup_pinned's lease (the store's, moved out of the ConnectorLookup).
+struct kvt_lease {
+  kvt::Lease lease;
+};
+
 // A fetched per-layer block load (kvt_fetch_blocks): the verified records, the block view
 // and block ids of the fetch (copied), written layer by layer by kvt_fetched_scatter_layer.
 struct kvt_fetched {
@@ -225,6 +230,25 @@ int kvt_lookup(kvt_connector* c, const int32_t* tokens, size_t n_tokens,
     return Ok();
   });
 }
+
+int kvt_lookup_pinned(kvt_connector* c, const int32_t* tokens, size_t n_tokens,
+                      uint64_t num_computed_tokens, uint64_t* load_tokens, uint64_t* cached_tokens,
+                      kvt_lease** lease) {
+  if (lease != nullptr) *lease = nullptr;
+  return Guard("kvt_lookup_pinned", [&]() -> int {
+    KVT_C_REQUIRE(c != nullptr && load_tokens != nullptr && lease != nullptr,
+                  "kvt_lookup_pinned: connector, load_tokens and lease must be non-NULL");
+    KVT_C_REQUIRE(tokens != nullptr || n_tokens == 0, "kvt_lookup_pinned: tokens is NULL");
+    auto r = c->connector->Lookup(std::span<const int32_t>(tokens, n_tokens), num_computed_tokens);
+    if (!r.ok()) return Fail(r.status());
+    *load_tokens = r->load_tokens;
+    if (cached_tokens != nullptr) *cached_tokens = r->cached_tokens;
+    if (r->lease) *lease = new kvt_lease{std::move(r->lease)};
+    return Ok();
+  });
+}
+
+void kvt_lease_release(kvt_lease* lease) { delete lease; }
 
 int kvt_store_payloads(kvt_connector* c, const int32_t* tokens, size_t n_tokens, kvt_fill_fn fill,
                        void* user, size_t* chunks_taken) {

@@ -295,7 +295,6 @@ grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx
         auto keys = KeysFromProto(req->keys(), "keys");
         if (!keys.ok()) return keys.status();
         TieredStore& store = *deps_.store;
-        const auto issued = std::chrono::steady_clock::now();
         if (req->pin())
           resp->set_lease_timeout_ms(static_cast<uint32_t>(leases_.timeout().count()));
         // Pins the first `n` keys (all visible hits) under a lease; returns how many
@@ -304,10 +303,10 @@ grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx
           if (n == 0) return 0;
           LookupResult p =
               store.Lookup(std::span<const ChunkKey>(keys->data(), n), LookupOptions{.pin = true});
-          if (p.lease != kNoLease)
+          if (p.lease)
             resp->set_lease_id(
-                leases_.Add(p.lease, std::span<const ChunkKey>(keys->data(), p.num_leading_hits),
-                            tenant, issued));
+                leases_.Add(std::move(p.lease),
+                            std::span<const ChunkKey>(keys->data(), p.num_leading_hits), tenant));
           return p.num_leading_hits;
         };
         if (!req->per_key()) {
@@ -318,10 +317,10 @@ grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx
                                ? LookupResult{}
                                : store.Lookup(std::span<const ChunkKey>(keys->data(), visible),
                                               LookupOptions{.pin = req->pin()});
-          if (r.lease != kNoLease)
+          if (r.lease)
             resp->set_lease_id(
-                leases_.Add(r.lease, std::span<const ChunkKey>(keys->data(), r.num_leading_hits),
-                            tenant, issued));
+                leases_.Add(std::move(r.lease),
+                            std::span<const ChunkKey>(keys->data(), r.num_leading_hits), tenant));
           resp->set_num_leading_hits(static_cast<uint32_t>(r.num_leading_hits));
           for (size_t i = 0; i < r.num_leading_hits; ++i)
             resp->add_tier(TierToProto(r.tier_kind[i]));

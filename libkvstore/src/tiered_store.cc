@@ -1,5 +1,6 @@
-// TieredStore: Put, Get, Lookup and leases (the data path). The write-back queue is in
-// tiered_store_writeback.cc, listing and eviction in tiered_store_admin.cc.
+// TieredStore: Put, Get and Lookup (the data path) over the tiers, the write-back queue
+// (write_back_queue.cc) and the lease book (lease_book.cc); listing and eviction are in
+// tiered_store_admin.cc.
 #include "kvstore/tiered_store.h"
 
 #include <algorithm>
@@ -36,7 +37,7 @@ absl::Status TieredStore::Impl::Init(std::vector<TierFactory> factories) {
     EvictionListener listener;
     if (i + 1 < factories.size()) {
       listener = [this, i](const ChunkKey& key, std::span<const std::byte> record) {
-        OnEvicted(i, key, record);
+        queue_->Demote(i, key, record);
       };
     }
     if (!factories[i]) {
@@ -50,26 +51,23 @@ absl::Status TieredStore::Impl::Init(std::vector<TierFactory> factories) {
     caps_.push_back((*tier)->caps());
     tiers_.push_back(std::move(*tier));
   }
-  worker_ = std::thread([this] { WorkerMain(); });
+  internal::WriteBackOptions wb;
+  wb.max_pending_write_bytes = options_.max_pending_write_bytes;
+  wb.buffer_pool_bytes = options_.buffer_pool_bytes;
+  wb.submit_last_tier = WriteThroughRange().second;
+  wb.period = std::clamp(absl::FromChrono(options_.lease_timeout) / 4, absl::Milliseconds(1),
+                         absl::Milliseconds(100));
+  wb.on_period = [leases = leases_] { leases->ReapExpired(); };
+  queue_ = std::make_unique<internal::WriteBackQueue>(tiers_, caps_, std::move(wb));
+  queue_->Start();
   return absl::OkStatus();
 }
 
 TieredStore::Impl::~Impl() {
-  if (worker_.joinable()) {
-    {
-      absl::MutexLock lock(&queue_mu_);
-      stop_ = true;
-      queue_cv_.SignalAll();
-    }
-    worker_.join();  // the worker drains the queue before it exits
-  }
-  // Leases hold pin handles into the tiers: release them while the tiers live.
-  absl::flat_hash_map<uint64_t, Lease> leases;
-  {
-    absl::MutexLock lock(&lease_mu_);
-    leases.swap(leases_);
-  }
-  leases.clear();
+  if (queue_ != nullptr) queue_->Stop();  // drains the queue
+  // Leases hold pin handles into the tiers: release them while the tiers live (a Lease
+  // handle that outlives the store then holds nothing).
+  leases_->Clear();
   // Tiers are destroyed bottom-up: a tier's listener may still reach the queue.
   while (!tiers_.empty()) tiers_.pop_back();
 }
@@ -119,7 +117,7 @@ absl::Status TieredStore::Impl::Put(std::span<const std::byte> record, const Put
     // Key only: the worker reads the record back from tier 0 when it gets to it (no
     // second copy on the Put path). If tier 0 evicts it first, the eviction listener
     // queues a demotion carrying the bytes.
-    if (first <= last) Enqueue({}, record.size(), header->key, first, last);
+    if (first <= last) queue_->Enqueue({}, record.size(), header->key, first, last);
     return absl::OkStatus();
   }
   // Tier 0 cannot take it: the lower tiers still can (the queue serves it meanwhile).
@@ -127,7 +125,7 @@ absl::Status TieredStore::Impl::Put(std::span<const std::byte> record, const Put
     if (durable_written) return absl::OkStatus();
     first = last = 1;
   }
-  Enqueue(record, record.size(), header->key, first, last);
+  queue_->Enqueue(record, record.size(), header->key, first, last);
   return absl::OkStatus();
 }
 
@@ -143,12 +141,12 @@ absl::StatusOr<ChunkKey> TieredStore::Impl::PutInPlace(uint64_t record_bytes,
           "TieredStore::PutInPlace: record_bytes = %d; a record has at least a %d-byte header",
           record_bytes, kChunkHeaderBytes));
     }
-    RecordBuffer buf = TakeBuffer(record_bytes);
+    RecordBuffer buf = queue_->TakeBuffer(record_bytes);
     absl::Status s = fill(buf.span());
     absl::StatusOr<ChunkHeader> header = DecodeChunkHeader(buf.span());
     if (s.ok() && !header.ok()) s = header.status();
     if (s.ok()) s = Put(buf.span(), options);
-    RecycleBuffer(std::move(buf));
+    queue_->RecycleBuffer(std::move(buf));
     if (!s.ok()) return s;
     return header->key;
   };
@@ -170,7 +168,7 @@ absl::StatusOr<ChunkKey> TieredStore::Impl::PutInPlace(uint64_t record_bytes,
   }
   // As Put: key only, the write-back reads the record back from tier 0.
   auto [first, last] = WriteThroughRange();
-  if (first <= last) Enqueue({}, record_bytes, *key, first, last);
+  if (first <= last) queue_->Enqueue({}, record_bytes, *key, first, last);
   return key;
 }
 
@@ -191,16 +189,9 @@ absl::StatusOr<uint64_t> TieredStore::Impl::Get(const ChunkKey& key, std::span<s
     }
     if (t == 0) {
       size_t target = 0;
-      absl::StatusOr<uint64_t> q = GetFromQueue(key, out, nullptr, &target);
+      absl::StatusOr<uint64_t> q = queue_->Find(key, out, nullptr, &target);
       if (q.ok() || absl::IsOutOfRange(q.status())) {
-        if (q.ok() && info != nullptr) {
-          *info = GetInfo{MakeTierIndex(target), caps_[target].kind, false, true};
-        }
-        if (q.ok() && !options.peek) {
-          absl::MutexLock lock(&stats_mu_);
-          ++hits_;
-          ++queue_hits_;
-        }
+        if (q.ok()) QueueHit(target, info, options);
         return q;
       }
     }
@@ -244,14 +235,8 @@ absl::StatusOr<std::vector<std::byte>> TieredStore::Impl::GetAlloc(const ChunkKe
     }
     if (t == 0) {
       size_t target = 0;
-      if (GetFromQueue(key, {}, &buf, &target).ok()) {
-        if (info != nullptr)
-          *info = GetInfo{MakeTierIndex(target), caps_[target].kind, false, true};
-        if (!options.peek) {
-          absl::MutexLock lock(&stats_mu_);
-          ++hits_;
-          ++queue_hits_;
-        }
+      if (queue_->Find(key, {}, &buf, &target).ok()) {
+        QueueHit(target, info, options);
         return buf;
       }
     }
@@ -276,6 +261,14 @@ void TieredStore::Impl::AfterHit(size_t t, std::span<const std::byte> record, Ge
   if (promoted) ++promotions_;
 }
 
+void TieredStore::Impl::QueueHit(size_t target, GetInfo* info, const GetOptions& options) {
+  if (info != nullptr) *info = GetInfo{MakeTierIndex(target), caps_[target].kind, false, true};
+  if (options.peek) return;
+  absl::MutexLock lock(&stats_mu_);
+  ++hits_;
+  ++queue_hits_;
+}
+
 absl::Status TieredStore::Impl::Miss(const ChunkKey& key, const GetOptions& options) {
   if (!options.peek) {
     absl::MutexLock lock(&stats_mu_);
@@ -287,7 +280,7 @@ absl::Status TieredStore::Impl::Miss(const ChunkKey& key, const GetOptions& opti
 
 LookupResult TieredStore::Impl::Lookup(std::span<const ChunkKey> keys,
                                        const LookupOptions& options) {
-  ReapExpired();
+  leases_->ReapExpired();
   LookupResult result;
   std::vector<int> where(keys.size(), -1);
   std::vector<uint64_t> bytes(keys.size(), 0);
@@ -312,7 +305,7 @@ LookupResult TieredStore::Impl::Lookup(std::span<const ChunkKey> keys,
     if (t == 0 && !unresolved.empty()) {
       // Records waiting in the write-back queue are cached too (between tier 0 and below).
       std::vector<int> qwhere(keys.size(), -1);
-      StatQueue(keys, qwhere, bytes);
+      queue_->Stat(keys, qwhere, bytes);
       std::vector<size_t> rest;
       for (size_t i : unresolved) {
         if (qwhere[i] >= 0) {
@@ -329,8 +322,8 @@ LookupResult TieredStore::Impl::Lookup(std::span<const ChunkKey> keys,
   while (leading < keys.size() && where[leading] >= 0) ++leading;
 
   if (options.pin && leading > 0) {
-    Lease lease;
-    lease.deadline = absl::Now() + absl::FromChrono(options_.lease_timeout);
+    std::vector<internal::LeasePin> pins;
+    pins.reserve(leading);
     for (size_t i = 0; i < leading; ++i) {
       const int t = where[i];
       PinHandle handle;
@@ -342,23 +335,9 @@ LookupResult TieredStore::Impl::Lookup(std::span<const ChunkKey> keys,
         }
         bytes[i] = handle.record_bytes();
       }
-      lease.pins.push_back(PinnedChunk{t, keys[i], bytes[i], std::move(handle)});
+      pins.push_back(internal::LeasePin{t, keys[i], bytes[i], std::move(handle)});
     }
-    if (!lease.pins.empty()) {
-      absl::MutexLock lock(&lease_mu_);
-      const uint64_t id = next_lease_++;
-      result.lease = static_cast<LeaseId>(id);
-      for (const PinnedChunk& p : lease.pins) {
-        if (!p.handle) continue;
-        PinRef& ref = pin_refs_[{p.tier, p.key}];
-        if (ref.count++ == 0) {
-          ref.bytes = p.bytes;
-          pinned_bytes_ += p.bytes;
-        }
-      }
-      IndexLeaseEndLocked(id, lease, /*add=*/true);
-      leases_.emplace(id, std::move(lease));
-    }
+    result.lease = leases_->Grant(std::move(pins));
   }
   result.num_leading_hits = leading;
   const size_t answered = options.per_key ? keys.size() : leading;
@@ -371,118 +350,10 @@ LookupResult TieredStore::Impl::Lookup(std::span<const ChunkKey> keys,
   return result;
 }
 
-void TieredStore::Impl::ReleaseLease(LeaseId id) {
-  Lease lease;
-  {
-    absl::MutexLock lock(&lease_mu_);
-    auto it = leases_.find(static_cast<uint64_t>(id));
-    if (it == leases_.end()) return;
-    lease = std::move(it->second);
-    IndexLeaseEndLocked(it->first, lease, /*add=*/false);
-    leases_.erase(it);
-    DropPinRefsLocked(lease);
-  }
-  // The pin handles release here, outside lease_mu_.
-}
-
-bool TieredStore::Impl::ShrinkLease(LeaseId id, size_t keep) {
-  if (keep == 0) {
-    {
-      absl::MutexLock lock(&lease_mu_);
-      if (!leases_.contains(static_cast<uint64_t>(id))) return false;
-    }
-    ReleaseLease(id);
-    return true;
-  }
-  Lease dropped;  // the released pins, destroyed outside lease_mu_
-  absl::MutexLock lock(&lease_mu_);
-  auto it = leases_.find(static_cast<uint64_t>(id));
-  if (it == leases_.end()) return false;
-  Lease& lease = it->second;
-  if (keep >= lease.pins.size()) return true;
-  IndexLeaseEndLocked(it->first, lease, /*add=*/false);
-  dropped.pins.assign(std::make_move_iterator(lease.pins.begin() + static_cast<ptrdiff_t>(keep)),
-                      std::make_move_iterator(lease.pins.end()));
-  lease.pins.resize(keep);
-  DropPinRefsLocked(dropped);
-  IndexLeaseEndLocked(it->first, lease, /*add=*/true);
-  return true;
-}
-
-LeaseId TieredStore::Impl::ReleaseLeaseEndingIn(std::span<const ChunkKey> keys) {
-  uint64_t id = 0;
-  {
-    absl::MutexLock lock(&lease_mu_);
-    for (size_t i = keys.size(); i-- > 0 && id == 0;) {
-      auto it = lease_ends_.find(keys[i]);
-      if (it != lease_ends_.end() && !it->second.empty()) id = it->second.back();
-    }
-  }
-  if (id == 0) return kNoLease;
-  ReleaseLease(static_cast<LeaseId>(id));
-  return static_cast<LeaseId>(id);
-}
-
-void TieredStore::Impl::IndexLeaseEndLocked(uint64_t id, const Lease& lease, bool add) {
-  if (lease.pins.empty()) return;
-  const ChunkKey& end = lease.pins.back().key;
-  if (add) {
-    lease_ends_[end].push_back(id);
-    return;
-  }
-  auto it = lease_ends_.find(end);
-  if (it == lease_ends_.end()) return;
-  std::erase(it->second, id);
-  if (it->second.empty()) lease_ends_.erase(it);
-}
-
-uint64_t TieredStore::Impl::pinned_bytes() {
-  ReapExpired();
-  absl::MutexLock lock(&lease_mu_);
-  return pinned_bytes_;
-}
-
-uint64_t TieredStore::Impl::expired_leases() const {
-  absl::MutexLock lock(&lease_mu_);
-  return expired_leases_;
-}
-
-void TieredStore::Impl::ReapExpired() {
-  std::vector<Lease> expired;
-  {
-    absl::MutexLock lock(&lease_mu_);
-    const absl::Time now = absl::Now();
-    for (auto it = leases_.begin(); it != leases_.end();) {
-      if (it->second.deadline <= now) {
-        IndexLeaseEndLocked(it->first, it->second, /*add=*/false);
-        DropPinRefsLocked(it->second);
-        ++expired_leases_;
-        expired.push_back(std::move(it->second));
-        leases_.erase(it++);
-      } else {
-        ++it;
-      }
-    }
-  }
-  // `expired` releases its pins on return, outside lease_mu_.
-}
-
-void TieredStore::Impl::DropPinRefsLocked(const Lease& lease) {
-  for (const PinnedChunk& p : lease.pins) {
-    if (!p.handle) continue;
-    auto it = pin_refs_.find(std::make_pair(p.tier, p.key));
-    if (it == pin_refs_.end()) continue;
-    if (--it->second.count == 0) {
-      pinned_bytes_ -= it->second.bytes;
-      pin_refs_.erase(it);
-    }
-  }
-}
-
 absl::Status TieredStore::Impl::Erase(const ChunkKey& key) {
   // Queued write-backs of the key would bring it back below; one in flight is waited
   // for, so the erase below also removes what it wrote.
-  CancelQueued(key);
+  queue_->Cancel(key);
   absl::Status first_error;
   for (auto& tier : tiers_) {
     absl::Status s = tier->Erase(key);
@@ -532,24 +403,17 @@ absl::StatusOr<std::vector<std::byte>> TieredStore::Get(const ChunkKey& key, Get
 LookupResult TieredStore::Lookup(std::span<const ChunkKey> keys, const LookupOptions& options) {
   return impl_->Lookup(keys, options);
 }
-void TieredStore::ReleaseLease(LeaseId lease) { impl_->ReleaseLease(lease); }
-bool TieredStore::ShrinkLease(LeaseId lease, size_t keep) {
-  return impl_->ShrinkLease(lease, keep);
-}
-LeaseId TieredStore::ReleaseLeaseEndingIn(std::span<const ChunkKey> keys) {
-  return impl_->ReleaseLeaseEndingIn(keys);
-}
 WriteAdmission TieredStore::AdmitWrite(const ChunkKey& key, uint64_t record_bytes,
                                        uint64_t limit_bytes) {
-  return impl_->AdmitWrite(key, record_bytes, limit_bytes);
+  return impl_->queue().Admit(key, record_bytes, limit_bytes);
 }
 void TieredStore::CancelWrite(const ChunkKey& key, uint64_t record_bytes) {
-  impl_->CancelWrite(key, record_bytes);
+  impl_->queue().CancelAdmission(key, record_bytes);
 }
-RecordBuffer TieredStore::TakeBuffer(uint64_t bytes) { return impl_->TakeBuffer(bytes); }
-void TieredStore::SubmitWrite(SubmittedWrite write) { impl_->SubmitWrite(std::move(write)); }
-uint64_t TieredStore::pinned_bytes() { return impl_->pinned_bytes(); }
-uint64_t TieredStore::expired_leases() const { return impl_->expired_leases(); }
+RecordBuffer TieredStore::TakeBuffer(uint64_t bytes) { return impl_->queue().TakeBuffer(bytes); }
+void TieredStore::SubmitWrite(SubmittedWrite write) { impl_->queue().Submit(std::move(write)); }
+uint64_t TieredStore::pinned_bytes() { return impl_->leases().pinned_bytes(); }
+uint64_t TieredStore::expired_leases() const { return impl_->leases().expired(); }
 absl::StatusOr<StoreListPage> TieredStore::List(const StoreListOptions& options) {
   return impl_->List(options);
 }
@@ -558,13 +422,13 @@ absl::StatusOr<EvictResult> TieredStore::Evict(const EvictSelector& selector,
   return impl_->Evict(selector, options);
 }
 absl::Status TieredStore::Erase(const ChunkKey& key) { return impl_->Erase(key); }
-void TieredStore::Flush() { impl_->Flush(); }
+void TieredStore::Flush() { impl_->queue().Flush(); }
 size_t TieredStore::num_tiers() const { return impl_->num_tiers(); }
 TierCaps TieredStore::tier_caps(TierIndex index) const { return impl_->tier(ToSize(index)).caps(); }
 TierStats TieredStore::tier_stats(TierIndex index) const {
   return impl_->tier(ToSize(index)).stats();
 }
-bool TieredStore::healthy() const { return impl_->healthy(); }
+bool TieredStore::healthy() const { return impl_->queue().healthy(); }
 TieredStoreStats TieredStore::stats() const { return impl_->stats(); }
 
 }  // namespace kvt

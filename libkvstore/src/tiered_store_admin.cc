@@ -103,12 +103,7 @@ absl::StatusOr<EvictResult> TieredStore::Impl::Evict(const EvictSelector& select
 
 TieredStoreStats TieredStore::Impl::stats() const {
   TieredStoreStats s;
-  {
-    absl::MutexLock lock(&queue_mu_);
-    s = counters_;
-    s.pending_write_bytes = pending_bytes_;
-    s.held_write_bytes = held_bytes_;
-  }
+  queue_->FillStats(s);
   {
     absl::MutexLock lock(&stats_mu_);
     s.hits = hits_;

@@ -122,10 +122,20 @@ static void TestPayloadRoundTrip(void) {
   CHECK(kvt_lookup(c, tokens, 4 * kChunk, 4 * kChunk + 1, &load, NULL) == KVT_INVALID_ARGUMENT);
   CHECK(strstr(kvt_last_error(), "num_computed_tokens") != NULL);
 
+  /* A pinned lookup hands back its lease (none when nothing is to load). */
+  kvt_lease* lease = (kvt_lease*)1;
+  CHECK(kvt_lookup_pinned(c, tokens, 4 * kChunk + 1, 4 * kChunk, &load, NULL, &lease) == KVT_OK);
+  CHECK(load == 0 && lease == NULL);
+  CHECK(kvt_lookup_pinned(c, tokens, 4 * kChunk + 1, 0, &load, &cached, &lease) == KVT_OK);
+  CHECK(load == 4 * kChunk && lease != NULL);
+  CHECK(kvt_lookup_pinned(c, tokens, 4 * kChunk + 1, 0, &load, NULL, NULL) == KVT_INVALID_ARGUMENT);
+
   CHECK(kvt_load_payloads(c, tokens, 4 * kChunk + 1, 4 * kChunk, 0, Consume, &cs, &loaded) ==
         KVT_OK);
   CHECK(loaded == 4 * kChunk);
   CHECK(cs.calls == 4 && cs.mismatches == 0 && cs.last_chunk == 3);
+  kvt_lease_release(lease);
+  kvt_lease_release(NULL);
 
   /* A consume error stops the load: chunks 0 and 1 delivered. */
   cs.calls = 0;

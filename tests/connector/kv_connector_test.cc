@@ -182,7 +182,7 @@ TEST(KVConnectorTest, StoreThenLoadReturnsIdenticalPayloads) {
   EXPECT_EQ(lookup->cached_tokens, 4 * kChunk);
   EXPECT_EQ(lookup->load_tokens, 4 * kChunk);
   EXPECT_GT(lookup->predicted_recompute_s, lookup->predicted_load_s);
-  EXPECT_NE(lookup->lease, kNoLease);
+  EXPECT_TRUE(lookup->lease);
 
   Consumer consume;
   auto loaded = conn->LoadPayloads(tokens, lookup->load_tokens, consume.fn());
@@ -199,7 +199,9 @@ TEST(KVConnectorTest, StoreThenLoadReturnsIdenticalPayloads) {
   EXPECT_EQ(s.load_chunks_ok, 4u);
   EXPECT_EQ(s.load_bytes, 4 * (payload + kChunkHeaderBytes));
   EXPECT_EQ(s.cost.transfers_observed, 4u);
-  EXPECT_EQ(s.leases_released_by_load, 1u);
+  // The engine holds the lookup (its lease) until its load is done, then drops it.
+  EXPECT_EQ(store->pinned_bytes(), 4 * (payload + kChunkHeaderBytes));
+  lookup->lease.Release();
   EXPECT_EQ(store->pinned_bytes(), 0u);
 }
 
@@ -232,7 +234,7 @@ TEST(KVConnectorTest, LookupRespectsNumComputedTokens) {
   EXPECT_EQ(conn->Lookup(tokens, 20)->load_tokens, 4 * kChunk);  // >= computed
   auto none = conn->Lookup(tokens, 4 * kChunk);                  // holds it all already
   EXPECT_EQ(none->load_tokens, 0u);
-  EXPECT_EQ(none->lease, kNoLease);
+  EXPECT_FALSE(none->lease);
   EXPECT_EQ(conn->Lookup(tokens, 4 * kChunk + 1)->load_tokens, 0u);
   auto bad = conn->Lookup(tokens, 4 * kChunk + 2);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
@@ -264,7 +266,7 @@ TEST(KVConnectorTest, ChunkErasedBetweenLookupAndLoadIsReportedAndLaterChunksNot
   auto lookup = conn->Lookup(tokens, 0);
   ASSERT_EQ(lookup->load_tokens, 4 * kChunk);
   // The lease runs out (simulated by releasing it) and chunk 2 is evicted.
-  store->ReleaseLease(lookup->lease);
+  lookup->lease.Release();
   std::vector<ChunkKey> keys = ComputeChunkKeys(conn->ns(), tokens, {.chunk_tokens = kChunk});
   ASSERT_TRUE(store->Erase(keys[2]).ok());
 
@@ -281,7 +283,7 @@ TEST(KVConnectorTest, ChunkErasedBetweenLookupAndLoadIsReportedAndLaterChunksNot
   EXPECT_EQ(s.load_chunks_ok, 2u);
 }
 
-TEST(KVConnectorTest, PinnedChunkCannotBeErasedUntilLoadReleasesIt) {
+TEST(KVConnectorTest, PinnedChunkCannotBeErasedUntilTheLookupIsDropped) {
   auto store = MakeStore();
   auto conn = MakeConnector(store);
   std::vector<TokenId> tokens = Prompt(2 * kChunk + 1);
@@ -295,13 +297,14 @@ TEST(KVConnectorTest, PinnedChunkCannotBeErasedUntilLoadReleasesIt) {
   EXPECT_EQ(store->Erase(keys[1]).code(), absl::StatusCode::kFailedPrecondition);
   Consumer consume;
   ASSERT_EQ(conn->LoadPayloads(tokens, 2 * kChunk, consume.fn())->loaded_tokens, 2 * kChunk);
+  EXPECT_EQ(store->Erase(keys[1]).code(), absl::StatusCode::kFailedPrecondition);
+  { ConnectorLookup done = *std::move(lookup); }  // the engine is done with it
   EXPECT_EQ(store->pinned_bytes(), 0u);
   EXPECT_TRUE(store->Erase(keys[1]).ok());
-  EXPECT_EQ(conn->stats().leases_released_by_load, 1u);
 }
 
-// One lease book: a lease no load releases expires under the store's lease_timeout,
-// and the connector reports the store's count.
+// One lease book: a lease the engine keeps too long expires under the store's
+// lease_timeout, and the connector reports the store's count.
 TEST(KVConnectorTest, LeaseNotReleasedByALoadExpiresInTheStore) {
   std::vector<TierFactory> tiers;
   tiers.push_back(HostTier::Factory({.capacity_bytes = 64 << 20}));
@@ -314,19 +317,22 @@ TEST(KVConnectorTest, LeaseNotReleasedByALoadExpiresInTheStore) {
   Filler fill;
   ASSERT_EQ(*conn->StorePayloads(tokens, fill.fn()), 2u);
   conn->Flush();
-  ASSERT_EQ(conn->Lookup(tokens, 0)->load_tokens, 2 * kChunk);
+  auto lookup = conn->Lookup(tokens, 0);
+  ASSERT_EQ(lookup->load_tokens, 2 * kChunk);
   std::this_thread::sleep_for(std::chrono::milliseconds(5));  // let the 1 ms lease age
   EXPECT_EQ(store->pinned_bytes(), 0u);                       // reaps
   EXPECT_EQ(conn->stats().leases_released_by_timeout, 1u);
-  // The late load finds nothing to release, and still loads (nothing was evicted).
+  EXPECT_FALSE(lookup->lease.live());
+  // The late load still loads (nothing was evicted); dropping the expired lease is a no-op.
   Consumer consume;
   ASSERT_EQ(conn->LoadPayloads(tokens, 2 * kChunk, consume.fn())->loaded_tokens, 2 * kChunk);
-  EXPECT_EQ(conn->stats().leases_released_by_load, 0u);
+  lookup->lease.Release();
+  EXPECT_EQ(conn->stats().leases_released_by_timeout, 1u);
 }
 
-// The cost model may load fewer chunks than are cached: the lease keeps pins only on
-// those, and a load that skips every chunk (all computed already) still releases it.
-TEST(KVConnectorTest, LeaseCoversOnlyTheChunksToLoadAndAnEmptyLoadReleasesIt) {
+// The lease pins exactly the chunks to load, and lives as long as the lookup result,
+// whatever the load does (here it skips every chunk: all computed already).
+TEST(KVConnectorTest, LeaseCoversTheChunksToLoadAndLivesAsLongAsTheLookup) {
   auto store = MakeStore();
   ConnectorOptions o = Options();
   auto conn = MakeConnector(store, o);
@@ -337,15 +343,18 @@ TEST(KVConnectorTest, LeaseCoversOnlyTheChunksToLoadAndAnEmptyLoadReleasesIt) {
   const uint64_t record = conn->chunk_payload_bytes() + kChunkHeaderBytes;
   // Lookup over the first 2 chunks' worth of the prompt (+1 token): 2 chunks pinned.
   std::span<const TokenId> two(tokens.data(), 2 * kChunk + 1);
-  ASSERT_EQ(conn->Lookup(two, 0)->load_tokens, 2 * kChunk);
+  auto lookup = conn->Lookup(two, 0);
+  ASSERT_EQ(lookup->load_tokens, 2 * kChunk);
+  EXPECT_EQ(lookup->lease.size(), 2u);
   EXPECT_EQ(store->pinned_bytes(), 2 * record);
   Consumer consume;
   auto r = conn->LoadPayloads(two, 2 * kChunk, consume.fn(), /*skip_tokens=*/2 * kChunk);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->loaded_tokens, 2 * kChunk);
   EXPECT_TRUE(consume.chunks.empty());
-  EXPECT_EQ(store->pinned_bytes(), 0u);  // released although nothing was fetched
-  EXPECT_EQ(conn->stats().leases_released_by_load, 1u);
+  EXPECT_EQ(store->pinned_bytes(), 2 * record);  // the engine still holds the lookup
+  lookup = absl::StatusOr<ConnectorLookup>();
+  EXPECT_EQ(store->pinned_bytes(), 0u);
 }
 
 ChunkHeader HeaderFor(const KVConnector& conn, const std::vector<ChunkKey>& keys, size_t i) {

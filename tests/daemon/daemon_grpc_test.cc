@@ -221,7 +221,7 @@ TEST_F(DaemonGrpcTest, RemoteTierPinsThroughTheDaemonWhenTheStoreLookupPins) {
   EXPECT_TRUE(remote->caps().pinnable);
   LookupResult lr = store->Lookup(chain.keys, LookupOptions{.pin = true});
   EXPECT_EQ(lr.num_leading_hits, 3u);
-  EXPECT_NE(lr.lease, kNoLease);
+  EXPECT_TRUE(lr.lease);
   EXPECT_EQ(remote->held_leases(), 3u);
   EXPECT_EQ(client->Stats()->leases_active, 3u);  // one daemon lease per key
 
@@ -233,7 +233,7 @@ TEST_F(DaemonGrpcTest, RemoteTierPinsThroughTheDaemonWhenTheStoreLookupPins) {
     ASSERT_TRUE(got.ok()) << i << ": " << got.status();
     EXPECT_TRUE(*got == chain.records[i]);
   }
-  store->ReleaseLease(lr.lease);
+  lr.lease.Release();
   EXPECT_EQ(remote->held_leases(), 0u);
   auto st = client->Stats();
   EXPECT_EQ(st->leases_released, 3u);
@@ -243,7 +243,7 @@ TEST_F(DaemonGrpcTest, RemoteTierPinsThroughTheDaemonWhenTheStoreLookupPins) {
   // leases, and the tier's next Lookup RPC releases them (not the 10 s timeout).
   lr = store->Lookup(chain.keys, LookupOptions{.pin = true});
   EXPECT_EQ(client->Stats()->leases_active, 3u);
-  store->ReleaseLease(lr.lease);
+  lr.lease.Release();
   EXPECT_EQ(remote->held_leases(), 0u);
   EXPECT_EQ(remote->leases_to_release(), 3u);
   EXPECT_EQ(client->Evict(sel)->chunks, 0u);  // still pinned at the daemon

@@ -176,7 +176,7 @@ TEST(StoreApiTest, EvictSelectorsEachTakeWhatTheySay) {
     EXPECT_FALSE(s.lower->Stat(std::span(&k, 1))[0].present) << i;
   }
   EXPECT_EQ(s.store->stats().explicit_evictions, 2u);
-  s.store->ReleaseLease(pin.lease);
+  pin.lease.Release();
 
   EvictSelector ns;
   ns.ns = kNsB;
@@ -263,7 +263,7 @@ TEST(StoreApiTest, RecordsWaitingForWriteBackAreFoundByLookupAndGet) {
     EXPECT_EQ(*got, Record(i)) << i;
   }
   EXPECT_GT(store->stats().queue_hits, 0u);
-  store->ReleaseLease(r.lease);
+  r.lease.Release();
   gate->Open();
   store->Flush();
   for (uint64_t i = 0; i < 8; ++i) EXPECT_EQ(*store->Get(KeyOf(i)), Record(i)) << i;

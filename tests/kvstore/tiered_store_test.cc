@@ -226,13 +226,13 @@ TEST(TieredStoreTest, LookupCountsLeadingHitsAndTheirTiers) {
   EXPECT_EQ(r.num_leading_hits, 2u);
   EXPECT_THAT(r.tier_index, ElementsAre(MakeTierIndex(0), MakeTierIndex(1)));
   EXPECT_THAT(r.tier_kind, ElementsAre(TierKind::kHost, TierKind::kHost));
-  EXPECT_EQ(r.lease, kNoLease);
+  EXPECT_FALSE(r.lease);
   EXPECT_FALSE(In(store.tier(0), 1));  // no data moved
   EXPECT_EQ(store->Lookup(std::span(keys).subspan(2)).num_leading_hits, 0u);
   EXPECT_EQ(store->Lookup(std::span(keys).subspan(3)).num_leading_hits, 1u);
   EXPECT_EQ(store->Lookup({}).num_leading_hits, 0u);
   // Pinning nothing gives no lease.
-  EXPECT_EQ(store->Lookup(std::span(keys).subspan(2), {.pin = true}).lease, kNoLease);
+  EXPECT_FALSE(store->Lookup(std::span(keys).subspan(2), {.pin = true}).lease);
 }
 
 TEST(TieredStoreTest, PinsProtectFromEvictionBetweenLookupAndGet) {
@@ -241,7 +241,9 @@ TEST(TieredStoreTest, PinsProtectFromEvictionBetweenLookupAndGet) {
   std::vector<ChunkKey> keys = {KeyOf(0), KeyOf(1)};
   LookupResult r = store->Lookup(keys, {.pin = true});
   ASSERT_EQ(r.num_leading_hits, 2u);
-  ASSERT_NE(r.lease, kNoLease);
+  ASSERT_TRUE(r.lease);
+  EXPECT_TRUE(r.lease.live());
+  EXPECT_EQ(r.lease.size(), 2u);
   EXPECT_EQ(store->pinned_bytes(), 2 * kRec12);
   for (uint64_t i = 10; i < 30; ++i) ASSERT_TRUE(store->Put(MakeRecord(i)).ok());
   for (uint64_t i : {0, 1}) {
@@ -251,8 +253,9 @@ TEST(TieredStoreTest, PinsProtectFromEvictionBetweenLookupAndGet) {
     EXPECT_EQ(*got, MakeRecord(i));
     EXPECT_EQ(info.tier_index, MakeTierIndex(0));
   }
-  store->ReleaseLease(r.lease);
-  store->ReleaseLease(r.lease);  // second release is a no-op
+  r.lease.Release();
+  r.lease.Release();  // second release is a no-op
+  EXPECT_FALSE(r.lease.live());
   EXPECT_EQ(store->pinned_bytes(), 0u);
   EXPECT_EQ(store.tier(0).stats().pinned_bytes, 0u);
   for (uint64_t i = 30; i < 40; ++i) ASSERT_TRUE(store->Put(MakeRecord(i)).ok());
@@ -267,10 +270,12 @@ TEST(TieredStoreTest, UnreleasedLeasesExpireAndAreCounted) {
   for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(store->Put(MakeRecord(i)).ok());
   std::vector<ChunkKey> keys = {KeyOf(0), KeyOf(1), KeyOf(2), KeyOf(3), KeyOf(99)};
   const auto start = std::chrono::steady_clock::now();
+  std::vector<Lease> held;  // never released: they expire
   for (int i = 0; i < 1000; ++i) {
     LookupResult r = store->Lookup(keys, {.pin = true});
     ASSERT_EQ(r.num_leading_hits, 4u);
-    ASSERT_NE(r.lease, kNoLease);
+    ASSERT_TRUE(r.lease);
+    held.push_back(std::move(r.lease));
   }
   if (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(40)) {
     EXPECT_EQ(store->pinned_bytes(), 4 * kRec12);  // distinct chunks count once
@@ -288,6 +293,10 @@ TEST(TieredStoreTest, UnreleasedLeasesExpireAndAreCounted) {
   EXPECT_EQ(store->expired_leases(), 1000u);
   EXPECT_EQ(store.tier(0).stats().pinned_bytes, 0u);
   EXPECT_TRUE(store->Erase(KeyOf(0)).ok());
+  EXPECT_FALSE(held[0].live());
+  EXPECT_EQ(held[0].size(), 0u);
+  held.clear();  // releasing an expired lease does nothing
+  EXPECT_EQ(store->expired_leases(), 1000u);
 }
 
 TEST(TieredStoreTest, BackgroundThreadReapsExpiredLeasesWithoutCalls) {
@@ -296,7 +305,8 @@ TEST(TieredStoreTest, BackgroundThreadReapsExpiredLeasesWithoutCalls) {
   auto store = MakeStore(8, o);
   ASSERT_TRUE(store->Put(MakeRecord(0)).ok());
   ChunkKey k = KeyOf(0);
-  ASSERT_NE(store->Lookup(std::span(&k, 1), {.pin = true}).lease, kNoLease);
+  Lease lease = store->Lookup(std::span(&k, 1), {.pin = true}).lease;
+  ASSERT_TRUE(lease);
   // Only expired_leases() (which does not reap) and the tier are observed here.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (store->expired_leases() == 0 && std::chrono::steady_clock::now() < deadline) {

@@ -44,7 +44,7 @@ struct ConnectorOptions {
   // more than this many bytes (or the store's own max_pending_write_bytes, whichever is
   // lower), so a slow tier never blocks decode. 0 = only the store's bound.
   // The record buffers come from the store's pool (TieredStoreOptions::buffer_pool_bytes);
-  // a Lookup's lease lives until the matching load or the store's lease_timeout.
+  // a Lookup's lease lives as long as its ConnectorLookup (or the store's lease_timeout).
   uint64_t max_pending_store_bytes = 1ull << 30;
   // Copy-kernel knobs for the paged level (threads, CUDA stream).
   KvCopyOptions copy;
@@ -57,9 +57,8 @@ struct ConnectorOptions {
 // Monotonic counters since creation (relaxed atomics) plus the cost model's.
 struct ConnectorStats {
   uint64_t lookups = 0;
-  uint64_t lookup_hit_tokens = 0;   // sum of ConnectorLookup::cached_tokens
-  uint64_t lookup_load_tokens = 0;  // sum of ConnectorLookup::load_tokens
-  uint64_t leases_released_by_load = 0;
+  uint64_t lookup_hit_tokens = 0;           // sum of ConnectorLookup::cached_tokens
+  uint64_t lookup_load_tokens = 0;          // sum of ConnectorLookup::load_tokens
   uint64_t leases_released_by_timeout = 0;  // the store's expired leases (all its users)
   uint64_t store_calls = 0;
   uint64_t store_chunks_taken = 0;    // copied out and queued (or put, when sync)
@@ -90,11 +89,12 @@ struct ConnectorLookup {
   // Predicted seconds: loading load_tokens vs recomputing them.
   double predicted_load_s = 0;
   double predicted_recompute_s = 0;
-  // The store lease pinning the promised chunks until the matching load (LoadPayloads /
-  // Load over the same tokens) releases it, or the store's lease_timeout passes (one
-  // lease book: the store's). kNoLease when load_tokens == 0. Informational: the connector
-  // releases it itself.
-  LeaseId lease = kNoLease;
+  // The store's pins on the load_tokens / chunk_tokens chunks to load (kvstore/lease.h;
+  // one lease book: the store's). They hold while this result (or the lease moved out of
+  // it) lives, so keep it until the load of those chunks has returned, then drop it; the
+  // store's lease_timeout ends it otherwise. Empty when load_tokens == 0. Makes
+  // ConnectorLookup move-only.
+  Lease lease;
 };
 
 struct ConnectorLoadResult {
@@ -171,7 +171,7 @@ class KVConnector {
                                                            uint64_t skip_tokens = 0) = 0;
 
   // LoadPayloads without the consume: fetches and verifies the same chunks (same
-  // counters, same lease release, same stop at the first chunk that cannot be
+  // counters, same stop at the first chunk that cannot be
   // delivered) and hands back their records instead, so the caller can write them in
   // another order (by layer, FetchedPayloads). Costs one record of memory per chunk
   // (LoadPayloads: one in total); no extra copy. Errors as LoadPayloads'.

@@ -131,9 +131,22 @@ uint64_t kvt_chunk_payload_bytes(const kvt_connector* connector);
 uint32_t kvt_chunk_tokens(const kvt_connector* connector);
 
 /* KVConnector::Lookup. *load_tokens: tokens to load (multiple of chunk_tokens,
- * < n_tokens, >= num_computed_tokens or 0). cached_tokens may be NULL. */
+ * < n_tokens, >= num_computed_tokens or 0). cached_tokens may be NULL. Pins nothing past
+ * the call (kvt_lookup_pinned keeps the chunks to load from eviction until the load). */
 int kvt_lookup(kvt_connector* connector, const int32_t* tokens, size_t n_tokens,
                uint64_t num_computed_tokens, uint64_t* load_tokens, uint64_t* cached_tokens);
+
+/* The store's pins on the chunks a kvt_lookup_pinned promised (its lease). */
+typedef struct kvt_lease kvt_lease;
+/* kvt_lookup that also hands back its lease: *lease pins the *load_tokens / chunk_tokens
+ * chunks to load until kvt_lease_release (call it once the load has returned) or the
+ * store's lease timeout (10 s). *lease is NULL when *load_tokens == 0, and on error.
+ * REQUIRES: every lease is released before kvt_destroy of its connector. */
+int kvt_lookup_pinned(kvt_connector* connector, const int32_t* tokens, size_t n_tokens,
+                      uint64_t num_computed_tokens, uint64_t* load_tokens, uint64_t* cached_tokens,
+                      kvt_lease** lease);
+/* Releases a lease's pins and frees it. NULL is ignored. */
+void kvt_lease_release(kvt_lease* lease);
 
 /* Store callback: write exactly `bytes` bytes of chunk `chunk_index`'s payload into
  * `payload`; return 0 on success or a kvt_status (the store stops there). */

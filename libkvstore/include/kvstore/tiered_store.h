@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kvstore/evict_selector.h"
+#include "kvstore/lease.h"
 #include "kvstore/record_buffer.h"
 #include "kvstore/tier.h"
 #include "kvstore/types.h"
@@ -73,10 +74,6 @@ struct PutOptions {
   PutAck ack = PutAck::kTopTier;
 };
 
-// A lease: the pins a Lookup took, released by ReleaseLease or after lease_timeout.
-enum class LeaseId : uint64_t {};
-inline constexpr LeaseId kNoLease{0};
-
 // Answer of AdmitWrite.
 enum class WriteAdmission : uint8_t {
   kAdmitted,       // go ahead: fill a buffer, then SubmitWrite (or CancelWrite)
@@ -116,8 +113,9 @@ struct LookupResult {
   std::vector<TierIndex> tier_index;
   std::vector<TierKind> tier_kind;
   std::vector<uint64_t> record_bytes;
-  // Lease pinning the leading hits, when pinning was requested; kNoLease otherwise.
-  LeaseId lease = kNoLease;
+  // The pins on the leading hits, when pinning was requested and something was pinned
+  // (kvstore/lease.h); an empty Lease otherwise. Dropping it releases them. Move-only.
+  Lease lease;
 };
 
 struct GetOptions {
@@ -243,20 +241,11 @@ class TieredStore {
 
   // Which tiers hold `keys`, without moving data (no promotion, no LRU touch, not
   // counted as hits). With options.pin, pins the leading hits in the tier each was
-  // found in (tiers with caps().pinnable; others are trusted as found) until
-  // ReleaseLease or lease_timeout; a key that left its tier between the presence check
-  // and the pin ends the leading run there (the result is never optimistic).
-  // lease == kNoLease when nothing was pinned. Reaps expired leases first.
+  // found in (tiers with caps().pinnable; others are trusted as found) under the
+  // returned result.lease, until the caller drops it or lease_timeout passes (the store
+  // reaps it then); a key that left its tier between the presence check and the pin ends
+  // the leading run there (the result is never optimistic). Reaps expired leases first.
   LookupResult Lookup(std::span<const ChunkKey> keys, const LookupOptions& options = {});
-  // Releases a lease's pins (no-op for an unknown or expired lease).
-  void ReleaseLease(LeaseId lease);
-  // Keeps only the first `keep` pins of a lease (the chunks the caller will load) and
-  // releases the rest; keep == 0 releases it. False for an unknown or expired lease.
-  bool ShrinkLease(LeaseId lease, size_t keep);
-  // Releases the newest live lease whose last pinned key is the last key of `keys` that
-  // ends any live lease (searched from the back): the load of a chain releases the
-  // lease its Lookup took. Returns the lease released, or kNoLease.
-  LeaseId ReleaseLeaseEndingIn(std::span<const ChunkKey> keys);
   // Record bytes of the distinct (tier, chunk) pairs pinned by live leases, after
   // reaping expired ones (a chunk pinned by several leases counts once).
   uint64_t pinned_bytes();

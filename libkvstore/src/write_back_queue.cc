@@ -1,5 +1,8 @@
-// TieredStore's write-back: the queue of write-throughs and demotions, its supervised
-// thread, and the lookups that let a queued record be found before it lands.
+// WriteBackQueue: the store's one write queue, its admission by bytes, its buffer pool
+// and its supervised thread, and the lookups that let a queued record be found before it
+// lands.
+#include "write_back_queue.h"
+
 #include <algorithm>
 #include <cstring>
 #include <exception>
@@ -11,17 +14,53 @@
 #include "absl/time/clock.h"
 #include "kvstore/chunk_codec.h"
 #include "spdlog/spdlog.h"
-#include "tiered_store_impl.h"
 
-namespace kvt {
+namespace kvt::internal {
+
+WriteBackQueue::WriteBackQueue(std::span<const std::unique_ptr<Tier>> tiers,
+                               std::span<const TierCaps> caps, WriteBackOptions options)
+    : tiers_(tiers), caps_(caps), options_(std::move(options)) {}
+
+WriteBackQueue::~WriteBackQueue() { Stop(); }
+
+void WriteBackQueue::Start() {
+  worker_ = std::thread([this] { WorkerMain(); });
+}
+
+void WriteBackQueue::Stop() {
+  {
+    absl::MutexLock lock(&queue_mu_);
+    stop_ = true;
+    queue_cv_.SignalAll();
+  }
+  if (worker_.joinable()) worker_.join();  // the worker drains the queue before it exits
+}
+
+void WriteBackQueue::FillStats(TieredStoreStats& s) const {
+  absl::MutexLock lock(&queue_mu_);
+  s.demotions_queued = counters_.demotions_queued;
+  s.demotions_dropped = counters_.demotions_dropped;
+  s.demotions_skipped = counters_.demotions_skipped;
+  s.writebacks = counters_.writebacks;
+  s.writeback_errors = counters_.writeback_errors;
+  s.writebacks_skipped = counters_.writebacks_skipped;
+  s.writes_dropped = counters_.writes_dropped;
+  s.writes_submitted = counters_.writes_submitted;
+  s.writes_failed = counters_.writes_failed;
+  s.pending_write_bytes = pending_bytes_;
+  s.held_write_bytes = held_bytes_;
+}
+
+void WriteBackQueue::LogTierError(size_t t, const char* op, const absl::Status& s) const {
+  spdlog::warn("TieredStore: tier {} ({}) {} failed: {}", t, caps_[t].name, op, s.ToString());
+}
 
 // Called by tier `t` while it evicts (the host tier without its lock, keeping the victim
 // alive; another tier may hold its own lock): copy and queue, never block. When the next
 // tier is local (not remote) and already holds the key (the usual case with
 // write-through), nothing is copied: asking it is an in-memory lookup, and the lock
 // order tier t -> tier t+1 -> queue_mu_ has no cycle (no tier calls a higher one).
-void TieredStore::Impl::OnEvicted(size_t t, const ChunkKey& key,
-                                  std::span<const std::byte> record) {
+void WriteBackQueue::Demote(size_t t, const ChunkKey& key, std::span<const std::byte> record) {
   Tier& next = *tiers_[t + 1];
   if (!caps_[t + 1].remote && next.Stat(std::span(&key, 1))[0].present) {
     absl::MutexLock lock(&queue_mu_);
@@ -60,15 +99,15 @@ void TieredStore::Impl::OnEvicted(size_t t, const ChunkKey& key,
   PushLocked(std::move(copy), record.size(), key, t + 1, t + 1, /*demotion=*/true);
 }
 
-void TieredStore::Impl::Enqueue(std::span<const std::byte> record, uint64_t record_bytes,
-                                const ChunkKey& key, size_t first, size_t last) {
+void WriteBackQueue::Enqueue(std::span<const std::byte> record, uint64_t record_bytes,
+                             const ChunkKey& key, size_t first, size_t last) {
   RecordBuffer copy;
   if (!record.empty()) copy = RecordBuffer::CopyOf(record);
   absl::MutexLock lock(&queue_mu_);
   const uint64_t limit = options_.max_pending_write_bytes;
   if (limit > 0) {
     struct Args {
-      Impl* self;
+      WriteBackQueue* self;
       uint64_t size;
       uint64_t limit;
     } args{this, record_bytes, limit};
@@ -86,8 +125,8 @@ void TieredStore::Impl::Enqueue(std::span<const std::byte> record, uint64_t reco
   PushLocked(std::move(copy), record_bytes, key, first, last, /*demotion=*/false);
 }
 
-void TieredStore::Impl::PushLocked(RecordBuffer record, uint64_t record_bytes, const ChunkKey& key,
-                                   size_t first, size_t last, bool demotion) {
+void WriteBackQueue::PushLocked(RecordBuffer record, uint64_t record_bytes, const ChunkKey& key,
+                                size_t first, size_t last, bool demotion) {
   auto item = std::make_shared<WriteItem>();
   item->record = std::move(record);
   item->record_bytes = record_bytes;
@@ -101,8 +140,8 @@ void TieredStore::Impl::PushLocked(RecordBuffer record, uint64_t record_bytes, c
   queue_cv_.Signal();
 }
 
-WriteAdmission TieredStore::Impl::AdmitWrite(const ChunkKey& key, uint64_t record_bytes,
-                                             uint64_t limit_bytes) {
+WriteAdmission WriteBackQueue::Admit(const ChunkKey& key, uint64_t record_bytes,
+                                     uint64_t limit_bytes) {
   absl::MutexLock lock(&queue_mu_);
   if (write_keys_.contains(key)) return WriteAdmission::kAlreadyQueued;
   uint64_t limit = options_.max_pending_write_bytes;
@@ -114,7 +153,7 @@ WriteAdmission TieredStore::Impl::AdmitWrite(const ChunkKey& key, uint64_t recor
   return WriteAdmission::kAdmitted;
 }
 
-void TieredStore::Impl::CancelWrite(const ChunkKey& key, uint64_t record_bytes) {
+void WriteBackQueue::CancelAdmission(const ChunkKey& key, uint64_t record_bytes) {
   WriteItem admitted;
   admitted.key = key;
   admitted.record_bytes = record_bytes;
@@ -124,7 +163,7 @@ void TieredStore::Impl::CancelWrite(const ChunkKey& key, uint64_t record_bytes) 
   ForgetLocked(admitted);
 }
 
-void TieredStore::Impl::ForgetLocked(const WriteItem& item) {
+void WriteBackQueue::ForgetLocked(const WriteItem& item) {
   pending_bytes_ -= item.record_bytes;
   held_bytes_ -= item.record.size;
   if (item.submitted) {
@@ -133,7 +172,7 @@ void TieredStore::Impl::ForgetLocked(const WriteItem& item) {
   }
 }
 
-RecordBuffer TieredStore::Impl::TakeBuffer(uint64_t bytes) {
+RecordBuffer WriteBackQueue::TakeBuffer(uint64_t bytes) {
   {
     absl::MutexLock lock(&pool_mu_);
     for (size_t i = pool_.size(); i-- > 0;) {
@@ -148,7 +187,7 @@ RecordBuffer TieredStore::Impl::TakeBuffer(uint64_t bytes) {
   return RecordBuffer::Make(bytes);
 }
 
-void TieredStore::Impl::RecycleBuffer(RecordBuffer buffer) {
+void WriteBackQueue::RecycleBuffer(RecordBuffer buffer) {
   if (buffer.empty()) return;
   absl::MutexLock lock(&pool_mu_);
   if (pool_bytes_ + buffer.size > options_.buffer_pool_bytes) return;  // freed on return
@@ -156,13 +195,13 @@ void TieredStore::Impl::RecycleBuffer(RecordBuffer buffer) {
   pool_.push_back(std::move(buffer));
 }
 
-void TieredStore::Impl::SubmitWrite(SubmittedWrite write) {
+void WriteBackQueue::Submit(SubmittedWrite write) {
   auto item = std::make_shared<WriteItem>();
   item->record_bytes = write.record.size;
   item->record = std::move(write.record);
   item->key = write.key;
   item->first_tier = 0;
-  item->last_tier = WriteThroughRange().second;
+  item->last_tier = options_.submit_last_tier;
   item->submitted = true;
   item->finish = std::move(write.finish);
   item->done = std::move(write.done);
@@ -187,8 +226,8 @@ void TieredStore::Impl::SubmitWrite(SubmittedWrite write) {
   ForgetLocked(*item);
 }
 
-absl::Status TieredStore::Impl::CopyQueued(const WriteItem& item, bool finished,
-                                           std::span<std::byte> out) {
+absl::Status WriteBackQueue::CopyQueued(const WriteItem& item, bool finished,
+                                        std::span<std::byte> out) {
   const uint64_t n = item.record.size;
   if (!item.submitted || finished) {
     std::memcpy(out.data(), item.record.data.get(), n);
@@ -203,10 +242,8 @@ absl::Status TieredStore::Impl::CopyQueued(const WriteItem& item, bool finished,
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint64_t> TieredStore::Impl::GetFromQueue(const ChunkKey& key,
-                                                         std::span<std::byte> out,
-                                                         std::vector<std::byte>* alloc,
-                                                         size_t* target) {
+absl::StatusOr<uint64_t> WriteBackQueue::Find(const ChunkKey& key, std::span<std::byte> out,
+                                              std::vector<std::byte>* alloc, size_t* target) {
   ItemPtr found;
   bool finished = false;
   {
@@ -240,8 +277,8 @@ absl::StatusOr<uint64_t> TieredStore::Impl::GetFromQueue(const ChunkKey& key,
   return n;
 }
 
-void TieredStore::Impl::StatQueue(std::span<const ChunkKey> keys, std::vector<int>& where,
-                                  std::vector<uint64_t>& bytes) {
+void WriteBackQueue::Stat(std::span<const ChunkKey> keys, std::vector<int>& where,
+                          std::vector<uint64_t>& bytes) {
   absl::MutexLock lock(&queue_mu_);
   absl::flat_hash_map<ChunkKey, const WriteItem*> carrying;
   if (inflight_item_ != nullptr && !inflight_cancelled_ && !inflight_item_->record.empty()) {
@@ -260,7 +297,7 @@ void TieredStore::Impl::StatQueue(std::span<const ChunkKey> keys, std::vector<in
   }
 }
 
-void TieredStore::Impl::CancelQueued(const ChunkKey& key) {
+void WriteBackQueue::Cancel(const ChunkKey& key) {
   std::vector<ItemPtr> cancelled;
   {
     absl::MutexLock lock(&queue_mu_);
@@ -277,7 +314,7 @@ void TieredStore::Impl::CancelQueued(const ChunkKey& key) {
       inflight_cancelled_ = true;
       // Wait for it to land, so the caller's erase that follows removes every copy.
       struct Args {
-        Impl* self;
+        WriteBackQueue* self;
         ChunkKey key;
       } args{this, key};
       queue_mu_.Await(absl::Condition(
@@ -292,21 +329,21 @@ void TieredStore::Impl::CancelQueued(const ChunkKey& key) {
   }
 }
 
-void TieredStore::Impl::Flush() {
+void WriteBackQueue::Flush() {
   absl::MutexLock lock(&queue_mu_);
   queue_mu_.Await(absl::Condition(
-      +[](Impl* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->queue_mu_) {
+      +[](WriteBackQueue* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->queue_mu_) {
         return (self->queue_.empty() && !self->in_progress_) || !self->healthy_;
       },
       this));
 }
 
-bool TieredStore::Impl::healthy() const {
+bool WriteBackQueue::healthy() const {
   absl::MutexLock lock(&queue_mu_);
   return healthy_;
 }
 
-void TieredStore::Impl::WorkerMain() {
+void WriteBackQueue::WorkerMain() {
   try {
     WorkerLoop();
   } catch (const std::exception& e) {
@@ -318,7 +355,7 @@ void TieredStore::Impl::WorkerMain() {
   }
 }
 
-void TieredStore::Impl::MarkDead() {
+void WriteBackQueue::MarkDead() {
   std::vector<ItemPtr> submitted;
   {
     absl::MutexLock lock(&queue_mu_);
@@ -351,10 +388,8 @@ void TieredStore::Impl::MarkDead() {
   }
 }
 
-void TieredStore::Impl::WorkerLoop() {
-  const absl::Duration reap_period = std::clamp(absl::FromChrono(options_.lease_timeout) / 4,
-                                                absl::Milliseconds(1), absl::Milliseconds(100));
-  absl::Time next_reap = absl::Now() + reap_period;
+void WriteBackQueue::WorkerLoop() {
+  absl::Time next_reap = absl::Now() + options_.period;
   for (;;) {
     ItemPtr item;
     {
@@ -377,13 +412,13 @@ void TieredStore::Impl::WorkerLoop() {
     }
     if (item != nullptr) WriteOne(item);
     if (absl::Now() >= next_reap) {
-      ReapExpired();
-      next_reap = absl::Now() + reap_period;
+      if (options_.on_period) options_.on_period();
+      next_reap = absl::Now() + options_.period;
     }
   }
 }
 
-absl::Status TieredStore::Impl::WriteSubmitted(WriteItem& item, uint64_t* ok, uint64_t* failed) {
+absl::Status WriteBackQueue::WriteSubmitted(WriteItem& item, uint64_t* ok, uint64_t* failed) {
   if (item.finish && !item.finished) {
     absl::Status s = item.finish(item.record.span());
     if (!s.ok()) return s;
@@ -414,7 +449,7 @@ absl::Status TieredStore::Impl::WriteSubmitted(WriteItem& item, uint64_t* ok, ui
   return top.ok() ? absl::OkStatus() : first_below;
 }
 
-void TieredStore::Impl::WriteOne(const ItemPtr& item_ptr) {
+void WriteBackQueue::WriteOne(const ItemPtr& item_ptr) {
   WriteItem& item = *item_ptr;
   uint64_t ok = 0, failed = 0, gone = 0;
   absl::Status outcome;
@@ -467,7 +502,7 @@ void TieredStore::Impl::WriteOne(const ItemPtr& item_ptr) {
 
 // Copies the record of `key` from tier 0 into the worker's 4096-aligned scratch buffer
 // (aligned so a disk tier can use it for O_DIRECT without a bounce copy).
-absl::StatusOr<std::span<const std::byte>> TieredStore::Impl::ReadBackFromTierZero(
+absl::StatusOr<std::span<const std::byte>> WriteBackQueue::ReadBackFromTierZero(
     const ChunkKey& key) {
   for (int attempt = 0; attempt < 3; ++attempt) {
     std::vector<ChunkStat> st = tiers_[0]->Stat(std::span(&key, 1));
@@ -490,4 +525,4 @@ absl::StatusOr<std::span<const std::byte>> TieredStore::Impl::ReadBackFromTierZe
   return absl::UnavailableError("record size kept changing");
 }
 
-}  // namespace kvt
+}  // namespace kvt::internal
