@@ -53,8 +53,9 @@ class AdaptivePolicy final : public StagedPolicy {
     // A lookup's miss just before (OnMiss) is this same reference, counted already.
     bool seen = counted ? seen_at_miss_ : sketch_->Increment(entry.key) > 0;
     if (!counted) GhostCheck(entry.key, entry.record_bytes);
-    // A demotion or promotion was referenced in the tier above or below.
-    if (reason != AdmitReason::kPut) seen = true;
+    // A promotion is a hit in a tier below: a reference. A demotion is not one (the
+    // record was stored above, not necessarily read): it is judged as a store would be.
+    if (reason == AdmitReason::kPromotion) seen = true;
     admit_to_main_ = seen;
     admitted_key_ = entry.key;
     if (seen || window_budget_ >= static_cast<double>(entry.record_bytes)) return true;
