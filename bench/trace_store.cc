@@ -52,7 +52,11 @@ absl::StatusOr<StoreReplayResult> ReplayThroughStore(const Trace& trace,
   for (const TraceRequest& r : trace.requests) {
     keys.clear();
     for (uint32_t b : r.blocks) keys.push_back(TraceBlockKey(b));
-    const LookupResult found = (*store)->Lookup(keys);
+    // Pinned, as an engine's lookup before its load: the write-back's demotions into
+    // disk must not evict a chunk between the lookup and its Get.
+    LookupOptions lookup;
+    lookup.pin = true;
+    LookupResult found = (*store)->Lookup(keys, lookup);
     const size_t hits = found.num_leading_hits;
     res.total_tokens += r.input_tokens;
     res.chunks += keys.size();
@@ -67,6 +71,7 @@ absl::StatusOr<StoreReplayResult> ReplayThroughStore(const Trace& trace,
                                                 got.status().ToString()));
       }
     }
+    found.lease.Release();
     for (size_t i = hits; i < keys.size(); ++i) {
       ChunkHeader h;
       h.ns = ns;
