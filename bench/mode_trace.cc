@@ -75,6 +75,14 @@ CachePolicyOptions PolicyOptions(const std::string& name) {
   return o;
 }
 
+// The lowest tier's options: the default policy declines first-seen chunks beyond its
+// budget there (nothing below it could take them; see docs/cache-policy.md).
+CachePolicyOptions LowestTierOptions(const std::string& name) {
+  CachePolicyOptions o = PolicyOptions(name);
+  o.adaptive_declines_first_seen = true;
+  return o;
+}
+
 // Comma-separated fractions in (0, 1] into *out; false (after a message) on a bad one.
 bool ParseFractions(const char* flag, const std::string& arg, std::vector<double>* out) {
   out->clear();
@@ -288,7 +296,7 @@ int RunTrace(int argc, char** argv) {
       }
       for (const std::string& p : policies) {
         auto hp = MakeCachePolicy(PolicyOptions(p), host * record_bytes);
-        auto dp = MakeCachePolicy(PolicyOptions(p), disk * record_bytes);
+        auto dp = MakeCachePolicy(LowestTierOptions(p), disk * record_bytes);
         if (!hp.ok() || !dp.ok()) return 1;
         TwoTier t{name, p, SimulateTwoTier(*trace, **hp, host, **dp, disk, record_bytes)};
         if (through_store(p, 0)) {
