@@ -220,7 +220,7 @@ int RunTrace(int argc, char** argv) {
         if (through_store(p, f)) {
           row.replayed = "store";
           StoreReplayOptions so;
-          so.host_policy = p;
+          so.host_policy = PolicyOptions(p);
           so.host_records = cap;
           so.record_bytes = record_bytes;
           auto st = ReplayThroughStore(*trace, so);
@@ -307,7 +307,8 @@ int RunTrace(int argc, char** argv) {
             return 1;
           }
           StoreReplayOptions so;
-          so.host_policy = so.disk_policy = p;
+          so.host_policy = PolicyOptions(p);
+          so.disk_policy = LowestTierOptions(p);
           so.host_records = host;
           so.disk_records = disk;
           so.disk_dir = dir;

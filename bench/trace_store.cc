@@ -21,7 +21,7 @@ absl::StatusOr<StoreReplayResult> ReplayThroughStore(const Trace& trace,
   StoreOptions so;
   so.host.capacity_bytes = options.host_records * options.record_bytes;
   so.host.use_pinned_memory = false;
-  so.host.cache_policy.name = options.host_policy;
+  so.host.cache_policy = options.host_policy;
   if (options.disk_records > 0) {
     DiskTierOptions d;
     d.dir = options.disk_dir;
@@ -29,7 +29,7 @@ absl::StatusOr<StoreReplayResult> ReplayThroughStore(const Trace& trace,
     d.file_bytes = std::min<uint64_t>(d.capacity_bytes, 256ull << 20);
     d.commit = DiskCommit::kGrouped;  // the replay measures policies, not fsync
     d.direct_io = false;
-    d.cache_policy.name = options.disk_policy;
+    d.cache_policy = options.disk_policy;
     so.disk = d;
   }
   auto store = OpenTieredStore(so);

@@ -12,14 +12,15 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "kvstore/cache_policy.h"
 #include "trace_file.h"
 
 namespace kvt::bench {
 
 struct StoreReplayOptions {
-  std::string host_policy = "default";
+  CachePolicyOptions host_policy;
   uint64_t host_records = 0;  // REQUIRES: >= 1
-  std::string disk_policy = "default";
+  CachePolicyOptions disk_policy;
   uint64_t disk_records = 0;     // 0 = no disk tier
   std::string disk_dir;          // REQUIRES (a fresh folder) when disk_records > 0
   uint64_t record_bytes = 4096;  // REQUIRES: a multiple of 4096, >= 4096
