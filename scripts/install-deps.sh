@@ -12,6 +12,8 @@ PKGS=(
   # Well-kept helpers: logging, flags, config, JSON, HTTP (metrics), Redis peer.
   libspdlog-dev libcli11-dev nlohmann-json3-dev libyaml-cpp-dev libcpp-httplib-dev
   libhiredis-dev redis-server
+  # zlib: kvtier-bench trace reads the gzip'd request traces (bench/traces/).
+  zlib1g-dev
   # Compiler cache: rebuilds of a fresh clone reuse objects (scripts/ccache-env.sh).
   ccache
   # clang: the thread-safety check (scripts/check-thread-safety.sh); clang-format: the

@@ -1,11 +1,14 @@
 // MakeCachePolicy and the recency-only policy ("lru"), the historical behaviour of every
-// tier. Further policies live in their own files and are named here.
+// tier. The other policies live in their own files (cache_policy_<name>.cc).
 #include "kvstore/cache_policy.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "cache_policy_impl.h"
 #include "lru_list.h"
 
 namespace kvt {
@@ -46,10 +49,22 @@ class LruPolicy final : public CachePolicy {
 
 }  // namespace
 
+namespace internal {
+std::unique_ptr<CachePolicy> MakeLruPolicy() { return std::make_unique<LruPolicy>(); }
+}  // namespace internal
+
+const std::vector<std::string>& CachePolicyNames() {
+  static const std::vector<std::string> names = {"lru",    "lfu",      "arc",
+                                                 "s3fifo", "adaptive", "default"};
+  return names;
+}
+
 absl::Status CachePolicyOptions::Validate() const {
-  if (name != "lru") {
+  const auto& names = CachePolicyNames();
+  if (std::find(names.begin(), names.end(), name) == names.end()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("cache policy name '", name, "' is not known (expected: lru)"));
+        absl::StrCat("cache policy name '", name,
+                     "' is not known (expected one of: ", absl::StrJoin(names, ", "), ")"));
   }
   if (ttl.count() < 0) {
     return absl::InvalidArgumentError(
@@ -60,9 +75,26 @@ absl::Status CachePolicyOptions::Validate() const {
 
 absl::StatusOr<std::unique_ptr<CachePolicy>> MakeCachePolicy(const CachePolicyOptions& options,
                                                              uint64_t capacity_bytes) {
-  (void)capacity_bytes;
   if (absl::Status s = options.Validate(); !s.ok()) return s;
-  return std::unique_ptr<CachePolicy>(new LruPolicy());
+  const std::string_view name = options.name == "default" ? kDefaultCachePolicy : options.name;
+  std::unique_ptr<CachePolicy> policy;
+  if (name == "lru") {
+    policy = internal::MakeLruPolicy();
+  } else if (name == "lfu") {
+    policy = internal::MakeLfuPolicy();
+  } else if (name == "arc") {
+    policy = internal::MakeArcPolicy(capacity_bytes);
+  } else if (name == "s3fifo") {
+    policy = internal::MakeS3FifoPolicy(capacity_bytes);
+  } else {
+    internal::AdaptiveParams params;
+    params.decline_first_seen = options.adaptive_declines_first_seen;
+    policy = internal::MakeAdaptivePolicy(capacity_bytes, params);
+  }
+  if (options.ttl.count() > 0) {
+    policy = internal::MakeTtlPolicy(std::move(policy), options.ttl, options.clock);
+  }
+  return policy;
 }
 
 }  // namespace kvt
