@@ -469,25 +469,7 @@ TEST(TokenizerCliTest, GgufWithoutTokenizerExits2NamingTheFile) {
       clitest::Run(KVTIER_MAKE_GGUF_BIN, {"--size", "tiny", "--no-vocab", "--out", gguf}, 120);
   ASSERT_EQ(made.exit_code, 0) << made.err;
 #else
-  {
-    std::ofstream o(gguf, std::ios::binary);
-    auto u32 = [&](uint32_t v) { o.write(reinterpret_cast<const char*>(&v), 4); };
-    auto u64 = [&](uint64_t v) { o.write(reinterpret_cast<const char*>(&v), 8); };
-    auto str = [&](const std::string& v) {
-      u64(v.size());
-      o.write(v.data(), static_cast<std::streamsize>(v.size()));
-    };
-    o.write("GGUF", 4);
-    u32(3);
-    u64(0);
-    u64(2);
-    str("general.architecture");
-    u32(8);
-    str("llama");
-    str("tokenizer.ggml.model");
-    u32(8);
-    str("none");
-  }
+  GTEST_SKIP() << "kvtier built without llama.cpp: no --tokenizer to test";
 #endif
   const std::string text = tmp.path() + "/prompt.txt";
   std::ofstream(text) << "The quick brown fox";
