@@ -311,7 +311,8 @@ absl::Status DiskTier::Impl::ReadVerified(const ChunkKey& key, const IndexEntry&
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint64_t> DiskTier::Impl::Get(const ChunkKey& key, std::span<std::byte> out) {
+absl::StatusOr<uint64_t> DiskTier::Impl::Get(const ChunkKey& key, std::span<std::byte> out,
+                                             bool client_read) {
   IndexEntry e;
   uint64_t gen;
   std::shared_ptr<RecordFile> file;
@@ -320,8 +321,10 @@ absl::StatusOr<uint64_t> DiskTier::Impl::Get(const ChunkKey& key, std::span<std:
     absl::MutexLock l(&mu_);
     auto it = map_.find(key);
     if (it == map_.end()) {
-      ++counters_.misses;
-      policy_->OnMiss(key);
+      if (client_read) {
+        ++counters_.misses;
+        policy_->OnMiss(key);
+      }
       return absl::NotFoundError(absl::StrCat("chunk ", key.ToHex(), " not on disk"));
     }
     Entry& en = it->second;
@@ -330,10 +333,12 @@ absl::StatusOr<uint64_t> DiskTier::Impl::Get(const ChunkKey& key, std::span<std:
                                                 en.idx.record_bytes, " bytes, buffer has ",
                                                 out.size()));
     }
-    en.idx.last_access_ms = NowMs();
-    policy_->OnAccess(key);
-    dirty_access_.insert(key);
-    flush = dirty_access_.size() >= options_.access_flush_batch;
+    if (client_read) {
+      en.idx.last_access_ms = NowMs();
+      policy_->OnAccess(key);
+      dirty_access_.insert(key);
+      flush = dirty_access_.size() >= options_.access_flush_batch;
+    }
     ++en.readers;
     e = en.idx;
     gen = en.gen;
@@ -355,10 +360,12 @@ absl::StatusOr<uint64_t> DiskTier::Impl::Get(const ChunkKey& key, std::span<std:
     absl::MutexLock l(&mu_);
     FinishReadLocked(key, gen);
     if (s.ok()) {
-      ++counters_.hits;
-      counters_.bytes_out += e.record_bytes;
+      if (client_read) {
+        ++counters_.hits;
+        counters_.bytes_out += e.record_bytes;
+      }
     } else {
-      ++counters_.misses;
+      if (client_read) ++counters_.misses;
       if (absl::IsDataLoss(s)) {
         ++counters_.integrity_errors;
       } else {
@@ -554,6 +561,9 @@ absl::Status DiskTier::Put(std::span<const std::byte> record, const PutContext& 
 }
 absl::StatusOr<uint64_t> DiskTier::Get(const ChunkKey& key, std::span<std::byte> out) {
   return impl_->Get(key, out);
+}
+absl::StatusOr<uint64_t> DiskTier::CopyForWriteBack(const ChunkKey& key, std::span<std::byte> out) {
+  return impl_->Get(key, out, /*client_read=*/false);
 }
 std::vector<ChunkStat> DiskTier::Stat(std::span<const ChunkKey> keys) { return impl_->Stat(keys); }
 absl::Status DiskTier::Erase(const ChunkKey& key) { return impl_->Erase(key); }

@@ -60,7 +60,10 @@ class DiskTier::Impl {
 
   // --- disk_tier.cc ---
   absl::Status Put(std::span<const std::byte> record, const PutContext& context);
-  absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out);
+  // `client_read` false: the store's own read (CopyForWriteBack, a peek): no hit, miss,
+  // access time or policy use is recorded; integrity failures still are.
+  absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out,
+                               bool client_read = true);
   std::vector<ChunkStat> Stat(std::span<const ChunkKey> keys);
   absl::Status Erase(const ChunkKey& key);
   absl::StatusOr<ListPage> List(const ListOptions& options);

@@ -120,6 +120,27 @@ TEST_F(DiskTierTest, PutGetReturnsIdenticalBytes) {
   EXPECT_EQ(st.integrity_errors, 0u);
 }
 
+TEST_F(DiskTierTest, PeekReadsTheSameBytesWithoutCountingAUse) {
+  auto t = OpenTier(Options());
+  ASSERT_NE(t, nullptr);
+  ASSERT_TRUE(t->Put(MakeRecord(1)).ok());
+  auto before = t->List(ListOptions{});
+  ASSERT_TRUE(before.ok()) << before.status();
+  std::vector<std::byte> buf(MakeRecord(1).size());
+  auto n = t->CopyForWriteBack(TestKey(1), buf);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(buf, MakeRecord(1));
+  EXPECT_EQ(t->CopyForWriteBack(TestKey(9), buf).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(t->stats().hits, 0u);
+  EXPECT_EQ(t->stats().misses, 0u);
+  auto after = t->List(ListOptions{});
+  ASSERT_TRUE(after.ok()) << after.status();
+  ASSERT_EQ(after->chunks.size(), 1u);
+  EXPECT_EQ(after->chunks[0].last_access_unix_ms, before->chunks[0].last_access_unix_ms);
+  ASSERT_TRUE(Read(*t, TestKey(1)).ok());  // a client's read counts
+  EXPECT_EQ(t->stats().hits, 1u);
+}
+
 TEST_F(DiskTierTest, ReadAfterRestartReturnsSameBytes) {
   {
     auto t = OpenTier(Options());

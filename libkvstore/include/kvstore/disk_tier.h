@@ -154,6 +154,9 @@ class DiskTier final : public Tier {
   // counted (stats().integrity_errors) and answered DataLoss. On any error the contents
   // of `out` are unspecified. Fastest when out.data() is 4096-aligned (no bounce copy).
   absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out) override;
+  // Get for the store's own reads (a peek such as `kvtier ls --show-layout`): verified
+  // like Get, but counts no hit or miss and changes no access time or policy order.
+  absl::StatusOr<uint64_t> CopyForWriteBack(const ChunkKey& key, std::span<std::byte> out) override;
   std::vector<ChunkStat> Stat(std::span<const ChunkKey> keys) override;
   absl::Status Erase(const ChunkKey& key) override;
   // Ordered by key (the index's order); page_token = ToHex() of the last key of the
