@@ -41,9 +41,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -226,6 +229,41 @@ double Percentile(std::vector<float>& v, double p) {
   return v[std::min(i, v.size() - 1)];
 }
 
+// CPU seconds kvtierd has used so far, user and system (/proc/<pid>/stat fields 14, 15).
+std::pair<double, double> ProcCpuSeconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t close = text.rfind(')');  // the command name may hold spaces
+  if (close == std::string::npos) return {0, 0};
+  std::istringstream rest(text.substr(close + 2));
+  std::string field;
+  double user = 0, sys = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14) user = std::strtod(field.c_str(), nullptr);
+    if (i == 15) sys = std::strtod(field.c_str(), nullptr);
+  }
+  const double hz = static_cast<double>(sysconf(_SC_CLK_TCK));
+  return {user / hz, sys / hz};
+}
+
+// Seconds kvtierd's threads have run on a CPU and waited for one on a run queue, summed
+// over its threads (/proc/<pid>/task/*/schedstat, nanoseconds; threads that exited are
+// not counted). The wait is what a CPU-starved daemon shows.
+std::pair<double, double> ProcSchedSeconds(pid_t pid) {
+  double run = 0, wait = 0;
+  std::error_code ec;
+  for (const auto& t :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    std::ifstream in(t.path() / "schedstat");
+    double r = 0, w = 0;
+    if (in >> r >> w) {
+      run += r / 1e9;
+      wait += w / 1e9;
+    }
+  }
+  return {run, wait};
+}
+
 std::string LoadAverage() {
   std::ifstream in("/proc/loadavg");
   std::string a, b, c;
@@ -240,11 +278,15 @@ int RunLoad(int argc, char** argv) {
   app.add_flag("--json", json, "print one JSON object");
   app.add_flag("--quick", quick,
                "a short check: clients 1,4, 1 s per step, 16-token (512 KiB) records");
-  app.add_option("--clients", o.clients, "client process counts, one step each")
+  app.add_option("--clients", o.clients, "client process counts, one step each (1,4,16,64)")
+      ->delimiter(',')
       ->check(CLI::Range(1, 64));
-  app.add_option("--transports", o.transports, "unix and/or tcp")
+  app.add_option("--transports", o.transports, "unix and/or tcp (unix,tcp)")
+      ->delimiter(',')
       ->check(CLI::IsMember({"unix", "tcp"}));
-  app.add_option("--shm", o.shm, "off and/or on")->check(CLI::IsMember({"off", "on"}));
+  app.add_option("--shm", o.shm, "off and/or on (off,on)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"off", "on"}));
   app.add_option("--seconds", o.seconds, "seconds each step runs")->check(CLI::Range(0.2, 600.0));
   app.add_option("--tokens", o.tokens, "tokens per chunk record (32 KiB each; 128 = 4 MiB)")
       ->check(CLI::Range(1, 2048));
@@ -334,6 +376,8 @@ int RunLoad(int argc, char** argv) {
         spec.start = Clock::now() + std::chrono::milliseconds(500 + 40 * clients);
         spec.until = spec.start + std::chrono::milliseconds(static_cast<int64_t>(o.seconds * 1e3));
         std::vector<pid_t> kids;
+        std::pair<double, double> cpu0{0, 0}, sched0{0, 0};
+        bool cpu0_taken = false;
         for (int c = 0; c < clients; ++c) {
           const pid_t pid = fork();
           if (pid == 0) {
@@ -348,6 +392,11 @@ int RunLoad(int argc, char** argv) {
         std::vector<bool> done(kids.size(), false);
         int died = 0;
         while (running > 0) {
+          if (!cpu0_taken && Clock::now() >= spec.start) {  // the daemon's CPU from the start
+            cpu0 = ProcCpuSeconds(daemon);
+            sched0 = ProcSchedSeconds(daemon);
+            cpu0_taken = true;
+          }
           rss_kib = std::max(rss_kib, ProcStatusKiB(daemon, "VmRSS:"));
           shmem_kib = std::max(shmem_kib, ProcStatusKiB(daemon, "RssShmem:"));
           for (size_t i = 0; i < kids.size(); ++i) {
@@ -360,6 +409,8 @@ int RunLoad(int argc, char** argv) {
           }
           std::this_thread::sleep_for(std::chrono::milliseconds(50));
         }
+        const std::pair<double, double> cpu1 = ProcCpuSeconds(daemon);
+        const std::pair<double, double> sched1 = ProcSchedSeconds(daemon);
         peak_rss_kib = std::max(peak_rss_kib, rss_kib);
         // Merge the clients' results.
         std::vector<float> us[kNumKinds];
@@ -394,18 +445,28 @@ int RunLoad(int argc, char** argv) {
                             {"p99_us", Percentile(us[k], 0.99)}};
         }
         total_errors += errors;
-        steps.push_back({{"transport", transport},
-                         {"shm", spec.shm},
-                         {"clients", clients},
-                         {"seconds", secs},
-                         {"gbps", secs > 0 ? bytes / secs / 1e9 : 0},
-                         {"ops_per_s", secs > 0 ? ops / secs : 0},
-                         {"rpc", rpc},
-                         {"errors", errors},
-                         {"get_misses", misses},
-                         {"first_error", first_error},
-                         {"rss_max_mib", rss_kib / 1024.0},
-                         {"rss_shmem_max_mib", shmem_kib / 1024.0}});
+        steps.push_back(
+            {{"transport", transport},
+             {"shm", spec.shm},
+             {"clients", clients},
+             {"seconds", secs},
+             {"gbps", secs > 0 ? bytes / secs / 1e9 : 0},
+             {"ops_per_s", secs > 0 ? ops / secs : 0},
+             {"rpc", rpc},
+             {"errors", errors},
+             {"get_misses", misses},
+             {"first_error", first_error},
+             {"rss_max_mib", rss_kib / 1024.0},
+             // kvtierd's CPU over the step: cores busy on average (this host: 2).
+             {"daemon_cpu_cores",
+              secs > 0 ? (cpu1.first + cpu1.second - cpu0.first - cpu0.second) / secs : 0},
+             // Time its threads waited for a CPU on a run queue, per second of the step.
+             {"daemon_runqueue_wait_per_s", secs > 0 ? (sched1.second - sched0.second) / secs : 0},
+             {"daemon_sys_share", cpu1.first + cpu1.second - cpu0.first - cpu0.second > 0
+                                      ? (cpu1.second - cpu0.second) /
+                                            (cpu1.first + cpu1.second - cpu0.first - cpu0.second)
+                                      : 0},
+             {"rss_shmem_max_mib", shmem_kib / 1024.0}});
         if (!json)
           std::fprintf(stderr, "  step %d: %s shm %s %d clients: %.2f GB/s, %llu errors\n",
                        spec.step, transport.c_str(), shm.c_str(), clients,
@@ -491,22 +552,23 @@ int RunLoad(int argc, char** argv) {
         "kvtier-bench load: %.1f MiB records, %.1f s per step, kvtierd workers %d, durability "
         "async; load average before %s, after %s\n",
         rec_bytes / 1048576.0, o.seconds, o.workers, load_before.c_str(), LoadAverage().c_str());
-    std::printf("  %-5s %-3s %7s %7s %8s %9s %9s %9s %9s %9s %9s %6s %7s %8s\n", "trans", "shm",
-                "clients", "GB/s", "ops/s", "put p50", "put p99", "look p50", "look p99", "get p50",
-                "get p99", "errors", "misses", "RSS MiB");
+    std::printf("  %-5s %-3s %7s %7s %8s %9s %9s %9s %9s %9s %9s %6s %7s %8s %7s %7s\n", "trans",
+                "shm", "clients", "GB/s", "ops/s", "put p50", "put p99", "look p50", "look p99",
+                "get p50", "get p99", "errors", "misses", "RSS MiB", "d.cores", "d.wait");
     for (const auto& s : steps) {
       const auto& r = s["rpc"];
       auto ms = [&](const char* k, const char* p) { return r[k][p].get<double>() / 1000; };
       std::printf(
           "  %-5s %-3s %7d %7.2f %8.0f %7.2fms %7.2fms %7.2fms %7.2fms %7.2fms %7.2fms %6llu "
-          "%7llu %8.0f\n",
+          "%7llu %8.0f %7.2f %7.2f\n",
           s["transport"].get<std::string>().c_str(), s["shm"].get<bool>() ? "on" : "off",
           s["clients"].get<int>(), s["gbps"].get<double>(), s["ops_per_s"].get<double>(),
           ms("put", "p50_us"), ms("put", "p99_us"), ms("lookup", "p50_us"), ms("lookup", "p99_us"),
           ms("get", "p50_us"), ms("get", "p99_us"),
           static_cast<unsigned long long>(s["errors"].get<uint64_t>()),
           static_cast<unsigned long long>(s["get_misses"].get<uint64_t>()),
-          s["rss_max_mib"].get<double>());
+          s["rss_max_mib"].get<double>(), s["daemon_cpu_cores"].get<double>(),
+          s["daemon_runqueue_wait_per_s"].get<double>());
       if (!s["first_error"].get<std::string>().empty())
         std::printf("        first error: %s\n", s["first_error"].get<std::string>().c_str());
     }
