@@ -209,7 +209,9 @@ ClientResult RunClient(int c, const StepSpec& spec, NamespaceId ns, const LoadOp
     });
   }
   r.end_s = SteadySeconds(Clock::now());
-  if (session) (void)(*client)->DetachShm(*session);
+  // A failed detach leaves the region counted at the daemon (shm.max_regions): an error.
+  if (session)
+    if (absl::Status s = (*client)->DetachShm(*session); !s.ok()) Fail(r, "shm detach", s);
   return r;
 }
 
