@@ -86,6 +86,9 @@ constexpr int kNumKinds = 3;
 struct ClientResult {
   std::vector<float> us[kNumKinds];  // latency of every call, microseconds
   uint64_t bytes_put = 0, bytes_got = 0, errors = 0, misses = 0;
+  // RPC attempts of the client's ShmAttach beyond the first: a retried attach whose first
+  // attempt reached the daemon leaves a region attached there that no client knows.
+  uint64_t attach_retries = 0;
   double start_s = 0, end_s = 0;  // steady clock, seconds: first call issued, last answered
   std::string first_error;
 };
@@ -138,7 +141,9 @@ ClientResult RunClient(int c, const StepSpec& spec, NamespaceId ns, const LoadOp
   const uint64_t slot = (rec_bytes + kShmProgressBlockBytes + 4095) & ~uint64_t{4095};
   std::unique_ptr<ShmSession> session;
   if (spec.shm) {
+    const uint64_t before = (*client)->rpcs();
     auto s = (*client)->AttachShm(2 * slot);
+    r.attach_retries = (*client)->rpcs() - before - 1;
     if (!s.ok()) {
       Fail(r, "shm attach", s.status());
       return r;
@@ -216,10 +221,10 @@ ClientResult RunClient(int c, const StepSpec& spec, NamespaceId ns, const LoadOp
 }
 
 void WriteResult(const ClientResult& r, const std::string& path) {
-  nlohmann::json j = {{"bytes_put", r.bytes_put},    {"bytes_got", r.bytes_got},
-                      {"errors", r.errors},          {"misses", r.misses},
-                      {"start_s", r.start_s},        {"end_s", r.end_s},
-                      {"first_error", r.first_error}};
+  nlohmann::json j = {{"bytes_put", r.bytes_put},     {"bytes_got", r.bytes_got},
+                      {"errors", r.errors},           {"misses", r.misses},
+                      {"start_s", r.start_s},         {"end_s", r.end_s},
+                      {"first_error", r.first_error}, {"attach_retries", r.attach_retries}};
   for (int k = 0; k < kNumKinds; ++k) j[kKinds[k]] = r.us[k];
   std::ofstream(path) << j.dump();
 }
@@ -416,7 +421,7 @@ int RunLoad(int argc, char** argv) {
         peak_rss_kib = std::max(peak_rss_kib, rss_kib);
         // Merge the clients' results.
         std::vector<float> us[kNumKinds];
-        uint64_t bytes = 0, errors = died, misses = 0;
+        uint64_t bytes = 0, errors = died, misses = 0, attach_retries = 0;
         double start_s = 1e300, end_s = 0;
         std::string first_error;
         for (int c = 0; c < clients; ++c) {
@@ -429,6 +434,7 @@ int RunLoad(int argc, char** argv) {
           bytes += j["bytes_put"].get<uint64_t>() + j["bytes_got"].get<uint64_t>();
           errors += j["errors"].get<uint64_t>();
           misses += j["misses"].get<uint64_t>();
+          attach_retries += j["attach_retries"].get<uint64_t>();
           start_s = std::min(start_s, j["start_s"].get<double>());
           end_s = std::max(end_s, j["end_s"].get<double>());
           if (first_error.empty()) first_error = j["first_error"].get<std::string>();
@@ -457,6 +463,7 @@ int RunLoad(int argc, char** argv) {
              {"rpc", rpc},
              {"errors", errors},
              {"get_misses", misses},
+             {"shm_attach_retries", attach_retries},
              {"first_error", first_error},
              {"rss_max_mib", rss_kib / 1024.0},
              // kvtierd's CPU over the step: cores busy on average (this host: 2).
