@@ -15,6 +15,7 @@
 #include "daemon/server.h"
 #include "kvstore/byte_size.h"
 #include "spdlog/spdlog.h"
+#include "src/process_setup.h"
 
 int main(int argc, char** argv) {
   // Records are MiB-sized and short-lived (gRPC messages, write-back copies). A fixed
@@ -23,6 +24,8 @@ int main(int argc, char** argv) {
   // memory: every record buffer then goes back to the kernel when freed, so the
   // daemon's RSS follows its configured bounds (docs/daemon.md, "Memory").
   mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  // No process-wide lock graph on every Mutex::Lock (see process_setup.h).
+  kvt::daemon::DisableMutexDeadlockDetection();
   using kvt::daemon::DaemonConfig;
   CLI::App app{"kvtierd: the kvtier KV-cache daemon (host memory + disk, served over gRPC)"};
   std::string config_path, data_dir, host_cap, disk_cap, metrics_listen, durability, ready_file,

@@ -74,6 +74,7 @@ class KvtierServer::Impl {
   std::unique_ptr<Catalog> catalog;
   Metrics metrics;
   std::unique_ptr<WorkerPool> pool;
+  std::unique_ptr<WorkerPool> lookup_pool;  // Lookups only (ServiceDeps::lookup_pool)
   std::unique_ptr<KvTierService> service;
   std::unique_ptr<grpc::Server> grpc_server;
   std::unique_ptr<httplib::Server> http;
@@ -145,7 +146,8 @@ class KvtierServer::Impl {
     one("kvtier_integrity_errors_total", Type::kCounter,
         "Records that failed verification in any tier.", ss.integrity_errors);
     one("kvtier_shm_regions", Type::kGauge, "", service->shm_regions());
-    one("kvtier_worker_task_failures_total", Type::kCounter, "", pool->task_failures());
+    one("kvtier_worker_task_failures_total", Type::kCounter, "",
+        pool->task_failures() + lookup_pool->task_failures());
     one("kvtier_healthy", Type::kGauge, "1 while every background thread is alive.", ok ? 1 : 0);
     const LeaseCounts lc = service->leases().counts();
     one("kvtier_leases_granted_total", Type::kCounter, "Lookups with pin that pinned chunks.",
@@ -240,6 +242,7 @@ class KvtierServer::Impl {
       spdlog::info("kvtierd: gRPC server stopped");
     }
     if (pool) pool->Stop();
+    if (lookup_pool) lookup_pool->Stop();
     if (http) {
       http->stop();
       if (http_thread.joinable()) http_thread.join();
@@ -355,12 +358,16 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonCo
   }
 
   impl->pool = std::make_unique<WorkerPool>(config.workers);
+  // Two threads: a Lookup is an index probe (memory, at most RocksDB's cached index), so
+  // two keep Lookups moving while every store worker waits on a slow client.
+  impl->lookup_pool = std::make_unique<WorkerPool>(2);
   ServiceDeps deps;
   deps.config = &impl->config;
   deps.store = impl->store.get();
   deps.catalog = impl->catalog.get();
   deps.metrics = &impl->metrics;
   deps.pool = impl->pool.get();
+  deps.lookup_pool = impl->lookup_pool.get();
   impl->service = std::make_unique<KvTierService>(deps);
 
   grpc::ServerBuilder builder;

@@ -120,6 +120,9 @@ bool KvTierService::Healthy(std::string* detail) const {
   if (deps_.pool->alive() != deps_.pool->size())
     d +=
         absl::StrFormat("%d of %d worker threads alive; ", deps_.pool->alive(), deps_.pool->size());
+  if (deps_.lookup_pool != nullptr && deps_.lookup_pool->alive() != deps_.lookup_pool->size())
+    d += absl::StrFormat("%d of %d lookup threads alive; ", deps_.lookup_pool->alive(),
+                         deps_.lookup_pool->size());
   if (detail != nullptr) *detail = d;
   return d.empty();
 }
@@ -278,7 +281,9 @@ grpc::ServerUnaryReactor* KvTierService::RunUnary(
     finish(s);
     return reactor;
   }
-  deps_.pool->Submit([fn = std::move(fn), finish, t = *tenant] { finish(fn(t)); }, finish);
+  WorkerPool* pool =
+      rpc == Rpc::kLookup && deps_.lookup_pool != nullptr ? deps_.lookup_pool : deps_.pool;
+  pool->Submit([fn = std::move(fn), finish, t = *tenant] { finish(fn(t)); }, finish);
   return reactor;
 }
 

@@ -32,6 +32,10 @@ struct ServiceDeps {
   Catalog* catalog = nullptr;
   Metrics* metrics = nullptr;
   WorkerPool* pool = nullptr;
+  // Runs Lookups, so they never queue behind transfers that hold `pool`'s workers while
+  // they wait for a client (a progressive shm Put or Get waits for the client's copy):
+  // docs/performance.md "kvtierd under many clients". nullptr: Lookups run on `pool`.
+  WorkerPool* lookup_pool = nullptr;
 };
 
 struct ShmEntry {
