@@ -74,7 +74,7 @@ absl::StatusOr<std::vector<TokenId>> LoadPrompt(const PromptFlags& flags) {
     if (flags.tokenizer_gguf.empty()) {
       return absl::InvalidArgumentError(
           "a text prompt needs --tokenizer MODEL.gguf (the engine's model, whose vocabulary "
-          "tokenizes it), or give token ids with --tokens FILE");
+          "tokenizes it), or give token ids in a file (--tokens FILE; --prefix FILE for evict)");
     }
     return TokenizeTextFile(flags.text_file, flags.tokenizer_gguf, !flags.no_bos);
   }

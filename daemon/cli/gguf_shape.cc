@@ -340,7 +340,8 @@ absl::StatusOr<GgufTokenizer> TokenizerOf(const Metadata& meta, const std::strin
   if (name == "none" || name == "no_vocab") {
     return absl::InvalidArgumentError(absl::StrCat(
         "GGUF file '", path, "' has no tokenizer (tokenizer.ggml.model = ", name,
-        "): it cannot tokenize text; give token ids with --tokens FILE, or a GGUF with a "
+        "): it cannot tokenize text; give token ids in a file (--tokens FILE; --prefix FILE for "
+        "evict), or a GGUF with a "
         "vocabulary as --tokenizer"));
   }
   auto tokens = meta.find("tokenizer.ggml.tokens");
