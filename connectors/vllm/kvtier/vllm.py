@@ -64,6 +64,7 @@ from kvtier._native import (
     STAT_FIELDS,
     KvtError,
 )
+from kvtier.pd_handoff import producer_handoff
 from kvtier.vllm_support import (
     _CLOSED,
     _SCHEDULER_STATS,
@@ -350,7 +351,8 @@ class KVTierConnector(KVConnectorBase_V1):
         # them allocated until the worker reports the request in finished_sending.
         if rid in self._storing:
             self._storing.discard(rid)
-            return True, None
+            # A kv_producer tells a PD proxy where its chunks go (kvtier.pd_handoff).
+            return True, (producer_handoff(self._ns, self._cfg) if not self._loads_on else None)
         return False, None
 
     # ---------------------------------------------------------------- worker half
