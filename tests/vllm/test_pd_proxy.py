@@ -5,7 +5,7 @@ as a vLLM server would (a prefill answer with kv_transfer_params and prompt_toke
 decode answer, JSON or SSE); a real kvtierd serves the proxy's lookups. Checked: what
 the prefill and decode instances receive, round-robin over two of each, a prefill 4xx
 returned as it came (no decode), a dead or failing prefill instance (the request goes to
-decode as is), a malformed handoff record, chunks that never reach kvtierd (the proxy
+decode as is), a dead decode instance (502 naming it), a malformed handoff record, chunks that never reach kvtierd (the proxy
 waits --wait-timeout-ms, then sends the request on), a kvtierd that does not answer,
 SSE passed through as it streams, a body that is not JSON, and bad command lines (exit 2
 naming the argument). The real PD path is test_pd.
@@ -189,6 +189,19 @@ class PDProxyTest(unittest.TestCase):
         self.assertEqual(status, 200, text)
         self.assertEqual(json.loads(text)["from"], "d0")
         self.assertEqual(headers["x-kvtier-pd-ready"], "none")
+
+    def test_dead_decode_instance_is_a_502_naming_it(self):
+        from kvtier.pd_proxy import ProxyOptions, create_app
+        dead = f"http://127.0.0.1:{pd_servers.free_port()}"  # nothing listens there
+        url, server = serve(create_app(ProxyOptions(prefill=[self.p[0].url], decode=[dead])))
+        try:
+            status, headers, text = post(url + "/v1/completions", {"model": "m", "prompt": "a"})
+        finally:
+            server.should_exit = True
+        self.assertEqual(status, 502)
+        self.assertIn(f"decode instance {dead}", text)
+        self.assertEqual(headers["x-kvtier-pd-decode"], dead)
+        self.assertEqual(len(self.p[0].seen), 1, "the prefill ran")
 
     def test_malformed_handoff_is_not_waited_for(self):
         for u in self.p:
