@@ -123,6 +123,8 @@ bool KvTierService::Healthy(std::string* detail) const {
   if (deps_.lookup_pool != nullptr && deps_.lookup_pool->alive() != deps_.lookup_pool->size())
     d += absl::StrFormat("%d of %d lookup threads alive; ", deps_.lookup_pool->alive(),
                          deps_.lookup_pool->size());
+  if (std::string threads; deps_.health != nullptr && !deps_.health->Healthy(&threads))
+    d += threads;
   if (detail != nullptr) *detail = d;
   return d.empty();
 }

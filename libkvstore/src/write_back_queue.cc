@@ -24,7 +24,10 @@ WriteBackQueue::WriteBackQueue(std::span<const std::unique_ptr<Tier>> tiers,
 WriteBackQueue::~WriteBackQueue() { Stop(); }
 
 void WriteBackQueue::Start() {
-  worker_ = std::thread([this] { WorkerMain(); });
+  worker_.Start({.name = "write-back",
+                 .health = options_.health,
+                 .on_failure = [this](const std::string&) { MarkDead(); }},
+                [this] { WorkerLoop(); });
 }
 
 void WriteBackQueue::Stop() {
@@ -33,7 +36,7 @@ void WriteBackQueue::Stop() {
     stop_ = true;
     queue_cv_.SignalAll();
   }
-  if (worker_.joinable()) worker_.join();  // the worker drains the queue before it exits
+  worker_.Join();  // the worker drains the queue before it exits
 }
 
 void WriteBackQueue::FillStats(TieredStoreStats& s) const {
@@ -343,18 +346,6 @@ bool WriteBackQueue::healthy() const {
   return healthy_;
 }
 
-void WriteBackQueue::WorkerMain() {
-  try {
-    WorkerLoop();
-  } catch (const std::exception& e) {
-    spdlog::error("TieredStore: write-back thread died: {}", e.what());
-    MarkDead();
-  } catch (...) {
-    spdlog::error("TieredStore: write-back thread died: unknown exception");
-    MarkDead();
-  }
-}
-
 void WriteBackQueue::MarkDead() {
   std::vector<ItemPtr> submitted;
   {
@@ -389,15 +380,15 @@ void WriteBackQueue::MarkDead() {
 }
 
 void WriteBackQueue::WorkerLoop() {
-  absl::Time next_reap = absl::Now() + options_.period;
+  Clock& clock = ClockOrSystem(options_.clock);
+  Clock::TimePoint next_reap = clock.Now() + options_.period;
   for (;;) {
+    worker_.Beat();
     ItemPtr item;
     {
       absl::MutexLock lock(&queue_mu_);
       while (queue_.empty() && !stop_) {
-        const absl::Duration wait = next_reap - absl::Now();
-        if (wait <= absl::ZeroDuration()) break;
-        queue_cv_.WaitWithTimeout(&queue_mu_, wait);
+        if (clock.WaitUntil(queue_cv_, queue_mu_, next_reap)) break;
       }
       if (queue_.empty() && stop_) return;
       if (!queue_.empty()) {
@@ -411,9 +402,9 @@ void WriteBackQueue::WorkerLoop() {
       }
     }
     if (item != nullptr) WriteOne(item);
-    if (absl::Now() >= next_reap) {
+    if (clock.Now() >= next_reap) {
       if (options_.on_period) options_.on_period();
-      next_reap = absl::Now() + options_.period;
+      next_reap = clock.Now() + options_.period;
     }
   }
 }

@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "kvstore/chunk_codec.h"
+#include "kvstore/clock.h"
 #include "kvstore/host_tier.h"
 #include "store_test_util.h"
 #include "test_records.h"
@@ -48,10 +49,10 @@ class LeaseBookTest : public ::testing::Test {
     return pins;
   }
   std::shared_ptr<LeaseBook> MakeBook() {
-    return std::make_shared<LeaseBook>(absl::Seconds(10), [this] { return now_; });
+    return std::make_shared<LeaseBook>(std::chrono::seconds(10), clock_);
   }
 
-  absl::Time now_ = absl::UnixEpoch() + absl::Hours(1);
+  std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>();
   std::unique_ptr<HostTier> tier_;
 };
 
@@ -105,9 +106,9 @@ TEST_F(LeaseBookTest, ShrinkKeepsTheFirstPins) {
 TEST_F(LeaseBookTest, DeadlineEndsTheLeaseAndTheStoreReapsIt) {
   auto book = MakeBook();
   Lease lease = book->Grant(Pins(0, 2));
-  now_ += absl::Seconds(9);
+  clock_->Advance(std::chrono::seconds(9));
   EXPECT_TRUE(lease.live());
-  now_ += absl::Seconds(1);
+  clock_->Advance(std::chrono::seconds(1));
   EXPECT_FALSE(lease.live());  // expired at its deadline
   EXPECT_TRUE(lease);          // still the handle of a granted lease
   EXPECT_EQ(lease.size(), 0u);
