@@ -420,6 +420,7 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonCo
   deps.pool = impl->pool.get();
   deps.lookup_pool = impl->lookup_pool.get();
   deps.health = impl->health.get();
+  deps.clock = impl->clock;
   impl->service = std::make_unique<KvTierService>(deps);
 
   grpc::ServerBuilder builder;

@@ -223,7 +223,8 @@ absl::Status KvTierService::StoreShmRecord(std::span<const std::byte> src,
   auto available = [&](size_t have) -> absl::StatusOr<size_t> {
     if (progress == nullptr) return src.size();
     while (seen <= src_offset + have) {
-      absl::StatusOr<uint64_t> r = progress->WaitBeyond(seen, src_offset + src.size(), stall);
+      absl::StatusOr<uint64_t> r =
+          progress->WaitBeyond(seen, src_offset + src.size(), stall, ClockOrSystem(deps_.clock));
       if (!r.ok())
         return absl::Status(r.status().code(),
                             absl::StrFormat("shm Put after %d of %d bytes: %s", have, src.size(),

@@ -16,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "catalog.h"
 #include "daemon/config.h"
+#include "kvstore/clock.h"
 #include "kvstore/health_registry.h"
 #include "kvstore/shm_progress.h"
 #include "kvstore/shm_region.h"
@@ -40,6 +41,8 @@ struct ServiceDeps {
   // Every supervised thread of the daemon (Healthy() reports each failed one); nullptr:
   // not consulted.
   const HealthRegistry* health = nullptr;
+  // The time of shm stall timeouts (the store's clock); nullptr: SystemClock().
+  std::shared_ptr<Clock> clock;
 };
 
 struct ShmEntry {

@@ -27,7 +27,11 @@ void WriteBackQueue::Start() {
   worker_.Start({.name = "write-back",
                  .health = options_.health,
                  .on_failure = [this](const std::string&) { MarkDead(); }},
-                [this] { WorkerLoop(); });
+                // The first reap is due a period after Start, not after the thread gets
+                // to run (on a ManualClock that may be after the clock moved).
+                [this, first_reap = ClockOrSystem(options_.clock).Now() + options_.period] {
+                  WorkerLoop(first_reap);
+                });
 }
 
 void WriteBackQueue::Stop() {
@@ -379,9 +383,9 @@ void WriteBackQueue::MarkDead() {
   }
 }
 
-void WriteBackQueue::WorkerLoop() {
+void WriteBackQueue::WorkerLoop(Clock::TimePoint first_reap) {
   Clock& clock = ClockOrSystem(options_.clock);
-  Clock::TimePoint next_reap = clock.Now() + options_.period;
+  Clock::TimePoint next_reap = first_reap;
   for (;;) {
     worker_.Beat();
     ItemPtr item;

@@ -124,7 +124,7 @@ class WriteBackQueue {
   absl::Status WriteSubmitted(WriteItem& item, uint64_t* ok, uint64_t* failed);
   // Undoes an item's share of pending_bytes_/held_bytes_ and write_keys_.
   void ForgetLocked(const WriteItem& item) ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_);
-  void WorkerLoop();
+  void WorkerLoop(Clock::TimePoint first_reap);
   void WriteOne(const ItemPtr& item);
   void MarkDead();
   absl::StatusOr<std::span<const std::byte>> ReadBackFromTierZero(const ChunkKey& key);
