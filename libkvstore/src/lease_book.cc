@@ -91,6 +91,8 @@ void LeaseBook::Release(uint64_t id) {
     absl::MutexLock lock(&mu_);
     auto it = leases_.find(id);
     if (it == leases_.end()) return;  // expired and reaped already
+    // Past its deadline but not reaped yet: it expired (counted as the reap would have).
+    if (it->second.deadline <= clock_->Now()) ++expired_;
     released = std::move(it->second);
     leases_.erase(it);
     DropPinRefsLocked(released.pins);

@@ -51,7 +51,8 @@ class LeaseBook : public std::enable_shared_from_this<LeaseBook> {
   // Record bytes of the distinct (tier, chunk) pairs pinned by live leases, after reaping
   // (a chunk pinned by several leases counts once).
   uint64_t pinned_bytes() ABSL_LOCKS_EXCLUDED(mu_, reap_mu_);
-  // Leases that expired without a release, since creation.
+  // Leases that expired without a release, since creation (a lease released after its
+  // deadline, before a reap took it, counts here too).
   uint64_t expired() const ABSL_LOCKS_EXCLUDED(mu_);
   // Leases held now (not released; expired ones until reaped).
   size_t size() const ABSL_LOCKS_EXCLUDED(mu_);

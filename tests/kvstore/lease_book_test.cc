@@ -124,6 +124,23 @@ TEST_F(LeaseBookTest, DeadlineEndsTheLeaseAndTheStoreReapsIt) {
   EXPECT_EQ(book->pinned_bytes(), kRecordBytes);
 }
 
+// A holder that drops its lease after the deadline, before any reap, does not hide the
+// expiry: it counts as expired (kvtierd's lease table forgets expired leases this way).
+TEST_F(LeaseBookTest, ReleaseAfterTheDeadlineCountsAsExpired) {
+  auto book = MakeBook();
+  Lease late = book->Grant(Pins(0, 1));
+  Lease on_time = book->Grant(Pins(1, 2));
+  on_time.Release();
+  EXPECT_EQ(book->expired(), 0u);
+  clock_->Advance(std::chrono::seconds(10));
+  late.Release();
+  EXPECT_EQ(book->expired(), 1u);
+  book->ReapExpired();
+  EXPECT_EQ(book->expired(), 1u);  // not twice
+  EXPECT_EQ(book->pinned_bytes(), 0u);
+  EXPECT_EQ(tier_->stats().pinned_bytes, 0u);
+}
+
 TEST_F(LeaseBookTest, ALeaseOutlivingItsBookHoldsNothing) {
   auto book = MakeBook();
   Lease lease = book->Grant(Pins(0, 1));
