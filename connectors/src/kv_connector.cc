@@ -25,13 +25,13 @@
 namespace kvt {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 using connector_internal::ConnectorCounters;
 
 void Bump(ConnectorCounters::Counter& c, uint64_t n = 1) { ConnectorCounters::Bump(c, n); }
 
-double SecondsSince(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
+double SecondsSince(SteadyClock::time_point t0) {
+  return std::chrono::duration<double>(SteadyClock::now() - t0).count();
 }
 
 }  // namespace
@@ -343,7 +343,7 @@ class KVConnectorImpl final : public KVConnector {
   // (false: `buf` always holds the record afterwards, e.g. FetchPayloads keeps it).
   absl::Status LoadOne(const ChunkKey& key, const KvLayout& layout, std::span<std::byte> buf,
                        size_t index, const ChunkConsume& consume, bool may_view = true) {
-    const Clock::time_point t0 = Clock::now();
+    const SteadyClock::time_point t0 = SteadyClock::now();
     GetInfo info;
     // A record in tier 0 (the host tier) is consumed where it lies, without copying it
     // out first (TieredStore::View); anything else is copied into `buf`.

@@ -7,10 +7,12 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -23,10 +25,12 @@
 #include "kvstore/cluster_tier.h"
 #include "kvstore/daemon_address.h"
 #include "kvstore/disk_tier.h"
+#include "kvstore/health_registry.h"
 #include "kvstore/host_tier.h"
 #include "kvstore/prometheus_text.h"
 #include "kvstore/remote_client.h"
 #include "kvstore/store_factory.h"
+#include "kvstore/supervised_thread.h"
 #include "kvstore/tiered_store.h"
 #include "metrics.h"
 #include "nlohmann/json.hpp"
@@ -78,7 +82,12 @@ class KvtierServer::Impl {
   std::unique_ptr<KvTierService> service;
   std::unique_ptr<grpc::Server> grpc_server;
   std::unique_ptr<httplib::Server> http;
-  std::thread http_thread;
+  // Every background thread of this daemon reports here (kvstore/health_registry.h):
+  // the store's write-back, the disk committer, the workers, the metrics HTTP thread.
+  const std::shared_ptr<HealthRegistry> health = std::make_shared<HealthRegistry>();
+  std::shared_ptr<Clock> clock;  // the store's and the clients' time; null = SystemClock()
+  SupervisedThread http_thread;  // "metrics-http"
+  std::atomic<bool> http_stopping{false};
   std::vector<std::string> bound;
   int metrics_port = 0;
   bool wrote_ready_file = false;
@@ -149,6 +158,7 @@ class KvtierServer::Impl {
     one("kvtier_worker_task_failures_total", Type::kCounter, "",
         pool->task_failures() + lookup_pool->task_failures());
     one("kvtier_healthy", Type::kGauge, "1 while every background thread is alive.", ok ? 1 : 0);
+    RenderThreads(out);
     const LeaseCounts lc = service->leases().counts();
     one("kvtier_leases_granted_total", Type::kCounter, "Lookups with pin that pinned chunks.",
         lc.granted);
@@ -161,6 +171,38 @@ class KvtierServer::Impl {
     one("kvtier_catalog_dropped_keys_total", Type::kCounter,
         "Keys dropped from the full key catalog.", catalog->dropped_keys());
     return out.Take();
+  }
+
+  // One sample per supervised thread (name = its registry name).
+  void RenderThreads(PrometheusText& out) {
+    using Type = PrometheusText::Type;
+    const std::vector<ThreadHealth> threads = health->Snapshot();
+    auto family = [&](const char* name, Type type, const char* help, auto value) {
+      out.Family(name, type, help);
+      for (const ThreadHealth& t : threads) out.Sample(name, {{"name", t.name}}, value(t));
+    };
+    family("kvtier_thread_up", Type::kGauge,
+           "1 while the background thread runs; 0 once it stopped or failed.",
+           [](const ThreadHealth& t) { return t.state == ThreadState::kRunning ? 1 : 0; });
+    family("kvtier_thread_failed", Type::kGauge,
+           "1 once an exception ended the thread (its error is in /healthz).",
+           [](const ThreadHealth& t) { return t.state == ThreadState::kFailed ? 1 : 0; });
+    family("kvtier_thread_restarts_total", Type::kCounter,
+           "Times the thread was started again after it threw.",
+           [](const ThreadHealth& t) { return t.restarts; });
+    family("kvtier_thread_heartbeats_total", Type::kCounter, "Rounds of the thread's loop.",
+           [](const ThreadHealth& t) { return t.heartbeats; });
+  }
+
+  // /healthz's body after its first line: one line per supervised thread.
+  std::string ThreadLines() {
+    std::string out;
+    for (const ThreadHealth& t : health->Snapshot()) {
+      absl::StrAppendFormat(&out, "thread %s %s restarts=%d heartbeats=%d%s\n", t.name,
+                            ThreadStateName(t.state), t.restarts, t.heartbeats,
+                            t.last_error.empty() ? "" : " error=" + t.last_error);
+    }
+    return out;
   }
 
   absl::Status StartHttp() {
@@ -187,10 +229,10 @@ class KvtierServer::Impl {
     http->Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
       std::string detail;
       if (service->Healthy(&detail)) {
-        res.set_content("ok\n", "text/plain");
+        res.set_content("ok\n" + ThreadLines(), "text/plain");
       } else {
         res.status = 503;
-        res.set_content("unhealthy: " + detail + "\n", "text/plain");
+        res.set_content("unhealthy: " + detail + "\n" + ThreadLines(), "text/plain");
       }
     });
     if (port == 0) {
@@ -215,7 +257,11 @@ class KvtierServer::Impl {
           absl::StrFormat("metrics.listen: cannot bind %s (in use? another kvtierd? pass "
                           "--metrics-listen 127.0.0.1:0 for any free port, or \"\" to disable)",
                           config.metrics_listen));
-    http_thread = std::thread([this] { http->listen_after_bind(); });
+    http_thread.Start({.name = "metrics-http", .health = health}, [this] {
+      http->listen_after_bind();
+      if (!http_stopping.load())
+        throw std::runtime_error("the metrics HTTP server stopped listening on its own");
+    });
     return absl::OkStatus();
   }
 
@@ -244,8 +290,9 @@ class KvtierServer::Impl {
     if (pool) pool->Stop();
     if (lookup_pool) lookup_pool->Stop();
     if (http) {
+      http_stopping.store(true);
       http->stop();
-      if (http_thread.joinable()) http_thread.join();
+      http_thread.Join();
     }
     if (store) {
       store->Flush();
@@ -272,11 +319,13 @@ class KvtierServer::Impl {
   }
 };
 
-absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonConfig& config) {
+absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonConfig& config,
+                                                                  std::shared_ptr<Clock> clock) {
   if (absl::Status s = config.Validate(); !s.ok()) return s;
   if (absl::Status s = CheckDaemonPaths(config); !s.ok()) return s;
   auto impl = std::make_unique<Impl>();
   impl->config = config;
+  impl->clock = std::move(clock);
   std::error_code ec;
   std::filesystem::create_directories(config.data_dir, ec);
   if (ec)
@@ -311,6 +360,8 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonCo
   // through to it too (once: the durable ack already wrote the disk).
   so.store.placement.write_through = config.cluster ? WriteThrough::kAll : WriteThrough::kLocal;
   so.store.lease_timeout = config.lease_timeout;
+  so.store.clock = impl->clock;
+  so.store.health = impl->health;  // the disk tier's committer reports here too
   auto store = OpenTieredStore(so);
   if (!store.ok()) return store.status();
   impl->store = std::move(*store);
@@ -357,10 +408,10 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonCo
           config.catalog_max_keys, impl->catalog->dropped_keys());
   }
 
-  impl->pool = std::make_unique<WorkerPool>(config.workers);
+  impl->pool = std::make_unique<WorkerPool>(config.workers, "worker", impl->health);
   // Two threads: a Lookup is an index probe (memory, at most RocksDB's cached index), so
   // two keep Lookups moving while every store worker waits on a slow client.
-  impl->lookup_pool = std::make_unique<WorkerPool>(2);
+  impl->lookup_pool = std::make_unique<WorkerPool>(2, "lookup", impl->health);
   ServiceDeps deps;
   deps.config = &impl->config;
   deps.store = impl->store.get();
@@ -368,6 +419,8 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonCo
   deps.metrics = &impl->metrics;
   deps.pool = impl->pool.get();
   deps.lookup_pool = impl->lookup_pool.get();
+  deps.health = impl->health.get();
+  deps.clock = impl->clock;
   impl->service = std::make_unique<KvTierService>(deps);
 
   grpc::ServerBuilder builder;

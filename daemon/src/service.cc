@@ -123,6 +123,8 @@ bool KvTierService::Healthy(std::string* detail) const {
   if (deps_.lookup_pool != nullptr && deps_.lookup_pool->alive() != deps_.lookup_pool->size())
     d += absl::StrFormat("%d of %d lookup threads alive; ", deps_.lookup_pool->alive(),
                          deps_.lookup_pool->size());
+  if (std::string threads; deps_.health != nullptr && !deps_.health->Healthy(&threads))
+    d += threads;
   if (detail != nullptr) *detail = d;
   return d.empty();
 }
@@ -221,7 +223,8 @@ absl::Status KvTierService::StoreShmRecord(std::span<const std::byte> src,
   auto available = [&](size_t have) -> absl::StatusOr<size_t> {
     if (progress == nullptr) return src.size();
     while (seen <= src_offset + have) {
-      absl::StatusOr<uint64_t> r = progress->WaitBeyond(seen, src_offset + src.size(), stall);
+      absl::StatusOr<uint64_t> r =
+          progress->WaitBeyond(seen, src_offset + src.size(), stall, ClockOrSystem(deps_.clock));
       if (!r.ok())
         return absl::Status(r.status().code(),
                             absl::StrFormat("shm Put after %d of %d bytes: %s", have, src.size(),

@@ -16,6 +16,8 @@
 #include "absl/synchronization/mutex.h"
 #include "catalog.h"
 #include "daemon/config.h"
+#include "kvstore/clock.h"
+#include "kvstore/health_registry.h"
 #include "kvstore/shm_progress.h"
 #include "kvstore/shm_region.h"
 #include "kvstore/tiered_store.h"
@@ -36,6 +38,11 @@ struct ServiceDeps {
   // they wait for a client (a progressive shm Put or Get waits for the client's copy):
   // docs/performance.md "kvtierd under many clients". nullptr: Lookups run on `pool`.
   WorkerPool* lookup_pool = nullptr;
+  // Every supervised thread of the daemon (Healthy() reports each failed one); nullptr:
+  // not consulted.
+  const HealthRegistry* health = nullptr;
+  // The time of shm stall timeouts (the store's clock); nullptr: SystemClock().
+  std::shared_ptr<Clock> clock;
 };
 
 struct ShmEntry {

@@ -6,12 +6,14 @@
 #include <atomic>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "kvstore/supervised_thread.h"
 #include "spdlog/spdlog.h"
 
 namespace kvt::daemon {
@@ -19,12 +21,18 @@ namespace kvt::daemon {
 // Thread-safe. Tasks run in FIFO order on `threads` threads. A task that throws is
 // logged and counted (task_failures), its `on_throw` is called with INTERNAL naming the
 // exception (so an RPC's reactor finishes at once instead of leaving the client to wait
-// out its deadline), and the thread survives. Destruction runs every queued task, then
-// joins.
+// out its deadline), and the thread survives. Each thread is a SupervisedThread named
+// "<name>-<i>" reporting into `health` (null = HealthRegistry::Default()), with one
+// heartbeat per task. Destruction runs every queued task, then joins.
 class WorkerPool {
  public:
-  explicit WorkerPool(uint32_t threads) {
-    for (uint32_t i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
+  explicit WorkerPool(uint32_t threads, const std::string& name = "worker",
+                      std::shared_ptr<HealthRegistry> health = nullptr) {
+    for (uint32_t i = 0; i < threads; ++i) {
+      threads_.push_back(std::make_unique<SupervisedThread>());
+      SupervisedThread* t = threads_.back().get();
+      t->Start({.name = absl::StrCat(name, "-", i), .health = health}, [this, t] { Loop(*t); });
+    }
   }
   ~WorkerPool() { Stop(); }
 
@@ -42,7 +50,7 @@ class WorkerPool {
       if (stop_) return;
       stop_ = true;
     }
-    for (auto& t : threads_) t.join();
+    for (auto& t : threads_) t->Join();
   }
 
   uint64_t task_failures() const { return failures_.load(std::memory_order_relaxed); }
@@ -55,9 +63,10 @@ class WorkerPool {
   uint32_t size() const { return static_cast<uint32_t>(threads_.size()); }
 
  private:
-  void Loop() {
+  void Loop(SupervisedThread& self) {
     alive_.fetch_add(1);
     for (;;) {
+      self.Beat();
       Task task;
       {
         absl::MutexLock lock(&mu_);
@@ -98,7 +107,7 @@ class WorkerPool {
   absl::Mutex mu_;
   std::deque<Task> queue_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::thread> threads_;
+  std::vector<std::unique_ptr<SupervisedThread>> threads_;
   std::atomic<uint64_t> failures_{0};
   std::atomic<uint32_t> alive_{0};
 };

@@ -34,9 +34,10 @@ struct AdaptiveParams {
 std::unique_ptr<CachePolicy> MakeAdaptivePolicy(uint64_t capacity_bytes,
                                                 const AdaptiveParams& params = {});
 // Wraps `inner` with a TTL since last use (cache_policy_ttl.cc). REQUIRES: ttl > 0.
-std::unique_ptr<CachePolicy> MakeTtlPolicy(
-    std::unique_ptr<CachePolicy> inner, std::chrono::steady_clock::duration ttl,
-    std::function<std::chrono::steady_clock::time_point()> clock);
+// `clock` null = SystemClock().
+std::unique_ptr<CachePolicy> MakeTtlPolicy(std::unique_ptr<CachePolicy> inner,
+                                           std::chrono::steady_clock::duration ttl,
+                                           std::shared_ptr<Clock> clock);
 
 // Base of the policies whose eviction order is decided one victim at a time with side
 // effects (S3-FIFO moves survivors between its queues; W-TinyLFU runs its admission duel

@@ -1,7 +1,7 @@
 // The TTL decorator: any policy, plus "a record unused for `ttl` is dropped". It keeps
 // its own recency list of (key, last use); VisitExpired walks it from the least recently
 // used end. Uses come from the tier's calls (OnInsert, OnAccess), timed by the clock
-// given (steady_clock::now, or a test's). Not thread-safe.
+// given (kvstore/clock.h: the tier's, or a test's ManualClock). Not thread-safe.
 #include <utility>
 #include <vector>
 
@@ -17,8 +17,10 @@ using TimePoint = std::chrono::steady_clock::time_point;
 class TtlPolicy final : public CachePolicy {
  public:
   TtlPolicy(std::unique_ptr<CachePolicy> inner, std::chrono::steady_clock::duration ttl,
-            std::function<TimePoint()> clock)
-      : inner_(std::move(inner)), ttl_(ttl), clock_(std::move(clock)) {}
+            std::shared_ptr<Clock> clock)
+      : inner_(std::move(inner)),
+        ttl_(ttl),
+        clock_(clock != nullptr ? std::move(clock) : SystemClock()) {}
 
   std::string_view name() const override { return inner_->name(); }
   bool Admit(const CacheEntryInfo& entry, AdmitReason reason) override {
@@ -55,7 +57,7 @@ class TtlPolicy final : public CachePolicy {
 
  private:
   void Used(const ChunkKey& key) {
-    const TimePoint now = clock_ ? clock_() : std::chrono::steady_clock::now();
+    const TimePoint now = clock_->Now();
     auto [it, inserted] = pos_.try_emplace(key);
     if (inserted) {
       it->second = lru_.Insert({key, now});
@@ -67,7 +69,7 @@ class TtlPolicy final : public CachePolicy {
 
   std::unique_ptr<CachePolicy> inner_;
   std::chrono::steady_clock::duration ttl_;
-  std::function<TimePoint()> clock_;
+  const std::shared_ptr<Clock> clock_;
   LruList<std::pair<ChunkKey, TimePoint>> lru_;
   absl::flat_hash_map<ChunkKey, LruList<std::pair<ChunkKey, TimePoint>>::Handle> pos_;
 };
@@ -76,7 +78,7 @@ class TtlPolicy final : public CachePolicy {
 
 std::unique_ptr<CachePolicy> MakeTtlPolicy(std::unique_ptr<CachePolicy> inner,
                                            std::chrono::steady_clock::duration ttl,
-                                           std::function<TimePoint()> clock) {
+                                           std::shared_ptr<Clock> clock) {
   return std::make_unique<TtlPolicy>(std::move(inner), ttl, std::move(clock));
 }
 

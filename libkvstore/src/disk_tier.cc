@@ -21,12 +21,6 @@ using internal::IndexEntry;
 using internal::IoRing;
 using internal::RoundUpToIoAlign;
 
-namespace {
-
-int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
-
-}  // namespace
-
 // ---------------------------------------------------------------- ring pool
 
 class DiskTier::Impl::RingLease {
@@ -128,7 +122,8 @@ void DiskTier::Impl::DropExpired() {
   {
     absl::MutexLock l(&mu_);
     bool any = false;
-    policy_->VisitExpired(std::chrono::steady_clock::now(), [&](const ChunkKey&) { any = true; });
+    policy_->VisitExpired(ClockOrSystem(options_.clock).Now(),
+                          [&](const ChunkKey&) { any = true; });
     if (!any) return;  // the common case: no TTL, or nothing expired
   }
   absl::MutexLock il(&index_mu_);
@@ -137,7 +132,7 @@ void DiskTier::Impl::DropExpired() {
   {
     absl::MutexLock l(&mu_);
     std::vector<ChunkKey> expired;
-    policy_->VisitExpired(std::chrono::steady_clock::now(),
+    policy_->VisitExpired(ClockOrSystem(options_.clock).Now(),
                           [&](const ChunkKey& key) { expired.push_back(key); });
     for (const ChunkKey& key : expired) {
       auto it = map_.find(key);
@@ -213,7 +208,7 @@ absl::Status DiskTier::Impl::Put(std::span<const std::byte> record, const PutCon
     e.offset = ext->offset;
     e.record_bytes = record.size();
     e.payload_checksum = hdr->payload_checksum;
-    e.last_access_ms = NowMs();
+    e.last_access_ms = ClockOrSystem(options_.clock).UnixMillis();
     e.ns = hdr->ns;
     e.parent = hdr->parent;
     e.token_count = hdr->token_count;
@@ -242,7 +237,7 @@ absl::Status DiskTier::Impl::Put(std::span<const std::byte> record, const PutCon
       counters_.bytes_in += record.size();
       if (!committed) {
         ++uncommitted_;
-        if (pending_.empty()) first_pending_ = absl::Now();
+        if (pending_.empty()) first_pending_ = ClockOrSystem(options_.clock).Now();
         pending_.emplace_back(hdr->key, en.gen);
         commit_cv_.Signal();
       }
@@ -334,7 +329,7 @@ absl::StatusOr<uint64_t> DiskTier::Impl::Get(const ChunkKey& key, std::span<std:
                                                 out.size()));
     }
     if (client_read) {
-      en.idx.last_access_ms = NowMs();
+      en.idx.last_access_ms = ClockOrSystem(options_.clock).UnixMillis();
       policy_->OnAccess(key);
       dirty_access_.insert(key);
       flush = dirty_access_.size() >= options_.access_flush_batch;

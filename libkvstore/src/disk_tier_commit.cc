@@ -15,7 +15,7 @@ namespace kvt {
 
 void DiskTier::Impl::StartCommitter() {
   if (options_.commit != DiskCommit::kGrouped) return;
-  committer_ = std::thread([this] { CommitLoop(); });
+  committer_.Start({.name = "disk-commit", .health = options_.health}, [this] { CommitLoop(); });
 }
 
 void DiskTier::Impl::StopCommitter() {
@@ -25,7 +25,7 @@ void DiskTier::Impl::StopCommitter() {
       stop_committer_ = true;
       commit_cv_.SignalAll();
     }
-    committer_.join();
+    committer_.Join();
   }
   if (options_.commit == DiskCommit::kGrouped && index_) {
     if (absl::Status s = CommitPending(); !s.ok()) {
@@ -35,23 +35,24 @@ void DiskTier::Impl::StopCommitter() {
 }
 
 void DiskTier::Impl::CommitLoop() {
-  const absl::Duration delay = absl::Milliseconds(options_.commit_delay_ms);
+  const Clock::Duration delay = std::chrono::milliseconds(options_.commit_delay_ms);
+  Clock& clock = ClockOrSystem(options_.clock);
   while (true) {
+    committer_.Beat();
     {
       absl::MutexLock l(&mu_);
       while (pending_.empty() && !stop_committer_) commit_cv_.Wait(&mu_);
       if (stop_committer_) return;  // StopCommitter commits the rest
       // The bounded wait: records written meanwhile join this commit.
-      const absl::Time deadline = first_pending_ + delay;
-      while (!stop_committer_ && absl::Now() < deadline) {
-        commit_cv_.WaitWithDeadline(&mu_, deadline);
+      const Clock::TimePoint deadline = first_pending_ + delay;
+      while (!stop_committer_ && !clock.WaitUntil(commit_cv_, mu_, deadline)) {
       }
     }
     if (absl::Status s = CommitPending(); !s.ok()) {
       spdlog::warn("disk tier: group commit failed (retried with the next): {}", s.ToString());
       // Do not spin on a persistent failure (e.g. the index's low-space refusal).
       absl::MutexLock l(&mu_);
-      commit_cv_.WaitWithTimeout(&mu_, delay);
+      clock.WaitUntil(commit_cv_, mu_, clock.Now() + delay);
     }
   }
 }
@@ -142,7 +143,7 @@ absl::Status DiskTier::Impl::CommitPending() {
     }
     retry.insert(retry.end(), pending_.begin(), pending_.end());
     pending_.swap(retry);
-    if (!pending_.empty()) first_pending_ = absl::Now();
+    if (!pending_.empty()) first_pending_ = ClockOrSystem(options_.clock).Now();
     deferred_free_.insert(deferred_free_.end(), to_free.begin(), to_free.end());
     return absl::Status(
         s.code(), absl::StrCat("group commit of ", entries.size(), " records: ", s.message()));

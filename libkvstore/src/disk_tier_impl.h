@@ -24,6 +24,7 @@
 #include "disk_tier_index.h"
 #include "extent_allocator.h"
 #include "kvstore/disk_tier.h"
+#include "kvstore/supervised_thread.h"
 #include "uring_file.h"
 
 namespace kvt {
@@ -168,13 +169,13 @@ class DiskTier::Impl {
   // replaced by uncommitted ones (key, gen of the replaced entry: released through
   // FinishReadLocked once the commit that covers the replacement is durable).
   std::vector<std::pair<ChunkKey, uint64_t>> pending_ ABSL_GUARDED_BY(mu_);
-  absl::Time first_pending_ ABSL_GUARDED_BY(mu_);
+  Clock::TimePoint first_pending_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<ChunkKey, uint64_t>> deferred_free_ ABSL_GUARDED_BY(mu_);
   bool stop_committer_ ABSL_GUARDED_BY(mu_) = false;
   // Entries written but not yet durable (committed == false, or in a commit under way).
   uint64_t uncommitted_ ABSL_GUARDED_BY(mu_) = 0;
   absl::CondVar commit_cv_;
-  std::thread committer_;
+  SupervisedThread committer_;  // "disk-commit"
 
   absl::Mutex ring_mu_;
   std::vector<std::unique_ptr<internal::IoRing>> rings_ ABSL_GUARDED_BY(ring_mu_);

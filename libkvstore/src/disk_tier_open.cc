@@ -198,9 +198,11 @@ DiskTier::Impl::~Impl() {
 
 absl::Status DiskTier::Impl::Init() {
   {
+    CachePolicyOptions policy_options = options_.cache_policy;
+    if (policy_options.clock == nullptr) policy_options.clock = options_.clock;
     auto policy = options_.cache_policy_factory
                       ? options_.cache_policy_factory(options_.capacity_bytes)
-                      : MakeCachePolicy(options_.cache_policy, options_.capacity_bytes);
+                      : MakeCachePolicy(policy_options, options_.capacity_bytes);
     if (!policy.ok()) return policy.status();
     if (*policy == nullptr) {
       return absl::InvalidArgumentError("DiskTier: cache_policy_factory returned no policy");

@@ -25,8 +25,6 @@ constexpr uint64_t kMaxCapacityBytes = 4ull << 40;  // 4 TiB
 
 uint64_t RoundUp(uint64_t n, uint64_t align) { return (n + align - 1) / align * align; }
 
-int64_t NowUnixMs() { return absl::ToUnixMillis(absl::Now()); }
-
 }  // namespace
 
 absl::Status HostTierOptions::Validate() const {
@@ -51,9 +49,11 @@ absl::Status HostTierOptions::Validate() const {
 
 absl::StatusOr<std::unique_ptr<HostTier>> HostTier::Create(const HostTierOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
+  CachePolicyOptions policy_options = options.cache_policy;
+  if (policy_options.clock == nullptr) policy_options.clock = options.clock;
   absl::StatusOr<std::unique_ptr<CachePolicy>> policy =
       options.cache_policy_factory ? options.cache_policy_factory(options.capacity_bytes)
-                                   : MakeCachePolicy(options.cache_policy, options.capacity_bytes);
+                                   : MakeCachePolicy(policy_options, options.capacity_bytes);
   if (!policy.ok()) return policy.status();
   if (*policy == nullptr) {
     return absl::InvalidArgumentError(
@@ -112,7 +112,8 @@ HostTier::HostTier(const HostTierOptions& options, std::byte* arena, bool pinned
       pinned_host_memory_(pinned),
       alloc_(std::make_unique<internal::ExtentAllocator>(internal::ExtentAllocator::Fit::kBest)),
       policy_(std::move(policy)),
-      listener_(options.eviction_listener) {
+      listener_(options.eviction_listener),
+      clock_(options.clock != nullptr ? options.clock : SystemClock()) {
   absl::MutexLock lock(&mu_);
   alloc_->AddFile(0, usable_);  // the arena is the allocator's one "file"
 }
@@ -189,19 +190,17 @@ void HostTier::EvictOne(Entry* e) {
 }
 
 void HostTier::Touch(Entry* e) {
-  e->last_access_unix_ms = NowUnixMs();
+  e->last_access_unix_ms = clock_->UnixMillis();
   policy_->OnAccess(e->key);
 }
 
 void HostTier::DropExpiredLocked() {
   std::vector<Entry*> expired;
   // The policy calls back on this thread, under mu_.
-  policy_->VisitExpired(std::chrono::steady_clock::now(),
-                        [&](const ChunkKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-                          auto it = index_.find(key);
-                          if (it != index_.end() && Evictable(*it->second))
-                            expired.push_back(it->second);
-                        });
+  policy_->VisitExpired(clock_->Now(), [&](const ChunkKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = index_.find(key);
+    if (it != index_.end() && Evictable(*it->second)) expired.push_back(it->second);
+  });
   for (Entry* e : expired) {
     ++ttl_expired_;
     Unlink(e, RemoveReason::kExpired);
@@ -278,7 +277,7 @@ void HostTier::Publish(Entry* entry, const ChunkHeader& header) {
   entry->parent = header.parent;
   entry->token_count = header.token_count;
   entry->state = State::kLive;
-  entry->last_access_unix_ms = NowUnixMs();
+  entry->last_access_unix_ms = clock_->UnixMillis();
   if (auto it = index_.find(entry->key); it != index_.end()) {
     Entry* old = it->second;
     if (old->pins > 0) {  // the pins were taken on the key: carry them over

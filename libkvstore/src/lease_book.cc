@@ -69,7 +69,7 @@ Lease LeaseBook::Grant(std::vector<LeasePin> pins) {
       pinned_bytes_ += p.bytes;
     }
   }
-  leases_.emplace(id, Entry{now_() + timeout_, std::move(pins)});
+  leases_.emplace(id, Entry{clock_->Now() + timeout_, std::move(pins)});
   return Lease(weak_from_this(), id);
 }
 
@@ -91,6 +91,8 @@ void LeaseBook::Release(uint64_t id) {
     absl::MutexLock lock(&mu_);
     auto it = leases_.find(id);
     if (it == leases_.end()) return;  // expired and reaped already
+    // Past its deadline but not reaped yet: it expired (counted as the reap would have).
+    if (it->second.deadline <= clock_->Now()) ++expired_;
     released = std::move(it->second);
     leases_.erase(it);
     DropPinRefsLocked(released.pins);
@@ -114,21 +116,22 @@ void LeaseBook::Shrink(uint64_t id, size_t keep) {
 bool LeaseBook::Live(uint64_t id) const {
   absl::MutexLock lock(&mu_);
   auto it = leases_.find(id);
-  return it != leases_.end() && it->second.deadline > now_();
+  return it != leases_.end() && it->second.deadline > clock_->Now();
 }
 
 size_t LeaseBook::PinCount(uint64_t id) const {
   absl::MutexLock lock(&mu_);
   auto it = leases_.find(id);
-  if (it == leases_.end() || it->second.deadline <= now_()) return 0;
+  if (it == leases_.end() || it->second.deadline <= clock_->Now()) return 0;
   return it->second.pins.size();
 }
 
 void LeaseBook::ReapExpired() {
-  std::vector<Entry> expired;  // released outside mu_
+  absl::MutexLock reap(&reap_mu_);
+  std::vector<Entry> expired;  // released outside mu_, before reap_mu_ is
   {
     absl::MutexLock lock(&mu_);
-    const absl::Time now = now_();
+    const Clock::TimePoint now = clock_->Now();
     for (auto it = leases_.begin(); it != leases_.end();) {
       if (it->second.deadline <= now) {
         DropPinRefsLocked(it->second.pins);

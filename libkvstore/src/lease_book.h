@@ -4,7 +4,6 @@
 #define KVSTORE_SRC_LEASE_BOOK_H_
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -12,8 +11,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/time/clock.h"
-#include "absl/time/time.h"
+#include "kvstore/clock.h"
 #include "kvstore/lease.h"
 #include "kvstore/tier.h"
 #include "kvstore/types.h"
@@ -33,23 +31,28 @@ struct LeasePin {
 // is never taken under it. Owned by a shared_ptr (leases hold a weak_ptr to it).
 class LeaseBook : public std::enable_shared_from_this<LeaseBook> {
  public:
-  // Leases expire `timeout` after they are granted. `now` is the clock (tests pass a fake).
-  explicit LeaseBook(absl::Duration timeout, std::function<absl::Time()> now = &absl::Now)
-      : timeout_(timeout), now_(std::move(now)) {}
+  // Leases expire `timeout` after they are granted, on `clock` (null = SystemClock();
+  // tests pass a ManualClock).
+  explicit LeaseBook(Clock::Duration timeout, std::shared_ptr<Clock> clock = nullptr)
+      : timeout_(timeout), clock_(clock != nullptr ? std::move(clock) : SystemClock()) {}
   ~LeaseBook();
 
   // A new lease holding `pins` until it is released or `timeout` passes. An empty Lease
   // when `pins` is empty.
   Lease Grant(std::vector<LeasePin> pins) ABSL_LOCKS_EXCLUDED(mu_);
   // Releases the pins of every lease whose deadline has passed (counted in expired()).
-  void ReapExpired() ABSL_LOCKS_EXCLUDED(mu_);
+  // Reaps run one at a time: when this returns, every lease expired by then has released
+  // its tier pins, also those another thread's reap took (pinned_bytes() and a tier's
+  // pinned bytes then agree).
+  void ReapExpired() ABSL_LOCKS_EXCLUDED(mu_, reap_mu_);
   // Releases every lease now (the owner's tiers are about to be destroyed).
   void Clear() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Record bytes of the distinct (tier, chunk) pairs pinned by live leases, after reaping
   // (a chunk pinned by several leases counts once).
-  uint64_t pinned_bytes() ABSL_LOCKS_EXCLUDED(mu_);
-  // Leases that expired without a release, since creation.
+  uint64_t pinned_bytes() ABSL_LOCKS_EXCLUDED(mu_, reap_mu_);
+  // Leases that expired without a release, since creation (a lease released after its
+  // deadline, before a reap took it, counts here too).
   uint64_t expired() const ABSL_LOCKS_EXCLUDED(mu_);
   // Leases held now (not released; expired ones until reaped).
   size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -62,7 +65,7 @@ class LeaseBook : public std::enable_shared_from_this<LeaseBook> {
 
  private:
   struct Entry {
-    absl::Time deadline;
+    Clock::TimePoint deadline;
     std::vector<LeasePin> pins;
   };
   struct PinRef {
@@ -71,8 +74,11 @@ class LeaseBook : public std::enable_shared_from_this<LeaseBook> {
   };
   void DropPinRefsLocked(std::span<const LeasePin> pins) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  const absl::Duration timeout_;
-  const std::function<absl::Time()> now_;
+  const Clock::Duration timeout_;
+  const std::shared_ptr<Clock> clock_;
+  // Held for a whole ReapExpired, pin releases included (lock order: reap_mu_, then mu_;
+  // tiers never call into the book).
+  absl::Mutex reap_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, Entry> leases_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;

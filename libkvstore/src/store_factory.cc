@@ -25,8 +25,19 @@ absl::Status StoreOptions::Validate() const {
 absl::StatusOr<std::unique_ptr<TieredStore>> OpenTieredStore(const StoreOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   std::vector<TierFactory> tiers;
-  if (options.host.capacity_bytes > 0) tiers.push_back(HostTier::Factory(options.host));
-  if (options.disk) tiers.push_back(DiskTier::Factory(*options.disk));
+  // One clock and one health registry for the whole store: a tier left without its own
+  // takes the store's.
+  if (options.host.capacity_bytes > 0) {
+    HostTierOptions host = options.host;
+    if (host.clock == nullptr) host.clock = options.store.clock;
+    tiers.push_back(HostTier::Factory(std::move(host)));
+  }
+  if (options.disk) {
+    DiskTierOptions disk = *options.disk;
+    if (disk.clock == nullptr) disk.clock = options.store.clock;
+    if (disk.health == nullptr) disk.health = options.store.health;
+    tiers.push_back(DiskTier::Factory(std::move(disk)));
+  }
   for (const TierFactory& f : options.lower) tiers.push_back(f);
   return TieredStore::Create(std::move(tiers), options.store);
 }

@@ -55,8 +55,10 @@ absl::Status TieredStore::Impl::Init(std::vector<TierFactory> factories) {
   wb.max_pending_write_bytes = options_.max_pending_write_bytes;
   wb.buffer_pool_bytes = options_.buffer_pool_bytes;
   wb.submit_last_tier = WriteThroughRange().second;
-  wb.period = std::clamp(absl::FromChrono(options_.lease_timeout) / 4, absl::Milliseconds(1),
-                         absl::Milliseconds(100));
+  wb.period = std::clamp<Clock::Duration>(options_.lease_timeout / 4, std::chrono::milliseconds(1),
+                                          std::chrono::milliseconds(100));
+  wb.clock = options_.clock;
+  wb.health = options_.health;
   wb.on_period = [leases = leases_] { leases->ReapExpired(); };
   queue_ = std::make_unique<internal::WriteBackQueue>(tiers_, caps_, std::move(wb));
   queue_->Start();

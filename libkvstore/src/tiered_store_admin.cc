@@ -82,7 +82,7 @@ absl::StatusOr<EvictResult> TieredStore::Impl::Evict(const EvictSelector& select
   } while (!lo.page_token.empty());
 
   EvictResult result;
-  for (size_t i : SelectVictims(listing, selector, absl::ToUnixMillis(absl::Now()))) {
+  for (size_t i : SelectVictims(listing, selector, ClockOrSystem(options_.clock).UnixMillis())) {
     StoredChunk& c = listing[i];
     if (!options.dry_run) {
       if (absl::Status s = Erase(c.info.key); !s.ok()) {

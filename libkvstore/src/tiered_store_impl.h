@@ -79,7 +79,7 @@ class TieredStore::Impl {
   std::unique_ptr<internal::WriteBackQueue> queue_;
   // The one lease book (Lookup's pins); leases hold a weak_ptr to it.
   const std::shared_ptr<internal::LeaseBook> leases_ =
-      std::make_shared<internal::LeaseBook>(absl::FromChrono(options_.lease_timeout));
+      std::make_shared<internal::LeaseBook>(options_.lease_timeout, options_.clock);
 
   mutable absl::Mutex stats_mu_;
   uint64_t hits_ ABSL_GUARDED_BY(stats_mu_) = 0;

@@ -24,7 +24,14 @@ WriteBackQueue::WriteBackQueue(std::span<const std::unique_ptr<Tier>> tiers,
 WriteBackQueue::~WriteBackQueue() { Stop(); }
 
 void WriteBackQueue::Start() {
-  worker_ = std::thread([this] { WorkerMain(); });
+  worker_.Start({.name = "write-back",
+                 .health = options_.health,
+                 .on_failure = [this](const std::string&) { MarkDead(); }},
+                // The first reap is due a period after Start, not after the thread gets
+                // to run (on a ManualClock that may be after the clock moved).
+                [this, first_reap = ClockOrSystem(options_.clock).Now() + options_.period] {
+                  WorkerLoop(first_reap);
+                });
 }
 
 void WriteBackQueue::Stop() {
@@ -33,7 +40,7 @@ void WriteBackQueue::Stop() {
     stop_ = true;
     queue_cv_.SignalAll();
   }
-  if (worker_.joinable()) worker_.join();  // the worker drains the queue before it exits
+  worker_.Join();  // the worker drains the queue before it exits
 }
 
 void WriteBackQueue::FillStats(TieredStoreStats& s) const {
@@ -343,18 +350,6 @@ bool WriteBackQueue::healthy() const {
   return healthy_;
 }
 
-void WriteBackQueue::WorkerMain() {
-  try {
-    WorkerLoop();
-  } catch (const std::exception& e) {
-    spdlog::error("TieredStore: write-back thread died: {}", e.what());
-    MarkDead();
-  } catch (...) {
-    spdlog::error("TieredStore: write-back thread died: unknown exception");
-    MarkDead();
-  }
-}
-
 void WriteBackQueue::MarkDead() {
   std::vector<ItemPtr> submitted;
   {
@@ -388,16 +383,16 @@ void WriteBackQueue::MarkDead() {
   }
 }
 
-void WriteBackQueue::WorkerLoop() {
-  absl::Time next_reap = absl::Now() + options_.period;
+void WriteBackQueue::WorkerLoop(Clock::TimePoint first_reap) {
+  Clock& clock = ClockOrSystem(options_.clock);
+  Clock::TimePoint next_reap = first_reap;
   for (;;) {
+    worker_.Beat();
     ItemPtr item;
     {
       absl::MutexLock lock(&queue_mu_);
       while (queue_.empty() && !stop_) {
-        const absl::Duration wait = next_reap - absl::Now();
-        if (wait <= absl::ZeroDuration()) break;
-        queue_cv_.WaitWithTimeout(&queue_mu_, wait);
+        if (clock.WaitUntil(queue_cv_, queue_mu_, next_reap)) break;
       }
       if (queue_.empty() && stop_) return;
       if (!queue_.empty()) {
@@ -411,9 +406,9 @@ void WriteBackQueue::WorkerLoop() {
       }
     }
     if (item != nullptr) WriteOne(item);
-    if (absl::Now() >= next_reap) {
+    if (clock.Now() >= next_reap) {
       if (options_.on_period) options_.on_period();
-      next_reap = absl::Now() + options_.period;
+      next_reap = clock.Now() + options_.period;
     }
   }
 }

@@ -9,7 +9,6 @@
 #include <functional>
 #include <memory>
 #include <span>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -17,7 +16,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "kvstore/clock.h"
+#include "kvstore/health_registry.h"
 #include "kvstore/record_buffer.h"
+#include "kvstore/supervised_thread.h"
 #include "kvstore/tier.h"
 #include "kvstore/tiered_store.h"
 
@@ -29,9 +31,12 @@ struct WriteBackOptions {
   uint64_t buffer_pool_bytes = 0;
   // The last tier a submitted write is written through to (0 = tier 0 only).
   size_t submit_last_tier = 0;
-  // Run on the thread every `period` (the store reaps expired leases there).
-  absl::Duration period = absl::Milliseconds(100);
+  // Run on the thread every `period` of `clock` (the store reaps expired leases there).
+  Clock::Duration period = std::chrono::milliseconds(100);
   std::function<void()> on_period;
+  // TieredStoreOptions::clock and health (null = SystemClock(), HealthRegistry::Default()).
+  std::shared_ptr<Clock> clock;
+  std::shared_ptr<HealthRegistry> health;
 };
 
 // Thread-safe. One background thread ("write-back") performs, in FIFO order, the queued
@@ -119,8 +124,7 @@ class WriteBackQueue {
   absl::Status WriteSubmitted(WriteItem& item, uint64_t* ok, uint64_t* failed);
   // Undoes an item's share of pending_bytes_/held_bytes_ and write_keys_.
   void ForgetLocked(const WriteItem& item) ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_);
-  void WorkerMain();
-  void WorkerLoop();
+  void WorkerLoop(Clock::TimePoint first_reap);
   void WriteOne(const ItemPtr& item);
   void MarkDead();
   absl::StatusOr<std::span<const std::byte>> ReadBackFromTierZero(const ChunkKey& key);
@@ -161,7 +165,7 @@ class WriteBackQueue {
   std::unique_ptr<std::byte, FreeDeleter> scratch_;
   uint64_t scratch_bytes_ = 0;
 
-  std::thread worker_;
+  SupervisedThread worker_;  // "write-back"
 };
 
 }  // namespace kvt::internal

@@ -140,7 +140,6 @@ TEST_F(ClusterDaemonTest, MasterKilledMidRunMissesThenRecoversWithoutRestart) {
   redis_->Kill(victim);
   auto cb = testing::Connect(b.target(), "", std::chrono::milliseconds(10000));
   int missed = 0, served = 0;
-  const auto start = std::chrono::steady_clock::now();
   for (size_t i = 0; i < chain.keys.size(); ++i) {
     auto got = cb->Get(chain.keys[i]);
     if (port_of(chain.keys[i]) == redis_->node(victim).port) {
@@ -154,8 +153,8 @@ TEST_F(ClusterDaemonTest, MasterKilledMidRunMissesThenRecoversWithoutRestart) {
   }
   EXPECT_GT(missed, 0);
   EXPECT_GT(served, 0);
-  // No hang: one cluster deadline (1 s) per miss at most, plus slack (hang detection).
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2 * missed + 5));
+  // No hang: each miss ends at the cluster deadline (a hang fails the test at its ctest
+  // timeout; no wall time is asserted).
   EXPECT_TRUE(b.ProcState() != 'Z');
   // The master comes back empty; A writes the chunks again; B reads them, no restarts.
   ASSERT_TRUE(redis_->Restart(victim));

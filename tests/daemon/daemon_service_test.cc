@@ -506,12 +506,22 @@ TEST_F(DaemonServiceTest, MetricsAndHealthOverHttp) {
         "kvtier_bytes_in_total", "kvtier_bytes_out_total", "kvtier_tier_evictions_total",
         "kvtier_integrity_errors_total", "kvtier_pinned_bytes", "kvtier_connected_clients 1",
         "kvtier_rpc_latency_seconds_bucket{method=\"Get\"",
-        "kvtier_rpc_total{method=\"Put\",code=\"OK\"} 1", "kvtier_healthy 1"}) {
+        "kvtier_rpc_total{method=\"Put\",code=\"OK\"} 1", "kvtier_healthy 1",
+        // every supervised thread, by name
+        "kvtier_thread_up{name=\"write-back\"} 1", "kvtier_thread_up{name=\"worker-0\"} 1",
+        "kvtier_thread_up{name=\"lookup-1\"} 1", "kvtier_thread_up{name=\"metrics-http\"} 1",
+        "kvtier_thread_failed{name=\"write-back\"} 0",
+        "kvtier_thread_restarts_total{name=\"worker-0\"} 0"}) {
     EXPECT_NE(res->body.find(name), std::string::npos) << name;
   }
   auto health = http.Get("/healthz");
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(health->body.rfind("ok\n", 0), 0u) << health->body;
+  for (const char* line : {"\nthread write-back running restarts=0 heartbeats=",
+                           "\nthread worker-0 running", "\nthread metrics-http running"}) {
+    EXPECT_NE(health->body.find(line), std::string::npos) << line << " in " << health->body;
+  }
 }
 
 }  // namespace

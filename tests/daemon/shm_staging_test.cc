@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
+#include <atomic>
+#include <memory>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "kvstore/chunk_codec.h"
+#include "kvstore/clock.h"
 #include "kvstore/shm_copy.h"
 #include "kvstore/shm_progress.h"
 
@@ -71,15 +74,30 @@ TEST(ShmProgressTest, WaitBeyondReportsStallOverrunRegressionAndAbandon) {
   alignas(64) std::byte block[kShmProgressBlockBytes] = {};
   ShmProgress p(block);
   p.Reset(64);
-  const auto t0 = std::chrono::steady_clock::now();
-  auto r = p.WaitBeyond(64, 1000, absl::Milliseconds(100));
-  const auto waited = std::chrono::steady_clock::now() - t0;
+  // The stall is measured on the clock given: a ManualClock moved by this thread until the
+  // reader gives up. No real time passes for it, and the waited time is exact.
+  auto clock = std::make_shared<ManualClock>();
+  std::atomic<bool> returned{false};
+  absl::StatusOr<uint64_t> r = 0;
+  Clock::Duration waited{};
+  std::thread reader([&] {
+    const Clock::TimePoint t0 = clock->Now();
+    r = p.WaitBeyond(64, 1000, absl::Milliseconds(100), *clock);
+    waited = clock->Now() - t0;
+    returned = true;
+  });
+  while (!returned) {
+    clock->Advance(std::chrono::milliseconds(1));
+    std::this_thread::yield();
+  }
+  reader.join();
   EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
+  EXPECT_NE(r.status().message().find("no progress for 100ms"), std::string_view::npos);
   EXPECT_GE(waited, std::chrono::milliseconds(100));
-  EXPECT_LT(waited, std::chrono::seconds(5));
-  // A writer that publishes while the reader sleeps on the futex wakes it.
+  // A writer that publishes while the reader sleeps on the futex wakes it (the writer
+  // waits for the reader to announce its sleep: an event, not a time).
   std::thread w([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    while (!p.reader_waiting()) std::this_thread::yield();
     p.Publish(500);
   });
   r = p.WaitBeyond(64, 1000, absl::Seconds(10));

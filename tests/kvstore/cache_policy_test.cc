@@ -38,7 +38,7 @@ CachePolicyOptions Named(const std::string& name) {
 class FakeTier {
  public:
   FakeTier(const std::string& name, uint64_t capacity, std::chrono::seconds ttl = {},
-           std::function<std::chrono::steady_clock::time_point()> clock = {})
+           std::shared_ptr<Clock> clock = nullptr)
       : FakeTier(Options(name, ttl, std::move(clock)), capacity) {}
   FakeTier(const CachePolicyOptions& options, uint64_t capacity) : capacity_(capacity) {
     auto p = MakeCachePolicy(options, capacity * kRecord);
@@ -47,7 +47,7 @@ class FakeTier {
   }
 
   static CachePolicyOptions Options(const std::string& name, std::chrono::seconds ttl,
-                                    std::function<std::chrono::steady_clock::time_point()> clock) {
+                                    std::shared_ptr<Clock> clock) {
     CachePolicyOptions options;
     options.name = name;
     options.ttl = ttl;
@@ -259,17 +259,16 @@ TEST(CachePolicyTest, DefaultEvictsAPromptsChainTailFirst) {
 
 TEST(CachePolicyTest, TtlExpiresRecordsUnusedForTheTtl) {
   using namespace std::chrono_literals;
-  std::chrono::steady_clock::time_point now{};  // the test's clock
-  const auto t0 = now;
   for (const char* name : {"lru", "default"}) {
-    now = t0;
-    FakeTier t(name, 8, 10s, [&] { return now; });
+    auto clock = std::make_shared<ManualClock>();  // the test's clock
+    const Clock::TimePoint t0 = clock->Now();
+    FakeTier t(name, 8, 10s, clock);
     t.Put(1);
-    now = t0 + 5s;
+    clock->Advance(5s);
     t.Put(2);
     EXPECT_THAT(t.Expire(t0 + 9s), IsEmpty()) << name;
     EXPECT_THAT(t.Expire(t0 + 10s), ElementsAre(1)) << name;
-    now = t0 + 12s;
+    clock->Advance(7s);
     EXPECT_TRUE(t.Get(2));  // a use restarts 2's TTL
     EXPECT_THAT(t.Expire(t0 + 16s), IsEmpty()) << name;
     EXPECT_THAT(t.Expire(t0 + 22s), ElementsAre(2)) << name;

@@ -615,12 +615,14 @@ TEST_F(DiskTierTest, ReplacingAKeyKeepsOneCopy) {
 
 TEST_F(DiskTierTest, LastAccessSurvivesRestart) {
   DiskTierOptions o = Options(4 * kPadded, 4 * kPadded);
+  auto clock = std::make_shared<ManualClock>();  // the access stamps' time
+  o.clock = clock;
   {
     auto t = OpenTier(o);
     ASSERT_NE(t, nullptr);
     for (uint64_t i = 0; i < 4; ++i) {
       ASSERT_TRUE(t->Put(MakeRecord(i)).ok());
-      std::this_thread::sleep_for(std::chrono::milliseconds(3));  // distinct ms timestamps
+      clock->Advance(std::chrono::milliseconds(3));  // distinct ms timestamps
     }
     std::vector<std::byte> out(MakeRecord(0).size());
     ASSERT_TRUE(t->Get(TestKey(0), out).ok());

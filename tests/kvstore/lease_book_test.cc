@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "kvstore/chunk_codec.h"
+#include "kvstore/clock.h"
 #include "kvstore/host_tier.h"
 #include "store_test_util.h"
 #include "test_records.h"
@@ -48,10 +49,10 @@ class LeaseBookTest : public ::testing::Test {
     return pins;
   }
   std::shared_ptr<LeaseBook> MakeBook() {
-    return std::make_shared<LeaseBook>(absl::Seconds(10), [this] { return now_; });
+    return std::make_shared<LeaseBook>(std::chrono::seconds(10), clock_);
   }
 
-  absl::Time now_ = absl::UnixEpoch() + absl::Hours(1);
+  std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>();
   std::unique_ptr<HostTier> tier_;
 };
 
@@ -105,9 +106,9 @@ TEST_F(LeaseBookTest, ShrinkKeepsTheFirstPins) {
 TEST_F(LeaseBookTest, DeadlineEndsTheLeaseAndTheStoreReapsIt) {
   auto book = MakeBook();
   Lease lease = book->Grant(Pins(0, 2));
-  now_ += absl::Seconds(9);
+  clock_->Advance(std::chrono::seconds(9));
   EXPECT_TRUE(lease.live());
-  now_ += absl::Seconds(1);
+  clock_->Advance(std::chrono::seconds(1));
   EXPECT_FALSE(lease.live());  // expired at its deadline
   EXPECT_TRUE(lease);          // still the handle of a granted lease
   EXPECT_EQ(lease.size(), 0u);
@@ -121,6 +122,23 @@ TEST_F(LeaseBookTest, DeadlineEndsTheLeaseAndTheStoreReapsIt) {
   Lease next = book->Grant(Pins(2, 3));
   EXPECT_TRUE(next.live());
   EXPECT_EQ(book->pinned_bytes(), kRecordBytes);
+}
+
+// A holder that drops its lease after the deadline, before any reap, does not hide the
+// expiry: it counts as expired (kvtierd's lease table forgets expired leases this way).
+TEST_F(LeaseBookTest, ReleaseAfterTheDeadlineCountsAsExpired) {
+  auto book = MakeBook();
+  Lease late = book->Grant(Pins(0, 1));
+  Lease on_time = book->Grant(Pins(1, 2));
+  on_time.Release();
+  EXPECT_EQ(book->expired(), 0u);
+  clock_->Advance(std::chrono::seconds(10));
+  late.Release();
+  EXPECT_EQ(book->expired(), 1u);
+  book->ReapExpired();
+  EXPECT_EQ(book->expired(), 1u);  // not twice
+  EXPECT_EQ(book->pinned_bytes(), 0u);
+  EXPECT_EQ(tier_->stats().pinned_bytes, 0u);
 }
 
 TEST_F(LeaseBookTest, ALeaseOutlivingItsBookHoldsNothing) {

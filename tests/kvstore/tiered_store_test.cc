@@ -264,12 +264,13 @@ TEST(TieredStoreTest, PinsProtectFromEvictionBetweenLookupAndGet) {
 }
 
 TEST(TieredStoreTest, UnreleasedLeasesExpireAndAreCounted) {
+  auto clock = std::make_shared<ManualClock>();
   TieredStoreOptions o;
   o.lease_timeout = std::chrono::milliseconds(50);
+  o.clock = clock;
   auto store = MakeStore(8, o);
   for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(store->Put(MakeRecord(i)).ok());
   std::vector<ChunkKey> keys = {KeyOf(0), KeyOf(1), KeyOf(2), KeyOf(3), KeyOf(99)};
-  const auto start = std::chrono::steady_clock::now();
   std::vector<Lease> held;  // never released: they expire
   for (int i = 0; i < 1000; ++i) {
     LookupResult r = store->Lookup(keys, {.pin = true});
@@ -277,18 +278,14 @@ TEST(TieredStoreTest, UnreleasedLeasesExpireAndAreCounted) {
     ASSERT_TRUE(r.lease);
     held.push_back(std::move(r.lease));
   }
-  if (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(40)) {
-    EXPECT_EQ(store->pinned_bytes(), 4 * kRec12);  // distinct chunks count once
-  }
+  EXPECT_EQ(store->pinned_bytes(), 4 * kRec12);  // distinct chunks count once
   EXPECT_EQ(store->Erase(KeyOf(0)).code(), absl::StatusCode::kFailedPrecondition);
-  // Wait (bounded) for the timeout: the background thread or this call reaps them. The
-  // reaper drops the store's count under its lock, then unpins the tier after it, so wait
-  // for both (seen under ASan: the tier was still pinned when the count was already 0).
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while ((store->pinned_bytes() != 0 || store.tier(0).stats().pinned_bytes != 0) &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  clock->Advance(std::chrono::milliseconds(49));
+  EXPECT_TRUE(held[999].live());
+  EXPECT_EQ(store->pinned_bytes(), 4 * kRec12);
+  clock->Advance(std::chrono::milliseconds(1));  // the deadline of every lease
+  // pinned_bytes() reaps, or waits for the background thread's reap under way to have
+  // unpinned the tier.
   EXPECT_EQ(store->pinned_bytes(), 0u);
   EXPECT_EQ(store->expired_leases(), 1000u);
   EXPECT_EQ(store.tier(0).stats().pinned_bytes, 0u);
@@ -300,20 +297,25 @@ TEST(TieredStoreTest, UnreleasedLeasesExpireAndAreCounted) {
 }
 
 TEST(TieredStoreTest, BackgroundThreadReapsExpiredLeasesWithoutCalls) {
+  auto clock = std::make_shared<ManualClock>();
   TieredStoreOptions o;
   o.lease_timeout = std::chrono::milliseconds(20);
+  o.clock = clock;
   auto store = MakeStore(8, o);
   ASSERT_TRUE(store->Put(MakeRecord(0)).ok());
   ChunkKey k = KeyOf(0);
   Lease lease = store->Lookup(std::span(&k, 1), {.pin = true}).lease;
   ASSERT_TRUE(lease);
-  // Only expired_leases() (which does not reap) and the tier are observed here.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (store->expired_leases() == 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(store.tier(0).stats().pinned_bytes, kRec12);
+  clock->Advance(std::chrono::milliseconds(20));  // wakes the write-back thread
+  // Only expired_leases() (which does not reap) and the tier are observed here: the
+  // write-back thread reaps on its own. Waits for that event (no time is asserted).
+  while (store->expired_leases() == 0 || store.tier(0).stats().pinned_bytes != 0) {
+    std::this_thread::yield();
   }
   EXPECT_EQ(store->expired_leases(), 1u);
   EXPECT_EQ(store.tier(0).stats().pinned_bytes, 0u);
+  EXPECT_FALSE(lease.live());
 }
 
 TEST(TieredStoreTest, FlushMakesEveryPutVisibleInTierOne) {
@@ -428,12 +430,24 @@ TEST(TieredStoreTest, DeadWriteBackThreadIsVisibleAndPutsStillLandInTierZero) {
   std::vector<TierFactory> tiers;
   tiers.push_back(Host(1 << 16, "top"));
   tiers.push_back(UseTier(std::make_unique<ThrowingTier>()));
-  auto store = TieredStore::Create(std::move(tiers), {});
+  auto health = std::make_shared<HealthRegistry>();
+  auto store = TieredStore::Create(std::move(tiers), {.health = health});
   ASSERT_TRUE(store.ok());
   EXPECT_TRUE((*store)->healthy());
+  ASSERT_EQ(health->Snapshot().size(), 1u);
+  EXPECT_EQ(health->Snapshot()[0].name, "write-back");
+  EXPECT_EQ(health->Snapshot()[0].state, ThreadState::kRunning);
   ASSERT_TRUE((*store)->Put(MakeRecord(1)).ok());
   (*store)->Flush();  // returns: the thread died on this item
   EXPECT_FALSE((*store)->healthy());
+  // The supervisor reported it: name, state and the exception's message.
+  std::vector<ThreadHealth> threads = health->Snapshot();
+  ASSERT_EQ(threads.size(), 1u);
+  EXPECT_EQ(threads[0].state, ThreadState::kFailed);
+  EXPECT_EQ(threads[0].last_error, "injected failure");
+  std::string detail;
+  EXPECT_FALSE(health->Healthy(&detail));
+  EXPECT_EQ(detail, "write-back failed: injected failure; ");
   ASSERT_TRUE((*store)->Put(MakeRecord(2)).ok());
   (*store)->Flush();
   EXPECT_EQ((*store)->stats().writes_dropped, 1u);

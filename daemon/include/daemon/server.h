@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "daemon/config.h"
+#include "kvstore/clock.h"
 
 namespace kvt::daemon {
 
@@ -18,7 +19,10 @@ class KvtierServer {
   // Opens the store in config.data_dir, starts listening and serving. InvalidArgument
   // for a bad config; FailedPrecondition when a socket is in use by a live daemon;
   // Unavailable/Internal when the store or a listener cannot be opened.
-  static absl::StatusOr<std::unique_ptr<KvtierServer>> Start(const DaemonConfig& config);
+  // `clock`: the store's time (lease deadlines, the write-back period, TTLs, the disk
+  // commit delay); null = SystemClock(). In-process tests pass a ManualClock.
+  static absl::StatusOr<std::unique_ptr<KvtierServer>> Start(
+      const DaemonConfig& config, std::shared_ptr<Clock> clock = nullptr);
   ~KvtierServer();  // Shutdown()
 
   // Graceful: stops accepting calls, lets in-flight calls finish (up to

@@ -29,6 +29,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kvstore/clock.h"
 #include "kvstore/types.h"
 
 namespace kvt {
@@ -124,8 +125,9 @@ struct CachePolicyOptions {
   // trace) but, as TieredStore writes through only what tier 0 holds, keeps it from every
   // lower tier too: right for a tier with nothing below it.
   bool adaptive_declines_first_seen = false;
-  // The TTL's clock: empty = std::chrono::steady_clock::now (tests pass their own).
-  std::function<std::chrono::steady_clock::time_point()> clock;
+  // The TTL's clock (kvstore/clock.h): null = the tier's clock (HostTierOptions::clock,
+  // DiskTierOptions::clock), else SystemClock(). Tests pass a ManualClock.
+  std::shared_ptr<Clock> clock;
 
   // InvalidArgument naming the field for a bad value.
   absl::Status Validate() const;

@@ -43,6 +43,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kvstore/cache_policy.h"
+#include "kvstore/clock.h"
+#include "kvstore/health_registry.h"
 #include "kvstore/tier.h"
 
 namespace kvt {
@@ -106,6 +108,12 @@ struct DiskTierOptions {
   CachePolicyOptions cache_policy;
   // When set, builds the policy instead of MakeCachePolicy(cache_policy, capacity_bytes).
   CachePolicyFactory cache_policy_factory;
+  // Time of access stamps, of the group commit's delay and of the policy's TTL (when
+  // cache_policy.clock is empty); null = SystemClock().
+  std::shared_ptr<Clock> clock;
+  // Where the group committer thread ("disk-commit") reports; null =
+  // HealthRegistry::Default().
+  std::shared_ptr<HealthRegistry> health;
 
   // OK, or InvalidArgument naming the field and the expected range.
   absl::Status Validate() const;

@@ -57,6 +57,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "kvstore/cache_policy.h"
+#include "kvstore/clock.h"
 #include "kvstore/tier.h"
 #include "kvstore/types.h"
 
@@ -84,6 +85,9 @@ struct HostTierOptions {
   CachePolicyOptions cache_policy;
   // When set, builds the policy instead of MakeCachePolicy(cache_policy, capacity_bytes).
   CachePolicyFactory cache_policy_factory;
+  // Time of access stamps and of the policy's TTL (when cache_policy.clock is empty);
+  // null = SystemClock().
+  std::shared_ptr<Clock> clock;
 
   // OK, or InvalidArgument naming the bad field and the expected range.
   absl::Status Validate() const;
@@ -214,6 +218,7 @@ class HostTier final : public Tier {
   // Admission and victim order over the live entries' keys.
   const std::unique_ptr<CachePolicy> policy_ ABSL_PT_GUARDED_BY(mu_);
   const EvictionListener listener_;
+  const std::shared_ptr<Clock> clock_;
 
   uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t pinned_bytes_ ABSL_GUARDED_BY(mu_) = 0;

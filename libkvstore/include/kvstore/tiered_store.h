@@ -17,7 +17,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kvstore/clock.h"
 #include "kvstore/evict_selector.h"
+#include "kvstore/health_registry.h"
 #include "kvstore/lease.h"
 #include "kvstore/record_buffer.h"
 #include "kvstore/tier.h"
@@ -59,6 +61,12 @@ struct TieredStoreOptions {
   // Record buffers kept after their write for reuse by later writes (TakeBuffer), so a
   // caller's copy-out writes into memory that is already faulted in. 0 = no pool.
   uint64_t buffer_pool_bytes = 256ull << 20;
+  // The store's time (lease deadlines, the write-back thread's period, Evict's
+  // older_than); null = SystemClock(). Tests pass a ManualClock (kvstore/clock.h).
+  std::shared_ptr<Clock> clock;
+  // Where the write-back thread reports (kvstore/health_registry.h); null =
+  // HealthRegistry::Default().
+  std::shared_ptr<HealthRegistry> health;
 
   absl::Status Validate() const;
 };

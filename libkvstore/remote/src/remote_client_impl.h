@@ -64,7 +64,9 @@ inline void StatsFromProto(const pb::TierStatsProto& p, TierStats* s) {
   s->puts = p.puts();
 }
 
-using Clock = std::chrono::system_clock;
+// gRPC's deadlines are real (system_clock) time; the retry budget, backoff and cool-down
+// run on options.clock (kvstore/clock.h).
+using GrpcClock = std::chrono::system_clock;
 
 // Reads one record's GetResponse messages from `reader`: the header message gives the
 // record size, `dest(size)` supplies where the bytes go (its error ends the read), then
@@ -81,7 +83,9 @@ grpc::Status ReadOneRecord(
 class RemoteClient::Impl {
  public:
   Impl(const RemoteClientOptions& options, std::string client_id)
-      : options_(options), client_id_(std::move(client_id)) {
+      : options_(options),
+        clock_(options.clock != nullptr ? options.clock : SystemClock()),
+        client_id_(std::move(client_id)) {
     Rebuild();
   }
 
@@ -124,8 +128,14 @@ class RemoteClient::Impl {
         grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(ch.get(), method, &ctx, req));
   }
 
-  void Setup(grpc::ClientContext& ctx, Clock::time_point deadline) const {
-    ctx.set_deadline(deadline);
+  // The gRPC deadline of an attempt ending at `deadline` on clock_.
+  GrpcClock::time_point RealDeadline(Clock::TimePoint deadline) const {
+    return GrpcClock::now() + std::chrono::duration_cast<GrpcClock::duration>(
+                                  std::max(deadline - clock_->Now(), Clock::Duration::zero()));
+  }
+
+  void Setup(grpc::ClientContext& ctx, Clock::TimePoint deadline) const {
+    ctx.set_deadline(RealDeadline(deadline));
     if (!options_.token.empty()) ctx.AddMetadata("authorization", "Bearer " + options_.token);
     ctx.AddMetadata("kvtier-client-id", client_id_);
   }
@@ -142,15 +152,15 @@ class RemoteClient::Impl {
 
   absl::Status Call(
       const std::function<grpc::Status(pb::KvTier::Stub&, grpc::ClientContext&)>& attempt) {
-    const Clock::time_point deadline = Clock::now() + options_.deadline;
+    const Clock::TimePoint deadline = clock_->Now() + options_.deadline;
     {
       absl::MutexLock lock(&mu_);
-      if (failures_ >= options_.rebuild_after_failures && Clock::now() < circuit_open_until_) {
+      if (failures_ >= options_.rebuild_after_failures && clock_->Now() < circuit_open_until_) {
         return absl::UnavailableError(
             "kvtierd unreachable (recent calls failed; retrying after a cool-down)");
       }
       if (failures_ >= options_.rebuild_after_failures)
-        circuit_open_until_ = Clock::now() + options_.max_backoff * 4;
+        circuit_open_until_ = clock_->Now() + options_.max_backoff * 4;
     }
     auto backoff = options_.initial_backoff;
     absl::Status last;
@@ -162,7 +172,8 @@ class RemoteClient::Impl {
         ctx.set_wait_for_ready(true);  // the whole deadline (set by Setup)
       } else if (i > 1) {
         ctx.set_wait_for_ready(true);
-        ctx.set_deadline(std::min(deadline, Clock::now() + options_.max_backoff * 2));
+        ctx.set_deadline(
+            RealDeadline(std::min(deadline, clock_->Now() + options_.max_backoff * 2)));
       }
       rpcs_.fetch_add(1, std::memory_order_relaxed);
       last = FromGrpcStatus(attempt(*s, ctx));
@@ -172,16 +183,16 @@ class RemoteClient::Impl {
         failures_ = 0;
         return last;
       }
-      if (Clock::now() >= deadline) {
+      if (clock_->Now() >= deadline) {
         last = absl::DeadlineExceededError("kvtierd did not answer within the deadline: " +
                                            last.ToString());
         break;
       }
       if (last.code() == absl::StatusCode::kDeadlineExceeded && i == 1)
         break;  // hung daemon: no retry
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_->Now());
       if (i == options_.max_attempts || left <= backoff) break;
-      std::this_thread::sleep_for(backoff);
+      clock_->SleepFor(backoff);
       backoff = std::min(backoff * 2, options_.max_backoff);
     }
     bool rebuild = false;
@@ -189,19 +200,20 @@ class RemoteClient::Impl {
       absl::MutexLock lock(&mu_);
       rebuild = ++failures_ == options_.rebuild_after_failures;
       if (failures_ >= options_.rebuild_after_failures)
-        circuit_open_until_ = Clock::now() + options_.max_backoff * 4;
+        circuit_open_until_ = clock_->Now() + options_.max_backoff * 4;
     }
     if (rebuild) Rebuild();
     return last;
   }
 
   const RemoteClientOptions options_;
+  const std::shared_ptr<Clock> clock_;
   const std::string client_id_;
   absl::Mutex mu_;
   std::shared_ptr<pb::KvTier::Stub> stub_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<grpc::Channel> channel_ ABSL_GUARDED_BY(mu_);
   int failures_ ABSL_GUARDED_BY(mu_) = 0;
-  Clock::time_point circuit_open_until_ ABSL_GUARDED_BY(mu_);
+  Clock::TimePoint circuit_open_until_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> rpcs_{0};
 };
 

@@ -169,7 +169,7 @@ absl::StatusOr<uint64_t> RemoteClient::GetShmInto(ShmSession& session, const Chu
           if (bytes > out.size()) {
             // Let a progressive copy finish first, so the slot is free when this returns.
             for (uint64_t seen = 0; progressive && seen < offset + bytes;) {
-              absl::StatusOr<uint64_t> r = progress.WaitBeyond(seen, end, stall);
+              absl::StatusOr<uint64_t> r = progress.WaitBeyond(seen, end, stall, *impl_->clock_);
               if (!r.ok()) return r.status();
               seen = *r;
             }
@@ -183,8 +183,8 @@ absl::StatusOr<uint64_t> RemoteClient::GetShmInto(ShmSession& session, const Chu
             CopyStreaming(dst.data(), session.region->data() + offset, bytes);
             return absl::OkStatus();
           }
-          absl::Status c =
-              CopyAsPublished(session.region->data() + offset, offset, dst, progress, end, stall);
+          absl::Status c = CopyAsPublished(session.region->data() + offset, offset, dst, progress,
+                                           end, stall, *impl_->clock_);
           settled = c.ok();
           return c;
         });

@@ -12,9 +12,11 @@
 namespace kvt {
 namespace {
 
-int64_t NowMs() {
+// Milliseconds on `clock` (RemoteClientOptions::clock): the shm retry and stats refresh
+// intervals.
+int64_t NowMs(const std::shared_ptr<Clock>& clock) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
+             ClockOrSystem(clock).Now().time_since_epoch())
       .count();
 }
 
@@ -81,10 +83,10 @@ RemoteTier::Slot RemoteTier::TakeSlot(uint64_t bytes) {
     shm_.reset();
   }
   if (shm_ == nullptr) {
-    if (NowMs() < shm_next_try_ms_) return {};
+    if (NowMs(options_.client.clock) < shm_next_try_ms_) return {};
     auto s = client_->AttachShm(options_.shm_slots * options_.shm_slot_bytes);
     if (!s.ok()) {
-      shm_next_try_ms_ = NowMs() + options_.shm_retry.count();
+      shm_next_try_ms_ = NowMs(options_.client.clock) + options_.shm_retry.count();
       spdlog::warn(
           "remote tier: no shared memory with the daemon ({}); using gRPC, asking again "
           "in {} ms",
@@ -309,7 +311,7 @@ absl::StatusOr<ListPage> RemoteTier::List(const ListOptions& options) {
 }
 
 void RemoteTier::RefreshStats() const {
-  const int64_t now = NowMs();
+  const int64_t now = NowMs(options_.client.clock);
   if (now - stats_at_ms_.load(std::memory_order_relaxed) < options_.stats_refresh.count()) return;
   stats_at_ms_.store(now, std::memory_order_relaxed);
   auto s = client_->Stats();

@@ -63,10 +63,12 @@ void ShmProgress::Abandon() { Publish(kShmReadyAbandoned); }
 
 uint64_t ShmProgress::ready() const { return ready_.load(std::memory_order_acquire); }
 
+bool ShmProgress::reader_waiting() const { return waiters_.load(std::memory_order_seq_cst) != 0; }
+
 absl::StatusOr<uint64_t> ShmProgress::WaitBeyond(uint64_t have, uint64_t limit,
-                                                 absl::Duration stall) const {
+                                                 absl::Duration stall, const Clock& clock) const {
   const auto stall_us = std::chrono::microseconds(absl::ToInt64Microseconds(stall));
-  auto last_move = std::chrono::steady_clock::now();
+  const Clock::TimePoint last_move = clock.Now();
   for (;;) {
     const uint64_t r = ready_.load(std::memory_order_acquire);
     if (r == kShmReadyAbandoned)
@@ -78,7 +80,7 @@ absl::StatusOr<uint64_t> ShmProgress::WaitBeyond(uint64_t have, uint64_t limit,
       return absl::InvalidArgumentError(
           absl::StrFormat("shm: progress word went back from %d to %d", have, r));
     if (r > have) return r;
-    const auto now = std::chrono::steady_clock::now();
+    const Clock::TimePoint now = clock.Now();
     if (now - last_move < kSpinFor) {  // the writer is mid-piece: keep polling
       std::this_thread::yield();
       continue;
@@ -132,7 +134,8 @@ void CopyPublishing(std::span<const std::byte> src, std::byte* dst, uint64_t reg
 }
 
 absl::Status CopyAsPublished(const std::byte* src, uint64_t region_offset, std::span<std::byte> dst,
-                             const ShmProgress& progress, uint64_t limit, absl::Duration stall) {
+                             const ShmProgress& progress, uint64_t limit, absl::Duration stall,
+                             const Clock& clock) {
   const uint64_t end = region_offset + dst.size();
   uint64_t done = 0;  // bytes of dst copied
   uint64_t seen = 0;  // the last value of `ready` read (0: none yet, below any real one)
@@ -145,7 +148,7 @@ absl::Status CopyAsPublished(const std::byte* src, uint64_t region_offset, std::
       done = upto;
       continue;
     }
-    auto r = progress.WaitBeyond(seen, limit, stall);
+    auto r = progress.WaitBeyond(seen, limit, stall, clock);
     if (!r.ok()) return r.status();
     seen = *r;
   }

@@ -27,6 +27,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kvstore/clock.h"
 #include "kvstore/evict_selector.h"
 #include "kvstore/shm_region.h"
 #include "kvstore/tier.h"
@@ -80,6 +81,10 @@ struct RemoteClientOptions {
   // the connection (gRPC wait_for_ready) until the call's deadline, so `deadline` is the
   // time the caller is willing to wait for a daemon that is starting, paused or absent.
   bool wait_for_connection = false;
+  // The time the call's deadline budget, the backoff between attempts, the cool-down and
+  // the shm stall timeout are counted in (kvstore/clock.h); null = SystemClock(). Each
+  // gRPC attempt's own deadline is real time: the budget left on this clock, from now.
+  std::shared_ptr<Clock> clock;
 
   absl::Status Validate() const;
 };

@@ -31,6 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "kvstore/clock.h"
 
 namespace kvt {
 
@@ -56,13 +57,18 @@ class ShmProgress {
   // Writer: the transfer will not complete (the reader's WaitBeyond returns Aborted).
   void Abandon();
   uint64_t ready() const;
+  // Whether a reader has announced it sleeps waiting for `ready` to move (the `waiters`
+  // word): after the writer's Reset, the reader has seen the current `ready` and wants
+  // more. Tests use it to act only once the reader has read a value.
+  bool reader_waiting() const;
 
   // Reader: waits until `ready` is above `have` and returns it (at most `limit`).
   // Spins briefly (the writer is usually one piece ahead), then sleeps on the futex.
-  // Errors: DeadlineExceeded when `ready` has not moved for `stall`; Aborted when the
-  // writer abandoned; InvalidArgument when `ready` is below `have` or above `limit`
-  // (a writer that does not follow the protocol).
-  absl::StatusOr<uint64_t> WaitBeyond(uint64_t have, uint64_t limit, absl::Duration stall) const;
+  // Errors: DeadlineExceeded when `ready` has not moved for `stall` of `clock`'s time;
+  // Aborted when the writer abandoned; InvalidArgument when `ready` is below `have` or
+  // above `limit` (a writer that does not follow the protocol).
+  absl::StatusOr<uint64_t> WaitBeyond(uint64_t have, uint64_t limit, absl::Duration stall,
+                                      const Clock& clock = *SystemClock()) const;
 
  private:
   std::atomic_ref<uint64_t> ready_;
@@ -91,7 +97,8 @@ void CopyPublishing(std::span<const std::byte> src, std::byte* dst, uint64_t reg
 // value `ready` may take in this transfer (the end of the slice). Errors: those of WaitBeyond; on
 // an error `dst` holds a partial copy the caller must not use.
 absl::Status CopyAsPublished(const std::byte* src, uint64_t region_offset, std::span<std::byte> dst,
-                             const ShmProgress& progress, uint64_t limit, absl::Duration stall);
+                             const ShmProgress& progress, uint64_t limit, absl::Duration stall,
+                             const Clock& clock = *SystemClock());
 
 }  // namespace kvt
 
