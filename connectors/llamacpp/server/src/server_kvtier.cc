@@ -340,7 +340,7 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
     const uint64_t usable = std::min<uint64_t>(lookup->cached_tokens, chunk_end) / chunk * chunk;
     const uint64_t begin = n_have % chunk == 0 ? n_have : 0;
     if (const uint64_t front = PickOverlapFront(*lookup, begin, usable, want);
-        front > n_have && StartOverlap(seq_id, prompt, front, usable)) {
+        front > n_have && StartOverlap(seq_id, prompt, front, usable, lookup->lease)) {
       prompt_start_[seq_id] = PromptStart{entered, begin, /*overlapped=*/true};
       if (begin == n_have) return 0;
       llama_memory_seq_rm(llama_get_memory(ctx), seq_id, -1, -1);
