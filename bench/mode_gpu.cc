@@ -28,6 +28,7 @@
 #include "connectors/kv_connector.h"
 #include "kernels/kv_copy.h"
 #include "kvstore/host_tier.h"
+#include "kvstore/store_factory.h"
 #include "kvstore/tiered_store.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -243,9 +244,9 @@ int RunGpu(int argc, char** argv) {
       HostTierOptions ho;
       ho.capacity_bytes = (kv.view.payload_bytes(kTokens) + (1 << 20)) * chunks * 2;
       ho.use_pinned_memory = true;
-      std::vector<TierFactory> tiers;
-      tiers.push_back(HostTier::Factory(ho));
-      auto store = TieredStore::Create(std::move(tiers), TieredStoreOptions{});
+      StoreOptions so;
+      so.host = ho;
+      auto store = OpenTieredStore(so);
       if (!store.ok()) {
         std::fprintf(stderr, "store: %s\n", store.status().ToString().c_str());
         return 1;

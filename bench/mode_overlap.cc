@@ -32,6 +32,7 @@
 #include "connectors/kv_connector.h"
 #include "kvstore/chunk_codec.h"
 #include "kvstore/host_tier.h"
+#include "kvstore/store_factory.h"
 #include "kvstore/throttled_tier.h"
 #include "kvstore/tiered_store.h"
 #include "llamacpp/gguf_generator.h"
@@ -165,9 +166,10 @@ int RunOverlapBench(int argc, char** argv) {
   }
   auto throttled_owned = std::make_unique<ThrottledTier>(std::move(*host), 1e12);
   ThrottledTier* throttled = throttled_owned.get();
-  std::vector<TierFactory> tiers;
-  tiers.push_back(UseTier(std::move(throttled_owned)));
-  auto store = TieredStore::Create(std::move(tiers), TieredStoreOptions{});
+  StoreOptions so;  // the host tier behind a throttle, alone
+  so.host.capacity_bytes = 0;
+  so.lower.push_back(UseTier(std::move(throttled_owned)));
+  auto store = OpenTieredStore(so);
   if (!store.ok()) {
     std::fprintf(stderr, "overlap: store: %s\n", store.status().ToString().c_str());
     return 1;

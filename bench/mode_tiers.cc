@@ -448,8 +448,8 @@ int RunTiers(int argc, char** argv) {
     auto store = OpenTieredStore(so);
     if (!store.ok()) Die(store.status().ToString());
     for (uint32_t i = 0; i < chunks; ++i) {
-      if (absl::Status s = (*store)->Put(std::span<const std::byte>(recs[i].get(), rec)); !s.ok())
-        Die(s.ToString());
+      auto s = (*store)->Write({.record = std::span<const std::byte>(recs[i].get(), rec)});
+      if (!s.ok()) Die(s.status().ToString());
     }
     const NamespaceId ns = DecodeChunkHeader(std::span<const std::byte>(recs[0].get(), rec))->ns;
     auto load_all = [&](int extra_verifies) {

@@ -11,6 +11,7 @@
 #include "kvstore/chunk_key.h"
 #include "kvstore/remote_client.h"
 #include "kvstore/remote_tier.h"
+#include "kvstore/store_factory.h"
 #include "kvstore/tiered_store.h"
 
 namespace kvt::bench {
@@ -75,9 +76,10 @@ PinnedLookupFigures MeasurePinnedLookup(const std::string& target, uint64_t prom
     return f;
   }
   RemoteTier* remote = tier->get();
-  std::vector<TierFactory> tiers;
-  tiers.push_back(UseTier(std::move(*tier)));
-  auto store = TieredStore::Create(std::move(tiers), TieredStoreOptions{});
+  StoreOptions so;  // kvtierd's remote tier alone
+  so.host.capacity_bytes = 0;
+  so.lower.push_back(UseTier(std::move(*tier)));
+  auto store = OpenTieredStore(so);
   if (!store.ok()) {
     f.error = "store: " + store.status().ToString();
     return f;

@@ -80,16 +80,17 @@ absl::StatusOr<StoreReplayResult> ReplayThroughStore(const Trace& trace,
       h.token_count = 1;
       h.layout = layout;
       if (absl::Status s = EncodeChunk(h, payload, record); !s.ok()) return s;
-      if (absl::Status s = (*store)->Put(record); !s.ok()) return s;
+      if (auto s = (*store)->Write({.record = record}); !s.ok()) return s.status();
     }
     (*store)->Flush();
   }
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const TierStats host = (*store)->tier_stats(MakeTierIndex(0));
+  const TieredStoreStats stats = (*store)->stats();
+  const TierStats& host = stats.tiers[0];
   res.host_bytes_written = host.bytes_in;
   res.host_admission_rejects = host.admission_rejects;
   if (options.disk_records > 0) {
-    const TierStats disk = (*store)->tier_stats(MakeTierIndex(1));
+    const TierStats& disk = stats.tiers[1];
     res.disk_bytes_written = disk.bytes_in;
     res.disk_admission_rejects = disk.admission_rejects;
   }

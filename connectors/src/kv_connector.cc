@@ -1,9 +1,10 @@
 // KVConnector implementation over a shared TieredStore. See connectors/kv_connector.h
 // and docs/connector.md. This file: lookup (cost model) and the payload level. The
-// stores go through the store's one write-back queue (TieredStore::AdmitWrite /
-// SubmitWrite: buffer pool, back-pressure, supervised thread) and the leases are the
+// stores go through the store's one write-back queue (TieredStore::Write, async: buffer
+// pool, back-pressure, supervised thread) and the leases are the
 // store's (one lease book: a Lookup hands the engine the store's Lease); the paged level over the
-// payload level: paged_level.h; the counters: connector_counters.h.
+// payload level: paged_level.h; the block-region level: block_level.h; the counters:
+// connector_counters.h.
 #include "connectors/kv_connector.h"
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "block_level.h"
 #include "connector_counters.h"
 #include "kvstore/chunk_chain.h"
 #include "kvstore/chunk_codec.h"
@@ -138,46 +140,22 @@ class KVConnectorImpl final : public KVConnector {
     const size_t cached = store_->Lookup(keys).num_leading_hits;
     Bump(counters_->store_chunks_skipped, cached);
     const uint64_t record_bytes = kChunkHeaderBytes + payload_bytes_;
-    const bool async = options_.async_store;
     size_t taken = 0;
-    // Handed over together after the last copy: the store's thread encodes and writes
-    // after the hold, not competing with the copy-out for the cores and memory bandwidth.
-    std::vector<SubmittedWrite> batch;
-    absl::Cleanup submit = [&] {
-      for (SubmittedWrite& w : batch) store_->SubmitWrite(std::move(w));
-    };
     for (size_t i = cached; i < n; ++i) {
-      if (async) {
-        const WriteAdmission admitted =
-            store_->AdmitWrite(keys[i], record_bytes, options_.max_pending_store_bytes);
-        if (admitted == WriteAdmission::kAlreadyQueued) {
-          Bump(counters_->store_chunks_skipped);
-          continue;
-        }
-        if (admitted == WriteAdmission::kQueueFull) {
-          // Back-pressure: never block decode. Drop this chunk and the rest (a later
-          // chunk is useless to a lookup without the ones before it).
-          Bump(counters_->store_chunks_dropped, n - i);
-          spdlog::debug(
-              "kvt connector: store's write-back queue full ({} B pending, limit {} B); "
-              "dropping {} chunks",
-              store_->stats().pending_write_bytes, options_.max_pending_store_bytes, n - i);
-          break;
-        }
-      }
-      RecordBuffer record = store_->TakeBuffer(record_bytes);
-      absl::Status filled = fill(i, record.span().subspan(kChunkHeaderBytes));
-      if (!filled.ok()) {
-        if (async) store_->CancelWrite(keys[i], record_bytes);
-        return absl::Status(filled.code(), absl::StrFormat("StorePayloads: fill of chunk %d: %s", i,
-                                                           filled.message()));
-      }
-      ++taken;
-      Bump(counters_->store_chunks_taken);
       const ChunkHeader header = ChainHeader(ns_, options_.ns.layout, keys, i, chunk_tokens_);
-      auto finish = [header](std::span<std::byte> rec) {
-        return EncodeChunk(header, rec.subspan(kChunkHeaderBytes), rec);
+      // The payload is copied out of the engine now (the engine's memory is not read
+      // after this returns); the header is encoded over it by the store: on its
+      // write-back thread when async, straight from this buffer.
+      absl::Status filled;  // fill's outcome (OK when it was not called)
+      WriteRequest w;
+      w.record_bytes = record_bytes;
+      w.header = header;
+      w.fill = [&fill, &filled, i](std::span<std::byte> payload) {
+        filled = fill(i, payload);
+        return filled;
       };
+      w.async = options_.async_store;
+      w.limit_bytes = options_.max_pending_store_bytes;
       auto done = [counters = counters_, key = header.key](const absl::Status& s) {
         if (s.ok()) {
           Bump(counters->store_chunks_put);
@@ -186,15 +164,31 @@ class KVConnectorImpl final : public KVConnector {
           spdlog::warn("kvt connector: storing chunk {} failed: {}", key.ToHex(), s.ToString());
         }
       };
-      if (async) {
-        // The engine's memory is not read after this: encoding and the puts happen on
-        // the store's write-back thread, straight from this buffer (submitted on return).
-        batch.push_back(SubmittedWrite{header.key, std::move(record), finish, done});
-      } else {
-        absl::Status s = finish(record.span());
-        if (s.ok()) s = store_->Put(record.span());
-        done(s);
+      if (w.async) w.done = done;
+      absl::StatusOr<ChunkKey> written = store_->Write(std::move(w));
+      if (!filled.ok()) {
+        return absl::Status(filled.code(), absl::StrFormat("StorePayloads: fill of chunk %d: %s", i,
+                                                           filled.message()));
       }
+      if (options_.async_store && absl::IsAlreadyExists(written.status())) {
+        Bump(counters_->store_chunks_skipped);
+        continue;
+      }
+      if (options_.async_store && absl::IsUnavailable(written.status())) {
+        // Back-pressure: never block decode. Drop this chunk and the rest (a later
+        // chunk is useless to a lookup without the ones before it).
+        Bump(counters_->store_chunks_dropped, n - i);
+        spdlog::debug(
+            "kvt connector: store's write-back queue full ({} B pending, limit {} B); "
+            "dropping {} chunks",
+            store_->stats().pending_write_bytes, options_.max_pending_store_bytes, n - i);
+        break;
+      }
+      ++taken;
+      Bump(counters_->store_chunks_taken);
+      // Sync: the outcome is known now; async: done reports it (an error here, a bad
+      // request, is reported the same way).
+      if (!options_.async_store || !written.ok()) done(written.status());
     }
     return taken;
   }
@@ -310,13 +304,50 @@ class KVConnectorImpl final : public KVConnector {
                                          num_computed_tokens, options_.copy);
   }
 
+  // The block-region level: a thin layer over the payload level (block_level.h).
+  absl::Status RegisterBlockView(const BlockRegionView& view) override {
+    if (absl::Status s =
+            connector_internal::CheckBlockViewFor(view, options_.ns.layout, chunk_tokens_);
+        !s.ok()) {
+      return s;
+    }
+    absl::MutexLock lock(&mu_);
+    blocks_ = view;
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<size_t> StoreBlocks(std::span<const TokenId> tokens,
+                                     std::span<const int32_t> block_ids) override {
+    BlockRegionView view;
+    if (absl::Status s = GetBlockView("StoreBlocks", &view); !s.ok()) return s;
+    return connector_internal::StoreBlocks(*this, view, tokens, block_ids);
+  }
+
+  absl::StatusOr<ConnectorLoadResult> LoadBlocks(std::span<const TokenId> tokens,
+                                                 uint64_t num_tokens,
+                                                 std::span<const int32_t> block_ids,
+                                                 uint64_t skip_tokens) override {
+    BlockRegionView view;
+    if (absl::Status s = GetBlockView("LoadBlocks", &view); !s.ok()) return s;
+    return connector_internal::LoadBlocks(*this, view, tokens, num_tokens, block_ids, skip_tokens);
+  }
+
+  absl::StatusOr<FetchedBlocks> FetchBlocks(std::span<const TokenId> tokens, uint64_t num_tokens,
+                                            std::span<const int32_t> block_ids,
+                                            uint64_t skip_tokens) override {
+    BlockRegionView view;
+    if (absl::Status s = GetBlockView("FetchBlocks", &view); !s.ok()) return s;
+    return connector_internal::FetchBlocks(*this, view, tokens, num_tokens, block_ids, skip_tokens);
+  }
+
   ConnectorStats stats() const override {
     ConnectorStats s;
     counters_->Fill(&s);
     s.cost = cost_.stats();
     // The store's (shared by every connector over it): one lease book, one queue.
-    s.leases_released_by_timeout = store_->expired_leases();
-    s.store_pending_bytes = store_->stats().pending_write_bytes;
+    const TieredStoreStats store = store_->stats();
+    s.leases_released_by_timeout = store.expired_leases;
+    s.store_pending_bytes = store.pending_write_bytes;
     return s;
   }
 
@@ -335,6 +366,18 @@ class KVConnectorImpl final : public KVConnector {
           absl::StrFormat("%s: no KV view registered (call RegisterKvView first)", what));
     }
     *view = *view_;
+    return absl::OkStatus();
+  }
+
+  // A copy of the registered block view (a concurrent RegisterBlockView replaces it for
+  // later calls only).
+  absl::Status GetBlockView(const char* what, BlockRegionView* view) {
+    absl::MutexLock lock(&mu_);
+    if (!blocks_.has_value()) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s: no block view registered (call RegisterBlockView / kvt_register_block_view)", what));
+    }
+    *view = *blocks_;
     return absl::OkStatus();
   }
 
@@ -420,6 +463,7 @@ class KVConnectorImpl final : public KVConnector {
 
   mutable absl::Mutex mu_;
   std::optional<PagedKvView> view_ ABSL_GUARDED_BY(mu_);
+  std::optional<BlockRegionView> blocks_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

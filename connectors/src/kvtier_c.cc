@@ -27,18 +27,9 @@
 #endif
 
 // Block-region view (kvt_block_view), copied at registration.
-struct KvtBlockView {
-  uint32_t block_size = 0;
-  uint32_t num_blocks = 0;
-  uint64_t block_bytes = 0;
-  std::vector<std::byte*> layer_base;
-};
-
 struct kvt_connector {
   std::shared_ptr<kvt::TieredStore> store;
   std::unique_ptr<kvt::KVConnector> connector;
-  // Written only by kvt_register_block_view (REQUIRES: not concurrent with block calls).
-  std::optional<KvtBlockView> blocks;
   // kvtierd of daemon mode ("" = none), for kvt_daemon_check; set once by kvt_create.
   std::string daemon_address, daemon_token;
   uint32_t daemon_deadline_ms = 0;
@@ -49,14 +40,9 @@ struct kvt_lease {
   kvt::Lease lease;
 };
 
-// A fetched per-layer block load (kvt_fetch_blocks): the verified records, the block view
-// and block ids of the fetch (copied), written layer by layer by kvt_fetched_scatter_layer.
+// A fetched per-layer block load (kvt_fetch_blocks; KVConnector::FetchBlocks).
 struct kvt_fetched {
-  kvt::FetchedPayloads payloads;
-  KvtBlockView view;
-  std::vector<int32_t> block_ids;
-  size_t per_chunk = 0;  // blocks per chunk
-  uint64_t skip_tokens = 0;
+  kvt::FetchedBlocks blocks;
 };
 
 namespace {
@@ -75,6 +61,7 @@ int Ok() {
   g_last_error.clear();
   return KVT_OK;
 }
+int Result(const absl::Status& s) { return s.ok() ? Ok() : Fail(s); }
 
 // Runs `body` turning any escaping exception into KVT_INTERNAL.
 template <typename F>
@@ -355,60 +342,22 @@ int kvt_load(kvt_connector* c, const int32_t* tokens, size_t n_tokens, uint64_t 
   });
 }
 
-// Checks block_ids[0, n_needed) against the view: InvalidArgument naming index and value.
-static int CheckBlockIds(const char* what, const KvtBlockView& v, const int32_t* ids, size_t n_ids,
-                         size_t n_needed) {
-  if (n_ids < n_needed) {
-    return Fail(KVT_INVALID_ARGUMENT,
-                absl::StrFormat("%s: %d block ids given; expected >= %d (tokens / block_size %d)",
-                                what, n_ids, n_needed, v.block_size));
-  }
-  for (size_t i = 0; i < n_needed; ++i) {
-    if (ids[i] < 0 || static_cast<uint64_t>(ids[i]) >= v.num_blocks) {
-      return Fail(KVT_INVALID_ARGUMENT,
-                  absl::StrFormat("%s: block_ids[%d] = %d; expected 0..%d", what, i, ids[i],
-                                  static_cast<int64_t>(v.num_blocks) - 1));
-    }
-  }
-  return KVT_OK;
-}
-
 int kvt_register_block_view(kvt_connector* c, const kvt_block_view* v) {
   return Guard("kvt_register_block_view", [&]() -> int {
     KVT_C_REQUIRE(c != nullptr && v != nullptr,
                   "kvt_register_block_view: connector and view must be non-NULL");
-    const kvt::KvLayout& layout = c->connector->ns_params().layout;
-    const uint32_t chunk = c->connector->chunk_tokens();
-    KVT_C_REQUIRE(v->num_layers == layout.num_layers,
-                  absl::StrFormat("kvt_register_block_view: view.num_layers = %d; the "
-                                  "connector's layout has %d layers",
-                                  v->num_layers, layout.num_layers));
     KVT_C_REQUIRE(v->layer_base != nullptr && v->n_layer_base == v->num_layers,
-                  absl::StrFormat("kvt_register_block_view: view.n_layer_base = %d; expected "
-                                  "num_layers = %d non-NULL pointers",
-                                  v->n_layer_base, v->num_layers));
-    KVT_C_REQUIRE(v->block_size > 0 && chunk % v->block_size == 0,
-                  absl::StrFormat("kvt_register_block_view: block size %d does not divide "
-                                  "chunk size %d (chunk_tokens must be a multiple of the "
-                                  "engine's block size)",
-                                  v->block_size, chunk));
-    KVT_C_REQUIRE(v->num_blocks > 0, "kvt_register_block_view: view.num_blocks = 0");
-    const uint64_t expect = layout.bytes_per_token_per_layer() * v->block_size;
-    KVT_C_REQUIRE(v->block_bytes == expect,
-                  absl::StrFormat("kvt_register_block_view: view.block_bytes = %d; the layout "
-                                  "%s holds %d bytes per block of %d tokens",
-                                  v->block_bytes, layout.DebugString(), expect, v->block_size));
-    KvtBlockView view;
+                  absl::StrFormat("kvt_register_block_view: view.num_layers = %d with "
+                                  "n_layer_base = %d; expected num_layers non-NULL pointers",
+                                  v->num_layers, v->n_layer_base));
+    kvt::BlockRegionView view;
     view.block_size = v->block_size;
     view.num_blocks = v->num_blocks;
     view.block_bytes = v->block_bytes;
     for (size_t l = 0; l < v->n_layer_base; ++l) {
-      KVT_C_REQUIRE(v->layer_base[l] != nullptr,
-                    absl::StrFormat("kvt_register_block_view: view.layer_base[%d] is NULL", l));
       view.layer_base.push_back(static_cast<std::byte*>(v->layer_base[l]));
     }
-    c->blocks = std::move(view);
-    return Ok();
+    return Result(c->connector->RegisterBlockView(view));
   });
 }
 
@@ -418,28 +367,8 @@ int kvt_store_blocks(kvt_connector* c, const int32_t* tokens, size_t n_tokens,
     KVT_C_REQUIRE(c != nullptr, "kvt_store_blocks: connector is NULL");
     KVT_C_REQUIRE(tokens != nullptr || n_tokens == 0, "kvt_store_blocks: tokens is NULL");
     KVT_C_REQUIRE(block_ids != nullptr || n_block_ids == 0, "kvt_store_blocks: block_ids is NULL");
-    if (!c->blocks) {
-      return Fail(KVT_FAILED_PRECONDITION,
-                  "kvt_store_blocks: no block view registered (call kvt_register_block_view)");
-    }
-    const KvtBlockView& v = *c->blocks;
-    const uint32_t chunk = c->connector->chunk_tokens();
-    const size_t per_chunk = chunk / v.block_size;
-    const size_t needed = (n_tokens / chunk) * per_chunk;
-    if (int rc = CheckBlockIds("kvt_store_blocks", v, block_ids, n_block_ids, needed)) return rc;
-    auto r = c->connector->StorePayloads(
-        std::span<const int32_t>(tokens, n_tokens),
-        [&](size_t ci, std::span<std::byte> payload) -> absl::Status {
-          std::byte* out = payload.data();
-          for (std::byte* base : v.layer_base) {
-            for (size_t j = 0; j < per_chunk; ++j) {
-              std::memcpy(out, base + uint64_t(block_ids[ci * per_chunk + j]) * v.block_bytes,
-                          v.block_bytes);
-              out += v.block_bytes;
-            }
-          }
-          return absl::OkStatus();
-        });
+    auto r = c->connector->StoreBlocks(std::span<const int32_t>(tokens, n_tokens),
+                                       std::span<const int32_t>(block_ids, n_block_ids));
     if (!r.ok()) return Fail(r.status());
     if (chunks_taken != nullptr) *chunks_taken = *r;
     return Ok();
@@ -454,37 +383,9 @@ int kvt_load_blocks(kvt_connector* c, const int32_t* tokens, size_t n_tokens, ui
                   "kvt_load_blocks: connector and loaded_tokens must be non-NULL");
     KVT_C_REQUIRE(tokens != nullptr || n_tokens == 0, "kvt_load_blocks: tokens is NULL");
     KVT_C_REQUIRE(block_ids != nullptr || n_block_ids == 0, "kvt_load_blocks: block_ids is NULL");
-    if (!c->blocks) {
-      return Fail(KVT_FAILED_PRECONDITION,
-                  "kvt_load_blocks: no block view registered (call kvt_register_block_view)");
-    }
-    const KvtBlockView& v = *c->blocks;
-    const uint32_t chunk = c->connector->chunk_tokens();
-    KVT_C_REQUIRE(num_tokens % chunk == 0 && num_tokens <= n_tokens,
-                  absl::StrFormat("kvt_load_blocks: num_tokens = %d; expected a multiple of "
-                                  "chunk_tokens %d and <= n_tokens %d",
-                                  num_tokens, chunk, n_tokens));
-    const size_t per_chunk = chunk / v.block_size;
-    if (int rc = CheckBlockIds("kvt_load_blocks", v, block_ids, n_block_ids,
-                               num_tokens / v.block_size)) {
-      return rc;
-    }
-    auto r = c->connector->LoadPayloads(
-        std::span<const int32_t>(tokens, n_tokens), num_tokens,
-        [&](size_t ci, std::span<const std::byte> payload) -> absl::Status {
-          const std::byte* in = payload.data();
-          for (std::byte* base : v.layer_base) {
-            for (size_t j = 0; j < per_chunk; ++j) {
-              const size_t bi = ci * per_chunk + j;
-              if ((bi + 1) * v.block_size > skip_tokens) {
-                std::memcpy(base + uint64_t(block_ids[bi]) * v.block_bytes, in, v.block_bytes);
-              }
-              in += v.block_bytes;
-            }
-          }
-          return absl::OkStatus();
-        },
-        skip_tokens);
+    auto r =
+        c->connector->LoadBlocks(std::span<const int32_t>(tokens, n_tokens), num_tokens,
+                                 std::span<const int32_t>(block_ids, n_block_ids), skip_tokens);
     if (!r.ok()) return Fail(r.status());
     *loaded_tokens = r->loaded_tokens;
     return Ok();
@@ -500,28 +401,13 @@ int kvt_fetch_blocks(kvt_connector* c, const int32_t* tokens, size_t n_tokens, u
     *fetched = nullptr;
     KVT_C_REQUIRE(tokens != nullptr || n_tokens == 0, "kvt_fetch_blocks: tokens is NULL");
     KVT_C_REQUIRE(block_ids != nullptr || n_block_ids == 0, "kvt_fetch_blocks: block_ids is NULL");
-    if (!c->blocks) {
-      return Fail(KVT_FAILED_PRECONDITION,
-                  "kvt_fetch_blocks: no block view registered (call kvt_register_block_view)");
-    }
-    const KvtBlockView& v = *c->blocks;
-    const uint32_t chunk = c->connector->chunk_tokens();
-    KVT_C_REQUIRE(num_tokens % chunk == 0 && num_tokens <= n_tokens,
-                  absl::StrFormat("kvt_fetch_blocks: num_tokens = %d; expected a multiple of "
-                                  "chunk_tokens %d and <= n_tokens %d",
-                                  num_tokens, chunk, n_tokens));
-    const size_t n_needed = num_tokens / v.block_size;
-    if (int rc = CheckBlockIds("kvt_fetch_blocks", v, block_ids, n_block_ids, n_needed)) return rc;
-    auto r = c->connector->FetchPayloads(std::span<const int32_t>(tokens, n_tokens), num_tokens,
-                                         skip_tokens);
+    auto r =
+        c->connector->FetchBlocks(std::span<const int32_t>(tokens, n_tokens), num_tokens,
+                                  std::span<const int32_t>(block_ids, n_block_ids), skip_tokens);
     if (!r.ok()) return Fail(r.status());
     auto f = std::make_unique<kvt_fetched>();
-    f->payloads = std::move(*r);
-    f->view = v;
-    f->block_ids.assign(block_ids, block_ids + n_needed);
-    f->per_chunk = chunk / v.block_size;
-    f->skip_tokens = skip_tokens;
-    *loaded_tokens = f->payloads.result.loaded_tokens;
+    f->blocks = std::move(*r);
+    *loaded_tokens = f->blocks.payloads.result.loaded_tokens;
     *fetched = f.release();
     return Ok();
   });
@@ -530,22 +416,7 @@ int kvt_fetch_blocks(kvt_connector* c, const int32_t* tokens, size_t n_tokens, u
 int kvt_fetched_scatter_layer(kvt_fetched* f, uint32_t layer) {
   return Guard("kvt_fetched_scatter_layer", [&]() -> int {
     KVT_C_REQUIRE(f != nullptr, "kvt_fetched_scatter_layer: fetched is NULL");
-    const kvt::FetchedPayloads& p = f->payloads;
-    KVT_C_REQUIRE(layer < p.num_layers,
-                  absl::StrFormat("kvt_fetched_scatter_layer: layer = %d; expected 0..%d", layer,
-                                  static_cast<int64_t>(p.num_layers) - 1));
-    const KvtBlockView& v = f->view;
-    std::byte* base = v.layer_base[layer];
-    for (size_t ci = p.first_chunk; ci < p.first_chunk + p.num_chunks(); ++ci) {
-      const std::byte* in = p.LayerPayload(ci, layer).data();
-      for (size_t j = 0; j < f->per_chunk; ++j, in += v.block_bytes) {
-        const size_t bi = ci * f->per_chunk + j;
-        if ((bi + 1) * v.block_size > f->skip_tokens) {
-          std::memcpy(base + uint64_t(f->block_ids[bi]) * v.block_bytes, in, v.block_bytes);
-        }
-      }
-    }
-    return Ok();
+    return Result(f->blocks.ScatterLayer(layer));
   });
 }
 

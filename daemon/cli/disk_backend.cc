@@ -41,16 +41,16 @@ class DiskBackend final : public CacheBackend {
   absl::StatusOr<StatsSnapshot> Stats() override {
     StatsSnapshot s;
     s.source = Describe();
-    for (size_t t = 0; t < store_->num_tiers(); ++t) {
-      const TierCaps caps = store_->tier_caps(MakeTierIndex(t));
+    const std::vector<TierCaps> caps = store_->tiers();
+    const TieredStoreStats ss = store_->stats();
+    for (size_t t = 0; t < caps.size() && t < ss.tiers.size(); ++t) {
       TierSummary sum;
-      sum.name = caps.name;
-      sum.kind = caps.kind;
-      sum.stats = store_->tier_stats(MakeTierIndex(t));
+      sum.name = caps[t].name;
+      sum.kind = caps[t].kind;
+      sum.stats = ss.tiers[t];
       s.pinned_bytes += sum.stats.pinned_bytes;
       s.tiers.push_back(sum);
     }
-    const TieredStoreStats ss = store_->stats();
     s.integrity_errors = ss.integrity_errors;
     s.explicit_evictions = ss.explicit_evictions;
     return s;
@@ -83,9 +83,15 @@ class DiskBackend final : public CacheBackend {
   }
 
   absl::StatusOr<ChunkHeader> ReadHeader(const ChunkKey& key) override {
-    auto record = store_->Get(key, nullptr, GetOptions{.peek = true});
-    if (!record.ok()) return record.status();
-    return DecodeChunkHeader(*record);
+    // The record's size from the listing's lookup, then a peek (no promotion, no count).
+    LookupResult where = store_->Lookup(std::span(&key, 1), LookupOptions{.per_key = true});
+    if (where.tier_index.empty() || where.tier_index[0] == kNoTier) {
+      return absl::NotFoundError(absl::StrCat("no chunk ", key.ToHex()));
+    }
+    std::vector<std::byte> record(where.record_bytes[0]);
+    auto n = store_->Get(key, record, nullptr, GetOptions{.peek = true});
+    if (!n.ok()) return n.status();
+    return DecodeChunkHeader(std::span(record).first(*n));
   }
 
   absl::StatusOr<EvictResult> Evict(const EvictSelector& selector, bool dry_run) override {

@@ -63,7 +63,7 @@ LeaseCounts LeaseTable::counts() {
     c.released = released_;
     c.active = leases_.size();
   }
-  c.expired = store_->expired_leases();
+  c.expired = store_->stats().expired_leases;
   return c;
 }
 

@@ -104,10 +104,10 @@ class KvtierServer::Impl {
       bool chunks_counted;  // a remote tier (the cluster) cannot count its chunks cheaply
     };
     std::vector<TierRow> tiers;
-    for (size_t t = 0; t < store->num_tiers(); ++t) {
-      const TierCaps caps = store->tier_caps(MakeTierIndex(t));
-      tiers.push_back({std::string(TierKindName(caps.kind)), store->tier_stats(MakeTierIndex(t)),
-                       !caps.remote});
+    const std::vector<TierCaps> caps = store->tiers();
+    TieredStoreStats ss = store->stats();
+    for (size_t t = 0; t < caps.size() && t < ss.tiers.size(); ++t) {
+      tiers.push_back({std::string(TierKindName(caps[t].kind)), ss.tiers[t], !caps[t].remote});
     }
     auto per_tier = [&](const char* name, Type type, const char* help, auto field) {
       out.Family(name, type, help);
@@ -139,7 +139,6 @@ class KvtierServer::Impl {
              [](const TierStats& s) { return s.bytes_out; });
     per_tier("kvtier_tier_io_errors_total", Type::kCounter, "",
              [](const TierStats& s) { return s.io_errors; });
-    TieredStoreStats ss = store->stats();
     std::string detail;
     const bool ok = service->Healthy(&detail);
     auto one = [&](const char* name, Type type, const char* help, auto value) {
@@ -151,7 +150,7 @@ class KvtierServer::Impl {
     one("kvtier_store_promotions_total", Type::kCounter, "", ss.promotions);
     one("kvtier_store_writeback_errors_total", Type::kCounter, "", ss.writeback_errors);
     one("kvtier_store_pending_write_bytes", Type::kGauge, "", ss.pending_write_bytes);
-    one("kvtier_pinned_bytes", Type::kGauge, "", store->pinned_bytes());
+    one("kvtier_pinned_bytes", Type::kGauge, "", ss.pinned_bytes);
     one("kvtier_integrity_errors_total", Type::kCounter,
         "Records that failed verification in any tier.", ss.integrity_errors);
     one("kvtier_shm_regions", Type::kGauge, "", service->shm_regions());

@@ -116,7 +116,7 @@ absl::StatusOr<std::string> KvTierService::Authenticate(grpc::CallbackServerCont
 
 bool KvTierService::Healthy(std::string* detail) const {
   std::string d;
-  if (!deps_.store->healthy()) d += "store write-back thread died; ";
+  if (!deps_.store->stats().healthy) d += "store write-back thread died; ";
   if (deps_.pool->alive() != deps_.pool->size())
     d +=
         absl::StrFormat("%d of %d worker threads alive; ", deps_.pool->alive(), deps_.pool->size());
@@ -180,10 +180,8 @@ absl::Status KvTierService::AdmitRecord(std::span<const std::byte> record,
   return absl::OkStatus();
 }
 
-PutOptions KvTierService::StorePutOptions() const {
-  PutOptions po;
-  po.ack = deps_.config->durability == Durability::kSync ? PutAck::kDurable : PutAck::kTopTier;
-  return po;
+PutAck KvTierService::StoreAck() const {
+  return deps_.config->durability == Durability::kSync ? PutAck::kDurable : PutAck::kTopTier;
 }
 
 absl::Status KvTierService::StoreRecord(std::span<const std::byte> record,
@@ -193,7 +191,7 @@ absl::Status KvTierService::StoreRecord(std::span<const std::byte> record,
   if (absl::Status s = AdmitRecord(record, tenant, key_out, payload_checksum, &store); !s.ok())
     return s;
   if (!store) return absl::OkStatus();
-  return deps_.store->Put(record, StorePutOptions());
+  return deps_.store->Write({.record = record, .ack = StoreAck()}).status();
 }
 
 absl::Status KvTierService::CheckProgressBlock(const ShmRegion& region, const pb::ShmSlice& slice) {
@@ -235,26 +233,27 @@ absl::Status KvTierService::StoreShmRecord(std::span<const std::byte> src,
   };
   // The only read of the client's memory is the copy into the tier's reserved record;
   // every check after it, and the store, read that copy (issue 11 #7).
-  absl::StatusOr<ChunkKey> key = deps_.store->PutInPlace(
-      src.size(),
-      [&](std::span<std::byte> dst) -> absl::Status {
-        std::optional<uint64_t> payload_checksum;
-        if (verify || progress != nullptr) {
-          absl::StatusOr<uint64_t> h = CopyRecordHashingPayload(src, dst, available);
-          if (!h.ok()) return h.status();
-          if (verify) payload_checksum = *h;
-        } else {
-          std::memcpy(dst.data(), src.data(), src.size());
-        }
-        bool store = false;
-        absl::Status s = AdmitRecord(dst, tenant, key_out, payload_checksum, &store);
-        if (s.ok() && !store) {
-          conflict = true;  // acknowledged without storing: abandon the reservation
-          return absl::AbortedError("put conflict: not stored");
-        }
-        return s;
-      },
-      StorePutOptions());
+  WriteRequest write;
+  write.record_bytes = src.size();
+  write.ack = StoreAck();
+  write.fill = [&](std::span<std::byte> dst) -> absl::Status {
+    std::optional<uint64_t> payload_checksum;
+    if (verify || progress != nullptr) {
+      absl::StatusOr<uint64_t> h = CopyRecordHashingPayload(src, dst, available);
+      if (!h.ok()) return h.status();
+      if (verify) payload_checksum = *h;
+    } else {
+      std::memcpy(dst.data(), src.data(), src.size());
+    }
+    bool store = false;
+    absl::Status s = AdmitRecord(dst, tenant, key_out, payload_checksum, &store);
+    if (s.ok() && !store) {
+      conflict = true;  // acknowledged without storing: abandon the reservation
+      return absl::AbortedError("put conflict: not stored");
+    }
+    return s;
+  };
+  absl::StatusOr<ChunkKey> key = deps_.store->Write(std::move(write));
   if (conflict) return absl::OkStatus();
   return key.status();
 }
@@ -467,9 +466,11 @@ grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
   return RunUnary(ctx, Rpc::kStats, req->protocol_version(),
                   [this, resp](const std::string& tenant) {
                     TieredStore& store = *deps_.store;
-                    for (size_t t = 0; t < store.num_tiers(); ++t) {
-                      const TierCaps caps = store.tier_caps(MakeTierIndex(t));
-                      TierStats s = store.tier_stats(MakeTierIndex(t));
+                    const std::vector<TierCaps> tiers = store.tiers();
+                    const TieredStoreStats ss = store.stats();
+                    for (size_t t = 0; t < tiers.size() && t < ss.tiers.size(); ++t) {
+                      const TierCaps& caps = tiers[t];
+                      const TierStats& s = ss.tiers[t];
                       pb::TierStatsProto* p = resp->add_tiers();
                       p->set_name(caps.name);
                       p->set_kind(TierToProto(caps.kind));
@@ -485,7 +486,6 @@ grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
                       p->set_bytes_out(s.bytes_out);
                       p->set_puts(s.puts);
                     }
-                    TieredStoreStats ss = store.stats();
                     resp->set_hits(ss.hits);
                     resp->set_misses(ss.misses + unserved_misses_.load(std::memory_order_relaxed));
                     resp->set_integrity_errors(ss.integrity_errors);
@@ -497,7 +497,7 @@ grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
                     resp->set_leases_released(lc.released);
                     resp->set_leases_expired(lc.expired);
                     resp->set_leases_active(lc.active);
-                    resp->set_pinned_bytes(store.pinned_bytes());
+                    resp->set_pinned_bytes(ss.pinned_bytes);
                     resp->set_tenant(tenant);
                     return absl::OkStatus();
                   });

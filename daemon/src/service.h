@@ -106,7 +106,7 @@ class KvTierService final : public ::kvtier::v1::KvTier::WithRawCallbackMethod_G
   // StoreRecord for a record in a client's shm region (`src`, which the client may
   // still be writing): the record is copied once, hashing its payload in the same pass
   // when verify_on_put, straight into the memory the store's tier 0 lends
-  // (TieredStore::PutInPlace), and every check and the store read only that copy.
+  // (TieredStore::Write with a fill), and every check and the store read only that copy.
   // With `progress` (a progressive Put: the client is still writing `src`, which lies at
   // region offset `src_offset`), each piece is copied once the client publishes it; no
   // progress for shm.stall_timeout_ms fails the Put (DeadlineExceeded, nothing stored).
@@ -146,7 +146,7 @@ class KvTierService final : public ::kvtier::v1::KvTier::WithRawCallbackMethod_G
   absl::Status AdmitRecord(std::span<const std::byte> record, const std::string& tenant,
                            ChunkKey* key_out, std::optional<uint64_t> payload_checksum,
                            bool* store);
-  PutOptions StorePutOptions() const;
+  PutAck StoreAck() const;  // durability: sync = PutAck::kDurable
 
   const ServiceDeps deps_;
   LeaseTable leases_;

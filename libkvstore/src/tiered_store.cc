@@ -1,4 +1,4 @@
-// TieredStore: Put, Get and Lookup (the data path) over the tiers, the write-back queue
+// TieredStore: Write, Get and Lookup (the data path) over the tiers, the write-back queue
 // (write_back_queue.cc) and the lease book (lease_book.cc); listing and eviction are in
 // tiered_store_admin.cc.
 #include "kvstore/tiered_store.h"
@@ -90,7 +90,31 @@ std::pair<size_t, size_t> TieredStore::Impl::WriteThroughRange() const {
   return {1, last};
 }
 
-absl::Status TieredStore::Impl::Put(std::span<const std::byte> record, const PutOptions& options) {
+absl::StatusOr<ChunkKey> TieredStore::Impl::Write(WriteRequest r) {
+  if (r.record.empty() == !r.fill) {
+    return absl::InvalidArgumentError(
+        "TieredStore::Write: expected either a record or a fill (with record_bytes), not both "
+        "and not neither");
+  }
+  if (r.async) return queue_->WriteAsync(std::move(r));
+  if (!r.record.empty()) {
+    if (absl::Status s = Put(r.record, r.ack); !s.ok()) return s;
+    return DecodeChunkHeader(r.record)->key;  // Put checked it
+  }
+  if (!r.header) return PutInPlace(r.record_bytes, r.fill, r.ack);
+  // The caller writes the payload; the header is encoded over it in the same buffer.
+  const RecordFill& fill = r.fill;
+  const ChunkHeader& header = *r.header;
+  return PutInPlace(
+      r.record_bytes,
+      [&](std::span<std::byte> record) -> absl::Status {
+        if (absl::Status s = fill(record.subspan(kChunkHeaderBytes)); !s.ok()) return s;
+        return EncodeChunk(header, record.subspan(kChunkHeaderBytes), record);
+      },
+      r.ack);
+}
+
+absl::Status TieredStore::Impl::Put(std::span<const std::byte> record, PutAck ack) {
   absl::StatusOr<ChunkHeader> header = DecodeChunkHeader(record);
   if (!header.ok()) return header.status();
   if (record.size() != header->record_bytes()) {
@@ -103,7 +127,7 @@ absl::Status TieredStore::Impl::Put(std::span<const std::byte> record, const Put
 
   auto [first, last] = WriteThroughRange();
   bool durable_written = false;
-  if (options.ack == PutAck::kDurable) {
+  if (ack == PutAck::kDurable) {
     const size_t durable = FirstDurableTier();
     if (durable > 0 && durable < tiers_.size()) {
       if (absl::Status s = tiers_[durable]->Put(record); !s.ok()) {
@@ -136,28 +160,27 @@ absl::Status TieredStore::Impl::Put(std::span<const std::byte> record, const Put
 }
 
 absl::StatusOr<ChunkKey> TieredStore::Impl::PutInPlace(uint64_t record_bytes,
-                                                       const RecordFill& fill,
-                                                       const PutOptions& options) {
+                                                       const RecordFill& fill, PutAck ack) {
   // Through a buffer and Put: when the durable tier must be written before the answer
   // (it needs the bytes while tier 0 may already evict them), or when tier 0 refused
   // before filling (Put queues the record for the lower tiers).
   auto via_buffer = [&]() -> absl::StatusOr<ChunkKey> {
     if (record_bytes < kChunkHeaderBytes) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "TieredStore::PutInPlace: record_bytes = %d; a record has at least a %d-byte header",
+          "TieredStore::Write: record_bytes = %d; a record has at least a %d-byte header",
           record_bytes, kChunkHeaderBytes));
     }
     RecordBuffer buf = queue_->TakeBuffer(record_bytes);
     absl::Status s = fill(buf.span());
     absl::StatusOr<ChunkHeader> header = DecodeChunkHeader(buf.span());
     if (s.ok() && !header.ok()) s = header.status();
-    if (s.ok()) s = Put(buf.span(), options);
+    if (s.ok()) s = Put(buf.span(), ack);
     queue_->RecycleBuffer(std::move(buf));
     if (!s.ok()) return s;
     return header->key;
   };
   const size_t durable = FirstDurableTier();
-  if (options.ack == PutAck::kDurable && durable > 0 && durable < tiers_.size()) {
+  if (ack == PutAck::kDurable && durable > 0 && durable < tiers_.size()) {
     return via_buffer();
   }
   bool filled = false;
@@ -212,46 +235,6 @@ absl::StatusOr<RecordView> TieredStore::Impl::View(const ChunkKey& key, GetInfo*
   absl::StatusOr<RecordView> view = tiers_[0]->View(key);
   if (view.ok()) AfterHit(0, view->bytes(), info, GetOptions{});
   return view;
-}
-
-absl::StatusOr<std::vector<std::byte>> TieredStore::Impl::GetAlloc(const ChunkKey& key,
-                                                                   GetInfo* info,
-                                                                   const GetOptions& options) {
-  absl::Status data_loss;
-  for (size_t t = 0; t < tiers_.size(); ++t) {
-    std::vector<std::byte> buf;
-    absl::StatusOr<uint64_t> n = absl::NotFoundError("");
-    for (int attempt = 0; attempt < 3; ++attempt) {  // the size may change under us
-      std::vector<ChunkStat> st = tiers_[t]->Stat(std::span(&key, 1));
-      if (st.empty() || !st[0].present) {
-        n = absl::NotFoundError("");
-        break;
-      }
-      buf.resize(st[0].record_bytes);
-      n = options.peek ? tiers_[t]->CopyForWriteBack(key, buf) : tiers_[t]->Get(key, buf);
-      if (!absl::IsOutOfRange(n.status())) break;
-    }
-    if (n.ok()) {
-      buf.resize(*n);
-      AfterHit(t, buf, info, options);
-      return buf;
-    }
-    if (absl::IsDataLoss(n.status())) {
-      data_loss = n.status();
-    } else if (!absl::IsNotFound(n.status())) {
-      LogTierError(t, "Get", n.status());
-    }
-    if (t == 0) {
-      size_t target = 0;
-      if (queue_->Find(key, {}, &buf, &target).ok()) {
-        QueueHit(target, info, options);
-        return buf;
-      }
-    }
-  }
-  absl::Status miss = Miss(key, options);
-  if (!data_loss.ok()) return data_loss;
-  return miss;
 }
 
 void TieredStore::Impl::AfterHit(size_t t, std::span<const std::byte> record, GetInfo* info,
@@ -405,12 +388,8 @@ absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Create(
 TieredStore::TieredStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 TieredStore::~TieredStore() = default;
 
-absl::Status TieredStore::Put(std::span<const std::byte> record, const PutOptions& options) {
-  return impl_->Put(record, options);
-}
-absl::StatusOr<ChunkKey> TieredStore::PutInPlace(uint64_t record_bytes, const RecordFill& fill,
-                                                 const PutOptions& options) {
-  return impl_->PutInPlace(record_bytes, fill, options);
+absl::StatusOr<ChunkKey> TieredStore::Write(WriteRequest request) {
+  return impl_->Write(std::move(request));
 }
 absl::StatusOr<uint64_t> TieredStore::Get(const ChunkKey& key, std::span<std::byte> out,
                                           GetInfo* info, const GetOptions& options) {
@@ -419,24 +398,9 @@ absl::StatusOr<uint64_t> TieredStore::Get(const ChunkKey& key, std::span<std::by
 absl::StatusOr<RecordView> TieredStore::View(const ChunkKey& key, GetInfo* info) {
   return impl_->View(key, info);
 }
-absl::StatusOr<std::vector<std::byte>> TieredStore::Get(const ChunkKey& key, GetInfo* info,
-                                                        const GetOptions& options) {
-  return impl_->GetAlloc(key, info, options);
-}
 LookupResult TieredStore::Lookup(std::span<const ChunkKey> keys, const LookupOptions& options) {
   return impl_->Lookup(keys, options);
 }
-WriteAdmission TieredStore::AdmitWrite(const ChunkKey& key, uint64_t record_bytes,
-                                       uint64_t limit_bytes) {
-  return impl_->queue().Admit(key, record_bytes, limit_bytes);
-}
-void TieredStore::CancelWrite(const ChunkKey& key, uint64_t record_bytes) {
-  impl_->queue().CancelAdmission(key, record_bytes);
-}
-RecordBuffer TieredStore::TakeBuffer(uint64_t bytes) { return impl_->queue().TakeBuffer(bytes); }
-void TieredStore::SubmitWrite(SubmittedWrite write) { impl_->queue().Submit(std::move(write)); }
-uint64_t TieredStore::pinned_bytes() { return impl_->leases().pinned_bytes(); }
-uint64_t TieredStore::expired_leases() const { return impl_->leases().expired(); }
 absl::StatusOr<StoreListPage> TieredStore::List(const StoreListOptions& options) {
   return impl_->List(options);
 }
@@ -446,12 +410,7 @@ absl::StatusOr<EvictResult> TieredStore::Evict(const EvictSelector& selector,
 }
 absl::Status TieredStore::Erase(const ChunkKey& key) { return impl_->Erase(key); }
 void TieredStore::Flush() { impl_->queue().Flush(); }
-size_t TieredStore::num_tiers() const { return impl_->num_tiers(); }
-TierCaps TieredStore::tier_caps(TierIndex index) const { return impl_->tier(ToSize(index)).caps(); }
-TierStats TieredStore::tier_stats(TierIndex index) const {
-  return impl_->tier(ToSize(index)).stats();
-}
-bool TieredStore::healthy() const { return impl_->queue().healthy(); }
+std::vector<TierCaps> TieredStore::tiers() const { return impl_->tiers(); }
 TieredStoreStats TieredStore::stats() const { return impl_->stats(); }
 
 }  // namespace kvt

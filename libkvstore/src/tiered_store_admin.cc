@@ -112,10 +112,22 @@ TieredStoreStats TieredStore::Impl::stats() const {
     s.queue_hits = queue_hits_;
     s.explicit_evictions = explicit_evictions_;
   }
+  s.pinned_bytes = leases_->pinned_bytes();
+  s.expired_leases = leases_->expired();
+  s.healthy = queue_->healthy();
   // One integrity count: every tier that verifies feeds it.
   s.integrity_errors = 0;
-  for (const auto& tier : tiers_) s.integrity_errors += tier->stats().integrity_errors;
+  for (const auto& tier : tiers_) {
+    s.tiers.push_back(tier->stats());
+    s.integrity_errors += s.tiers.back().integrity_errors;
+  }
   return s;
+}
+
+std::vector<TierCaps> TieredStore::Impl::tiers() const {
+  std::vector<TierCaps> caps;
+  for (const auto& tier : tiers_) caps.push_back(tier->caps());
+  return caps;
 }
 
 }  // namespace kvt

@@ -1,7 +1,7 @@
 // Private to libkvstore: TieredStore's implementation class, a facade over its named
 // parts: the tiers, the write-back queue (write_back_queue.h: queue, admission by bytes,
 // buffer pool, supervised thread) and the lease book (lease_book.h). Shared by
-// tiered_store.cc (Put, Get, Lookup) and tiered_store_admin.cc (List, Evict, stats).
+// tiered_store.cc (Write, Get, Lookup) and tiered_store_admin.cc (List, Evict, stats).
 #ifndef KVSTORE_SRC_TIERED_STORE_IMPL_H_
 #define KVSTORE_SRC_TIERED_STORE_IMPL_H_
 
@@ -33,14 +33,10 @@ class TieredStore::Impl {
   absl::Status Init(std::vector<TierFactory> factories);
 
   // --- tiered_store.cc ---
-  absl::Status Put(std::span<const std::byte> record, const PutOptions& options);
-  absl::StatusOr<ChunkKey> PutInPlace(uint64_t record_bytes, const RecordFill& fill,
-                                      const PutOptions& options);
+  absl::StatusOr<ChunkKey> Write(WriteRequest request);
   absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out, GetInfo* info,
                                const GetOptions& options);
   absl::StatusOr<RecordView> View(const ChunkKey& key, GetInfo* info);
-  absl::StatusOr<std::vector<std::byte>> GetAlloc(const ChunkKey& key, GetInfo* info,
-                                                  const GetOptions& options);
   LookupResult Lookup(std::span<const ChunkKey> keys, const LookupOptions& options);
   absl::Status Erase(const ChunkKey& key);
 
@@ -50,14 +46,13 @@ class TieredStore::Impl {
   TieredStoreStats stats() const;
 
   internal::WriteBackQueue& queue() { return *queue_; }
-  const internal::WriteBackQueue& queue() const { return *queue_; }
-  internal::LeaseBook& leases() { return *leases_; }
-  size_t num_tiers() const { return tiers_.size(); }
-  Tier& tier(size_t index) { return *tiers_.at(index); }
-  const Tier& tier(size_t index) const { return *tiers_.at(index); }
-  const TierCaps& caps(size_t index) const { return caps_.at(index); }
+  std::vector<TierCaps> tiers() const;
 
  private:
+  // The sync writes: a ready record (Put) or one `fill` writes where tier 0 lends room
+  // (PutInPlace).
+  absl::Status Put(std::span<const std::byte> record, PutAck ack);
+  absl::StatusOr<ChunkKey> PutInPlace(uint64_t record_bytes, const RecordFill& fill, PutAck ack);
   // Tiers a put is written through to (placement policy over capabilities): the
   // inclusive range [first, last]; empty when first > last.
   std::pair<size_t, size_t> WriteThroughRange() const;

@@ -147,17 +147,17 @@ void WriteBackQueue::PushLocked(RecordBuffer record, uint64_t record_bytes, cons
   queue_cv_.Signal();
 }
 
-WriteAdmission WriteBackQueue::Admit(const ChunkKey& key, uint64_t record_bytes,
-                                     uint64_t limit_bytes) {
+WriteBackQueue::Admission WriteBackQueue::Admit(const ChunkKey& key, uint64_t record_bytes,
+                                                uint64_t limit_bytes) {
   absl::MutexLock lock(&queue_mu_);
-  if (write_keys_.contains(key)) return WriteAdmission::kAlreadyQueued;
+  if (write_keys_.contains(key)) return Admission::kAlreadyQueued;
   uint64_t limit = options_.max_pending_write_bytes;
   if (limit_bytes != 0 && (limit == 0 || limit_bytes < limit)) limit = limit_bytes;
-  if (limit != 0 && pending_bytes_ + record_bytes > limit) return WriteAdmission::kQueueFull;
+  if (limit != 0 && pending_bytes_ + record_bytes > limit) return Admission::kQueueFull;
   pending_bytes_ += record_bytes;
   held_bytes_ += record_bytes;
   ++write_keys_[key];
-  return WriteAdmission::kAdmitted;
+  return Admission::kAdmitted;
 }
 
 void WriteBackQueue::CancelAdmission(const ChunkKey& key, uint64_t record_bytes) {
@@ -202,17 +202,69 @@ void WriteBackQueue::RecycleBuffer(RecordBuffer buffer) {
   pool_.push_back(std::move(buffer));
 }
 
-void WriteBackQueue::Submit(SubmittedWrite write) {
+absl::StatusOr<ChunkKey> WriteBackQueue::WriteAsync(WriteRequest request) {
+  ChunkKey key;
+  uint64_t bytes = 0;
+  if (!request.record.empty()) {
+    absl::StatusOr<ChunkHeader> h = DecodeChunkHeader(request.record);
+    if (!h.ok()) return h.status();
+    if (request.record.size() != h->record_bytes()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("TieredStore::Write: record of key %s is %d bytes; its header says %d",
+                          h->key.ToHex(), request.record.size(), h->record_bytes()));
+    }
+    key = h->key;
+    bytes = request.record.size();
+  } else {
+    if (!request.header) {
+      return absl::InvalidArgumentError(
+          "TieredStore::Write: an async fill needs its header (the key is admitted first)");
+    }
+    if (request.record_bytes != request.header->record_bytes()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "TieredStore::Write: record_bytes = %d; header of key %s says %d", request.record_bytes,
+          request.header->key.ToHex(), request.header->record_bytes()));
+    }
+    key = request.header->key;
+    bytes = request.record_bytes;
+  }
+  switch (Admit(key, bytes, request.limit_bytes)) {
+    case Admission::kAdmitted:
+      break;
+    case Admission::kAlreadyQueued:
+      return absl::AlreadyExistsError(
+          absl::StrFormat("TieredStore::Write: chunk %s is being written already", key.ToHex()));
+    case Admission::kQueueFull:
+      return absl::UnavailableError(absl::StrFormat(
+          "TieredStore::Write: write-back queue full; chunk %s dropped", key.ToHex()));
+  }
   auto item = std::make_shared<WriteItem>();
-  item->record_bytes = write.record.size;
-  item->record = std::move(write.record);
-  item->key = write.key;
+  item->record = TakeBuffer(bytes);
+  if (!request.record.empty()) {
+    std::memcpy(item->record.data.get(), request.record.data(), bytes);
+  } else if (absl::Status s = request.fill(item->record.span().subspan(kChunkHeaderBytes));
+             !s.ok()) {
+    CancelAdmission(key, bytes);
+    RecycleBuffer(std::move(item->record));
+    return s;
+  } else {
+    // The header is encoded (the payload hashed) on the thread, off the engine's.
+    item->finish = [header = *request.header](std::span<std::byte> rec) {
+      return EncodeChunk(header, rec.subspan(kChunkHeaderBytes), rec);
+    };
+  }
+  item->record_bytes = bytes;
+  item->key = key;
   item->first_tier = 0;
   item->last_tier = options_.submit_last_tier;
   item->submitted = true;
-  item->finish = std::move(write.finish);
-  item->done = std::move(write.done);
+  item->done = std::move(request.done);
   item->finished = !item->finish;
+  Submit(std::move(item));
+  return key;
+}
+
+void WriteBackQueue::Submit(ItemPtr item) {
   {
     absl::MutexLock lock(&queue_mu_);
     ++counters_.writes_submitted;
@@ -240,7 +292,7 @@ absl::Status WriteBackQueue::CopyQueued(const WriteItem& item, bool finished,
     std::memcpy(out.data(), item.record.data.get(), n);
     return absl::OkStatus();
   }
-  // Not finished yet: copy the payload (immutable since SubmitWrite) and finish the copy.
+  // Not finished yet: copy the payload (immutable since it was queued) and finish the copy.
   if (n < kChunkHeaderBytes) return absl::NotFoundError("not queued");
   std::memcpy(out.data() + kChunkHeaderBytes, item.record.data.get() + kChunkHeaderBytes,
               n - kChunkHeaderBytes);
@@ -358,7 +410,7 @@ void WriteBackQueue::MarkDead() {
     in_progress_ = false;
     if (inflight_item_ != nullptr) ForgetLocked(*inflight_item_);
     inflight_item_.reset();
-    // Submitted records exist nowhere else: write them here, one by one, as SubmitWrite
+    // Submitted records exist nowhere else: write them here, one by one, as Submit
     // does after the thread's death. Other queued items stay (they are in tier 0).
     for (auto it = queue_.begin(); it != queue_.end();) {
       if ((*it)->submitted) {

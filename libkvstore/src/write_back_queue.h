@@ -1,5 +1,5 @@
 // Private to libkvstore: WriteBackQueue, the store's one write queue (TieredStore's
-// write-throughs, demotions and submitted writes), with its admission by bytes, its
+// write-throughs, demotions and async writes), with its admission by bytes, its
 // record buffer pool and its supervised thread.
 #ifndef KVSTORE_SRC_WRITE_BACK_QUEUE_H_
 #define KVSTORE_SRC_WRITE_BACK_QUEUE_H_
@@ -69,12 +69,16 @@ class WriteBackQueue {
   // blocks.
   void Demote(size_t t, const ChunkKey& key, std::span<const std::byte> record);
 
-  // TieredStore::AdmitWrite / CancelWrite / TakeBuffer / SubmitWrite.
-  WriteAdmission Admit(const ChunkKey& key, uint64_t record_bytes, uint64_t limit_bytes);
-  void CancelAdmission(const ChunkKey& key, uint64_t record_bytes);
+  // TieredStore::Write with request.async (REQUIRES: exactly one of record and fill):
+  // admits the key and bytes without blocking (AlreadyExists: a write of the key is
+  // queued or in flight; Unavailable: over the byte limit), fills or copies a pooled
+  // buffer on the caller's thread and queues it for tier 0 and the write-through range
+  // (finished: the header encoded, on the thread). Written on the caller's thread when
+  // the thread has died.
+  absl::StatusOr<ChunkKey> WriteAsync(WriteRequest request);
+  // A pooled (faulted-in) buffer of exactly `bytes`, or a new one; and its return.
   RecordBuffer TakeBuffer(uint64_t bytes);
   void RecycleBuffer(RecordBuffer buffer);
-  void Submit(SubmittedWrite write);
 
   // Copies a queued record of `key` (one carrying bytes) into `out`, or into `*alloc`
   // when `out` is empty and alloc != nullptr. NotFound when no such item is queued;
@@ -104,7 +108,7 @@ class WriteBackQueue {
     size_t first_tier = 0;  // inclusive range of target tiers
     size_t last_tier = 0;
     bool demotion = false;  // skip a target that already holds the key
-    // A SubmittedWrite (first_tier == 0): finish runs on the thread, done reports.
+    // An async write (first_tier == 0): finish runs on the thread, done reports.
     bool submitted = false;
     std::function<absl::Status(std::span<std::byte>)> finish;
     std::function<void(const absl::Status&)> done;
@@ -113,6 +117,13 @@ class WriteBackQueue {
     bool finished = false;
   };
   using ItemPtr = std::shared_ptr<WriteItem>;
+
+  enum class Admission : uint8_t { kAdmitted, kAlreadyQueued, kQueueFull };
+  // Reserves `record_bytes` of the queue and the key, without blocking.
+  Admission Admit(const ChunkKey& key, uint64_t record_bytes, uint64_t limit_bytes);
+  void CancelAdmission(const ChunkKey& key, uint64_t record_bytes);
+  // Queues an admitted item (or writes it here when the thread is gone).
+  void Submit(ItemPtr item);
 
   void PushLocked(RecordBuffer record, uint64_t record_bytes, const ChunkKey& key, size_t first,
                   size_t last, bool demotion) ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_);

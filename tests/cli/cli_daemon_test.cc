@@ -21,6 +21,7 @@
 #ifdef KVT_CLI_TEST_HAVE_SERVER
 #include "kvstore/store_factory.h"
 #include "kvtier_server/tail_records.h"
+#include "store_test_util.h"
 #endif
 
 namespace kvt::clitest {
@@ -470,7 +471,7 @@ TEST_F(DaemonCliTest, IncludePartialFindsTheTailRecordKvtierLlamaServerWrites) {
                   .ok());
   tails.Flush();
   const ChunkKey tail_key = tails.TailKey(p_);
-  auto record = local->Get(tail_key);
+  auto record = kvt::testing::GetRecord(*local, tail_key);
   ASSERT_TRUE(record.ok()) << record.status();
   auto c = Client(kTokenA);
   ASSERT_TRUE(c->Put(*record).ok()) << Log();

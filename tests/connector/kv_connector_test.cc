@@ -23,6 +23,7 @@
 namespace kvt {
 namespace {
 
+using ::kvt::testing::PutRecord;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -200,9 +201,9 @@ TEST(KVConnectorTest, StoreThenLoadReturnsIdenticalPayloads) {
   EXPECT_EQ(s.load_bytes, 4 * (payload + kChunkHeaderBytes));
   EXPECT_EQ(s.cost.transfers_observed, 4u);
   // The engine holds the lookup (its lease) until its load is done, then drops it.
-  EXPECT_EQ(store->pinned_bytes(), 4 * (payload + kChunkHeaderBytes));
+  EXPECT_EQ(store->stats().pinned_bytes, 4 * (payload + kChunkHeaderBytes));
   lookup->lease.Release();
-  EXPECT_EQ(store->pinned_bytes(), 0u);
+  EXPECT_EQ(store->stats().pinned_bytes, 0u);
 }
 
 TEST(KVConnectorTest, LookupAlwaysLeavesTheLastToken) {
@@ -292,14 +293,14 @@ TEST(KVConnectorTest, PinnedChunkCannotBeErasedUntilTheLookupIsDropped) {
   conn->Flush();
   auto lookup = conn->Lookup(tokens, 0);
   ASSERT_EQ(lookup->load_tokens, 2 * kChunk);
-  EXPECT_EQ(store->pinned_bytes(), 2 * (conn->chunk_payload_bytes() + kChunkHeaderBytes));
+  EXPECT_EQ(store->stats().pinned_bytes, 2 * (conn->chunk_payload_bytes() + kChunkHeaderBytes));
   std::vector<ChunkKey> keys = ComputeChunkKeys(conn->ns(), tokens, {.chunk_tokens = kChunk});
   EXPECT_EQ(store->Erase(keys[1]).code(), absl::StatusCode::kFailedPrecondition);
   Consumer consume;
   ASSERT_EQ(conn->LoadPayloads(tokens, 2 * kChunk, consume.fn())->loaded_tokens, 2 * kChunk);
   EXPECT_EQ(store->Erase(keys[1]).code(), absl::StatusCode::kFailedPrecondition);
   { ConnectorLookup done = *std::move(lookup); }  // the engine is done with it
-  EXPECT_EQ(store->pinned_bytes(), 0u);
+  EXPECT_EQ(store->stats().pinned_bytes, 0u);
   EXPECT_TRUE(store->Erase(keys[1]).ok());
 }
 
@@ -322,7 +323,7 @@ TEST(KVConnectorTest, LeaseNotReleasedByALoadExpiresInTheStore) {
   ASSERT_EQ(lookup->load_tokens, 2 * kChunk);
   EXPECT_TRUE(lookup->lease.live());
   clock->Advance(std::chrono::milliseconds(1));  // the lease's deadline
-  EXPECT_EQ(store->pinned_bytes(), 0u);          // reaps
+  EXPECT_EQ(store->stats().pinned_bytes, 0u);          // reaps
   EXPECT_EQ(conn->stats().leases_released_by_timeout, 1u);
   EXPECT_FALSE(lookup->lease.live());
   // The late load still loads (nothing was evicted); dropping the expired lease is a no-op.
@@ -348,15 +349,15 @@ TEST(KVConnectorTest, LeaseCoversTheChunksToLoadAndLivesAsLongAsTheLookup) {
   auto lookup = conn->Lookup(two, 0);
   ASSERT_EQ(lookup->load_tokens, 2 * kChunk);
   EXPECT_EQ(lookup->lease.size(), 2u);
-  EXPECT_EQ(store->pinned_bytes(), 2 * record);
+  EXPECT_EQ(store->stats().pinned_bytes, 2 * record);
   Consumer consume;
   auto r = conn->LoadPayloads(two, 2 * kChunk, consume.fn(), /*skip_tokens=*/2 * kChunk);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->loaded_tokens, 2 * kChunk);
   EXPECT_TRUE(consume.chunks.empty());
-  EXPECT_EQ(store->pinned_bytes(), 2 * record);  // the engine still holds the lookup
+  EXPECT_EQ(store->stats().pinned_bytes, 2 * record);  // the engine still holds the lookup
   lookup = absl::StatusOr<ConnectorLookup>();
-  EXPECT_EQ(store->pinned_bytes(), 0u);
+  EXPECT_EQ(store->stats().pinned_bytes, 0u);
 }
 
 ChunkHeader HeaderFor(const KVConnector& conn, const std::vector<ChunkKey>& keys, size_t i) {
@@ -444,7 +445,7 @@ TEST(KVConnectorTest, RecordOfAnotherNamespaceUnderOurKeyIsAMismatch) {
   h.ns = ComputeNamespace(other);
   auto record = EncodeChunk(h, ExpectedPayload(0, conn->chunk_payload_bytes()));
   ASSERT_TRUE(record.ok());
-  ASSERT_TRUE(store->Put(*record).ok());
+  ASSERT_TRUE(PutRecord(*store, *record).ok());
   Consumer consume;
   auto loaded = conn->LoadPayloads(tokens, 2 * kChunk, consume.fn());
   ASSERT_TRUE(loaded.ok());
@@ -589,7 +590,7 @@ TEST(KVConnectorTest, CostModelCanChooseRecomputeAndReleasesThePins) {
   auto lookup = conn->Lookup(tokens, 0);
   EXPECT_EQ(lookup->cached_tokens, 4 * kChunk);
   EXPECT_EQ(lookup->load_tokens, 0u);
-  EXPECT_EQ(store->pinned_bytes(), 0u);
+  EXPECT_EQ(store->stats().pinned_bytes, 0u);
   EXPECT_EQ(conn->stats().cost.decisions_recompute, 1u);
   o.use_cost_model = false;
   auto eager = MakeConnector(store, o);

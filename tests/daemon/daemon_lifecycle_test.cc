@@ -251,7 +251,7 @@ TEST(DaemonLifecycleTest, RemoteTierUnderTieredStoreWritesThroughAndServesAFresh
     tiers.push_back(HostTier::Factory({.capacity_bytes = 8 << 20}));
     tiers.push_back(kvt::testing::Capturing(RemoteTier::Factory(rto), &remote));
     auto store = *TieredStore::Create(std::move(tiers), TieredStoreOptions{});
-    for (auto& r : chain.records) ASSERT_TRUE(store->Put(r).ok());
+    for (auto& r : chain.records) ASSERT_TRUE(PutRecord(*store, r).ok());
     store->Flush();
     for (const ChunkStat& st : remote->Stat(chain.keys)) EXPECT_TRUE(st.present);
   }
@@ -264,9 +264,10 @@ TEST(DaemonLifecycleTest, RemoteTierUnderTieredStoreWritesThroughAndServesAFresh
   EXPECT_EQ(lr.num_leading_hits, 5u);
   EXPECT_EQ(lr.tier_kind[0], TierKind::kRemote);
   GetInfo info;
-  auto got = fresh->Get(chain.keys[3], &info);
-  ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_EQ(*got, chain.records[3]);
+  std::vector<std::byte> got(chain.records[3].size());
+  auto n = fresh->Get(chain.keys[3], got, &info);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(got, chain.records[3]);
   EXPECT_EQ(info.tier_index, MakeTierIndex(1));
   EXPECT_EQ(remote->Stat(std::span<const ChunkKey>(&chain.keys[3], 1))[0].record_bytes,
             chain.records[3].size());

@@ -62,6 +62,7 @@
 namespace kvt {
 namespace {
 
+using ::kvt::testing::GetRecord;
 using testing::HostCache;
 using testing::Shape;
 
@@ -438,7 +439,7 @@ class GpuHierarchyTest : public ::testing::Test {
 };
 
 // The host tier's arena is page-locked, and a device gather writes a record straight
-// into it (TieredStore::PutInPlace lends the arena; forbid_staging makes any staging
+// into it (TieredStore::Write with a fill lends the arena; forbid_staging makes any staging
 // through pageable memory an error), no copy in between.
 TEST_F(GpuHierarchyTest, PinnedHostArenaIsTheGatherTarget) {
   const Shape s = MakeShape(LayoutKind::kFlashAttnHND, DType::kBF16);
@@ -467,26 +468,28 @@ TEST_F(GpuHierarchyTest, PinnedHostArenaIsTheGatherTarget) {
   KvCopyOptions direct;
   direct.forbid_staging = true;
   bool arena_was_pinned = false;
-  auto key = store->PutInPlace(kChunkHeaderBytes + payload_bytes, [&](std::span<std::byte> rec) {
+  auto key = store->Write(
+      {.record_bytes = kChunkHeaderBytes + payload_bytes, .fill = [&](std::span<std::byte> rec) {
 #if KVT_GPU_TEST_HOST_MEMORY
-    arena_was_pinned = true;  // nothing to check without CUDA
+         arena_was_pinned = true;  // nothing to check without CUDA
 #else
     cudaPointerAttributes attr{};
     arena_was_pinned = cudaPointerGetAttributes(&attr, rec.data()) == cudaSuccess &&
                        attr.type == cudaMemoryTypeHost;
 #endif
-    std::span<std::byte> payload = rec.subspan(kChunkHeaderBytes);
-    // Padding rows stay as the arena had them: define them first.
-    std::fill(payload.begin(), payload.end(), std::byte{0});
-    if (absl::Status st = GatherChunk(dev.View(src), slots, payload, direct); !st.ok()) return st;
-    return EncodeChunk(header, payload, rec);
-  });
+         std::span<std::byte> payload = rec.subspan(kChunkHeaderBytes);
+         // Padding rows stay as the arena had them: define them first.
+         std::fill(payload.begin(), payload.end(), std::byte{0});
+         if (absl::Status st = GatherChunk(dev.View(src), slots, payload, direct); !st.ok())
+           return st;
+         return EncodeChunk(header, payload, rec);
+       }});
   ASSERT_TRUE(key.ok()) << key.status();
   EXPECT_TRUE(arena_was_pinned);
 
   std::vector<std::byte> want(payload_bytes, std::byte{0});
   ASSERT_TRUE(GatherChunk(src.View(), slots, want).ok());
-  auto record = store->Get(keys[0]);
+  auto record = GetRecord(*store, keys[0]);
   ASSERT_TRUE(record.ok()) << record.status();
   ASSERT_EQ(record->size(), kChunkHeaderBytes + payload_bytes);
   EXPECT_TRUE(std::equal(want.begin(), want.end(), record->begin() + kChunkHeaderBytes));

@@ -31,7 +31,9 @@ namespace fs = std::filesystem;
 using ::kvt::testing::FaultInjectionFs;
 using ::kvt::testing::FaultRule;
 using ::kvt::testing::FsOp;
+using ::kvt::testing::GetRecord;
 using ::kvt::testing::MakeRecord;
+using ::kvt::testing::PutRecord;
 using ::kvt::testing::TestKey;
 
 constexpr uint64_t kPadded = kvt::testing::kPaddedRecordBytes;
@@ -238,7 +240,7 @@ TEST_F(DiskFaultTest, TieredStoreServesHostAndMissesCleanlyWhenDiskFails) {
   TieredStore& s = **store;
 
   // 12 chunks: all reach disk; only the last few stay in host memory.
-  for (uint64_t i = 0; i < 12; ++i) ASSERT_TRUE(s.Put(MakeRecord(i)).ok());
+  for (uint64_t i = 0; i < 12; ++i) ASSERT_TRUE(PutRecord(s, MakeRecord(i)).ok());
   s.Flush();
   std::vector<uint64_t> on_host, disk_only;
   for (uint64_t i = 0; i < 12; ++i) {
@@ -252,10 +254,10 @@ TEST_F(DiskFaultTest, TieredStoreServesHostAndMissesCleanlyWhenDiskFails) {
   // host chunks hit.
   faults_->AddRule({.op = FsOp::kRead, .error = EIO});
   for (uint64_t i : disk_only) {
-    EXPECT_EQ(s.Get(TestKey(i)).status().code(), absl::StatusCode::kDataLoss) << i;
+    EXPECT_EQ(GetRecord(s, TestKey(i)).status().code(), absl::StatusCode::kDataLoss) << i;
   }
   for (uint64_t i : on_host) {
-    auto got = s.Get(TestKey(i));
+    auto got = GetRecord(s, TestKey(i));
     ASSERT_TRUE(got.ok()) << i << ": " << got.status();
     EXPECT_EQ(*got, MakeRecord(i));
   }
@@ -266,22 +268,22 @@ TEST_F(DiskFaultTest, TieredStoreServesHostAndMissesCleanlyWhenDiskFails) {
   faults_->ClearRules();
   faults_->AddRule({.op = FsOp::kWrite, .error = ENOSPC});
   const uint64_t errors_before = s.stats().writeback_errors;
-  for (uint64_t i = 100; i < 103; ++i) ASSERT_TRUE(s.Put(MakeRecord(i)).ok());
+  for (uint64_t i = 100; i < 103; ++i) ASSERT_TRUE(PutRecord(s, MakeRecord(i)).ok());
   s.Flush();
   EXPECT_EQ(s.stats().writeback_errors, errors_before + 3);
   for (uint64_t i = 100; i < 103; ++i) {
-    auto got = s.Get(TestKey(i));
+    auto got = GetRecord(s, TestKey(i));
     ASSERT_TRUE(got.ok()) << i << ": " << got.status();
     EXPECT_EQ(*got, MakeRecord(i));
   }
   // Torn writes reported as successful: whatever reached the disk is never served.
   faults_->ClearRules();
   faults_->AddRule({.op = FsOp::kWrite, .torn_write_bytes = 3000});
-  for (uint64_t i = 200; i < 212; ++i) ASSERT_TRUE(s.Put(MakeRecord(i)).ok());
+  for (uint64_t i = 200; i < 212; ++i) ASSERT_TRUE(PutRecord(s, MakeRecord(i)).ok());
   s.Flush();
   faults_->ClearRules();
   for (uint64_t i = 200; i < 212; ++i) {
-    auto got = s.Get(TestKey(i));
+    auto got = GetRecord(s, TestKey(i));
     if (got.ok()) {
       EXPECT_EQ(*got, MakeRecord(i)) << i;  // served from host memory
     } else {

@@ -1,6 +1,6 @@
 // HostTier's in-place paths (issue 14 #2 and #4): PutInPlace fills a reserved extent of the
 // arena (one copy instead of a buffer and Put's copy) and publishes or abandons it; the
-// TieredStore's PutInPlace writes the same bytes through to the lower tiers.
+// TieredStore::Write with a fill writes the same bytes through to the lower tiers.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -20,6 +20,8 @@
 namespace kvt {
 namespace {
 
+using ::kvt::testing::GetRecord;
+using ::kvt::testing::PutRecord;
 using ::testing::HasSubstr;
 
 const NamespaceId kNs{0x1111, 0x2222};
@@ -213,15 +215,15 @@ TEST(HostTierInPlaceTest, StoreWritesThroughTheFilledBytesNotTheSource) {
       source = a;
     }
     std::vector<std::byte> checked;
-    absl::StatusOr<ChunkKey> key =
-        (*store)->PutInPlace(source.size(), [&](std::span<std::byte> dst) -> absl::Status {
-          for (size_t j = 0; j < dst.size(); ++j)
-            dst[j] = std::atomic_ref<std::byte>(source[j]).load(std::memory_order_relaxed);
-          absl::StatusOr<ChunkHeader> h = VerifyChunk(dst, {kNs, KeyOf(1)});
-          if (!h.ok()) return h.status();  // a torn mix of a and b: refused
-          checked.assign(dst.begin(), dst.end());
-          return absl::OkStatus();
-        });
+    absl::StatusOr<ChunkKey> key = (*store)->Write(
+        {.record_bytes = source.size(), .fill = [&](std::span<std::byte> dst) -> absl::Status {
+           for (size_t j = 0; j < dst.size(); ++j)
+             dst[j] = std::atomic_ref<std::byte>(source[j]).load(std::memory_order_relaxed);
+           absl::StatusOr<ChunkHeader> h = VerifyChunk(dst, {kNs, KeyOf(1)});
+           if (!h.ok()) return h.status();  // a torn mix of a and b: refused
+           checked.assign(dst.begin(), dst.end());
+           return absl::OkStatus();
+         }});
     if (!key.ok()) {
       EXPECT_EQ(key.status().code(), absl::StatusCode::kDataLoss) << key.status();
       ++refused;
@@ -254,23 +256,25 @@ TEST(HostTierInPlaceTest, StoreFallsBackWhenTierZeroHasNoRoom) {
   ASSERT_TRUE(store.ok()) << store.status();
   const std::vector<std::byte> big = MakeRecord(1, 200);
   int calls = 0;
-  absl::StatusOr<ChunkKey> key = (*store)->PutInPlace(big.size(), CopyOf(big, &calls));
+  absl::StatusOr<ChunkKey> key =
+      (*store)->Write({.record_bytes = big.size(), .fill = CopyOf(big, &calls)});
   ASSERT_TRUE(key.ok()) << key.status();
   EXPECT_EQ(calls, 1);
   (*store)->Flush();
   EXPECT_EQ(GetAll(*lower, KeyOf(1)), big);
 
-  absl::StatusOr<ChunkKey> refused = (*store)->PutInPlace(
-      big.size(), [](std::span<std::byte>) { return absl::AbortedError("no"); });
+  absl::StatusOr<ChunkKey> refused =
+      (*store)->Write({.record_bytes = big.size(),
+                       .fill = [](std::span<std::byte>) { return absl::AbortedError("no"); }});
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kAborted);
   const std::vector<std::byte> small = MakeRecord(2, 10);
-  refused = (*store)->PutInPlace(small.size(), [&](std::span<std::byte> dst) {
-    std::memcpy(dst.data(), small.data(), small.size());
-    return absl::AbortedError("no");
-  });
+  refused = (*store)->Write({.record_bytes = small.size(), .fill = [&](std::span<std::byte> dst) {
+                               std::memcpy(dst.data(), small.data(), small.size());
+                               return absl::AbortedError("no");
+                             }});
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kAborted);
   (*store)->Flush();
-  EXPECT_FALSE((*store)->Get(KeyOf(2)).ok());
+  EXPECT_FALSE(GetRecord(**store, KeyOf(2)).ok());
 }
 
 // View lends the record's own bytes and counts a hit; a miss is NotFound and not counted.
@@ -364,7 +368,7 @@ TEST(HostTierInPlaceTest, StoreViewsTierZeroOnly) {
   auto store = TieredStore::Create(std::move(tiers), {.placement = {WriteThrough::kNone}});
   ASSERT_TRUE(store.ok()) << store.status();
   const std::vector<std::byte> rec = MakeRecord(1, 10);
-  ASSERT_TRUE((*store)->Put(rec).ok());
+  ASSERT_TRUE(PutRecord(**store, rec).ok());
   ASSERT_TRUE(lower->Put(MakeRecord(2, 10)).ok());
   GetInfo info;
   absl::StatusOr<RecordView> view = (*store)->View(KeyOf(1), &info);

@@ -26,6 +26,8 @@
 namespace kvt {
 namespace {
 
+using ::kvt::testing::GetRecord;
+using ::kvt::testing::PutRecord;
 using ::testing::ElementsAre;
 using ::testing::UnorderedElementsAreArray;
 
@@ -96,7 +98,7 @@ TEST(StoreApiTest, ListPagesReturnEveryChunkExactlyOnceAcrossTiers) {
       ASSERT_TRUE(s.lower->Put(Record(i)).ok());
     }
     if (i % 3 == 1) {  // top (some demoted)
-      ASSERT_TRUE(s.store->Put(Record(i)).ok());
+      ASSERT_TRUE(PutRecord(*s.store, Record(i)).ok());
     }
     if (i % 3 == 2) {  // both
       ASSERT_TRUE(s.lower->Put(Record(i)).ok());
@@ -119,8 +121,8 @@ TEST(StoreApiTest, ListPagesReturnEveryChunkExactlyOnceAcrossTiers) {
 
 TEST(StoreApiTest, ListReportsEveryTierHoldingAChunkAndFiltersByNamespaceAndVisibility) {
   Stack s = TwoHostTiers(16, WriteThrough::kAll);
-  ASSERT_TRUE(s.store->Put(Record(1, kNsA)).ok());
-  ASSERT_TRUE(s.store->Put(Record(2, kNsB)).ok());
+  ASSERT_TRUE(PutRecord(*s.store, Record(1, kNsA)).ok());
+  ASSERT_TRUE(PutRecord(*s.store, Record(2, kNsB)).ok());
   s.store->Flush();
   StoreListOptions lo;
   auto all = s.store->List(lo);
@@ -143,11 +145,11 @@ TEST(StoreApiTest, ListReportsEveryTierHoldingAChunkAndFiltersByNamespaceAndVisi
 TEST(StoreApiTest, EvictSelectorsEachTakeWhatTheySay) {
   Stack s = TwoHostTiers(64, WriteThrough::kAll);
   // A prompt 0 -> 1 -> 2 with a branch 1 -> 3, and an unrelated chunk 4 of namespace B.
-  ASSERT_TRUE(s.store->Put(Record(0)).ok());
-  ASSERT_TRUE(s.store->Put(Record(1, kNsA, KeyOf(0))).ok());
-  ASSERT_TRUE(s.store->Put(Record(2, kNsA, KeyOf(1))).ok());
-  ASSERT_TRUE(s.store->Put(Record(3, kNsA, KeyOf(1))).ok());
-  ASSERT_TRUE(s.store->Put(Record(4, kNsB)).ok());
+  ASSERT_TRUE(PutRecord(*s.store, Record(0)).ok());
+  ASSERT_TRUE(PutRecord(*s.store, Record(1, kNsA, KeyOf(0))).ok());
+  ASSERT_TRUE(PutRecord(*s.store, Record(2, kNsA, KeyOf(1))).ok());
+  ASSERT_TRUE(PutRecord(*s.store, Record(3, kNsA, KeyOf(1))).ok());
+  ASSERT_TRUE(PutRecord(*s.store, Record(4, kNsB)).ok());
   s.store->Flush();
 
   EvictSelector prefix;
@@ -214,14 +216,14 @@ TEST(StoreApiTest, PeekNeitherPromotesNorCounts) {
   Stack s = TwoHostTiers(4, WriteThrough::kNone);
   ASSERT_TRUE(s.lower->Put(Record(9)).ok());
   GetInfo info;
-  auto got = s.store->Get(KeyOf(9), &info, GetOptions{.peek = true});
+  auto got = GetRecord(*s.store, KeyOf(9), &info, GetOptions{.peek = true});
   ASSERT_TRUE(got.ok());
   EXPECT_EQ(*got, Record(9));
   EXPECT_EQ(info.tier_index, MakeTierIndex(1));
   EXPECT_FALSE(info.promoted);
   ChunkKey k = KeyOf(9);
   EXPECT_FALSE(s.top->Stat(std::span(&k, 1))[0].present);
-  EXPECT_EQ(s.store->Get(KeyOf(10), nullptr, GetOptions{.peek = true}).status().code(),
+  EXPECT_EQ(GetRecord(*s.store, KeyOf(10), nullptr, GetOptions{.peek = true}).status().code(),
             absl::StatusCode::kNotFound);
   EXPECT_EQ(s.store->stats().hits, 0u);
   EXPECT_EQ(s.store->stats().misses, 0u);
@@ -250,7 +252,7 @@ TEST(StoreApiTest, RecordsWaitingForWriteBackAreFoundByLookupAndGet) {
   TieredStoreOptions o;
   o.placement.write_through = WriteThrough::kNone;
   auto store = *TieredStore::Create(std::move(f), o);
-  for (uint64_t i = 0; i < 8; ++i) ASSERT_TRUE(store->Put(Record(i)).ok());
+  for (uint64_t i = 0; i < 8; ++i) ASSERT_TRUE(PutRecord(*store, Record(i)).ok());
   // Tier 0 holds 2; 6 were evicted and wait (the first in flight) for the gated tier.
   std::vector<ChunkKey> keys;
   for (uint64_t i = 0; i < 8; ++i) keys.push_back(KeyOf(i));
@@ -258,7 +260,7 @@ TEST(StoreApiTest, RecordsWaitingForWriteBackAreFoundByLookupAndGet) {
   EXPECT_EQ(r.num_leading_hits, 8u);
   for (uint64_t i = 0; i < 8; ++i) {
     GetInfo info;
-    auto got = store->Get(KeyOf(i), &info);
+    auto got = GetRecord(*store, KeyOf(i), &info);
     ASSERT_TRUE(got.ok()) << i << ": " << got.status();
     EXPECT_EQ(*got, Record(i)) << i;
   }
@@ -266,7 +268,7 @@ TEST(StoreApiTest, RecordsWaitingForWriteBackAreFoundByLookupAndGet) {
   r.lease.Release();
   gate->Open();
   store->Flush();
-  for (uint64_t i = 0; i < 8; ++i) EXPECT_EQ(*store->Get(KeyOf(i)), Record(i)) << i;
+  for (uint64_t i = 0; i < 8; ++i) EXPECT_EQ(*GetRecord(*store, KeyOf(i)), Record(i)) << i;
 }
 
 class DiskStoreTest : public ::testing::Test {
@@ -296,15 +298,15 @@ TEST_F(DiskStoreTest, DurablePutIsOnDiskWhenItReturns) {
   so.store.placement.write_through = WriteThrough::kNone;  // nothing in the background
   {
     auto store = *OpenTieredStore(so);
-    ASSERT_TRUE(store->Put(Record(1), PutOptions{.ack = PutAck::kDurable}).ok());
-    ASSERT_TRUE(store->Put(Record(2)).ok());  // tier 0 only
-    EXPECT_EQ(store->tier_stats(MakeTierIndex(1)).chunks, 1u);
-    EXPECT_TRUE(store->tier_caps(MakeTierIndex(1)).durable);
+    ASSERT_TRUE(PutRecord(*store, Record(1), PutAck::kDurable).ok());
+    ASSERT_TRUE(PutRecord(*store, Record(2)).ok());  // tier 0 only
+    EXPECT_EQ(store->stats().tiers[1].chunks, 1u);
+    EXPECT_TRUE(store->tiers()[1].durable);
   }
   so.host.capacity_bytes = 0;  // the disk alone, reopened
   auto reopened = *OpenTieredStore(so);
-  EXPECT_EQ(*reopened->Get(KeyOf(1)), Record(1));
-  EXPECT_EQ(reopened->Get(KeyOf(2)).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(*GetRecord(*reopened, KeyOf(1)), Record(1));
+  EXPECT_EQ(GetRecord(*reopened, KeyOf(2)).status().code(), absl::StatusCode::kNotFound);
 }
 
 // Issue 21 #3: a durable Put the durable tier refuses (here: larger than the disk tier)
@@ -321,19 +323,18 @@ TEST_F(DiskStoreTest, FailedDurablePutLeavesNothingVisible) {
   const std::vector<std::byte> big = kvt::testing::TestRecord(
       kNsA, layout, KeyOf(7), RootKey(kNsA), 200,
       std::vector<std::byte>(layout.payload_bytes(200), std::byte{7}));  // 6528 B > 4096
-  EXPECT_EQ(store->Put(big, PutOptions{.ack = PutAck::kDurable}).code(),
-            absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(store->Get(KeyOf(7)).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(PutRecord(*store, big, PutAck::kDurable).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(GetRecord(*store, KeyOf(7)).status().code(), absl::StatusCode::kNotFound);
   const ChunkKey k = KeyOf(7);
   EXPECT_EQ(store->Lookup(std::span(&k, 1)).num_leading_hits, 0u);
-  EXPECT_EQ(store->tier_stats(MakeTierIndex(0)).chunks, 0u);
-  EXPECT_EQ(store->tier_stats(MakeTierIndex(1)).chunks, 0u);
+  EXPECT_EQ(store->stats().tiers[0].chunks, 0u);
+  EXPECT_EQ(store->stats().tiers[1].chunks, 0u);
   // The same record without kDurable lands in tier 0 (only the durable ack failed).
-  EXPECT_TRUE(store->Put(big).ok());
-  EXPECT_EQ(*store->Get(KeyOf(7)), big);
+  EXPECT_TRUE(PutRecord(*store, big).ok());
+  EXPECT_EQ(*GetRecord(*store, KeyOf(7)), big);
   // A record that fits is acknowledged durable as before.
-  EXPECT_TRUE(store->Put(Record(1), PutOptions{.ack = PutAck::kDurable}).ok());
-  EXPECT_EQ(store->tier_stats(MakeTierIndex(1)).chunks, 1u);
+  EXPECT_TRUE(PutRecord(*store, Record(1), PutAck::kDurable).ok());
+  EXPECT_EQ(store->stats().tiers[1].chunks, 1u);
 }
 
 // Issue 11 #10 over the real tiers: the host tier's map and the disk tier's RocksDB
@@ -345,10 +346,10 @@ TEST_F(DiskStoreTest, ListPagesOverHostAndDiskReturnEveryChunkOnce) {
   so.store.placement.write_through = WriteThrough::kNone;  // most chunks: disk only (demoted)
   auto store = *OpenTieredStore(so);
   constexpr uint64_t kChunks = 1526;
-  for (uint64_t i = 0; i < kChunks; ++i) ASSERT_TRUE(store->Put(Record(i)).ok());
+  for (uint64_t i = 0; i < kChunks; ++i) ASSERT_TRUE(PutRecord(*store, Record(i)).ok());
   store->Flush();
-  EXPECT_GT(store->tier_stats(MakeTierIndex(0)).chunks, 300u);
-  EXPECT_GT(store->tier_stats(MakeTierIndex(1)).chunks, 1000u);
+  EXPECT_GT(store->stats().tiers[0].chunks, 300u);
+  EXPECT_GT(store->stats().tiers[1].chunks, 1000u);
   std::vector<ChunkKey> want;
   for (uint64_t i = 0; i < kChunks; ++i) want.push_back(KeyOf(i));
   for (size_t page_size : {7u, 1000u}) {

@@ -84,6 +84,32 @@ inline absl::StatusOr<std::vector<std::byte>> ReadRecord(Tier& tier, const Chunk
   return out;
 }
 
+// TieredStore::Write of a ready record, synchronously (the status only).
+inline absl::Status PutRecord(TieredStore& store, std::span<const std::byte> record,
+                              PutAck ack = PutAck::kTopTier) {
+  return store.Write(WriteRequest{.record = record, .ack = ack}).status();
+}
+
+// The whole record of `key` through the store's one copy-out Get, sized by Lookup
+// (per_key: the fastest holder's size, or 0 for a miss, which Get then answers as a
+// miss): the bytes, or Get's status.
+inline absl::StatusOr<std::vector<std::byte>> GetRecord(TieredStore& store, const ChunkKey& key,
+                                                        GetInfo* info = nullptr,
+                                                        const GetOptions& options = {}) {
+  for (int attempt = 0; attempt < 3; ++attempt) {  // the size may change under us
+    LookupResult where =
+        store.Lookup(std::span<const ChunkKey>(&key, 1), LookupOptions{.per_key = true});
+    std::vector<std::byte> out(where.record_bytes.empty() ? 0 : where.record_bytes[0]);
+    absl::StatusOr<uint64_t> got = store.Get(key, out, info, options);
+    if (got.ok()) {
+      out.resize(*got);
+      return out;
+    }
+    if (!absl::IsOutOfRange(got.status())) return got.status();
+  }
+  return absl::UnavailableError("record size kept changing: " + key.ToHex());
+}
+
 // A fresh directory `<$TEST_TMPDIR or /tmp>/<tag>-XXXXXX`; "" if it cannot be made.
 inline std::string MakeScratchDir(const std::string& tag) {
   const char* base = std::getenv("TEST_TMPDIR");

@@ -1,7 +1,7 @@
-// The store's one write-back queue as the connector uses it (TieredStore::AdmitWrite /
-// TakeBuffer / SubmitWrite): admission, duplicates, back-pressure, cancel, buffer reuse,
-// records findable from the moment they are submitted, finish failures, the memory
-// bound under sustained writes, and Erase racing a write in flight.
+// TieredStore::Write, and the store's one write-back queue as the connector uses it
+// (async writes): every request shape, admission, duplicates, back-pressure, fill
+// errors, buffer reuse, records findable from the moment they are written, encode
+// failures, the memory bound under sustained writes, and Erase racing a write in flight.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -25,6 +25,8 @@ namespace {
 using ::kvt::testing::Bytes32PerTokenLayout;
 using ::kvt::testing::Contains;
 using ::kvt::testing::GatedTier;
+using ::kvt::testing::GetRecord;
+using ::kvt::testing::PutRecord;
 
 constexpr uint32_t kTokens = 28;                       // 32 B/token: 1024-byte records
 constexpr uint64_t kRecord = kChunkHeaderBytes + 896;  // 128 + 28 * 32
@@ -44,7 +46,7 @@ std::vector<std::byte> Payload(uint64_t i) {
   return p;
 }
 
-// The record SubmitWrite should produce for chunk i (encoded the ordinary way).
+// The record an async write of chunk i should produce (encoded the ordinary way).
 std::vector<std::byte> Expected(uint64_t i) {
   std::vector<std::byte> rec(kRecord);
   std::vector<std::byte> p = Payload(i);
@@ -69,19 +71,25 @@ struct Outcomes {
   }
 };
 
-// Admits, fills and submits chunk i; `gate` (when set) holds its finish.
-void Submit(TieredStore& store, uint64_t i, Outcomes* out, absl::Notification* gate = nullptr) {
-  ASSERT_EQ(store.AdmitWrite(Key(i), kRecord), WriteAdmission::kAdmitted);
-  RecordBuffer b = store.TakeBuffer(kRecord);
-  std::vector<std::byte> p = Payload(i);
-  std::memcpy(b.data.get() + kChunkHeaderBytes, p.data(), p.size());
-  const ChunkHeader h = HeaderOf(i);
-  store.SubmitWrite(SubmittedWrite{Key(i), std::move(b),
-                                   [h, gate](std::span<std::byte> rec) {
-                                     if (gate != nullptr) gate->WaitForNotification();
-                                     return EncodeChunk(h, rec.subspan(kChunkHeaderBytes), rec);
-                                   },
-                                   out != nullptr ? out->fn() : nullptr});
+// An async Write of chunk i (payload filled here, header encoded by the store's thread).
+absl::StatusOr<ChunkKey> WriteAsync(TieredStore& store, uint64_t i, Outcomes* out,
+                                    uint64_t limit_bytes = 0, int* fills = nullptr,
+                                    const std::byte** buffer = nullptr) {
+  WriteRequest w;
+  w.record_bytes = kRecord;
+  w.header = HeaderOf(i);
+  w.fill = [i, fills, buffer](std::span<std::byte> payload) {
+    if (fills != nullptr) ++*fills;
+    if (buffer != nullptr) *buffer = payload.data();
+    std::vector<std::byte> p = Payload(i);
+    if (payload.size() != p.size()) return absl::InternalError("payload span has the wrong size");
+    std::memcpy(payload.data(), p.data(), p.size());
+    return absl::OkStatus();
+  };
+  w.async = true;
+  w.limit_bytes = limit_bytes;
+  if (out != nullptr) w.done = out->fn();
+  return store.Write(std::move(w));
 }
 
 std::unique_ptr<TieredStore> HostStore(uint64_t capacity, TieredStoreOptions o = {}) {
@@ -92,50 +100,126 @@ std::unique_ptr<TieredStore> HostStore(uint64_t capacity, TieredStoreOptions o =
   return std::move(*s);
 }
 
-TEST(StoreWriteTest, AdmissionDuplicatesBackPressureAndCancel) {
-  auto store = HostStore(1 << 20, {.max_pending_write_bytes = 2 * kRecord});
-  ASSERT_EQ(store->AdmitWrite(Key(0), kRecord), WriteAdmission::kAdmitted);
-  EXPECT_EQ(store->AdmitWrite(Key(0), kRecord), WriteAdmission::kAlreadyQueued);
-  ASSERT_EQ(store->AdmitWrite(Key(1), kRecord), WriteAdmission::kAdmitted);
-  EXPECT_EQ(store->AdmitWrite(Key(2), kRecord), WriteAdmission::kQueueFull);  // store's bound
-  EXPECT_EQ(store->stats().pending_write_bytes, 2 * kRecord);
-  store->CancelWrite(Key(1), kRecord);
-  store->CancelWrite(Key(0), kRecord);
-  EXPECT_EQ(store->stats().pending_write_bytes, 0u);
-  EXPECT_EQ(store->stats().held_write_bytes, 0u);
-  // A caller's own, lower limit.
-  ASSERT_EQ(store->AdmitWrite(Key(0), kRecord, kRecord), WriteAdmission::kAdmitted);
-  EXPECT_EQ(store->AdmitWrite(Key(1), kRecord, kRecord), WriteAdmission::kQueueFull);
-  store->CancelWrite(Key(0), kRecord);
-  // Cancelled keys can be admitted again.
-  EXPECT_EQ(store->AdmitWrite(Key(1), kRecord), WriteAdmission::kAdmitted);
-  store->CancelWrite(Key(1), kRecord);
+// A host store whose tier 0 holds every Put until *gate->Open() (records then wait in
+// the write-back queue).
+std::unique_ptr<TieredStore> GatedStore(GatedTier** gate, TieredStoreOptions o = {}) {
+  auto top = std::make_unique<GatedTier>(*HostTier::Create({.capacity_bytes = 1 << 20}));
+  *gate = top.get();
+  std::vector<TierFactory> tiers;
+  tiers.push_back(UseTier(std::move(top)));
+  auto s = TieredStore::Create(std::move(tiers), o);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return std::move(*s);
 }
 
-// From SubmitWrite on, Lookup and Get find the record, also while its finish (the
-// encoding) has not run: Get finishes a copy, byte-identical to the final record.
-TEST(StoreWriteTest, SubmittedRecordIsFoundBeforeAndAfterItIsWritten) {
-  auto store = HostStore(1 << 20);
+TEST(StoreWriteTest, AsyncAdmissionDuplicatesBackPressureAndFillErrors) {
+  GatedTier* gate = nullptr;
+  auto store = GatedStore(&gate, {.max_pending_write_bytes = 2 * kRecord});
   Outcomes out;
-  absl::Notification gate;
-  Submit(*store, 0, &out, &gate);  // the thread waits inside chunk 0's finish
-  Submit(*store, 1, &out);         // queued behind it, not finished
+  int fills = 0;
+  ASSERT_TRUE(WriteAsync(*store, 0, &out, 0, &fills).ok());  // held in tier 0's Put
+  EXPECT_EQ(WriteAsync(*store, 0, &out, 0, &fills).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  ASSERT_TRUE(WriteAsync(*store, 1, &out, 0, &fills).ok());
+  EXPECT_EQ(WriteAsync(*store, 2, &out, 0, &fills).status().code(),
+            absl::StatusCode::kUnavailable);  // the store's bound
+  EXPECT_EQ(fills, 2);                        // refused writes never fill
+  EXPECT_EQ(store->stats().pending_write_bytes, 2 * kRecord);
+  gate->Open();
+  store->Flush();
+  EXPECT_EQ(out.get(),
+            (std::vector<absl::StatusCode>{absl::StatusCode::kOk, absl::StatusCode::kOk}));
+  EXPECT_EQ(store->stats().pending_write_bytes, 0u);
+  EXPECT_EQ(store->stats().held_write_bytes, 0u);
+  // A caller's own, lower limit: one record fits, two do not.
+  EXPECT_EQ(WriteAsync(*store, 3, &out, kRecord - 1).status().code(),
+            absl::StatusCode::kUnavailable);
+  // A fill's error is returned unchanged; its admission is undone (the key is free).
+  WriteRequest bad;
+  bad.record_bytes = kRecord;
+  bad.header = HeaderOf(4);
+  bad.fill = [](std::span<std::byte>) { return absl::AbortedError("engine gone"); };
+  bad.async = true;
+  EXPECT_EQ(store->Write(std::move(bad)).status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(store->stats().pending_write_bytes, 0u);
+  EXPECT_TRUE(WriteAsync(*store, 4, &out).ok());
+  store->Flush();
+  EXPECT_EQ(*GetRecord(*store, Key(4)), Expected(4));
+}
+
+// A request names exactly one record source; an async fill names its header.
+TEST(StoreWriteTest, MalformedRequestsAreInvalidArguments) {
+  auto store = HostStore(1 << 20);
+  const std::vector<std::byte> rec = Expected(0);
+  auto fill = [](std::span<std::byte>) { return absl::OkStatus(); };
+  EXPECT_EQ(store->Write(WriteRequest{}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store->Write({.record = rec, .record_bytes = kRecord, .fill = fill}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store->Write({.record_bytes = kRecord, .fill = fill, .async = true}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      store
+          ->Write({.record_bytes = kRecord + 1, .fill = fill, .header = HeaderOf(0), .async = true})
+          .status()
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store->stats().pending_write_bytes, 0u);
+  EXPECT_EQ(store->Lookup(std::vector<ChunkKey>{Key(0)}).num_leading_hits, 0u);
+}
+
+// Every write shape gives the same record: a ready one, a fill of the whole record, a
+// fill of the payload with the header encoded by the store, sync or async.
+TEST(StoreWriteTest, EveryWriteShapeStoresTheSameRecord) {
+  auto store = HostStore(1 << 20);
+  const std::vector<std::byte> want = Expected(0);
+  ASSERT_EQ(*store->Write({.record = want}), Key(0));
+  EXPECT_EQ(*GetRecord(*store, Key(0)), want);
+  ASSERT_TRUE(store->Erase(Key(0)).ok());
+  auto whole = [&](std::span<std::byte> rec) {
+    std::memcpy(rec.data(), want.data(), want.size());
+    return absl::OkStatus();
+  };
+  ASSERT_EQ(*store->Write({.record_bytes = kRecord, .fill = whole}), Key(0));
+  EXPECT_EQ(*GetRecord(*store, Key(0)), want);
+  ASSERT_TRUE(store->Erase(Key(0)).ok());
+  auto payload = [&](std::span<std::byte> p) {
+    std::memcpy(p.data(), want.data() + kChunkHeaderBytes, p.size());
+    return absl::OkStatus();
+  };
+  ASSERT_EQ(*store->Write({.record_bytes = kRecord, .fill = payload, .header = HeaderOf(0)}),
+            Key(0));
+  EXPECT_EQ(*GetRecord(*store, Key(0)), want);
+  ASSERT_TRUE(store->Erase(Key(0)).ok());
+  ASSERT_EQ(*store->Write({.record = want, .async = true}), Key(0));
+  store->Flush();
+  EXPECT_EQ(*GetRecord(*store, Key(0)), want);
+  EXPECT_EQ(store->stats().writes_submitted, 1u);
+}
+
+// From an async Write on, Lookup and Get find the record, also while its header has
+// not been encoded: Get finishes a copy, byte-identical to the final record.
+TEST(StoreWriteTest, AsyncRecordIsFoundBeforeAndAfterItIsWritten) {
+  GatedTier* gate = nullptr;
+  auto store = GatedStore(&gate);
+  Outcomes out;
+  ASSERT_TRUE(WriteAsync(*store, 0, &out).ok());  // the thread waits in tier 0's Put
+  ASSERT_TRUE(WriteAsync(*store, 1, &out).ok());  // queued behind it, not encoded
   const std::vector<ChunkKey> keys{Key(0), Key(1)};
   LookupResult r = store->Lookup(keys);
   EXPECT_EQ(r.num_leading_hits, 2u);
   EXPECT_EQ(r.record_bytes, (std::vector<uint64_t>{kRecord, kRecord}));
   GetInfo info;
-  absl::StatusOr<std::vector<std::byte>> got = store->Get(Key(1), &info);
+  absl::StatusOr<std::vector<std::byte>> got = GetRecord(*store, Key(1), &info);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_TRUE(info.from_queue);
   EXPECT_EQ(*got, Expected(1));
   EXPECT_TRUE(out.get().empty());
-  gate.Notify();
+  gate->Open();
   store->Flush();
   EXPECT_EQ(out.get(),
             (std::vector<absl::StatusCode>{absl::StatusCode::kOk, absl::StatusCode::kOk}));
   for (uint64_t i : {0, 1}) {
-    got = store->Get(Key(i), &info);
+    got = GetRecord(*store, Key(i), &info);
     ASSERT_TRUE(got.ok());
     EXPECT_FALSE(info.from_queue);
     EXPECT_EQ(*got, Expected(i));
@@ -147,57 +231,58 @@ TEST(StoreWriteTest, SubmittedRecordIsFoundBeforeAndAfterItIsWritten) {
   EXPECT_EQ(st.held_write_bytes, 0u);
 }
 
-TEST(StoreWriteTest, BuffersComeBackThroughThePoolWithinItsBound) {
+// A written record's buffer returns to the pool: the next async write fills the same
+// (already faulted-in) memory.
+TEST(StoreWriteTest, BuffersComeBackThroughThePool) {
   auto store = HostStore(1 << 20, {.buffer_pool_bytes = kRecord});
   Outcomes out;
-  RecordBuffer probe = store->TakeBuffer(kRecord);
-  const std::byte* first = probe.data.get();
-  ASSERT_EQ(store->AdmitWrite(Key(0), kRecord), WriteAdmission::kAdmitted);
-  std::vector<std::byte> p = Payload(0);
-  std::memcpy(probe.data.get() + kChunkHeaderBytes, p.data(), p.size());
-  const ChunkHeader h = HeaderOf(0);
-  store->SubmitWrite(SubmittedWrite{
-      Key(0), std::move(probe),
-      [h](std::span<std::byte> rec) { return EncodeChunk(h, rec.subspan(kChunkHeaderBytes), rec); },
-      out.fn()});
+  const std::byte* first = nullptr;
+  const std::byte* second = nullptr;
+  ASSERT_TRUE(WriteAsync(*store, 0, &out, 0, nullptr, &first).ok());
   store->Flush();
-  RecordBuffer reused = store->TakeBuffer(kRecord);
-  EXPECT_EQ(reused.data.get(), first);
-  RecordBuffer fresh = store->TakeBuffer(kRecord);  // the pool is empty again
-  EXPECT_NE(fresh.data.get(), first);
+  ASSERT_TRUE(WriteAsync(*store, 1, &out, 0, nullptr, &second).ok());
+  store->Flush();
+  EXPECT_EQ(second, first);
+  EXPECT_EQ(*GetRecord(*store, Key(1)), Expected(1));
 }
 
-TEST(StoreWriteTest, FinishFailureIsReportedCountedAndNothingIsStored) {
+// An encode that fails on the thread (a header whose token count disagrees with its
+// payload size) is reported through done, counted, and leaves nothing stored.
+TEST(StoreWriteTest, EncodeFailureIsReportedCountedAndNothingIsStored) {
   auto store = HostStore(1 << 20);
   Outcomes out;
-  ASSERT_EQ(store->AdmitWrite(Key(0), kRecord), WriteAdmission::kAdmitted);
-  store->SubmitWrite(SubmittedWrite{
-      Key(0), store->TakeBuffer(kRecord),
-      [](std::span<std::byte>) { return absl::InvalidArgumentError("bad header"); }, out.fn()});
+  WriteRequest w;
+  w.header = HeaderOf(0);
+  w.header->token_count = kTokens - 1;  // payload_bytes stays: 896 != 27 * 32
+  w.record_bytes = kRecord;
+  w.fill = [](std::span<std::byte>) { return absl::OkStatus(); };
+  w.async = true;
+  w.done = out.fn();
+  ASSERT_TRUE(store->Write(std::move(w)).ok());
   store->Flush();
   EXPECT_EQ(out.get(), std::vector<absl::StatusCode>{absl::StatusCode::kInvalidArgument});
   EXPECT_EQ(store->stats().writes_failed, 1u);
   EXPECT_EQ(store->Lookup(std::vector<ChunkKey>{Key(0)}).num_leading_hits, 0u);
-  EXPECT_TRUE(absl::IsNotFound(store->Get(Key(0)).status()));
-  EXPECT_EQ(store->AdmitWrite(Key(0), kRecord), WriteAdmission::kAdmitted);  // key freed
-  store->CancelWrite(Key(0), kRecord);
+  EXPECT_TRUE(absl::IsNotFound(GetRecord(*store, Key(0)).status()));
+  EXPECT_TRUE(WriteAsync(*store, 0, &out).ok());  // key freed
+  store->Flush();
 }
 
-// Erase of a queued, submitted record cancels it (done: Cancelled) and leaves nothing.
-TEST(StoreWriteTest, EraseCancelsAQueuedSubmittedRecord) {
-  auto store = HostStore(1 << 20);
+// Erase of a queued async record cancels it (done: Cancelled) and leaves nothing.
+TEST(StoreWriteTest, EraseCancelsAQueuedAsyncRecord) {
+  GatedTier* gate = nullptr;
+  auto store = GatedStore(&gate);
   Outcomes out;
-  absl::Notification gate;
-  Submit(*store, 0, &out, &gate);
-  Submit(*store, 1, &out);
+  ASSERT_TRUE(WriteAsync(*store, 0, &out).ok());
+  ASSERT_TRUE(WriteAsync(*store, 1, &out).ok());
   std::thread eraser([&] { EXPECT_TRUE(store->Erase(Key(1)).ok()); });
   eraser.join();  // chunk 1 was only queued: no wait
-  gate.Notify();
+  gate->Open();
   store->Flush();
   EXPECT_EQ(out.get(),
             (std::vector<absl::StatusCode>{absl::StatusCode::kCancelled, absl::StatusCode::kOk}));
-  EXPECT_TRUE(absl::IsNotFound(store->Get(Key(1)).status()));
-  EXPECT_TRUE(store->Get(Key(0)).ok());
+  EXPECT_TRUE(absl::IsNotFound(GetRecord(*store, Key(1)).status()));
+  EXPECT_TRUE(GetRecord(*store, Key(0)).ok());
 }
 
 // A lower tier whose Put blocks until released (or 300 ms pass) and whose Erase of a
@@ -247,7 +332,7 @@ TEST(StoreWriteTest, EraseDuringAWriteBackInFlightNeverReportsSuccessOverASurviv
   tiers.push_back(HostTier::Factory({.capacity_bytes = 1 << 20}));
   tiers.push_back(UseTier(std::move(sticky_owner)));
   auto store = *TieredStore::Create(std::move(tiers), {});
-  ASSERT_TRUE(store->Put(Expected(0)).ok());
+  ASSERT_TRUE(PutRecord(*store, Expected(0)).ok());
   sticky->put_entered.WaitForNotification();  // the write-back to "lower" is in flight
   absl::Status erased = store->Erase(Key(0));
   sticky->release.Notify();
@@ -261,7 +346,7 @@ TEST(StoreWriteTest, EraseDuringAWriteBackInFlightNeverReportsSuccessOverASurviv
 
 // Issue 11 #4: under sustained writes into a small host tier over a slow lower tier, the
 // queue's memory stays within max_pending_write_bytes, and every chunk is found from
-// the moment SubmitWrite returns until it is evicted from every tier (a demotion the
+// the moment Write returns until it is evicted from every tier (a demotion the
 // bound refuses is counted).
 TEST(StoreWriteTest, QueueMemoryStaysWithinItsBoundAndSubmittedChunksAreFound) {
   constexpr uint64_t kBound = 8 * kRecord;
@@ -274,17 +359,10 @@ TEST(StoreWriteTest, QueueMemoryStaysWithinItsBoundAndSubmittedChunksAreFound) {
   auto store = *TieredStore::Create(std::move(tiers), {.max_pending_write_bytes = kBound});
   uint64_t submitted = 0, refused = 0, missing_right_after = 0, peak_held = 0;
   for (uint64_t i = 0; i < 64; ++i) {
-    if (store->AdmitWrite(Key(i), kRecord) != WriteAdmission::kAdmitted) {
+    if (!WriteAsync(*store, i, nullptr).ok()) {
       ++refused;
       continue;
     }
-    RecordBuffer b = store->TakeBuffer(kRecord);
-    std::vector<std::byte> p = Payload(i);
-    std::memcpy(b.data.get() + kChunkHeaderBytes, p.data(), p.size());
-    const ChunkHeader h = HeaderOf(i);
-    store->SubmitWrite(SubmittedWrite{Key(i), std::move(b), [h](std::span<std::byte> rec) {
-                                        return EncodeChunk(h, rec.subspan(kChunkHeaderBytes), rec);
-                                      }});
     ++submitted;
     if (store->Lookup(std::vector<ChunkKey>{Key(i)}).num_leading_hits != 1) ++missing_right_after;
     peak_held = std::max(peak_held, store->stats().held_write_bytes);
@@ -299,7 +377,7 @@ TEST(StoreWriteTest, QueueMemoryStaysWithinItsBoundAndSubmittedChunksAreFound) {
   // Every submitted chunk is in some tier, or its demotion was refused (counted).
   uint64_t found = 0;
   for (uint64_t i = 0; i < 64; ++i) {
-    absl::StatusOr<std::vector<std::byte>> got = store->Get(Key(i));
+    absl::StatusOr<std::vector<std::byte>> got = GetRecord(*store, Key(i));
     if (got.ok()) {
       EXPECT_EQ(*got, Expected(i));
       ++found;

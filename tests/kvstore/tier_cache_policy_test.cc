@@ -25,6 +25,7 @@
 namespace kvt {
 namespace {
 
+using ::kvt::testing::PutRecord;
 using ::testing::ElementsAre;
 
 // What a ScriptedPolicy was told, and what it answers. Shared with the test, which keeps
@@ -337,7 +338,7 @@ TEST(TierCachePolicyTest, StoreTellsEachTierWhyARecordComes) {
   so.placement.write_through = WriteThrough::kNone;  // lower tier gets demotions only
   auto store = TieredStore::Create(std::move(tiers), so);
   ASSERT_TRUE(store.ok()) << store.status();
-  for (uint64_t i = 1; i <= 3; ++i) ASSERT_TRUE((*store)->Put(Record(i)).ok());
+  for (uint64_t i = 1; i <= 3; ++i) ASSERT_TRUE(PutRecord(**store, Record(i)).ok());
   (*store)->Flush();  // 1 was evicted from tier 0 and demoted
   EXPECT_THAT(below->admits, ElementsAre(std::pair(Key(1), AdmitReason::kDemotion)));
   std::vector<std::byte> out(4096);

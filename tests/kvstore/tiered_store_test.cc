@@ -28,6 +28,8 @@
 namespace kvt {
 namespace {
 
+using ::kvt::testing::GetRecord;
+using ::kvt::testing::PutRecord;
 using ::testing::ElementsAre;
 
 const NamespaceId kNs{0xabc, 0xdef};
@@ -59,6 +61,7 @@ struct TestStore {
   std::unique_ptr<TieredStore> store;
   std::vector<Tier*> tiers;
   TieredStore* operator->() const { return store.get(); }
+  TieredStore& operator*() const { return *store; }
   Tier& tier(size_t i) const { return *tiers.at(i); }
 };
 
@@ -116,7 +119,7 @@ TEST(TieredStoreTest, CreateRejectsBadArguments) {
 TEST(TieredStoreTest, PutThenGetFromTierZero) {
   auto store = MakeStore(8);
   std::vector<std::byte> rec = MakeRecord(1);
-  ASSERT_TRUE(store->Put(rec).ok());
+  ASSERT_TRUE(PutRecord(*store, rec).ok());
   std::vector<std::byte> out(rec.size());
   GetInfo info;
   absl::StatusOr<uint64_t> n = store->Get(KeyOf(1), out, &info);
@@ -124,12 +127,12 @@ TEST(TieredStoreTest, PutThenGetFromTierZero) {
   EXPECT_EQ(out, rec);
   EXPECT_EQ(info.tier_index, MakeTierIndex(0));
   EXPECT_FALSE(info.promoted);
-  absl::StatusOr<std::vector<std::byte>> again = store->Get(KeyOf(1));
+  absl::StatusOr<std::vector<std::byte>> again = GetRecord(*store, KeyOf(1));
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(*again, rec);
   std::vector<std::byte> small(rec.size() - 1);
   EXPECT_EQ(store->Get(KeyOf(1), small).status().code(), absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(store->Get(KeyOf(2)).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(GetRecord(*store, KeyOf(2)).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(store->stats().hits, 2u);
   EXPECT_EQ(store->stats().misses, 1u);
 }
@@ -138,7 +141,7 @@ TEST(TieredStoreTest, PutThenGetFromTierZero) {
 // every put is written down must show the engines' hits and misses, not one hit a put.
 TEST(TieredStoreTest, WriteBackReadsAreNotCountedAsHits) {
   auto store = MakeStore(8);  // write-through: each put is read back from tier 0
-  for (uint64_t i = 0; i < 6; ++i) ASSERT_TRUE(store->Put(MakeRecord(i)).ok());
+  for (uint64_t i = 0; i < 6; ++i) ASSERT_TRUE(PutRecord(*store, MakeRecord(i)).ok());
   store->Flush();
   ASSERT_EQ(store->stats().writebacks, 6u);
   for (uint64_t i = 0; i < 6; ++i) EXPECT_EQ(ReadFrom(store.tier(1), i), MakeRecord(i)) << i;
@@ -147,7 +150,7 @@ TEST(TieredStoreTest, WriteBackReadsAreNotCountedAsHits) {
   EXPECT_EQ(top.misses, 0u);
   EXPECT_EQ(top.bytes_out, 0u);
   EXPECT_EQ(store->stats().hits, 0u);
-  ASSERT_TRUE(store->Get(KeyOf(2)).ok());
+  ASSERT_TRUE(GetRecord(*store, KeyOf(2)).ok());
   EXPECT_EQ(store.tier(0).stats().hits, 1u);
   EXPECT_EQ(store->stats().hits, 1u);
 }
@@ -156,9 +159,9 @@ TEST(TieredStoreTest, BadRecordIsRejected) {
   auto store = MakeStore(8);
   std::vector<std::byte> rec = MakeRecord(1);
   rec[9] ^= std::byte{1};
-  EXPECT_EQ(store->Put(rec).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(PutRecord(*store, rec).code(), absl::StatusCode::kDataLoss);
   std::vector<std::byte> good = MakeRecord(1);
-  EXPECT_EQ(store->Put(std::span(good).first(good.size() - 1)).code(),
+  EXPECT_EQ(PutRecord(*store, std::span(good).first(good.size() - 1)).code(),
             absl::StatusCode::kInvalidArgument);
   store->Flush();
   EXPECT_FALSE(In(store.tier(0), 1));
@@ -171,7 +174,7 @@ TEST(TieredStoreTest, GetOfRecordOnlyInTierOnePromotesIt) {
   ASSERT_TRUE(store.tier(1).Put(rec).ok());
   ASSERT_FALSE(In(store.tier(0), 5));
   GetInfo info;
-  absl::StatusOr<std::vector<std::byte>> got = store->Get(KeyOf(5), &info);
+  absl::StatusOr<std::vector<std::byte>> got = GetRecord(*store, KeyOf(5), &info);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(*got, rec);
   EXPECT_EQ(info.tier_index, MakeTierIndex(1));
@@ -179,14 +182,14 @@ TEST(TieredStoreTest, GetOfRecordOnlyInTierOnePromotesIt) {
   EXPECT_TRUE(In(store.tier(0), 5));
   EXPECT_EQ(ReadFrom(store.tier(0), 5), rec);
   GetInfo info2;
-  ASSERT_TRUE(store->Get(KeyOf(5), &info2).ok());
+  ASSERT_TRUE(GetRecord(*store, KeyOf(5), &info2).ok());
   EXPECT_EQ(info2.tier_index, MakeTierIndex(0));
   EXPECT_EQ(store->stats().promotions, 1u);
 }
 
 TEST(TieredStoreTest, EvictionFromTierZeroDemotesToTierOne) {
   auto store = MakeStore(4, NoWriteThrough());
-  for (uint64_t i = 0; i < 5; ++i) ASSERT_TRUE(store->Put(MakeRecord(i)).ok());
+  for (uint64_t i = 0; i < 5; ++i) ASSERT_TRUE(PutRecord(*store, MakeRecord(i)).ok());
   store->Flush();
   EXPECT_FALSE(In(store.tier(0), 0));  // the LRU one was evicted
   ASSERT_TRUE(In(store.tier(1), 0));
@@ -195,7 +198,7 @@ TEST(TieredStoreTest, EvictionFromTierZeroDemotesToTierOne) {
   EXPECT_EQ(store->stats().demotions_queued, 1u);
   EXPECT_EQ(store->stats().writebacks, 1u);
   GetInfo info;
-  absl::StatusOr<std::vector<std::byte>> got = store->Get(KeyOf(0), &info);
+  absl::StatusOr<std::vector<std::byte>> got = GetRecord(*store, KeyOf(0), &info);
   ASSERT_TRUE(got.ok());
   EXPECT_EQ(*got, MakeRecord(0));
   EXPECT_EQ(info.tier_index, MakeTierIndex(1));
@@ -204,7 +207,7 @@ TEST(TieredStoreTest, EvictionFromTierZeroDemotesToTierOne) {
 
 TEST(TieredStoreTest, DemotionSkipsRecordsTheNextTierAlreadyHolds) {
   auto store = MakeStore(4);  // write-through: tier 1 already has everything
-  for (uint64_t i = 0; i < 12; ++i) ASSERT_TRUE(store->Put(MakeRecord(i)).ok());
+  for (uint64_t i = 0; i < 12; ++i) ASSERT_TRUE(PutRecord(*store, MakeRecord(i)).ok());
   store->Flush();
   TieredStoreStats s = store->stats();
   // Each of the 8 evicted keys was either already written through (demotion skipped
@@ -218,9 +221,9 @@ TEST(TieredStoreTest, DemotionSkipsRecordsTheNextTierAlreadyHolds) {
 
 TEST(TieredStoreTest, LookupCountsLeadingHitsAndTheirTiers) {
   auto store = MakeStore(8, NoWriteThrough());
-  ASSERT_TRUE(store->Put(MakeRecord(0)).ok());
+  ASSERT_TRUE(PutRecord(*store, MakeRecord(0)).ok());
   ASSERT_TRUE(store.tier(1).Put(MakeRecord(1)).ok());
-  ASSERT_TRUE(store->Put(MakeRecord(3)).ok());
+  ASSERT_TRUE(PutRecord(*store, MakeRecord(3)).ok());
   std::vector<ChunkKey> keys = {KeyOf(0), KeyOf(1), KeyOf(2), KeyOf(3)};
   LookupResult r = store->Lookup(keys);
   EXPECT_EQ(r.num_leading_hits, 2u);
@@ -237,18 +240,18 @@ TEST(TieredStoreTest, LookupCountsLeadingHitsAndTheirTiers) {
 
 TEST(TieredStoreTest, PinsProtectFromEvictionBetweenLookupAndGet) {
   auto store = MakeStore(4, NoWriteThrough());
-  for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(store->Put(MakeRecord(i)).ok());
+  for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(PutRecord(*store, MakeRecord(i)).ok());
   std::vector<ChunkKey> keys = {KeyOf(0), KeyOf(1)};
   LookupResult r = store->Lookup(keys, {.pin = true});
   ASSERT_EQ(r.num_leading_hits, 2u);
   ASSERT_TRUE(r.lease);
   EXPECT_TRUE(r.lease.live());
   EXPECT_EQ(r.lease.size(), 2u);
-  EXPECT_EQ(store->pinned_bytes(), 2 * kRec12);
-  for (uint64_t i = 10; i < 30; ++i) ASSERT_TRUE(store->Put(MakeRecord(i)).ok());
+  EXPECT_EQ(store->stats().pinned_bytes, 2 * kRec12);
+  for (uint64_t i = 10; i < 30; ++i) ASSERT_TRUE(PutRecord(*store, MakeRecord(i)).ok());
   for (uint64_t i : {0, 1}) {
     GetInfo info;
-    absl::StatusOr<std::vector<std::byte>> got = store->Get(KeyOf(i), &info);
+    absl::StatusOr<std::vector<std::byte>> got = GetRecord(*store, KeyOf(i), &info);
     ASSERT_TRUE(got.ok()) << i;
     EXPECT_EQ(*got, MakeRecord(i));
     EXPECT_EQ(info.tier_index, MakeTierIndex(0));
@@ -256,11 +259,11 @@ TEST(TieredStoreTest, PinsProtectFromEvictionBetweenLookupAndGet) {
   r.lease.Release();
   r.lease.Release();  // second release is a no-op
   EXPECT_FALSE(r.lease.live());
-  EXPECT_EQ(store->pinned_bytes(), 0u);
+  EXPECT_EQ(store->stats().pinned_bytes, 0u);
   EXPECT_EQ(store.tier(0).stats().pinned_bytes, 0u);
-  for (uint64_t i = 30; i < 40; ++i) ASSERT_TRUE(store->Put(MakeRecord(i)).ok());
+  for (uint64_t i = 30; i < 40; ++i) ASSERT_TRUE(PutRecord(*store, MakeRecord(i)).ok());
   EXPECT_FALSE(In(store.tier(0), 0));
-  EXPECT_EQ(store->expired_leases(), 0u);
+  EXPECT_EQ(store->stats().expired_leases, 0u);
 }
 
 TEST(TieredStoreTest, UnreleasedLeasesExpireAndAreCounted) {
@@ -269,7 +272,7 @@ TEST(TieredStoreTest, UnreleasedLeasesExpireAndAreCounted) {
   o.lease_timeout = std::chrono::milliseconds(50);
   o.clock = clock;
   auto store = MakeStore(8, o);
-  for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(store->Put(MakeRecord(i)).ok());
+  for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(PutRecord(*store, MakeRecord(i)).ok());
   std::vector<ChunkKey> keys = {KeyOf(0), KeyOf(1), KeyOf(2), KeyOf(3), KeyOf(99)};
   std::vector<Lease> held;  // never released: they expire
   for (int i = 0; i < 1000; ++i) {
@@ -278,22 +281,22 @@ TEST(TieredStoreTest, UnreleasedLeasesExpireAndAreCounted) {
     ASSERT_TRUE(r.lease);
     held.push_back(std::move(r.lease));
   }
-  EXPECT_EQ(store->pinned_bytes(), 4 * kRec12);  // distinct chunks count once
+  EXPECT_EQ(store->stats().pinned_bytes, 4 * kRec12);  // distinct chunks count once
   EXPECT_EQ(store->Erase(KeyOf(0)).code(), absl::StatusCode::kFailedPrecondition);
   clock->Advance(std::chrono::milliseconds(49));
   EXPECT_TRUE(held[999].live());
-  EXPECT_EQ(store->pinned_bytes(), 4 * kRec12);
+  EXPECT_EQ(store->stats().pinned_bytes, 4 * kRec12);
   clock->Advance(std::chrono::milliseconds(1));  // the deadline of every lease
-  // pinned_bytes() reaps, or waits for the background thread's reap under way to have
+  // stats() reaps, or waits for the background thread's reap under way to have
   // unpinned the tier.
-  EXPECT_EQ(store->pinned_bytes(), 0u);
-  EXPECT_EQ(store->expired_leases(), 1000u);
+  EXPECT_EQ(store->stats().pinned_bytes, 0u);
+  EXPECT_EQ(store->stats().expired_leases, 1000u);
   EXPECT_EQ(store.tier(0).stats().pinned_bytes, 0u);
   EXPECT_TRUE(store->Erase(KeyOf(0)).ok());
   EXPECT_FALSE(held[0].live());
   EXPECT_EQ(held[0].size(), 0u);
   held.clear();  // releasing an expired lease does nothing
-  EXPECT_EQ(store->expired_leases(), 1000u);
+  EXPECT_EQ(store->stats().expired_leases, 1000u);
 }
 
 TEST(TieredStoreTest, BackgroundThreadReapsExpiredLeasesWithoutCalls) {
@@ -302,19 +305,19 @@ TEST(TieredStoreTest, BackgroundThreadReapsExpiredLeasesWithoutCalls) {
   o.lease_timeout = std::chrono::milliseconds(20);
   o.clock = clock;
   auto store = MakeStore(8, o);
-  ASSERT_TRUE(store->Put(MakeRecord(0)).ok());
+  ASSERT_TRUE(PutRecord(*store, MakeRecord(0)).ok());
   ChunkKey k = KeyOf(0);
   Lease lease = store->Lookup(std::span(&k, 1), {.pin = true}).lease;
   ASSERT_TRUE(lease);
   EXPECT_EQ(store.tier(0).stats().pinned_bytes, kRec12);
   clock->Advance(std::chrono::milliseconds(20));  // wakes the write-back thread
-  // Only expired_leases() (which does not reap) and the tier are observed here: the
+  // Only the tier is observed while waiting (the store's stats() reaps): the
   // write-back thread reaps on its own. Waits for that event (no time is asserted).
-  while (store->expired_leases() == 0 || store.tier(0).stats().pinned_bytes != 0) {
+  while (store.tier(0).stats().pinned_bytes != 0) {
     std::this_thread::yield();
   }
-  EXPECT_EQ(store->expired_leases(), 1u);
   EXPECT_EQ(store.tier(0).stats().pinned_bytes, 0u);
+  EXPECT_EQ(store->stats().expired_leases, 1u);
   EXPECT_FALSE(lease.live());
 }
 
@@ -322,7 +325,7 @@ TEST(TieredStoreTest, FlushMakesEveryPutVisibleInTierOne) {
   TieredStoreOptions o;
   o.max_pending_write_bytes = 3 * kRec12;  // exercise back-pressure
   auto store = MakeStore(16, o);
-  for (uint64_t i = 0; i < 100; ++i) ASSERT_TRUE(store->Put(MakeRecord(i)).ok());
+  for (uint64_t i = 0; i < 100; ++i) ASSERT_TRUE(PutRecord(*store, MakeRecord(i)).ok());
   store->Flush();
   for (uint64_t i = 0; i < 100; ++i) {
     ASSERT_EQ(ReadFrom(store.tier(1), i), MakeRecord(i)) << i;
@@ -331,17 +334,17 @@ TEST(TieredStoreTest, FlushMakesEveryPutVisibleInTierOne) {
   EXPECT_EQ(s.writebacks, 100u);
   EXPECT_EQ(s.writeback_errors, 0u);
   EXPECT_EQ(s.pending_write_bytes, 0u);
-  EXPECT_TRUE(store->healthy());
+  EXPECT_TRUE(store->stats().healthy);
 }
 
 TEST(TieredStoreTest, RecordTooLargeForTierZeroLandsInTierOne) {
   auto store = MakeStore(2);                        // 1024-byte top tier
   std::vector<std::byte> big = MakeRecord(7, 100);  // 3328 bytes
-  ASSERT_TRUE(store->Put(big).ok());
+  ASSERT_TRUE(PutRecord(*store, big).ok());
   store->Flush();
   EXPECT_FALSE(In(store.tier(0), 7));
   GetInfo info;
-  absl::StatusOr<std::vector<std::byte>> got = store->Get(KeyOf(7), &info);
+  absl::StatusOr<std::vector<std::byte>> got = GetRecord(*store, KeyOf(7), &info);
   ASSERT_TRUE(got.ok());
   EXPECT_EQ(*got, big);
   EXPECT_EQ(info.tier_index, MakeTierIndex(1));
@@ -350,14 +353,14 @@ TEST(TieredStoreTest, RecordTooLargeForTierZeroLandsInTierOne) {
 
 TEST(TieredStoreTest, EraseRemovesFromEveryTier) {
   auto store = MakeStore(8);
-  ASSERT_TRUE(store->Put(MakeRecord(1)).ok());
+  ASSERT_TRUE(PutRecord(*store, MakeRecord(1)).ok());
   store->Flush();
   ASSERT_TRUE(In(store.tier(1), 1));
   ASSERT_TRUE(store->Erase(KeyOf(1)).ok());
   store->Flush();
   EXPECT_FALSE(In(store.tier(0), 1));
   EXPECT_FALSE(In(store.tier(1), 1));
-  EXPECT_EQ(store->Get(KeyOf(1)).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(GetRecord(*store, KeyOf(1)).status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST(TieredStoreTest, ConcurrentPutAndGetOfTheSameKeyNeverSeePartialRecords) {
@@ -370,7 +373,7 @@ TEST(TieredStoreTest, ConcurrentPutAndGetOfTheSameKeyNeverSeePartialRecords) {
     std::mt19937 rng(1);
     for (int op = 0; op < 3000; ++op) {
       const uint64_t i = rng() % 4 == 0 ? 0 : rng() % records.size();
-      if (!store->Put(records[i]).ok()) failures++;
+      if (!PutRecord(*store, records[i]).ok()) failures++;
       if (op % 97 == 0 && !store->Erase(KeyOf(i)).ok()) failures++;
     }
     stop = true;
@@ -401,7 +404,7 @@ TEST(TieredStoreTest, ConcurrentPutAndGetOfTheSameKeyNeverSeePartialRecords) {
   EXPECT_EQ(failures.load(), 0u);
   EXPECT_GT(verified.load(), 0u);
   EXPECT_EQ(store->stats().integrity_errors, 0u);
-  EXPECT_TRUE(store->healthy());
+  EXPECT_TRUE(store->stats().healthy);
 }
 
 // A lower tier whose Put throws: the write-back thread dies, visibly.
@@ -433,13 +436,13 @@ TEST(TieredStoreTest, DeadWriteBackThreadIsVisibleAndPutsStillLandInTierZero) {
   auto health = std::make_shared<HealthRegistry>();
   auto store = TieredStore::Create(std::move(tiers), {.health = health});
   ASSERT_TRUE(store.ok());
-  EXPECT_TRUE((*store)->healthy());
+  EXPECT_TRUE((*store)->stats().healthy);
   ASSERT_EQ(health->Snapshot().size(), 1u);
   EXPECT_EQ(health->Snapshot()[0].name, "write-back");
   EXPECT_EQ(health->Snapshot()[0].state, ThreadState::kRunning);
-  ASSERT_TRUE((*store)->Put(MakeRecord(1)).ok());
+  ASSERT_TRUE(PutRecord(**store, MakeRecord(1)).ok());
   (*store)->Flush();  // returns: the thread died on this item
-  EXPECT_FALSE((*store)->healthy());
+  EXPECT_FALSE((*store)->stats().healthy);
   // The supervisor reported it: name, state and the exception's message.
   std::vector<ThreadHealth> threads = health->Snapshot();
   ASSERT_EQ(threads.size(), 1u);
@@ -448,10 +451,10 @@ TEST(TieredStoreTest, DeadWriteBackThreadIsVisibleAndPutsStillLandInTierZero) {
   std::string detail;
   EXPECT_FALSE(health->Healthy(&detail));
   EXPECT_EQ(detail, "write-back failed: injected failure; ");
-  ASSERT_TRUE((*store)->Put(MakeRecord(2)).ok());
+  ASSERT_TRUE(PutRecord(**store, MakeRecord(2)).ok());
   (*store)->Flush();
   EXPECT_EQ((*store)->stats().writes_dropped, 1u);
-  EXPECT_EQ((*store)->Get(KeyOf(2)).value(), MakeRecord(2));
+  EXPECT_EQ(GetRecord(**store, KeyOf(2)).value(), MakeRecord(2));
 }
 
 #ifdef KVT_TEST_HAVE_DISK_TIER
@@ -484,7 +487,7 @@ TEST_F(HostOverDiskTest, EvictedChunksAreDemotedToDiskAndPromotedBack) {
   auto store = Make(4, NoWriteThrough());
   ASSERT_NE(store.store, nullptr);
   EXPECT_EQ(store.tier(1).caps().kind, TierKind::kDisk);
-  for (uint64_t i = 0; i < 10; ++i) ASSERT_TRUE(store->Put(MakeRecord(i)).ok());
+  for (uint64_t i = 0; i < 10; ++i) ASSERT_TRUE(PutRecord(*store, MakeRecord(i)).ok());
   store->Flush();
   for (uint64_t i = 0; i < 6; ++i) {
     EXPECT_FALSE(In(store.tier(0), i)) << i;
@@ -495,7 +498,7 @@ TEST_F(HostOverDiskTest, EvictedChunksAreDemotedToDiskAndPromotedBack) {
   EXPECT_EQ(r.num_leading_hits, 3u);
   EXPECT_THAT(r.tier_kind, ElementsAre(TierKind::kDisk, TierKind::kDisk, TierKind::kHost));
   GetInfo info;
-  absl::StatusOr<std::vector<std::byte>> got = store->Get(KeyOf(0), &info);
+  absl::StatusOr<std::vector<std::byte>> got = GetRecord(*store, KeyOf(0), &info);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(*got, MakeRecord(0));
   EXPECT_EQ(info.tier_index, MakeTierIndex(1));
@@ -513,17 +516,17 @@ TEST_F(HostOverDiskTest, CorruptDiskRecordIsDataLossErasedAndNeverPromoted) {
   std::vector<std::byte> rec = MakeRecord(3);
   rec[kChunkHeaderBytes + 5] ^= std::byte{0xff};  // payload only: the header still parses
   ASSERT_TRUE(store.tier(1).Put(rec).ok());
-  EXPECT_EQ(store->Get(KeyOf(3)).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(GetRecord(*store, KeyOf(3)).status().code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(store->stats().integrity_errors, 1u);
   EXPECT_FALSE(In(store.tier(1), 3));
   EXPECT_FALSE(In(store.tier(0), 3));
-  EXPECT_EQ(store->Get(KeyOf(3)).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(GetRecord(*store, KeyOf(3)).status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(HostOverDiskTest, FlushMakesEveryPutVisibleOnDisk) {
   auto store = Make(8, TieredStoreOptions{});
   ASSERT_NE(store.store, nullptr);
-  for (uint64_t i = 0; i < 40; ++i) ASSERT_TRUE(store->Put(MakeRecord(i, 1 + i % 50)).ok());
+  for (uint64_t i = 0; i < 40; ++i) ASSERT_TRUE(PutRecord(*store, MakeRecord(i, 1 + i % 50)).ok());
   store->Flush();
   for (uint64_t i = 0; i < 40; ++i) {
     EXPECT_EQ(ReadFrom(store.tier(1), i), MakeRecord(i, 1 + i % 50)) << i;

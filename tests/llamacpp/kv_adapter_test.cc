@@ -17,6 +17,7 @@
 #include "kvstore/chunk_codec.h"
 #include "kvstore/chunk_key.h"
 #include "llama_test_util.h"
+#include "store_test_util.h"
 
 namespace kvt::llamacpp {
 namespace {
@@ -28,6 +29,8 @@ using ::kvt::llamacpp::testing::MakeTempDir;
 using ::kvt::llamacpp::testing::RandomTokens;
 using ::kvt::llamacpp::testing::TinyEngineOptions;
 using ::kvt::llamacpp::testing::TinyModelPath;
+using ::kvt::testing::GetRecord;
+using ::kvt::testing::PutRecord;
 
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && !a.empty() &&
@@ -149,11 +152,11 @@ TEST(LlamaKvAdapterTest, CorruptedChunkOnDiskIsRecomputed) {
   const std::vector<ChunkKey> keys =
       ComputeChunkKeys(rig.connector->ns(), source, ChunkKeyOptions{kTestChunkTokens, false});
   ASSERT_EQ(keys.size(), 5u);
-  auto record = rig.store->Get(keys[2], nullptr, GetOptions{.peek = true});
+  auto record = GetRecord(*rig.store, keys[2], nullptr, GetOptions{.peek = true});
   ASSERT_TRUE(record.ok()) << record.status();
   std::vector<std::byte> bytes = *record;
   bytes[kChunkHeaderBytes + 100] ^= std::byte{0x40};
-  ASSERT_TRUE(rig.store->Put(bytes).ok());
+  ASSERT_TRUE(PutRecord(*rig.store, bytes).ok());
 
   std::vector<TokenId> request(source.begin(), source.begin() + 161);
   const RunResult warm = MustRun(*rig.adapter, request, RunOptions{});

@@ -98,15 +98,14 @@ TEST(LlamaModelChangeTest, OverwrittenModelFileGetsNoHitAndStoresNothingUnderOld
   EXPECT_EQ(warm.loaded_tokens, 128u);
   EXPECT_EQ((*engine)->model_fingerprint(), fp_before);
 
-  const uint64_t puts_before = (*store)->tier_stats(MakeTierIndex(0)).puts;
+  const uint64_t puts_before = (*store)->stats().tiers[0].puts;
   OverwriteInPlace(model, other);
   RunResult after = MustRun(**adapter, prompt, RunOptions{});
   (*connector)->Flush();
   EXPECT_EQ(after.loaded_tokens, 0u) << "loaded the old model's chunks";
   EXPECT_EQ(after.cached_tokens, 0u);
   EXPECT_EQ(after.stored_chunks, 0u);
-  EXPECT_EQ((*store)->tier_stats(MakeTierIndex(0)).puts, puts_before)
-      << "stored under the old namespace";
+  EXPECT_EQ((*store)->stats().tiers[0].puts, puts_before) << "stored under the old namespace";
   EXPECT_NE((*engine)->model_fingerprint(), fp_before);
   // The engine computes with the new weights: its logits are a cold run of the new model.
   const std::vector<float> cold_new = ColdLogits(model, prompt);

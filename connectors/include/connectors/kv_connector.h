@@ -5,12 +5,14 @@
 // prefill to offer the prompt's complete chunks. Tokens are grouped in chunks of
 // NamespaceParams::chunk_tokens; only complete chunks are stored or loaded.
 //
-// Two levels:
+// Three levels:
 //  * payload level (any engine): StorePayloads / LoadPayloads hand the caller each
 //    chunk's payload in codec order [layer][k|v][token][kv_head][head_dim]
 //    (kvstore/chunk_codec.h); used by the llama.cpp adapter.
 //  * paged level (vLLM-style engines): RegisterKvView + Store / Load over a paged KV
 //    cache and a slot mapping, using the copy kernels (kernels/kv_copy.h).
+//  * block-region level (engines whose blocks are opaque): RegisterBlockView +
+//    StoreBlocks / LoadBlocks / FetchBlocks over whole (layer, block) regions.
 #ifndef CONNECTORS_KV_CONNECTOR_H_
 #define CONNECTORS_KV_CONNECTOR_H_
 
@@ -38,7 +40,8 @@ struct ConnectorOptions {
   // When false, Lookup loads every cached leading chunk regardless of cost.
   bool use_cost_model = true;
   // Store hands each copied-out chunk to the store's write-back thread, which encodes
-  // and puts it (TieredStore::SubmitWrite); false = encode and put on the caller's thread.
+  // and puts it (TieredStore::Write, async); false = copied into tier 0's own memory,
+  // encoded and put on the caller's thread.
   bool async_store = true;
   // Stores are dropped (counted), not queued, while the store's write-back queue holds
   // more than this many bytes (or the store's own max_pending_write_bytes, whichever is
@@ -135,6 +138,35 @@ struct FetchedPayloads {
   std::span<const std::byte> LayerPayload(size_t chunk_index, uint32_t layer) const;
 };
 
+// A block-region view of an engine's paged KV cache (engines whose paged KV packs a
+// block opaquely, e.g. vLLM's CPU backend; the C ABI's kvt_block_view): per layer l,
+// num_blocks regions of block_bytes each, region (l, b) at layer_base[l] + b *
+// block_bytes, each holding block_size tokens in the engine's own packing (copied, not
+// interpreted). A chunk's payload is its [layer][block j of the chunk] regions in order.
+// Borrowed: the memory must stay allocated while the view is registered or copied into
+// a FetchedBlocks.
+struct BlockRegionView {
+  uint32_t block_size = 0;             // tokens per block; must divide chunk_tokens
+  uint32_t num_blocks = 0;             // blocks per layer
+  uint64_t block_bytes = 0;            // bytes of one (layer, block) region
+  std::vector<std::byte*> layer_base;  // one per layer, non-null
+};
+
+// Chunks FetchBlocks fetched and verified, with a copy of the block view and block ids,
+// written into the engine's blocks layer by layer by ScatterLayer. Move-only.
+struct FetchedBlocks {
+  FetchedPayloads payloads;
+  BlockRegionView view;
+  std::vector<int32_t> block_ids;  // the ids of tokens [0, num_tokens), checked
+  uint64_t skip_tokens = 0;        // blocks wholly below it are never written
+
+  // Writes layer `layer`'s regions of every delivered chunk into their blocks. Needs no
+  // connector (thread-safe against other FetchedBlocks); any layer order, repeating a
+  // layer writes the same bytes. InvalidArgument for layer >= num_layers.
+  // REQUIRES: the view's memory is still allocated.
+  absl::Status ScatterLayer(uint32_t layer) const;
+};
+
 // Called with one chunk's payload buffer to fill (store) — REQUIRES: the callee writes
 // exactly payload.size() bytes in codec order before returning.
 using ChunkFill = std::function<absl::Status(size_t chunk_index, std::span<std::byte> payload)>;
@@ -229,6 +261,32 @@ class KVConnector {
                                                    uint64_t num_tokens,
                                                    std::span<const int64_t> slot_mapping,
                                                    uint64_t num_computed_tokens) = 0;
+
+  // ---- Block-region level (BlockRegionView) -----------------------------------------
+  // Registers (replaces) the block view; calls running meanwhile use the view they
+  // started with. InvalidArgument naming the field: layer count or pointers, block_size
+  // not dividing chunk_tokens (both numbers named), block_bytes not matching the layout.
+  virtual absl::Status RegisterBlockView(const BlockRegionView& view) = 0;
+  // StorePayloads gathering each chunk from its blocks: block_ids[i] holds tokens
+  // [i*block_size, (i+1)*block_size). FailedPrecondition without a block view;
+  // InvalidArgument for fewer than complete chunks * chunk_tokens / block_size ids or an
+  // id out of range (index and value named; nothing stored).
+  virtual absl::StatusOr<size_t> StoreBlocks(std::span<const TokenId> tokens,
+                                             std::span<const int32_t> block_ids) = 0;
+  // LoadPayloads scattering each verified chunk into its blocks (blocks wholly below
+  // skip_tokens are never written). Errors as StoreBlocks and LoadPayloads (nothing
+  // written); block_ids.size() >= num_tokens / block_size.
+  virtual absl::StatusOr<ConnectorLoadResult> LoadBlocks(std::span<const TokenId> tokens,
+                                                         uint64_t num_tokens,
+                                                         std::span<const int32_t> block_ids,
+                                                         uint64_t skip_tokens) = 0;
+  // FetchPayloads for a per-layer block load: the chunks LoadBlocks would load, fetched
+  // and verified, nothing written yet (FetchedBlocks::ScatterLayer writes them). Errors
+  // as LoadBlocks.
+  virtual absl::StatusOr<FetchedBlocks> FetchBlocks(std::span<const TokenId> tokens,
+                                                    uint64_t num_tokens,
+                                                    std::span<const int32_t> block_ids,
+                                                    uint64_t skip_tokens) = 0;
 
   // Counters (see ConnectorStats) and the live cost model (for observations and tests).
   virtual ConnectorStats stats() const = 0;

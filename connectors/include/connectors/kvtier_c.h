@@ -214,7 +214,9 @@ typedef struct kvt_block_view {
   size_t n_layer_base;
 } kvt_block_view;
 
-/* Registers (replaces) the block view; its memory is borrowed and must outlive its use.
+/* Registers (replaces) the block view (KVConnector::RegisterBlockView: calls running
+ * meanwhile keep the view they started with); its memory is borrowed and must outlive
+ * its use.
  * KVT_INVALID_ARGUMENT naming the field: layer count or pointers, block_size not
  * dividing chunk_tokens (both numbers named), block_bytes not matching the layout. */
 int kvt_register_block_view(kvt_connector* connector, const kvt_block_view* view);

@@ -154,9 +154,10 @@ absl::StatusOr<std::shared_ptr<TieredStore>> OpenRemoteStore(const std::string& 
   auto remote = RemoteTier::Create(DemoRemoteTierOptions(target));
   if (!remote.ok()) return remote.status();
   if (auto h = (*remote)->client().Health(); !h.ok()) return h.status();
-  std::vector<TierFactory> tiers;
-  tiers.push_back(UseTier(std::move(*remote)));
-  auto store = TieredStore::Create(std::move(tiers), TieredStoreOptions{});
+  StoreOptions so;
+  so.host.capacity_bytes = 0;
+  so.lower.push_back(UseTier(std::move(*remote)));
+  auto store = OpenTieredStore(so);
   if (!store.ok()) return store.status();
   return std::shared_ptr<TieredStore>(std::move(*store));
 }

@@ -127,6 +127,10 @@ def lib() -> C.CDLL:
             L.kvt_chunk_tokens.argtypes = [P]
             L.kvt_chunk_tokens.restype = C.c_uint32
             L.kvt_lookup.argtypes = [P, i32p, C.c_size_t, C.c_uint64, u64p, u64p]
+            L.kvt_lookup_pinned.argtypes = [P, i32p, C.c_size_t, C.c_uint64, u64p, u64p,
+                                            C.POINTER(P)]
+            L.kvt_lease_release.argtypes = [P]
+            L.kvt_lease_release.restype = None
             L.kvt_register_kv_view.argtypes = [P, C.POINTER(_KvView)]
             L.kvt_store.argtypes = [P, i32p, C.c_size_t, C.POINTER(C.c_int64), C.c_size_t, szp]
             L.kvt_load.argtypes = [P, i32p, C.c_size_t, C.c_uint64, C.POINTER(C.c_int64),
@@ -239,6 +243,17 @@ class Fetched(_OwnedHandle):
         _check(lib().kvt_fetched_scatter_layer(self._h, layer))
 
 
+class Lease(_OwnedHandle):
+    """The store's pins on the chunks a Connector.lookup_pinned promised (kvt_lookup_pinned):
+    they cannot be evicted until close() (kvt_lease_release; call it once the load has
+    run, or when the request will not load) or the store's lease timeout."""
+
+    _free_name = "kvt_lease_release"
+
+    def __init__(self, h: C.c_void_p):
+        self._h = h
+
+
 class Connector(_OwnedHandle):
     """One kvt_connector handle. Thread-safe (as the C ABI). close() destroys the handle;
     REQUIRES: no other call on it in flight (kvt_destroy)."""
@@ -279,6 +294,16 @@ class Connector(_OwnedHandle):
         _check(lib().kvt_lookup(self._live(), _i32(tokens), len(tokens), num_computed_tokens,
                                 C.byref(load), C.byref(cached)))
         return load.value, cached.value
+
+    def lookup_pinned(self, tokens: list[int],
+                      num_computed_tokens: int = 0) -> tuple[int, int, "Lease | None"]:
+        """(load_tokens, cached_tokens, lease) for a prompt; see kvt_lookup_pinned. The
+        lease (None when load_tokens == 0) pins the chunks to load until it is closed."""
+        load, cached, h = C.c_uint64(), C.c_uint64(), C.c_void_p()
+        _check(lib().kvt_lookup_pinned(self._live(), _i32(tokens), len(tokens),
+                                       num_computed_tokens, C.byref(load), C.byref(cached),
+                                       C.byref(h)))
+        return load.value, cached.value, (Lease(h) if h.value else None)
 
     def register_block_view(self, layer_ptrs: list[int], block_size: int, num_blocks: int,
                             block_bytes: int) -> None:

@@ -116,6 +116,12 @@ class KVTierConnectorMetadata(KVConnectorMetadata):
     preempted: set[str] = field(default_factory=set)  # requests vLLM preempted this step
 
 
+def _release(lease) -> None:
+    """Drops a lookup's pins (kvt_lease_release); None is ignored."""
+    if lease is not None:
+        lease.close()
+
+
 def _layer_index(name: str) -> int:
     m = re.search(r"layers\.(\d+)\.", name)
     return int(m.group(1)) if m else -1
@@ -161,6 +167,12 @@ class KVTierConnector(KVConnectorBase_V1):
         self._async_blocks: dict[str, set[int]] = {}  # req -> blocks of its async load
         self._no_reload: set[str] = set()       # reqs whose async load failed: no retry
         self._storing: set[str] = set()         # reqs with a store (worker reports them)
+        # The store's pins on each looked-up prefix (kvt_lookup_pinned), so the chunks a
+        # lookup promised cannot be evicted before the worker loads them: held from the
+        # lookup until the request is scheduled again after the step that loaded it
+        # (sync), its load is reported (async), or it is not scheduled / finishes.
+        self._leases: dict[str, Any] = {}       # req -> lease, until its load is sent
+        self._loading: dict[str, Any] = {}      # req -> lease of a sync load sent out
         # Worker state (the engine thread only; futures run on the two pools).
         self._view: str | None = None
         self._failed_blocks: set[int] = set()
@@ -263,11 +275,17 @@ class KVTierConnector(KVConnectorBase_V1):
         probe = tokens + tokens[-1:] if self._cfg.loads_async else tokens
         t0 = time.perf_counter()
         try:
-            load, _ = self._native.lookup(probe, num_computed_tokens)
+            load, _, lease = self._native.lookup_pinned(probe, num_computed_tokens)
         except KvtError as e:  # a broken cache never fails a request: it is a miss
             logger.warning("kvtier: lookup failed (%s); computing request %s", e, rid)
-            load = 0
+            load, lease = 0, None
         _add_time("native_lookup", time.perf_counter() - t0)
+        _release(self._leases.pop(rid, None))  # an earlier lookup of a request not scheduled
+        if lease is not None:
+            if load > num_computed_tokens:
+                self._leases[rid] = lease
+            else:
+                _release(lease)
         if load <= num_computed_tokens:
             self._pending_loads.pop(rid, None)
             return 0, False
@@ -279,6 +297,7 @@ class KVTierConnector(KVConnectorBase_V1):
         rid = request.request_id
         if num_external_tokens == 0:
             self._pending_loads.pop(rid, None)
+            _release(self._leases.pop(rid, None))
             return
         if self._cfg.loads_async and rid in self._pending_loads:
             # The request waits (WAITING_FOR_REMOTE_KVS) with these blocks allocated and
@@ -295,6 +314,9 @@ class KVTierConnector(KVConnectorBase_V1):
                                        preempted=set(scheduler_output.preempted_req_ids or ()))
         self._async_out = []
         n_sched = scheduler_output.num_scheduled_tokens
+        # A request scheduled again has run the step that loaded it: its pins can go.
+        for req_id in scheduler_output.scheduled_cached_reqs.req_ids:
+            _release(self._loading.pop(req_id, None))
         for nr in scheduler_output.scheduled_new_reqs:
             tokens = list(nr.prompt_token_ids or [])
             load, local, _ = self._pending_loads.pop(nr.req_id, (0, 0, None))
@@ -329,6 +351,12 @@ class KVTierConnector(KVConnectorBase_V1):
                 if len(t.token_ids) >= self._cfg.chunk_tokens:
                     meta.requests.append(ReqMeta(req_id, t.token_ids, list(t.block_ids),
                                                  store=True))
+        # The pins of this metadata's sync loads last until the request's next step (or its
+        # end); async loads keep theirs until reported (update_connector_output).
+        for rm in meta.requests:
+            if rm.load_tokens > 0 and not rm.async_load and rm.req_id in self._leases:
+                _release(self._loading.pop(rm.req_id, None))
+                self._loading[rm.req_id] = self._leases.pop(rm.req_id)
         # Every store handed to the worker is reported back by it (finished_sending)
         # once the request finished and the store copied its blocks.
         self._storing.update(rm.req_id for rm in meta.requests if rm.store)
@@ -337,6 +365,7 @@ class KVTierConnector(KVConnectorBase_V1):
     def update_connector_output(self, connector_output) -> None:
         bad = connector_output.invalid_block_ids or set()
         for rid in connector_output.finished_recving or ():
+            _release(self._leases.pop(rid, None))
             blocks = self._async_blocks.pop(rid, None)
             if blocks and bad & blocks:
                 self._no_reload.add(rid)  # a fresh lookup could promise the same load
@@ -346,6 +375,8 @@ class KVTierConnector(KVConnectorBase_V1):
         rid = request.request_id
         self._tracked.pop(rid, None)
         self._pending_loads.pop(rid, None)
+        _release(self._leases.pop(rid, None))
+        _release(self._loading.pop(rid, None))
         self._no_reload.discard(rid)
         # A store copies the request's blocks on the worker's store thread: vLLM keeps
         # them allocated until the worker reports the request in finished_sending.
@@ -633,6 +664,10 @@ class KVTierConnector(KVConnectorBase_V1):
         for pool in (self._load_pool, self._store_pool, self._layer_pool):
             if pool is not None:
                 pool.shutdown(wait=True)  # in-flight copies finish before the store closes
+        for lease in list(self._leases.values()) + list(self._loading.values()):
+            _release(lease)  # every lease before its store closes (kvt_lookup_pinned)
+        self._leases.clear()
+        self._loading.clear()
         native, self._native = self._native, _CLOSED
         if native is _CLOSED:
             return None

@@ -4,7 +4,7 @@
 // While a lease is live its chunks are not evicted from the tiers they were found in.
 // It ends when the handle is dropped or Release()d, or when the store's lease_timeout
 // passes first (the store reaps it: its pins are released and it counts in
-// TieredStore::expired_leases(); the handle then holds nothing and live() is false).
+// TieredStore::stats().expired_leases; the handle then holds nothing and live() is false).
 // No lease is released by anyone but its holder or its deadline.
 #ifndef KVSTORE_LEASE_H_
 #define KVSTORE_LEASE_H_

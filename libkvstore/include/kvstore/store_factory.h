@@ -1,6 +1,8 @@
 // The one assembly of a TieredStore from options: host memory, then an optional disk
 // tier, then any lower tiers (a kvtierd RemoteTier, a cluster tier) given as factories.
-// kvtierd, the C ABI, the llama.cpp demo and the benchmarks all build stores here.
+// kvtierd, the CLI, the C ABI, kvtier-llama-server, the llama.cpp demo and the benchmarks
+// all build stores here (a tier built already, e.g. a throttled or a remote one, goes in
+// `lower` through UseTier, with host.capacity_bytes = 0 when it is the only tier).
 #ifndef KVSTORE_STORE_FACTORY_H_
 #define KVSTORE_STORE_FACTORY_H_
 

@@ -1,5 +1,5 @@
 // TieredStore: ordered tiers (0 = fastest, e.g. host → disk → remote) composed into
-// one cache. Put lands in tier 0 and is written down asynchronously; Get searches
+// one cache. Write lands in tier 0 and is written down asynchronously; Get searches
 // top-down and promotes hits into tier 0; a tier-0 eviction demotes to the next tier
 // when the record is not already there; Lookup answers without moving data and can
 // pin what it promises under a lease with a deadline.
@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kvstore/chunk_codec.h"
 #include "kvstore/clock.h"
 #include "kvstore/evict_selector.h"
 #include "kvstore/health_registry.h"
@@ -37,7 +38,7 @@ constexpr size_t ToSize(TierIndex t) { return static_cast<size_t>(t); }
 // A factory for a tier built already (its own eviction listener, if any, is kept).
 TierFactory UseTier(std::unique_ptr<Tier> tier);
 
-// Which lower tiers a Put is written through to, in the background.
+// Which lower tiers a Write is written through to, in the background.
 enum class WriteThrough : uint8_t {
   kNone = 0,   // none: lower tiers only receive demotions of evicted records
   kLocal = 1,  // every lower tier whose caps().remote is false
@@ -53,12 +54,12 @@ struct TieredStoreOptions {
   // How long a Lookup's pins live if no Load releases them.
   std::chrono::milliseconds lease_timeout{10000};
   PlacementPolicy placement;
-  // Bytes of write-back queued (write-throughs, demotions and submitted writes, each
-  // record counted once) before Put blocks and AdmitWrite refuses (back-pressure). Demotions
-  // are dropped (counted) rather than queued past it, so the queue's memory stays within
-  // this bound. 0 = unlimited.
+  // Bytes of write-back queued (write-throughs, demotions and async writes, each
+  // record counted once) before a sync Write blocks and an async one is refused
+  // (back-pressure). Demotions are dropped (counted) rather than queued past it,
+  // so the queue's memory stays within this bound. 0 = unlimited.
   uint64_t max_pending_write_bytes = 1ull << 30;
-  // Record buffers kept after their write for reuse by later writes (TakeBuffer), so a
+  // Record buffers kept after their write for reuse by later async writes, so a
   // caller's copy-out writes into memory that is already faulted in. 0 = no pool.
   uint64_t buffer_pool_bytes = 256ull << 20;
   // The store's time (lease deadlines, the write-back thread's period, Evict's
@@ -71,38 +72,49 @@ struct TieredStoreOptions {
   absl::Status Validate() const;
 };
 
-// How far down a Put must be before it is acknowledged.
+// How far down a write must be before it is acknowledged.
 enum class PutAck : uint8_t {
   kTopTier = 0,  // tier 0 holds it; lower tiers are written in the background
   kDurable = 1,  // also the first durable tier (caps().durable) holds it; that tier's
                  // errors (ResourceExhausted for a full disk, I/O errors) are returned
 };
 
-struct PutOptions {
-  PutAck ack = PutAck::kTopTier;
-};
+// The outcome of an asynchronous write (WriteRequest::done).
+using WriteDone = std::function<void(const absl::Status&)>;
 
-// Answer of AdmitWrite.
-enum class WriteAdmission : uint8_t {
-  kAdmitted,       // go ahead: fill a buffer, then SubmitWrite (or CancelWrite)
-  kAlreadyQueued,  // a write of this key is admitted or queued already; skip it
-  kQueueFull,      // over the byte limit: drop it (never block the caller)
-};
-
-// A record handed to the store without a copy (TieredStore::SubmitWrite).
-struct SubmittedWrite {
-  ChunkKey key;
-  // The whole record buffer: payload already at [kChunkHeaderBytes, size).
-  RecordBuffer record;
-  // Run once on the write-back thread before the Put: writes the header into
-  // record[0, kChunkHeaderBytes) over the payload (e.g. EncodeChunk, which hashes it).
-  // May run a second time over a copy when a Get finds the record still queued, so it
-  // must depend only on its captures and the payload. Empty = the header is written.
-  std::function<absl::Status(std::span<std::byte> record)> finish;
-  // Called once on the write-back thread with the outcome: OK (tier 0, or the first tier
-  // that took it, holds it), finish's or the tier's error, or Cancelled (erased, or the
-  // store was destroyed first). Never called with a store lock held. May be empty.
-  std::function<void(const absl::Status&)> done;
+// One write into the store (TieredStore::Write). The record comes from one source:
+//  * `record`: ready bytes (header + payload), borrowed for the call only; or
+//  * `fill` over `record_bytes`: the store lends a buffer of exactly record_bytes (tier
+//    0's own memory when it can lend it, Tier::PutInPlace: one copy) and `fill` writes
+//    the record into it (and may check it). With `header` set, fill is handed only the
+//    payload, record[kChunkHeaderBytes, record_bytes), and the store encodes the header
+//    over it (EncodeChunk, which hashes the payload).
+// And is written one of two ways:
+//  * synchronously (async = false): the record is in tier 0 (or, when tier 0 refuses
+//    it, queued for the lower tiers) when Write returns, and written down to the lower
+//    tiers the placement names in the background; with ack = kDurable also in the first
+//    durable tier;
+//  * asynchronously (async = true, the engines' stores): Write admits the key and the
+//    bytes into the write-back queue without blocking, calls `fill` (or copies `record`)
+//    into a pooled buffer on the caller's thread, and returns; the write-back thread
+//    encodes the header (when `header` is set), puts the record into tier 0 and down the
+//    placement, and calls `done`. Until then Lookup and Get find the record in the queue.
+struct WriteRequest {
+  std::span<const std::byte> record;  // a ready record; or empty and:
+  uint64_t record_bytes = 0;          // REQUIRES with fill: >= kChunkHeaderBytes
+  RecordFill fill;                    // REQUIRES: does not write into this store
+  // With fill: the header the store encodes over the payload fill wrote. REQUIRES for
+  // an async fill (the key is admitted before fill runs).
+  std::optional<ChunkHeader> header;
+  PutAck ack = PutAck::kTopTier;  // sync only (an async write acks through done)
+  bool async = false;
+  // Async: lowers TieredStoreOptions::max_pending_write_bytes for this write (0 = none).
+  uint64_t limit_bytes = 0;
+  // Async: called once, on the write-back thread (or in Write when the thread has died),
+  // with the outcome: OK (tier 0, or the first tier that took it, holds it), the encode's
+  // or the tier's error, or Cancelled (erased first, or the store was destroyed). Never
+  // called with a store lock held. May be empty. Not called when Write returns an error.
+  WriteDone done;
 };
 
 struct LookupOptions {
@@ -159,7 +171,7 @@ struct EvictOptions {
   bool dry_run = false;  // select and count, erase nothing
 };
 
-// Counters since creation plus current gauges of the write-back machinery.
+// Counters since creation plus current gauges (TieredStore::stats()).
 struct TieredStoreStats {
   uint64_t hits = 0;                 // Get found the key in some tier
   uint64_t misses = 0;               // Get found it nowhere
@@ -177,8 +189,17 @@ struct TieredStoreStats {
   uint64_t queue_hits = 0;           // Gets served from the write-back queue
   uint64_t pending_write_bytes = 0;  // bytes queued or being written now
   uint64_t held_write_bytes = 0;     // of those, held in memory (<= max_pending_write_bytes)
-  uint64_t writes_submitted = 0;     // SubmitWrite calls
-  uint64_t writes_failed = 0;        // submitted writes whose finish or Put failed
+  uint64_t writes_submitted = 0;     // async Writes queued
+  uint64_t writes_failed = 0;        // async Writes whose encode or Put failed
+  // The lease book: record bytes of the distinct (tier, chunk) pairs pinned by live
+  // leases, after reaping expired ones (a chunk pinned by several leases counts once),
+  // and the leases that expired without a release since creation.
+  uint64_t pinned_bytes = 0;
+  uint64_t expired_leases = 0;
+  // False once the background write-back thread has died (see TieredStore).
+  bool healthy = true;
+  // Each tier's own counters, index = TierIndex (tiers().size() entries).
+  std::vector<TierStats> tiers;
 };
 
 // Thread-safe.
@@ -195,15 +216,16 @@ struct TieredStoreStats {
 // memory) never left the process. So a load is hashed once per trust boundary.
 //
 // Threads and locks: one supervised background thread ("write-back") performs, in FIFO
-// order, the submitted writes (SubmitWrite: the connectors' stores), the queued
+// order, the async writes (Write with async: the connectors' stores), the queued
 // write-through Puts and the demotions, and reaps expired leases. It is the only write
 // queue: connectors have none of their own, and there is one lease book (this one).
 // An eviction listener only copies the record into the queue (never blocks, never
 // calls into a tier). The store never calls into a tier while holding its own locks.
 // A record waiting in the queue (evicted from tier 0, not yet below) is still found
-// by Lookup and Get. If the thread dies (an exception escaped a tier), healthy() turns
-// false, the death is logged, Put still lands in tier 0 but is no longer written down
-// (stats().writes_dropped), and Flush no longer waits.
+// by Lookup and Get. If the thread dies (an exception escaped a tier), stats().healthy
+// turns false, the death is logged, a sync Write still lands in tier 0 but is no longer
+// written down (stats().writes_dropped), an async Write is written on the caller's
+// thread, and Flush no longer waits.
 class TieredStore {
  public:
   // REQUIRES: at least one tier. The store owns the tiers. Errors of a factory are
@@ -212,24 +234,21 @@ class TieredStore {
                                                              const TieredStoreOptions& options);
   ~TieredStore();  // drains the write-back queue
 
-  // Stores a record (header checked) in tier 0 and queues it for the lower tiers the
-  // placement policy names. Blocks while more than max_pending_write_bytes are queued.
-  // When tier 0 answers ResourceExhausted (record larger than tier 0, or tier 0 all
-  // pinned) and there is a lower tier, the record is queued for the lower tiers only and
-  // Put returns OK (found in the queue until it lands). With PutAck::kDurable the first
-  // durable tier is written before Put returns, and its error is returned; the record is
-  // then erased from tier 0 again, so a failed durable Put leaves nothing visible (unless
-  // a reader pinned it in tier 0 meanwhile).
-  // InvalidArgument/DataLoss/FailedPrecondition for a bad record (nothing stored).
-  absl::Status Put(std::span<const std::byte> record, const PutOptions& options = {});
-  // Put of a record that `fill` writes (and may check) in memory tier 0 lends for the
-  // call (Tier::PutInPlace: the host tier's arena, one copy); the write-back then reads
-  // those same bytes. Returns the record's key. `fill`'s error abandons the record and is
-  // returned unchanged. Through a pooled buffer and Put instead when PutAck::kDurable
-  // names a durable tier below tier 0, or when tier 0 has no room (as Put: the lower
-  // tiers take it). REQUIRES: `fill` does not call this store's Put/PutInPlace.
-  absl::StatusOr<ChunkKey> PutInPlace(uint64_t record_bytes, const RecordFill& fill,
-                                      const PutOptions& options = {});
+  // Writes one record (WriteRequest says how). Returns its key.
+  // Sync: blocks while more than max_pending_write_bytes are queued. When tier 0
+  // answers ResourceExhausted (record larger than tier 0, or tier 0 all pinned) and
+  // there is a lower tier, the record is queued for the lower tiers only and Write
+  // returns OK (found in the queue until it lands). With PutAck::kDurable the first
+  // durable tier is written before Write returns, and its error is returned; the record
+  // is then erased from tier 0 again, so a failed durable write leaves nothing visible
+  // (unless a reader pinned it in tier 0 meanwhile).
+  // Async: never blocks; AlreadyExists when a write of the key is queued or being
+  // written already (skip it), Unavailable when the queue is over its byte limit
+  // (dropped: never block an engine); nothing is queued then and `fill` is not called.
+  // Errors: InvalidArgument for a request that names no record, both sources, or an
+  // async fill without a header; InvalidArgument/DataLoss/FailedPrecondition for a bad
+  // record (nothing stored); `fill`'s error abandons the record and is returned unchanged.
+  absl::StatusOr<ChunkKey> Write(WriteRequest request);
 
   // Copies the record of `key` into `out`, searching top-down; a hit below tier 0 is
   // promoted (unless options.peek). NotFound on a miss; OutOfRange if `out` is too
@@ -237,11 +256,10 @@ class TieredStore {
   // partial. A tier answering DataLoss has erased/counted the bad record: the search
   // continues below, and when no tier has a good copy the answer is DataLoss (data lost,
   // not a plain miss). Other tier errors (Unavailable, I/O) count as a miss in that tier.
+  // The record's size is LookupResult::record_bytes (Lookup with per_key) or known from
+  // the namespace (kChunkHeaderBytes + payload); OutOfRange names the size needed.
   absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out,
                                GetInfo* info = nullptr, const GetOptions& options = {});
-  // Allocating variant.
-  absl::StatusOr<std::vector<std::byte>> Get(const ChunkKey& key, GetInfo* info = nullptr,
-                                             const GetOptions& options = {});
   // Get from tier 0 without a copy (Tier::View): the record where tier 0 holds it, kept
   // there until the view is released; counted as a Get hit. A record only in lower
   // tiers or in the write-back queue is not viewed: NotFound (not counted as a miss) or
@@ -256,12 +274,6 @@ class TieredStore {
   // reaps it then); a key that left its tier between the presence check and the pin ends
   // the leading run there (the result is never optimistic). Reaps expired leases first.
   LookupResult Lookup(std::span<const ChunkKey> keys, const LookupOptions& options = {});
-  // Record bytes of the distinct (tier, chunk) pairs pinned by live leases, after
-  // reaping expired ones (a chunk pinned by several leases counts once).
-  uint64_t pinned_bytes();
-  // Leases that expired without a release, since creation.
-  uint64_t expired_leases() const;
-
   // Every chunk once, in ChunkKey order, merged over the tiers, paginated: following
   // next_page_token returns each chunk exactly once whatever the page size.
   // InvalidArgument for a bad page size or token; a tier's List error is returned.
@@ -278,37 +290,14 @@ class TieredStore {
   // tier's Erase error is returned (the copy may survive there).
   absl::Status Erase(const ChunkKey& key);
 
-  // Asynchronous writes without a copy (the connector's stores), through the same
-  // write-back queue, byte bound and supervised thread as the write-backs:
-  //  1. AdmitWrite reserves `record_bytes` of the queue and the key, without blocking.
-  //     `limit_bytes` (0 = none) lowers the store's max_pending_write_bytes for this
-  //     caller. kAlreadyQueued when a write of the key is admitted or queued already.
-  //  2. TakeBuffer gives a pooled (faulted-in) buffer of exactly `bytes`, or a new one.
-  //  3. The caller fills the payload, then SubmitWrite hands the buffer over, or
-  //     CancelWrite undoes the admission. REQUIRES: AdmitWrite(key, record.size) ==
-  //     kAdmitted and neither call made since.
-  // From SubmitWrite on, the record is found by Lookup and Get (finished on a copy
-  // when its finish has not run yet) until it is evicted from every tier. The thread
-  // then finishes it, puts it into tier 0 (or the next tier when tier 0 refuses it) and
-  // through the lower tiers the placement names, straight from the buffer, and returns
-  // the buffer to the pool. If the thread has died, SubmitWrite does all that on the
-  // caller's thread, so nothing submitted is lost.
-  WriteAdmission AdmitWrite(const ChunkKey& key, uint64_t record_bytes, uint64_t limit_bytes = 0);
-  void CancelWrite(const ChunkKey& key, uint64_t record_bytes);
-  RecordBuffer TakeBuffer(uint64_t bytes);
-  void SubmitWrite(SubmittedWrite write);
   // Blocks until every queued write-back has completed (or failed and been counted):
-  // after it returns, everything Put before is in every tier the placement names.
+  // after it returns, everything written before is in every tier the placement names.
   void Flush();
 
-  size_t num_tiers() const;
-  // Capabilities and counters of tier `index` (the tiers themselves stay private: every
-  // caller goes through the store's API).
-  TierCaps tier_caps(TierIndex index) const;
-  TierStats tier_stats(TierIndex index) const;
-
-  // False once the background write-back thread has died (see class comment).
-  bool healthy() const;
+  // The tiers' capabilities, index = TierIndex (0 = fastest); size() = number of tiers.
+  // (The tiers themselves stay private: every caller goes through the store's API.)
+  std::vector<TierCaps> tiers() const;
+  // Counters, gauges, the lease book, health and each tier's counters (one snapshot).
   TieredStoreStats stats() const;
 
  private:

@@ -128,10 +128,12 @@ absl::StatusOr<std::unique_ptr<ServerKvtier>> ServerKvtier::Create(
   if (options.throttle_gbps > 0) {  // benchmarks: the host tier alone, behind a slow link
     auto host = HostTier::Create(so.host);
     if (!host.ok()) return host.status();
-    std::vector<TierFactory> tiers;
-    tiers.push_back(
+    StoreOptions throttled_so;
+    throttled_so.host.capacity_bytes = 0;
+    throttled_so.store = so.store;
+    throttled_so.lower.push_back(
         UseTier(std::make_unique<ThrottledTier>(std::move(*host), options.throttle_gbps * 1e9)));
-    auto throttled = TieredStore::Create(std::move(tiers), so.store);
+    auto throttled = OpenTieredStore(throttled_so);
     if (!throttled.ok()) return throttled.status();
     k->tiers_ = absl::StrCat("host(throttled ", options.throttle_gbps, " GB/s)");
     k->store_ = std::shared_ptr<TieredStore>(std::move(*throttled));
@@ -338,7 +340,7 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
     const uint64_t usable = std::min<uint64_t>(lookup->cached_tokens, chunk_end) / chunk * chunk;
     const uint64_t begin = n_have % chunk == 0 ? n_have : 0;
     if (const uint64_t front = PickOverlapFront(*lookup, begin, usable, want);
-        front > n_have && StartOverlap(seq_id, prompt, front, usable)) {
+        front > n_have && StartOverlap(seq_id, prompt, front, usable, lookup->lease)) {
       prompt_start_[seq_id] = PromptStart{entered, begin, /*overlapped=*/true};
       if (begin == n_have) return 0;
       llama_memory_seq_rm(llama_get_memory(ctx), seq_id, -1, -1);

@@ -79,7 +79,7 @@ uint64_t ServerKvtier::PickOverlapFront(const ConnectorLookup& lookup, uint64_t 
 }
 
 bool ServerKvtier::StartOverlap(int32_t seq_id, std::span<const TokenId> prompt, uint64_t front,
-                                uint64_t usable) {
+                                uint64_t usable, Lease& lease) {
   auto ov = std::make_unique<Overlap>();
   ov->prompt.assign(prompt.begin(), prompt.end());
   ov->t0 = Clock::now();
@@ -95,6 +95,7 @@ bool ServerKvtier::StartOverlap(int32_t seq_id, std::span<const TokenId> prompt,
     return false;
   }
   ov->loader = std::move(*loader);
+  ov->lease = std::move(lease);  // the pins hold until the back load is done, not the split
   ov->front = front;
   ov->end = usable;
   overlaps_[seq_id] = std::move(ov);

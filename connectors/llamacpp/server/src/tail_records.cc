@@ -15,17 +15,7 @@ TailRecords::TailRecords(std::shared_ptr<TieredStore> store, NamespaceId ns, KvL
       ns_(ns),
       layout_(layout),
       chunk_tokens_(chunk_tokens),
-      max_pending_bytes_(max_pending_bytes) {
-  writer_ = std::thread([this] { Loop(); });
-}
-
-TailRecords::~TailRecords() {
-  {
-    absl::MutexLock l(&mu_);
-    stopping_ = true;
-  }
-  writer_.join();
-}
+      max_pending_bytes_(max_pending_bytes) {}
 
 ChunkKey TailRecords::Parent(std::span<const TokenId> prompt) const {
   const uint64_t t = TailStart(prompt.size());
@@ -46,58 +36,40 @@ absl::Status TailRecords::Queue(std::span<const TokenId> prompt,
     return absl::InvalidArgumentError(
         absl::StrCat("a prompt of ", prompt.size(), " tokens has no tail"));
   }
-  const uint64_t t = TailStart(prompt.size());
+  Counters& c = *counters_;
   const uint32_t n = static_cast<uint32_t>(TailTokens(prompt.size()));
-  std::vector<std::byte> payload(layout_.payload_bytes(n));
-  {
-    absl::MutexLock l(&mu_);
-    if (pending_bytes_ + payload.size() > max_pending_bytes_) {
-      dropped_.fetch_add(1, std::memory_order_relaxed);
-      return absl::OkStatus();
-    }
+  const ChunkKey parent = Parent(prompt);
+  const ChunkKey key = ChainChunkKey(parent, prompt.subspan(TailStart(prompt.size()), n));
+  if (store_->Lookup(std::span<const ChunkKey>(&key, 1)).num_leading_hits == 1) {
+    c.skipped.fetch_add(1, std::memory_order_relaxed);
+    return absl::OkStatus();
   }
-  if (absl::Status s = fill(payload); !s.ok()) return s;
-  ChunkChainEncoder enc(ns_, layout_, Parent(prompt));
-  absl::StatusOr<std::vector<std::byte>> record = enc.EncodeNext(prompt.subspan(t, n), payload);
-  if (!record.ok()) {
-    put_errors_.fetch_add(1, std::memory_order_relaxed);
-    return record.status();
-  }
-  queued_.fetch_add(1, std::memory_order_relaxed);
-  absl::MutexLock l(&mu_);
-  pending_bytes_ += record->size();
-  queue_.push_back(std::move(*record));
-  return absl::OkStatus();
-}
-
-void TailRecords::Loop() {
-  for (;;) {
-    std::vector<std::byte> record;
-    {
-      absl::MutexLock l(&mu_);
-      mu_.Await(absl::Condition(
-          +[](TailRecords* t)
-               ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) { return t->stopping_ || !t->queue_.empty(); },
-          this));
-      if (queue_.empty()) return;  // stopping, everything put
-      record = std::move(queue_.front());
-      queue_.pop_front();
-      ++in_flight_;
-    }
-    absl::StatusOr<ChunkHeader> h = DecodeChunkHeader(record);
-    const ChunkKey key = h.ok() ? h->key : ChunkKey{};
-    if (h.ok() && store_->Lookup(std::span<const ChunkKey>(&key, 1)).num_leading_hits == 1) {
-      skipped_.fetch_add(1, std::memory_order_relaxed);
-    } else if (absl::Status s = h.ok() ? store_->Put(record) : h.status(); s.ok()) {
-      put_.fetch_add(1, std::memory_order_relaxed);
-    } else {
-      put_errors_.fetch_add(1, std::memory_order_relaxed);
+  WriteRequest w;
+  w.header = ChunkChainEncoder(ns_, layout_, parent).NextHeader(key, n);
+  w.record_bytes = w.header->record_bytes();
+  w.fill = fill;
+  w.async = true;
+  w.limit_bytes = max_pending_bytes_;
+  w.done = [counters = counters_](const absl::Status& s) {
+    if (s.ok()) {
+      counters->put.fetch_add(1, std::memory_order_relaxed);
+    } else if (!absl::IsCancelled(s)) {
+      counters->put_errors.fetch_add(1, std::memory_order_relaxed);
       spdlog::warn("kvtier: storing a tail record failed: {}", s.ToString());
     }
-    absl::MutexLock l(&mu_);
-    pending_bytes_ -= record.size();
-    --in_flight_;
+  };
+  absl::StatusOr<ChunkKey> queued = store_->Write(std::move(w));
+  if (queued.ok()) {
+    c.queued.fetch_add(1, std::memory_order_relaxed);
+  } else if (absl::IsAlreadyExists(queued.status())) {
+    c.skipped.fetch_add(1, std::memory_order_relaxed);
+  } else if (absl::IsUnavailable(queued.status())) {
+    c.dropped.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    c.put_errors.fetch_add(1, std::memory_order_relaxed);
+    return queued.status();
   }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<std::byte>> TailRecords::Fetch(std::span<const TokenId> prompt) {
@@ -110,41 +82,41 @@ absl::StatusOr<std::vector<std::byte>> TailRecords::Fetch(std::span<const TokenI
   want.key = TailKey(prompt);
   want.layout = &layout_;
   want.token_count = static_cast<uint32_t>(TailTokens(prompt.size()));
-  absl::StatusOr<std::vector<std::byte>> record = store_->Get(want.key);
-  if (!record.ok()) {
-    misses_.fetch_add(1, std::memory_order_relaxed);
-    return record.status();
+  // A record of this tail has exactly this size; a larger one cannot be it (OutOfRange).
+  std::vector<std::byte> record(kChunkHeaderBytes + layout_.payload_bytes(want.token_count));
+  absl::StatusOr<uint64_t> got = store_->Get(want.key, record);
+  Counters& c = *counters_;
+  if (!got.ok()) {
+    c.misses.fetch_add(1, std::memory_order_relaxed);
+    return absl::IsOutOfRange(got.status())
+               ? absl::DataLossError(absl::StrCat("tail record: ", got.status().message()))
+               : got.status();
   }
+  record.resize(*got);
   // Disk and kvtierd verified the payload's checksum; the host tier holds what this
   // process stored. The header (namespace, key, layout, token count) is checked here.
-  absl::StatusOr<ChunkHeader> h = CheckChunkHeader(*record, want);
+  absl::StatusOr<ChunkHeader> h = CheckChunkHeader(record, want);
   if (!h.ok()) {
-    misses_.fetch_add(1, std::memory_order_relaxed);
+    c.misses.fetch_add(1, std::memory_order_relaxed);
     return h.status();
   }
-  hits_.fetch_add(1, std::memory_order_relaxed);
-  record->erase(record->begin(), record->begin() + kChunkHeaderBytes);
-  return std::move(*record);
+  c.hits.fetch_add(1, std::memory_order_relaxed);
+  record.erase(record.begin(), record.begin() + kChunkHeaderBytes);
+  return record;
 }
 
-void TailRecords::Flush() {
-  absl::MutexLock l(&mu_);
-  mu_.Await(absl::Condition(
-      +[](TailRecords* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) {
-        return t->queue_.empty() && t->in_flight_ == 0;
-      },
-      this));
-}
+void TailRecords::Flush() { store_->Flush(); }
 
 TailStats TailRecords::stats() const {
+  const Counters& c = *counters_;
   TailStats s;
-  s.queued = queued_.load(std::memory_order_relaxed);
-  s.put = put_.load(std::memory_order_relaxed);
-  s.skipped = skipped_.load(std::memory_order_relaxed);
-  s.dropped = dropped_.load(std::memory_order_relaxed);
-  s.put_errors = put_errors_.load(std::memory_order_relaxed);
-  s.hits = hits_.load(std::memory_order_relaxed);
-  s.misses = misses_.load(std::memory_order_relaxed);
+  s.queued = c.queued.load(std::memory_order_relaxed);
+  s.put = c.put.load(std::memory_order_relaxed);
+  s.skipped = c.skipped.load(std::memory_order_relaxed);
+  s.dropped = c.dropped.load(std::memory_order_relaxed);
+  s.put_errors = c.put_errors.load(std::memory_order_relaxed);
+  s.hits = c.hits.load(std::memory_order_relaxed);
+  s.misses = c.misses.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -115,12 +115,16 @@ class ServerKvtier final : public KvtierServerHooks {
   // no split): chunk-aligned, > `begin` (where the slot's prefill starts) and < `usable`.
   uint64_t PickOverlapFront(const ConnectorLookup& lookup, uint64_t begin, uint64_t usable,
                             uint64_t want);
-  // Starts the back load of [front, usable) for `seq_id`; false (nothing started) when
-  // the loader cannot start.
+  // Starts the back load of [front, usable) for `seq_id`, taking over the lookup's
+  // `lease` (its pins then last until the back load is done); false (nothing started,
+  // the lease left with the caller) when the loader cannot start.
   bool StartOverlap(int32_t seq_id, std::span<const TokenId> prompt, uint64_t front,
-                    uint64_t usable);
+                    uint64_t usable, Lease& lease);
   struct Overlap {
     std::vector<TokenId> prompt;  // the loader reads it: kept until the loader is gone
+    // The lookup's pins on the chunks to load: released after the loader (declared
+    // before it, so destroyed after it has waited for its thread).
+    Lease lease;
     std::unique_ptr<BackLoader> loader;
     uint64_t front = 0, end = 0;  // the planned (or fixed) front; the loaded end K
     bool from_end = false;        // meet in the middle (StartFromEnd), else the fixed front

@@ -11,34 +11,32 @@
 // The token count is hashed into every key, and a full chunk always has C tokens, so a
 // tail key never equals a full chunk's key; it depends on every token before it (the
 // chained parent) and on its own tokens, so it is returned only for the same tokens.
-// Records are put by one background thread (a missing or paused kvtierd never blocks the
-// caller), at most max_pending_bytes queued (more are dropped and counted).
+// Records are written through the store's one write-back queue (TieredStore::Write,
+// async): the caller copies the payload out, the store's thread encodes and puts it (a
+// slow tier never blocks the caller), at most max_pending_bytes queued (more are dropped
+// and counted).
 #ifndef KVTIER_SERVER_TAIL_RECORDS_H_
 #define KVTIER_SERVER_TAIL_RECORDS_H_
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <span>
-#include <thread>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "kvstore/chunk_key.h"
 #include "kvstore/tiered_store.h"
 
 namespace kvt::llamacpp {
 
 struct TailStats {
-  uint64_t queued = 0;      // records handed to the writer
+  uint64_t queued = 0;      // records handed to the store's write-back queue
   uint64_t put = 0;         // records that reached the store
-  uint64_t skipped = 0;     // the store held the key already
-  uint64_t dropped = 0;     // queue over max_pending_bytes
+  uint64_t skipped = 0;     // the store held (or was writing) the key already
+  uint64_t dropped = 0;     // the store's queue over max_pending_bytes
   uint64_t put_errors = 0;  // encode or Put failed (logged)
   uint64_t hits = 0;        // Fetch returned a record
   uint64_t misses = 0;      // Fetch found none, or a bad one
@@ -50,7 +48,6 @@ class TailRecords {
   // REQUIRES: store != nullptr, chunk_tokens == the namespace's chunk size, layout valid.
   TailRecords(std::shared_ptr<TieredStore> store, NamespaceId ns, KvLayout layout,
               uint32_t chunk_tokens, uint64_t max_pending_bytes = 256ull << 20);
-  ~TailRecords();  // puts what is queued, then stops the writer
 
   // T for a prompt of n >= 1 tokens: floor((n - 1) / C) * C.
   uint64_t TailStart(uint64_t n) const { return (n - 1) / chunk_tokens_ * chunk_tokens_; }
@@ -59,9 +56,11 @@ class TailRecords {
   // The tail key of `prompt` (see the file comment). REQUIRES: TailTokens(size) > 0.
   ChunkKey TailKey(std::span<const TokenId> prompt) const;
 
-  // Encodes the tail record of `prompt` (payload of TailTokens(size) tokens, written by
-  // `fill` in codec order) and queues its put. InvalidArgument when the prompt has no
-  // tail; the fill's error is returned. A full queue drops the record (OK, counted).
+  // Queues the tail record of `prompt` (payload of TailTokens(size) tokens, written by
+  // `fill` in codec order on this thread; the header is encoded on the store's thread).
+  // A tail the store holds already is skipped without calling fill. InvalidArgument
+  // when the prompt has no tail; the fill's error is returned. A full queue drops the
+  // record (OK, counted).
   absl::Status Queue(std::span<const TokenId> prompt,
                      const std::function<absl::Status(std::span<std::byte>)>& fill);
 
@@ -69,29 +68,25 @@ class TailRecords {
   // DataLoss / FailedPrecondition for a record that fails verification (never returned).
   absl::StatusOr<std::vector<std::byte>> Fetch(std::span<const TokenId> prompt);
 
-  // Waits until every queued record was put (or failed).
+  // Waits until every queued record was put (or failed): the store's Flush.
   void Flush();
   TailStats stats() const;
 
  private:
   ChunkKey Parent(std::span<const TokenId> prompt) const;  // key of chunk T / C - 1, or root
-  void Loop();
+
+  // Shared with the done callbacks of queued records, which may run after this is gone.
+  struct Counters {
+    std::atomic<uint64_t> queued{0}, put{0}, skipped{0}, dropped{0}, put_errors{0}, hits{0},
+        misses{0};
+  };
 
   const std::shared_ptr<TieredStore> store_;
   const NamespaceId ns_;
   const KvLayout layout_;
   const uint32_t chunk_tokens_;
   const uint64_t max_pending_bytes_;
-
-  mutable absl::Mutex mu_;
-  std::deque<std::vector<std::byte>> queue_ ABSL_GUARDED_BY(mu_);
-  uint64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread writer_;
-
-  std::atomic<uint64_t> queued_{0}, put_{0}, skipped_{0}, dropped_{0}, put_errors_{0}, hits_{0},
-      misses_{0};
+  const std::shared_ptr<Counters> counters_ = std::make_shared<Counters>();
 };
 
 }  // namespace kvt::llamacpp
