@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,70 @@ void CaptureLog(ggml_log_level level, const char* text, void* /*user*/) {
 size_t StateBytes(llama_context* ctx, llama_state_seq_flags flags) {
   std::vector<uint8_t> buf(llama_state_seq_get_size_ext(ctx, 0, flags));
   return llama_state_seq_get_data_ext(ctx, buf.data(), buf.size(), 0, flags);
+}
+
+// Decodes tokens [from, to) of `t` into seq 0 in batches of 32 (logits for the last one
+// when `logits`). False when llama_decode fails.
+bool Decode(llama_context* ctx, const std::vector<llama_token>& t, int from, int to, bool logits) {
+  llama_batch batch = llama_batch_init(32, 0, 1);
+  int rc = 0;
+  for (int start = from; start < to && rc == 0; start += 32) {
+    batch.n_tokens = std::min(32, to - start);
+    for (int i = 0; i < batch.n_tokens; ++i) {
+      batch.token[i] = t[static_cast<size_t>(start + i)];
+      batch.pos[i] = start + i;
+      batch.n_seq_id[i] = 1;
+      batch.seq_id[i][0] = 0;
+      batch.logits[i] = logits && start + i == to - 1;
+    }
+    rc = llama_decode(ctx, batch);
+  }
+  llama_batch_free(batch);
+  return rc == 0;
+}
+
+// The property kvtier's chunk records rely on, for this model: the whole sequence state
+// saved at a chunk boundary (32-token chunks, after 1, 2 and 3 chunks), restored into
+// a cache that held another prompt, then 40 more tokens decoded, gives the logits of the
+// uninterrupted prefill bit for bit. Prints one line; false when it does not hold.
+bool CheckBoundaryRestore(llama_context* ctx, int32_t n_vocab) {
+  std::vector<llama_token> t;
+  for (int i = 0; i < 200; ++i) t.push_back((i * 7919 + 13) % n_vocab);
+  llama_memory_t mem = llama_get_memory(ctx);
+  float max_diff = 0;
+  bool all_same = true;
+  for (int k : {1, 2, 3}) {
+    const int b = 32 * k;
+    llama_memory_seq_rm(mem, 0, -1, -1);
+    if (!Decode(ctx, t, 0, b, false)) return false;
+    std::vector<uint8_t> state(llama_state_seq_get_size(ctx, 0));
+    llama_state_seq_get_data(ctx, state.data(), state.size(), 0);
+    if (!Decode(ctx, t, b, b + 40, true)) return false;
+    const float* l = llama_get_logits_ith(ctx, -1);
+    const std::vector<float> cold(l, l + n_vocab);
+    llama_memory_seq_rm(mem, 0, -1, -1);
+    if (!Decode(ctx, t, 100, 200, false)) return false;  // another prompt in the cache
+    llama_memory_seq_rm(mem, 0, -1, -1);
+    if (llama_state_seq_set_data(ctx, state.data(), state.size(), 0) != state.size()) {
+      std::printf("boundary restore: llama.cpp refused its own state\n");
+      return false;
+    }
+    if (!Decode(ctx, t, b, b + 40, true)) return false;
+    l = llama_get_logits_ith(ctx, -1);
+    for (int i = 0; i < n_vocab; ++i) {
+      if (std::memcmp(&l[i], &cold[static_cast<size_t>(i)], sizeof(float)) != 0) all_same = false;
+      max_diff = std::max(max_diff, std::fabs(l[i] - cold[static_cast<size_t>(i)]));
+    }
+  }
+  llama_memory_seq_rm(mem, 0, -1, -1);
+  if (all_same) {
+    std::printf("boundary restore (whole state after 1, 2, 3 chunks of 32): bit-identical\n");
+  } else {
+    std::printf(
+        "boundary restore (whole state after 1, 2, 3 chunks of 32): DIFFERS (max |diff| %g)\n",
+        max_diff);
+  }
+  return all_same;
 }
 
 // Loads `path` with the options kvtier's engine uses, decodes `n_tokens` tokens in
@@ -99,6 +164,7 @@ int Check(const std::string& path, int n_tokens) {
     std::printf("state bytes (whole sequence): %zu\nstate bytes (partial only): %zu\n",
                 StateBytes(ctx, 0), StateBytes(ctx, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY));
     if (!finite) rc = 1;
+    if (rc == 0 && !CheckBoundaryRestore(ctx, n_vocab)) rc = 1;
   }
   llama_free(ctx);
   llama_model_free(model);

@@ -149,14 +149,15 @@ class LlamaEngine {
 // The llama.cpp architecture name of `model` (general.architecture), "?" if absent.
 std::string ModelArchitecture(const llama_model* model);
 
-// OK when kvtier restores `model`'s memory exactly: a plain KV cache (every layer full
-// attention, one K and one V row per token). Otherwise Unimplemented with a message that
-// names the architecture, its memory kind and the piece kvtier lacks for it, e.g.
-// "kvtier cannot restore 'gemma3' models exactly: their memory is iSWA (a sliding window
-// of 48 tokens on some layers) and kvtier's llama.cpp records hold only per-token KV rows
-// (missing: a snapshot of the sliding-window cache at each chunk boundary)". Checked from
-// the model's hyperparameters (llama_model_is_recurrent / _is_hybrid / _n_swa, MLA keys),
-// before any state is read. docs/models.md lists every family.
+// OK when kvtier restores `model`'s memory exactly: one plain KV cache (every layer full
+// attention) with K and V rows per token, or K-only latent rows (MLA). Otherwise
+// Unimplemented with a message that names the architecture, its memory kind and the piece
+// kvtier lacks for it, e.g. "kvtier cannot restore 'gemma3' models exactly: their memory
+// is iSWA/SWA (a sliding window of 48 tokens on some or all layers; llama.cpp keeps only
+// the window) and kvtier's llama.cpp records hold only per-token KV rows (missing: a
+// snapshot of the sliding-window cache at each chunk boundary)". Checked from the model's
+// hyperparameters (llama_model_is_recurrent / _is_hybrid / _n_swa) before any state is
+// read. docs/models.md lists every family.
 absl::Status CheckMemorySupported(const llama_model* model);
 
 // XXH3-128 fingerprint of a GGUF file as described at model_fingerprint().
