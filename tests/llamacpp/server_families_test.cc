@@ -221,7 +221,7 @@ TEST_P(ExactFamilyServerTest, RestoresExactlyFromDiskAndKvtierdAndNeverAcrossSha
 INSTANTIATE_TEST_SUITE_P(
     Families, ExactFamilyServerTest,
     ::testing::Values(ExactCase{"llama_q8_0_f16", "llama", {"-ctk", "q8_0", "-ctv", "f16"}, {}},
-                      ExactCase{"deepseek2_mla", "deepseek2", {}, {"-ctk", "f32", "-ctv", "f32"}}),
+                      ExactCase{"deepseek2_mla", "deepseek2", {"-fa", "on"}, {"-fa", "off"}}),
     [](const ::testing::TestParamInfo<ExactCase>& i) { return i.param.name; });
 
 class RefusedFamilyServerTest : public ::testing::TestWithParam<std::string> {};
