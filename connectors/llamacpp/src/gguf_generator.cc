@@ -1,15 +1,20 @@
 #include "llamacpp/gguf_generator.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "ggml-backend.h"
 #include "ggml.h"
 #include "gguf.h"
+#include "llama.h"
 
 namespace kvt::llamacpp {
 namespace {
@@ -91,10 +96,184 @@ std::vector<TensorPlan> PlanTensors(const SyntheticModelSpec& spec, uint32_t n_v
   return plan;
 }
 
+bool IsKnownArch(std::string_view arch) {
+  for (const char* a : kSyntheticArchs) {
+    if (arch == a) return true;
+  }
+  return false;
+}
+
+// FNV-1a of a tensor name: each tensor draws from its own stream, so the weights do not
+// depend on the order in which llama.cpp creates tensors.
+uint64_t NameHash(std::string_view name) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (char c : name) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+struct FillParams {
+  uint64_t seed = 0;
+  float init_std = 0.02f;
+};
+
+// llama_model_init_from_user's tensor initialiser: norm weights 1.0, SSM A (state decay)
+// in [-3, -1], everything else N(0, init_std).
+void FillTensor(ggml_tensor* tensor, void* user) {
+  const auto* p = static_cast<const FillParams*>(user);
+  const std::string name = ggml_get_name(tensor);
+  const int64_t n = ggml_nelements(tensor);
+  std::vector<float> v(static_cast<size_t>(n) + 1);
+  Rng rng(p->seed ^ NameHash(name));
+  const bool norm = absl::StrContains(name, "norm");
+  const bool ssm_a = absl::StrContains(name, "ssm_a");
+  for (int64_t j = 0; j < n; j += 2) {
+    float a = 0, b = 0;
+    rng.Normal2(&a, &b);
+    v[static_cast<size_t>(j)] = a;
+    v[static_cast<size_t>(j) + 1] = b;
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    float& x = v[static_cast<size_t>(j)];
+    if (norm) {
+      x = 1.0f;
+    } else if (ssm_a) {
+      x = -1.0f - std::min(2.0f, std::fabs(x));
+    } else {
+      x *= p->init_std;
+    }
+  }
+  if (tensor->type == GGML_TYPE_F32) {
+    ggml_backend_tensor_set(tensor, v.data(), 0, ggml_nbytes(tensor));
+  } else if (tensor->type == GGML_TYPE_F16) {
+    std::vector<ggml_fp16_t> h(static_cast<size_t>(n));
+    ggml_fp32_to_fp16_row(v.data(), h.data(), n);
+    ggml_backend_tensor_set(tensor, h.data(), 0, ggml_nbytes(tensor));
+  }
+}
+
+// llama.cpp's log lines while it builds a model, so a refusal can be quoted.
+struct LogCapture {
+  std::string text;
+  static void Callback(ggml_log_level level, const char* line, void* user) {
+    if (level == GGML_LOG_LEVEL_ERROR || level == GGML_LOG_LEVEL_WARN) {
+      static_cast<LogCapture*>(user)->text += line;
+    }
+  }
+};
+
+// The hyperparameter keys of `spec.arch` (llama.cpp src/llama-arch.cpp LLM_KV_NAMES, read
+// by src/models/<arch>.cpp load_arch_hparams).
+void SetArchKeys(gguf_context* g, const SyntheticModelSpec& spec, uint32_t n_vocab) {
+  const std::string& a = spec.arch;
+  auto k = [&a](std::string_view key) { return absl::StrCat(a, ".", std::string(key)); };
+  auto u32 = [&](std::string_view key, uint32_t v) { gguf_set_val_u32(g, k(key).c_str(), v); };
+  auto f32 = [&](std::string_view key, float v) { gguf_set_val_f32(g, k(key).c_str(), v); };
+  auto arr = [&](std::string_view key, const std::vector<uint32_t>& v) {
+    gguf_set_arr_data(g, k(key).c_str(), GGUF_TYPE_UINT32, v.data(), v.size());
+  };
+  u32("vocab_size", n_vocab);
+  u32("context_length", spec.n_ctx_train);
+  u32("embedding_length", spec.n_embd);
+  u32("block_count", spec.n_layer);
+  u32("feed_forward_length", spec.n_ff);
+  f32("attention.layer_norm_rms_epsilon", spec.rms_eps);
+  f32("attention.layer_norm_epsilon", spec.rms_eps);
+  f32("rope.freq_base", spec.rope_freq_base);
+  const bool ssm = a == "mamba2" || a == "granitehybrid" || a == "qwen35";
+  if (a != "mamba2") {
+    u32("attention.head_count", spec.n_head);
+    if (a == "granitehybrid" || a == "lfm2") {
+      // A layer with 0 KV heads is the recurrent (Mamba2 / short-convolution) kind.
+      std::vector<uint32_t> kv(spec.n_layer, 0);
+      for (uint32_t l = 0; l < spec.n_layer; ++l) {
+        if ((l + 1) % spec.attn_interval == 0) kv[l] = spec.n_head_kv;
+      }
+      arr("attention.head_count_kv", kv);
+    } else {
+      u32("attention.head_count_kv", spec.n_head_kv);
+    }
+    u32("rope.dimension_count", a == "deepseek2" ? spec.mla_rope_dim : spec.head_dim());
+  }
+  if (spec.n_swa > 0) {
+    u32("attention.sliding_window", spec.n_swa);
+    if (spec.swa_pattern > 0) u32("attention.sliding_window_pattern", spec.swa_pattern);
+  }
+  if (spec.n_expert > 0) {
+    u32("expert_count", spec.n_expert);
+    u32("expert_used_count", spec.n_expert_used);
+    u32("expert_feed_forward_length", spec.n_ff_exp);
+  }
+  if (ssm) {
+    u32("ssm.conv_kernel", spec.ssm_d_conv);
+    u32("ssm.inner_size", spec.ssm_d_inner);
+    u32("ssm.state_size", spec.ssm_d_state);
+    u32("ssm.time_step_rank", spec.ssm_n_head);
+    u32("ssm.group_count", spec.ssm_n_group);
+  }
+  if (a == "qwen35") {
+    u32("full_attention_interval", spec.attn_interval);
+    const uint32_t q = spec.head_dim() / 8;
+    arr("rope.dimension_sections", {q, q, q, q});
+  }
+  if (a == "lfm2") u32("shortconv.l_cache", 3);
+  if (a == "deepseek2") {
+    u32("leading_dense_block_count", 1);
+    u32("attention.q_lora_rank", spec.q_lora_rank);
+    u32("attention.kv_lora_rank", spec.kv_lora_rank);
+    u32("attention.key_length", spec.kv_lora_rank + spec.mla_rope_dim);
+    u32("attention.value_length", spec.kv_lora_rank);
+    u32("attention.key_length_mla", spec.mla_key_nope + spec.mla_rope_dim);
+    u32("attention.value_length_mla", spec.mla_value_dim);
+    u32("expert_shared_count", 1);
+    u32("expert_gating_func", 1);  // softmax
+    f32("expert_weights_scale", 1.0f);
+  }
+}
+
+// Every architecture but llama: llama.cpp builds the model from `g`'s keys (its loader
+// creates the architecture's tensors) and saves it.
+absl::Status WriteThroughLlamaCpp(const SyntheticModelSpec& spec, gguf_context* g,
+                                  const std::string& tmp) {
+  static std::once_flag once;
+  std::call_once(once, [] { llama_backend_init(); });
+  ggml_log_callback saved_cb = nullptr;
+  void* saved_ud = nullptr;
+  llama_log_get(&saved_cb, &saved_ud);
+  LogCapture log;
+  llama_log_set(&LogCapture::Callback, &log);
+  llama_model_params mp = llama_model_default_params();
+  mp.n_gpu_layers = 0;
+  mp.use_extra_bufts = false;
+  FillParams fill{spec.seed, spec.init_std};
+  llama_model* model = llama_model_init_from_user(g, &FillTensor, &fill, mp);
+  if (model != nullptr) {
+    llama_model_save_to_file(model, tmp.c_str());
+    llama_model_free(model);
+  }
+  llama_log_set(saved_cb, saved_ud);
+  if (model == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("llama.cpp ", "could not build a '", spec.arch,
+                                                   "' model from the generated keys: ", log.text));
+  }
+  if (!std::filesystem::exists(tmp)) {
+    return absl::InternalError(absl::StrCat("llama_model_save_to_file did not write '", tmp, "'"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status SyntheticModelSpec::Validate() const {
   if (name.empty()) return absl::InvalidArgumentError("SyntheticModelSpec.name is empty");
+  if (!IsKnownArch(arch)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "SyntheticModelSpec.arch '", arch,
+        "' is not one kvtier generates (llama, gemma3, gpt-oss, qwen35, granitehybrid, mamba2, "
+        "lfm2, deepseek2)"));
+  }
   if (n_layer == 0 || n_embd == 0 || n_ff == 0 || n_head == 0 || n_head_kv == 0 ||
       n_ctx_train == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -113,6 +292,12 @@ absl::Status SyntheticModelSpec::Validate() const {
   if (head_dim() % 2 != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("SyntheticModelSpec: head_dim ", head_dim(), " must be even (RoPE)"));
+  }
+  if ((arch == "granitehybrid" || arch == "lfm2" || arch == "qwen35") &&
+      (attn_interval == 0 || attn_interval > n_layer)) {
+    return absl::InvalidArgumentError(absl::StrCat("SyntheticModelSpec.attn_interval ",
+                                                   attn_interval, " must be in 1..n_layer (",
+                                                   n_layer, ") for ", arch));
   }
   if (vocab_gguf.empty() && vocab_size < 4) {
     return absl::InvalidArgumentError(
@@ -147,7 +332,51 @@ absl::StatusOr<SyntheticModelSpec> SyntheticModelPreset(std::string_view name,
       "unknown synthetic model size '", std::string(name), "' (expected 'tiny' or 'demo')"));
 }
 
+absl::StatusOr<SyntheticModelSpec> SyntheticArchPreset(std::string_view arch, std::string_view size,
+                                                       std::string vocab_gguf) {
+  absl::StatusOr<SyntheticModelSpec> spec = SyntheticModelPreset(size, std::move(vocab_gguf));
+  if (!spec.ok() || arch == "llama") return spec;
+  if (!IsKnownArch(arch)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown architecture '", std::string(arch),
+        "' (expected llama, gemma3, gpt-oss, qwen35, granitehybrid, mamba2, lfm2, deepseek2)"));
+  }
+  SyntheticModelSpec& s = *spec;
+  s.arch = std::string(arch);
+  s.name = absl::StrCat("kvtier-", std::string(arch), "-", std::string(size));
+  s.f16 = false;  // llama.cpp creates user-initialised tensors as F32
+  if (size == "demo") s.n_layer = 8;
+  s.attn_interval = 2;
+  if (arch == "gemma3") {
+    s.n_swa = size == "demo" ? 512 : 48;
+    s.swa_pattern = 2;
+  } else if (arch == "gpt-oss") {
+    s.n_swa = size == "demo" ? 512 : 48;
+    s.n_expert = 4;
+    s.n_expert_used = 2;
+    s.n_ff_exp = s.n_ff / 2;
+  } else if (arch == "qwen35" || arch == "granitehybrid" || arch == "mamba2") {
+    s.ssm_d_conv = 4;
+    s.ssm_d_inner = arch == "qwen35" ? s.n_embd : 2 * s.n_embd;
+    s.ssm_d_state = arch == "qwen35" ? s.head_dim() : 32;
+    s.ssm_n_head = arch == "qwen35" ? s.n_head : s.ssm_d_inner / 64;
+    s.ssm_n_group = arch == "qwen35" ? s.n_head_kv : 1;
+  } else if (arch == "deepseek2") {
+    s.kv_lora_rank = 64;
+    s.q_lora_rank = 128;
+    s.mla_rope_dim = 32;
+    s.mla_key_nope = 64;
+    s.mla_value_dim = 64;
+    s.n_head_kv = 1;  // one shared latent per token (the KV cache row is kv_lora + rope)
+    s.n_expert = 4;
+    s.n_expert_used = 2;
+    s.n_ff_exp = s.n_ff / 2;
+  }
+  return spec;
+}
+
 uint64_t SyntheticModelParams(const SyntheticModelSpec& spec, uint32_t n_vocab) {
+  if (spec.arch != "llama") return 0;
   uint64_t total = 0;
   for (const TensorPlan& t : PlanTensors(spec, n_vocab)) {
     total += static_cast<uint64_t>(t.ne0) * static_cast<uint64_t>(t.ne1);
@@ -195,6 +424,26 @@ absl::Status WriteSyntheticModel(const SyntheticModelSpec& spec, const std::stri
     gguf_set_val_str(gguf.get(), "tokenizer.ggml.model", "none");
   }
 
+  const std::string tmp = path + ".tmp";
+  std::error_code ec;
+  const auto parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  if (spec.arch != "llama") {
+    gguf_set_val_str(gguf.get(), "general.architecture", spec.arch.c_str());
+    gguf_set_val_str(gguf.get(), "general.name", spec.name.c_str());
+    SetArchKeys(gguf.get(), spec, n_vocab);
+    std::filesystem::remove(tmp, ec);
+    if (absl::Status s = WriteThroughLlamaCpp(spec, gguf.get(), tmp); !s.ok()) {
+      std::filesystem::remove(tmp, ec);
+      return s;
+    }
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) {
+      return absl::InternalError(
+          absl::StrCat("renaming '", tmp, "' to '", path, "' failed: ", ec.message()));
+    }
+    return absl::OkStatus();
+  }
   gguf_set_val_str(gguf.get(), "general.architecture", "llama");
   gguf_set_val_str(gguf.get(), "general.name", spec.name.c_str());
   gguf_set_val_u32(gguf.get(), "general.file_type", spec.f16 ? 1u : 0u);  // MOSTLY_F16 / ALL_F32
@@ -222,10 +471,6 @@ absl::Status WriteSyntheticModel(const SyntheticModelSpec& spec, const std::stri
     gguf_add_tensor(gguf.get(), tensor);
   }
 
-  const std::string tmp = path + ".tmp";
-  std::error_code ec;
-  const auto parent = std::filesystem::path(path).parent_path();
-  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
   {
     std::unique_ptr<FILE, FileCloser> f(std::fopen(tmp.c_str(), "wb"));
     if (!f) return absl::InternalError(absl::StrCat("cannot create '", tmp, "'"));

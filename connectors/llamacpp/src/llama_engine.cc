@@ -54,7 +54,47 @@ absl::StatusOr<ggml_type> ParseCacheType(std::string_view name, std::string_view
                    "' is not a ggml type name (e.g. f16, f32, q8_0)"));
 }
 
+std::string MetaString(const llama_model* model, const std::string& key) {
+  char buf[256];
+  const int32_t n = llama_model_meta_val_str(model, key.c_str(), buf, sizeof buf);
+  return n < 0 ? std::string() : std::string(buf);
+}
+
 }  // namespace
+
+std::string ModelArchitecture(const llama_model* model) {
+  std::string arch = MetaString(model, "general.architecture");
+  return arch.empty() ? "?" : arch;
+}
+
+absl::Status CheckMemorySupported(const llama_model* model) {
+  const std::string arch = ModelArchitecture(model);
+  const std::string head = absl::StrCat("kvtier cannot restore '", arch, "' models exactly: ");
+  constexpr const char* kRows = "kvtier's llama.cpp records hold only per-token KV rows";
+  if (llama_model_is_recurrent(model)) {
+    return absl::UnimplementedError(absl::StrCat(
+        head,
+        "their memory is recurrent (one fixed-size state per sequence, no per-token rows) "
+        "and ",
+        kRows, " (missing: a snapshot of the recurrent state at each chunk boundary)"));
+  }
+  if (llama_model_is_hybrid(model)) {
+    return absl::UnimplementedError(absl::StrCat(
+        head,
+        "their memory is hybrid (attention KV beside recurrent/linear-attention state) "
+        "and ",
+        kRows, " (missing: a snapshot of the recurrent state at each chunk boundary)"));
+  }
+  if (const int32_t n_swa = llama_model_n_swa(model); n_swa > 0) {
+    return absl::UnimplementedError(
+        absl::StrCat(head, "their memory is iSWA/SWA (a sliding window of ", n_swa,
+                     " tokens on some or all layers; llama.cpp keeps only the window) and ", kRows,
+                     " (missing: a snapshot of the sliding-window cache at each chunk boundary)"));
+  }
+  // MLA (deepseek2: one compressed latent row per token and layer, no V) is plain per-token
+  // rows to llama.cpp's state format: Probe reads it as K-only rows (SeqStateSpec::has_v).
+  return absl::OkStatus();
+}
 
 std::string_view LlamaCppPackageVersion() { return KVT_LLAMACPP_VERSION; }
 std::string_view LlamaCppCommit() { return KVT_LLAMACPP_COMMIT; }
@@ -123,6 +163,7 @@ absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Create(const EngineOpt
         "flash_attn=%d; a quantized V cache needs flash attention)",
         options.model_path, options.n_ctx, options.type_k, options.type_v, options.flash_attn));
   }
+  if (absl::Status s = CheckMemorySupported(e->model_); !s.ok()) return s;
   if (absl::Status s = e->Probe(); !s.ok()) return s;
   absl::StatusOr<bool> moved = e->watch_->StampMoved();
   if (!moved.ok()) return moved.status();
@@ -170,32 +211,46 @@ absl::Status LlamaEngine::Probe() {
   spec_ = *spec;
   const auto tk = static_cast<ggml_type>(spec_.type_k);
   const auto tv = static_cast<ggml_type>(spec_.type_v);
-  if (!spec_.v_trans) {
+  if (spec_.has_v && !spec_.v_trans) {
     spec_.v_elem_bytes = static_cast<uint32_t>(ggml_type_size(tv));
     spec_.n_embd_v_gqa =
         static_cast<uint32_t>(spec_.v_row_bytes / ggml_type_size(tv) * ggml_blck_size(tv));
-  }
-  if (spec_.type_k != spec_.type_v || spec_.k_row_bytes != spec_.v_row_bytes) {
-    return absl::UnimplementedError(absl::StrFormat(
-        "kvtier's llama.cpp payload needs equal K and V rows; this cache has K %s x %d bytes, V %s "
-        "x %d bytes",
-        ggml_type_name(tk), spec_.k_row_bytes, ggml_type_name(tv), spec_.v_row_bytes));
   }
   layout_.num_layers = spec_.n_layer;
   layout_.kind = LayoutKind::kLlamaCppRows;
   const int32_t n_head_kv = llama_model_n_head_kv(model_);
   const uint64_t elems = spec_.k_row_bytes / ggml_type_size(tk) * ggml_blck_size(tk);
   const bool plain = tk == GGML_TYPE_F16 || tk == GGML_TYPE_F32 || tk == GGML_TYPE_BF16;
-  if (plain && n_head_kv > 0 && elems % static_cast<uint64_t>(n_head_kv) == 0) {
+  if (!spec_.has_v) {
+    // MLA: one compressed latent row per token and layer (K only).
+    layout_.kind = LayoutKind::kMLA;
+    layout_.num_kv_heads = 1;
+    layout_.dtype = tk == GGML_TYPE_F16    ? DType::kF16
+                    : tk == GGML_TYPE_F32  ? DType::kF32
+                    : tk == GGML_TYPE_BF16 ? DType::kBF16
+                                           : DType::kBytes;
+    layout_.head_dim = static_cast<uint32_t>(plain ? elems : spec_.k_row_bytes);
+  } else if (spec_.type_k == spec_.type_v && spec_.k_row_bytes == spec_.v_row_bytes && plain &&
+             n_head_kv > 0 && elems % static_cast<uint64_t>(n_head_kv) == 0) {
     layout_.dtype = tk == GGML_TYPE_F16   ? DType::kF16
                     : tk == GGML_TYPE_F32 ? DType::kF32
                                           : DType::kBF16;
     layout_.num_kv_heads = static_cast<uint32_t>(n_head_kv);
     layout_.head_dim = static_cast<uint32_t>(elems / static_cast<uint64_t>(n_head_kv));
   } else {
+    // Opaque rows: a quantized cache, or K and V of different types (-ctk q8_0 -ctv f16).
+    // The payload is still [layer][K rows][V rows]; the layout only has to give its size,
+    // 2 * head_dim bytes per token and layer. The types are in engine_extra.
+    const uint64_t kv_row = spec_.k_row_bytes + spec_.v_row_bytes;
+    if (kv_row % 2 != 0) {
+      return absl::UnimplementedError(absl::StrFormat(
+          "kvtier's llama.cpp payload needs K + V row bytes even; this cache has K %s x %d "
+          "bytes, V %s x %d bytes",
+          ggml_type_name(tk), spec_.k_row_bytes, ggml_type_name(tv), spec_.v_row_bytes));
+    }
     layout_.dtype = DType::kBytes;
     layout_.num_kv_heads = 1;
-    layout_.head_dim = static_cast<uint32_t>(spec_.k_row_bytes);
+    layout_.head_dim = static_cast<uint32_t>(kv_row / 2);
   }
   if (absl::Status s = layout_.Validate(); !s.ok()) return s;
   if (layout_.bytes_per_token() != spec_.payload_bytes_per_token()) {
@@ -324,8 +379,8 @@ std::string LlamaEngine::engine_extra() const {
       "llama.cpp=%s;llama-cpp-python=%s;type_k=%s;type_v=%s;flash_attn=%s;v_trans=%d",
       LlamaCppCommit(), LlamaCppPackageVersion(),
       ggml_type_name(static_cast<ggml_type>(spec_.type_k)),
-      ggml_type_name(static_cast<ggml_type>(spec_.type_v)), options_.flash_attn ? "on" : "off",
-      spec_.v_trans ? 1 : 0);
+      spec_.has_v ? ggml_type_name(static_cast<ggml_type>(spec_.type_v)) : "none (MLA)",
+      options_.flash_attn ? "on" : "off", spec_.v_trans ? 1 : 0);
 }
 
 NamespaceParams LlamaEngine::MakeNamespaceParams(uint32_t chunk_tokens) const {

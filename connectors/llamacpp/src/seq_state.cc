@@ -89,6 +89,13 @@ constexpr uint64_t kVTransLayerHeader = 4 + 4 + 4;
 }  // namespace
 
 absl::Status SeqStateSpec::Validate() const {
+  if (!has_v) {
+    if (n_layer == 0 || k_row_bytes == 0 || v_row_bytes != 0 || n_embd_v_gqa != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "SeqStateSpec without V needs n_layer, k_row_bytes > 0 and no V sizes: ", DebugString()));
+    }
+    return absl::OkStatus();
+  }
   if (n_layer == 0 || k_row_bytes == 0 || v_row_bytes == 0 || n_embd_v_gqa == 0 ||
       v_elem_bytes == 0) {
     return absl::InvalidArgumentError(
@@ -105,16 +112,19 @@ absl::Status SeqStateSpec::Validate() const {
 std::string SeqStateSpec::DebugString() const {
   return absl::StrFormat(
       "{n_layer=%d type_k=%d type_v=%d k_row_bytes=%d v_row_bytes=%d n_embd_v_gqa=%d "
-      "v_elem_bytes=%d v_trans=%d}",
-      n_layer, type_k, type_v, k_row_bytes, v_row_bytes, n_embd_v_gqa, v_elem_bytes, v_trans);
+      "v_elem_bytes=%d v_trans=%d has_v=%d}",
+      n_layer, type_k, type_v, k_row_bytes, v_row_bytes, n_embd_v_gqa, v_elem_bytes, v_trans,
+      has_v);
 }
 
 uint64_t SeqStateBytes(const SeqStateSpec& spec, uint32_t cell_count) {
   const uint64_t cells = cell_count;
   uint64_t bytes = 4 + 4 + 4 + 4 + cells * kCellMetaBytes + 4 + 4;
   bytes += uint64_t{spec.n_layer} * (kKLayerHeader + cells * spec.k_row_bytes);
-  bytes += uint64_t{spec.n_layer} *
-           ((spec.v_trans ? kVTransLayerHeader : kVLayerHeader) + cells * spec.v_row_bytes);
+  if (spec.has_v) {
+    bytes += uint64_t{spec.n_layer} *
+             ((spec.v_trans ? kVTransLayerHeader : kVLayerHeader) + cells * spec.v_row_bytes);
+  }
   return bytes;
 }
 
@@ -201,7 +211,7 @@ absl::StatusOr<SeqStateView> ParseSeqState(std::span<const std::byte> blob,
     if (absl::Status s = r.SkipRows(cells, k_row, absl::StrCat("layer[", l, "].k_rows")); !s.ok())
       return s;
   }
-  for (uint32_t l = 0; l < n_layer; ++l) {
+  for (uint32_t l = 0; expect.has_v && l < n_layer; ++l) {
     at = r.pos();
     KVT_ASSIGN_OR_RETURN(const int32_t v_type, r.Read<int32_t>("layer.v_type"));
     if (v_type != expect.type_v)
@@ -280,6 +290,18 @@ absl::StatusOr<SeqStateSpec> InferSeqStateSpec(std::span<const std::byte> blob) 
         spec.n_layer, cells, spec.k_row_bytes));
   }
   if (absl::Status s = r.Skip(k_all - kKLayerHeader, "k_layers"); !s.ok()) return s;
+  if (r.remaining() == 0) {
+    // No V layers: an MLA cache (one latent row per token and layer; llama-kv-cache.cpp
+    // state_write_data skips layers without a V tensor).
+    spec.has_v = false;
+    spec.type_v = -1;
+    spec.v_row_bytes = 0;
+    spec.n_embd_v_gqa = 0;
+    spec.v_elem_bytes = 0;
+    absl::StatusOr<SeqStateView> view = ParseSeqState(blob, spec);
+    if (!view.ok()) return view.status();
+    return spec;
+  }
   KVT_ASSIGN_OR_RETURN(spec.type_v, r.Read<int32_t>("layer.v_type"));
   if (!spec.v_trans) {
     KVT_ASSIGN_OR_RETURN(spec.v_row_bytes, r.Read<uint64_t>("layer.v_row_bytes"));
@@ -378,7 +400,7 @@ absl::StatusOr<SeqStateBuilder> SeqStateBuilder::Create(const SeqStateSpec& spec
     b.k_offset_[l] = static_cast<uint64_t>(p - b.blob_.data());
     p += cells * spec.k_row_bytes;
   }
-  for (uint32_t l = 0; l < spec.n_layer; ++l) {
+  for (uint32_t l = 0; spec.has_v && l < spec.n_layer; ++l) {
     put(spec.type_v);
     if (!spec.v_trans) {
       put(spec.v_row_bytes);
@@ -432,7 +454,7 @@ absl::Status SeqStateBuilder::CopyPrefixFrom(const SeqStateView& view, uint32_t 
   const SeqStateSpec& vs = view.spec;
   if (vs.n_layer != spec_.n_layer || vs.type_k != spec_.type_k || vs.type_v != spec_.type_v ||
       vs.k_row_bytes != spec_.k_row_bytes || vs.v_row_bytes != spec_.v_row_bytes ||
-      vs.v_trans != spec_.v_trans ||
+      vs.v_trans != spec_.v_trans || vs.has_v != spec_.has_v ||
       (spec_.v_trans &&
        (vs.n_embd_v_gqa != spec_.n_embd_v_gqa || vs.v_elem_bytes != spec_.v_elem_bytes))) {
     return absl::FailedPreconditionError(

@@ -4,9 +4,11 @@
 //
 // Pinned engine: llama.cpp commit 0c1e57098 as carried by llama-cpp-python 0.3.36
 // (cmake/LlamaCpp.cmake). Supported models: decoder-only models whose memory is a plain
-// (non-SWA, non-recurrent) KV cache with one K and one V row of the same size per layer
-// and token, and without per-cell extension records (no M-RoPE) — e.g. the Llama family.
-// Others fail Create with Unimplemented (the state probe cannot be parsed).
+// (non-SWA, non-recurrent) KV cache with one K and one V row per layer and token (K and V
+// may have different types, e.g. q8_0 / f16), or one K-only latent row (MLA, deepseek2),
+// without per-cell extension records (no M-RoPE) — e.g. the Llama family. Others fail
+// Create with Unimplemented: CheckMemorySupported names the architecture and what kvtier
+// lacks for it (docs/models.md), or the state probe cannot be parsed.
 #ifndef LLAMACPP_LLAMA_ENGINE_H_
 #define LLAMACPP_LLAMA_ENGINE_H_
 
@@ -143,6 +145,20 @@ class LlamaEngine {
   std::unique_ptr<ModelFileWatch> watch_;  // set by Create, never null after it
   bool change_logged_ = false;
 };
+
+// The llama.cpp architecture name of `model` (general.architecture), "?" if absent.
+std::string ModelArchitecture(const llama_model* model);
+
+// OK when kvtier restores `model`'s memory exactly: one plain KV cache (every layer full
+// attention) with K and V rows per token, or K-only latent rows (MLA). Otherwise
+// Unimplemented with a message that names the architecture, its memory kind and the piece
+// kvtier lacks for it, e.g. "kvtier cannot restore 'gemma3' models exactly: their memory
+// is iSWA/SWA (a sliding window of 48 tokens on some or all layers; llama.cpp keeps only
+// the window) and kvtier's llama.cpp records hold only per-token KV rows (missing: a
+// snapshot of the sliding-window cache at each chunk boundary)". Checked from the model's
+// hyperparameters (llama_model_is_recurrent / _is_hybrid / _n_swa) before any state is
+// read. docs/models.md lists every family.
+absl::Status CheckMemorySupported(const llama_model* model);
 
 // XXH3-128 fingerprint of a GGUF file as described at model_fingerprint().
 // NotFound / Internal on I/O errors.

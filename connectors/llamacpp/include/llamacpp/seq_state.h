@@ -14,6 +14,7 @@
 //                positions then fail validation)
 //     u32 v_trans, u32 n_layer
 //     per layer: i32 k_type, u64 k_row_bytes, cell_count * k_row_bytes bytes of K rows
+//     (an MLA cache has no V tensors: the blob ends after the K layers; has_v = false)
 //     v_trans == 0: per layer: i32 v_type, u64 v_row_bytes, cell_count rows of V
 //     v_trans == 1: per layer: i32 v_type, u32 v_elem_bytes, u32 n_embd_v_gqa, then for
 //                   each of the n_embd_v_gqa elements, cell_count elements (V^T)
@@ -51,6 +52,9 @@ struct SeqStateSpec {
   uint32_t n_embd_v_gqa = 0;  // V elements per token and layer
   uint32_t v_elem_bytes = 0;  // ggml_type_size(type_v); used when v_trans
   bool v_trans = false;
+  // False for an MLA cache: K rows only (the compressed latent), no V layers in the blob;
+  // then type_v = -1 and v_row_bytes = n_embd_v_gqa = v_elem_bytes = 0.
+  bool has_v = true;
 
   // Payload bytes of one token across all layers: n_layer * (k_row_bytes + v_row_bytes).
   uint64_t payload_bytes_per_token() const {

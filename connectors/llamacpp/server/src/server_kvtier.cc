@@ -222,6 +222,16 @@ void ServerKvtier::Flush() {
 }
 
 bool ServerKvtier::OnContextReady(llama_context* ctx, const char* model_path) {
+  // A memory kind kvtier cannot restore exactly: serve without kvtier (never wrong output).
+  if (absl::Status s = CheckMemorySupported(llama_get_model(ctx)); !s.ok()) {
+    refused_why_ = std::string(s.message());
+    refused_.store(true, std::memory_order_release);
+    spdlog::error(
+        "kvtier: {}; kvtier-llama-server runs without kvtier (computes every prompt, stores "
+        "nothing; docs/models.md)",
+        refused_why_);
+    return true;
+  }
   absl::StatusOr<SeqStateSpec> probed = ProbeServerContext(ctx, &n_stream_);
   if (!probed.ok()) {
     spdlog::error("kvtier: cannot read this context's sequence state: {}",
@@ -253,7 +263,8 @@ bool ServerKvtier::OnContextReady(llama_context* ctx, const char* model_path) {
   eo.n_threads = 1;
   eo.flash_attn = flash_attn;
   eo.type_k = ggml_type_name(static_cast<ggml_type>(probed->type_k));
-  eo.type_v = ggml_type_name(static_cast<ggml_type>(probed->type_v));
+  // An MLA cache has no V (type_v -1): the context's V type is then unused.
+  eo.type_v = probed->has_v ? ggml_type_name(static_cast<ggml_type>(probed->type_v)) : "f16";
   ggml_log_callback saved_cb = nullptr;
   void* saved_ud = nullptr;
   llama_log_get(&saved_cb, &saved_ud);
@@ -635,6 +646,13 @@ std::string ServerKvtier::MetricsText() const {
 }
 
 std::string ServerKvtier::StatusJson() const {
+  if (refused_.load(std::memory_order_acquire)) {
+    return nlohmann::json({{"enabled", false},
+                           {"state", "refused"},
+                           {"refused", refused_why_},
+                           {"tiers", tiers_}})
+        .dump();
+  }
   if (!ready_.load(std::memory_order_acquire)) {
     return nlohmann::json({{"enabled", false}, {"state", "loading"}, {"tiers", tiers_}}).dump();
   }

@@ -145,6 +145,10 @@ class ServerKvtier final : public KvtierServerHooks {
   // Set (release) once OnContextReady has finished: HTTP threads answer /kvtier while the
   // model is still loading, and read connector_, spec_, ns_hex_ only after this (acquire).
   std::atomic<bool> ready_{false};
+  // Set once (release) by OnContextReady when the model's memory kind is one kvtier cannot
+  // restore exactly (CheckMemorySupported); refused_why_ is written before and never after.
+  std::atomic<bool> refused_{false};
+  std::string refused_why_;
   std::string tiers_;  // "host+disk+kvtierd"
   SeqStateSpec spec_;
   uint32_t n_stream_ = 1;  // KV streams of the server's context (non-unified: one per slot)

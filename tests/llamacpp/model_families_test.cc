@@ -1,0 +1,190 @@
+// Model families (issue 22) on the llama.cpp adapter: every family kvtier-make-gguf
+// writes either restores exactly through kvtier or is refused at start-up with a message
+// naming its architecture and the piece kvtier lacks (never loaded as wrong KV). Exact:
+// K and V caches of different types (-ctk q8_0 -ctv f16) and MLA (deepseek2, K-only
+// latent rows), logits bit for bit against recompute. docs/models.md.
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "llama_test_util.h"
+#include "llamacpp/gguf_generator.h"
+#include "llamacpp/kv_adapter.h"
+
+namespace kvt::llamacpp {
+namespace {
+
+using ::kvt::llamacpp::testing::kTestChunkTokens;
+using ::kvt::llamacpp::testing::MakeConnector;
+using ::kvt::llamacpp::testing::MakeStore;
+using ::kvt::llamacpp::testing::MakeTempDir;
+using ::kvt::llamacpp::testing::RandomTokens;
+using ::kvt::llamacpp::testing::TinyEngineOptions;
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && !a.empty() &&
+         std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+std::string FamilyModel(const std::string& arch) {
+  static const std::string dir = MakeTempDir("families");
+  const std::string path = dir + "/" + arch + ".gguf";
+  if (!std::filesystem::exists(path)) {
+    auto spec = SyntheticArchPreset(arch, "tiny", "");
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    if (!spec.ok()) return path;
+    spec->vocab_size = 4096;  // token ids only: a small file
+    absl::Status s = WriteSyntheticModel(*spec, path);
+    EXPECT_TRUE(s.ok()) << arch << ": " << s;
+  }
+  return path;
+}
+
+// What the engine says about each family, and which piece kvtier names as missing.
+struct Family {
+  std::string arch;
+  std::string kind;     // in the refusal message
+  std::string missing;  // in the refusal message
+};
+
+class RefusedFamilyTest : public ::testing::TestWithParam<Family> {};
+
+TEST_P(RefusedFamilyTest, EngineRefusesNamingArchitectureAndMissingPiece) {
+  const Family& f = GetParam();
+  EngineOptions eo = TinyEngineOptions(/*flash_attn=*/false, FamilyModel(f.arch));
+  auto engine = LlamaEngine::Create(eo);
+  ASSERT_FALSE(engine.ok()) << f.arch << " was accepted";
+  EXPECT_EQ(engine.status().code(), absl::StatusCode::kUnimplemented) << engine.status();
+  const std::string msg(engine.status().message());
+  EXPECT_NE(msg.find("'" + f.arch + "'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(f.kind), std::string::npos) << msg;
+  EXPECT_NE(msg.find("missing: " + f.missing), std::string::npos) << msg;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Families, RefusedFamilyTest,
+    ::testing::Values(Family{"gemma3", "iSWA", "a snapshot of the sliding-window cache"},
+                      Family{"gpt-oss", "iSWA", "a snapshot of the sliding-window cache"},
+                      Family{"mamba2", "recurrent", "a snapshot of the recurrent state"},
+                      Family{"qwen35", "hybrid", "a snapshot of the recurrent state"},
+                      Family{"granitehybrid", "hybrid", "a snapshot of the recurrent state"},
+                      Family{"lfm2", "hybrid", "a snapshot of the recurrent state"}),
+    [](const ::testing::TestParamInfo<Family>& i) {
+      std::string n = i.param.arch;
+      for (char& c : n) {
+        if (c == '-') c = '_';
+      }
+      return n;
+    });
+
+// Families kvtier restores exactly: K and V rows of different sizes in one payload
+// (-ctk q8_0 -ctv f16), and MLA's K-only latent rows (deepseek2).
+struct ExactCase {
+  std::string name;
+  std::string arch;  // "llama" = the tests' tiny model
+  std::string type_k;
+  std::string type_v;
+  bool flash_attn;
+  // The same model with other cache settings: another namespace, never a hit.
+  std::string other_type_k;
+  std::string other_type_v;
+};
+
+class ExactFamilyTest : public ::testing::TestWithParam<ExactCase> {};
+
+TEST_P(ExactFamilyTest, LoadedPrefixMatchesRecomputeBitForBitAndOtherShapesNeverHit) {
+  const ExactCase& c = GetParam();
+  const std::string model =
+      c.arch == "llama" ? ::kvt::llamacpp::testing::TinyModelPath() : FamilyModel(c.arch);
+  EngineOptions eo = TinyEngineOptions(c.flash_attn, model);
+  eo.type_k = c.type_k;
+  eo.type_v = c.type_v;
+  auto engine = LlamaEngine::Create(eo);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const SeqStateSpec& spec = (*engine)->state_spec();
+  if (c.arch == "deepseek2") {
+    EXPECT_FALSE(spec.has_v);
+    EXPECT_EQ((*engine)->layout().kind, LayoutKind::kMLA) << (*engine)->layout().DebugString();
+  } else {
+    EXPECT_NE(spec.k_row_bytes, spec.v_row_bytes) << spec.DebugString();
+  }
+  auto store = MakeStore("");
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto connector = MakeConnector(**engine, *store);
+  ASSERT_TRUE(connector.ok()) << connector.status();
+  auto adapter = LlamaKvAdapter::Create(engine->get(), *connector);
+  ASSERT_TRUE(adapter.ok()) << adapter.status();
+  const int32_t n_vocab = (*engine)->n_vocab();
+  const std::vector<TokenId> source = RandomTokens(2201, 4 * kTestChunkTokens + 9, n_vocab);
+  auto stored = (*adapter)->Run(source, RunOptions{});
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(stored->stored_chunks, 4u);
+  (*connector)->Flush();
+  for (uint64_t m : {kTestChunkTokens, 3 * kTestChunkTokens}) {
+    SCOPED_TRACE(m);
+    std::vector<TokenId> request(source.begin(), source.begin() + static_cast<int64_t>(m));
+    request.push_back(11);
+    auto warm = (*adapter)->Run(request, RunOptions{});
+    ASSERT_TRUE(warm.ok()) << warm.status();
+    EXPECT_EQ(warm->loaded_tokens, m);
+    EXPECT_EQ(warm->computed_tokens, 1u);
+    RunOptions cold;
+    cold.use_kvtier = false;
+    cold.recompute_prefix_tokens = m;
+    auto recompute = (*adapter)->Run(request, cold);
+    ASSERT_TRUE(recompute.ok()) << recompute.status();
+    EXPECT_EQ(recompute->loaded_tokens, 0u);
+    EXPECT_TRUE(SameBits(warm->logits, recompute->logits)) << c.name;
+  }
+
+  // The same model with other cache types: another namespace, its connector finds nothing.
+  EngineOptions other = TinyEngineOptions(c.flash_attn, model);
+  other.type_k = c.other_type_k;
+  other.type_v = c.other_type_v;
+  auto engine2 = LlamaEngine::Create(other);
+  ASSERT_TRUE(engine2.ok()) << engine2.status();
+  auto connector2 = MakeConnector(**engine2, *store);
+  ASSERT_TRUE(connector2.ok()) << connector2.status();
+  EXPECT_NE((*connector)->ns().ToHex(), (*connector2)->ns().ToHex());
+  auto lookup = (*connector2)->Lookup(source, 0);
+  ASSERT_TRUE(lookup.ok()) << lookup.status();
+  EXPECT_EQ(lookup->cached_tokens, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Families, ExactFamilyTest,
+    ::testing::Values(ExactCase{"llama_q8_0_f16", "llama", "q8_0", "f16", false, "f16", "f16"},
+                      ExactCase{"llama_q8_0_f16_fa", "llama", "q8_0", "f16", true, "f16", "f16"},
+                      ExactCase{"deepseek2_mla", "deepseek2", "f16", "f16", false, "f32", "f32"},
+                      ExactCase{"deepseek2_mla_fa", "deepseek2", "f16", "f16", true, "f32", "f32"}),
+    [](const ::testing::TestParamInfo<ExactCase>& i) { return i.param.name; });
+
+// A record from another family never hits: the llama and deepseek2 models' namespaces
+// differ (model file, layout), so one store holding both answers each only for its own.
+TEST(ModelFamiliesTest, RecordsOfOneFamilyNeverHitInAnother) {
+  auto llama = LlamaEngine::Create(TinyEngineOptions(false));
+  auto mla = LlamaEngine::Create(TinyEngineOptions(false, FamilyModel("deepseek2")));
+  ASSERT_TRUE(llama.ok() && mla.ok()) << llama.status() << mla.status();
+  auto store = MakeStore("");
+  ASSERT_TRUE(store.ok());
+  auto c1 = MakeConnector(**llama, *store);
+  auto c2 = MakeConnector(**mla, *store);
+  ASSERT_TRUE(c1.ok() && c2.ok());
+  auto a1 = LlamaKvAdapter::Create(llama->get(), *c1);
+  ASSERT_TRUE(a1.ok());
+  const std::vector<TokenId> prompt = RandomTokens(77, 3 * kTestChunkTokens + 5, 4096);
+  auto r = (*a1)->Run(prompt, RunOptions{});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->stored_chunks, 3u);
+  (*c1)->Flush();
+  auto hit = (*c1)->Lookup(prompt, 0);
+  auto miss = (*c2)->Lookup(prompt, 0);
+  ASSERT_TRUE(hit.ok() && miss.ok());
+  EXPECT_EQ(hit->cached_tokens, 3 * kTestChunkTokens);
+  EXPECT_EQ(miss->cached_tokens, 0u);
+}
+
+}  // namespace
+}  // namespace kvt::llamacpp

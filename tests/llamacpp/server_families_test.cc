@@ -1,0 +1,271 @@
+// Model families through kvtier-llama-server (issue 22), with curl, as a user runs them:
+//  * Families kvtier restores exactly (K and V caches of different types, -ctk q8_0
+//    -ctv f16; MLA, deepseek2): a prompt of 4 chunks and a tail stored by one server is
+//    loaded from disk by a restarted one (-np 2: the load into slot 0 leaves slot 1's
+//    answer unchanged) and through a kvtierd shared by two servers; a prompt sharing 2
+//    chunks loads only those; greedy tokens and the first token's n_probs are bit for bit
+//    plain llama-server's; the same model with other cache types is another namespace
+//    and never hits.
+//  * Families whose memory kvtier cannot restore exactly yet (docs/models.md): the server
+//    starts, logs and reports (GET /kvtier) the refusal naming the architecture and the
+//    missing piece, and answers exactly as plain llama-server (kvtier never loads or
+//    stores for it). A family the pinned llama.cpp cannot run here is skipped with the
+//    engine's error.
+#include <filesystem>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kvtierd_process.h"
+#include "llama_test_util.h"
+#include "llamacpp/gguf_generator.h"
+#include "server_test_util.h"
+
+namespace kvt::llamacpp::testing {
+namespace {
+
+using nlohmann::json;
+constexpr int kChunk = 32;
+constexpr size_t kPromptTokens = 150;  // 4 chunks + 22 tokens
+constexpr int kWarmTokens = 149;       // chunks + tail: all but the last token
+
+std::string Log(const std::string& tag) {
+  static const std::string dir = MakeTempDir("server-family-logs");
+  return dir + "/" + tag + ".log";
+}
+
+std::vector<std::string> BaseArgs(const std::string& model, std::vector<std::string> more = {}) {
+  std::vector<std::string> a = {"-m",  model, "-c", "1024", "-np", "1",  "-t",          "2",
+                                "-tb", "2",   "-b", "256",  "-ub", "32", "--cache-ram", "0"};
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+
+std::vector<std::string> With(std::vector<std::string> a, const std::vector<std::string>& more) {
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+
+std::vector<std::string> Kvtier(std::vector<std::string> a, const std::string& dir) {
+  for (const char* s : {"--kvtier-chunk-tokens", "32", "--kvtier-no-cost-model", "--kvtier-dir"})
+    a.push_back(s);
+  a.push_back(dir);
+  for (const char* s : {"--kvtier-disk-mib", "16", "--kvtier-host-mib", "0"}) a.push_back(s);
+  return a;
+}
+
+std::vector<int> Prompt(uint64_t seed) {
+  std::vector<TokenId> t = RandomTokens(seed, kPromptTokens, 32000);
+  return std::vector<int>(t.begin(), t.end());
+}
+
+json Completion(const std::vector<int>& prompt, int slot = -1) {
+  json b = {{"prompt", prompt}, {"n_predict", 6},       {"temperature", 0.0},
+            {"n_probs", 5},     {"cache_prompt", true}, {"return_tokens", true}};
+  if (slot >= 0) b["id_slot"] = slot;
+  return b;
+}
+
+std::unique_ptr<ServerProcess> MustStart(const std::vector<std::string>& args,
+                                         const std::string& tag) {
+  auto s = ServerProcess::Start(KVT_LLAMA_SERVER_BIN, args, Log(tag));
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? std::move(*s) : nullptr;
+}
+
+json Post(const ServerProcess& s, const std::string& path, const json& body) {
+  auto r = CurlJson(s.url() + path, body);
+  EXPECT_TRUE(r.ok()) << r.status() << "\n" << Tail(s.log());
+  return r.ok() ? *r : json::object();
+}
+json Status(const ServerProcess& s) { return Post(s, "/kvtier", json()); }
+
+void ExpectSameAnswer(const json& got, const json& want) {
+  ASSERT_TRUE(want.contains("tokens")) << want.dump();
+  EXPECT_EQ(got["tokens"], want["tokens"]);
+  ASSERT_TRUE(got.contains("completion_probabilities")) << got.dump();
+  EXPECT_EQ(got["completion_probabilities"][0], want["completion_probabilities"][0]);
+}
+
+std::string FamilyModel(const std::string& arch) {
+  static const std::string dir = MakeTempDir("server-families");
+  const std::string path = dir + "/" + arch + ".gguf";
+  if (!std::filesystem::exists(path)) {
+    auto spec = SyntheticArchPreset(arch, "tiny", DefaultVocabPath());
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    if (spec.ok()) {
+      absl::Status s = WriteSyntheticModel(*spec, path);
+      EXPECT_TRUE(s.ok()) << arch << ": " << s;
+    }
+  }
+  return path;
+}
+
+#ifdef KVT_KVTIERD_BIN
+demo::KvtierdProcessOptions DaemonOptions(const std::string& dir) {
+  demo::KvtierdProcessOptions o;
+  o.binary = KVT_KVTIERD_BIN;
+  o.run_dir = dir + "/run";
+  o.data_dir = dir + "/data";
+  o.host_capacity_bytes = 64ull << 20;
+  o.disk_file_bytes = 16ull << 20;
+  o.disk_capacity_bytes = 64ull << 20;
+  return o;
+}
+
+// Waits until `s`'s queued stores reached the tiers (chunks_put >= n, tails_put >= tails).
+void WaitPut(const ServerProcess& s, uint64_t n, uint64_t tails) {
+  for (int i = 0; i < 200; ++i) {
+    const json st = Status(s);
+    if (st.value("chunks_put", uint64_t{0}) >= n && st.value("tails_put", uint64_t{0}) >= tails)
+      return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ADD_FAILURE() << "stores did not reach the tiers: " << Status(s).dump() << "\n" << Tail(s.log());
+}
+#endif
+
+struct ExactCase {
+  std::string name;
+  std::string arch;                // "llama" = the tests' tiny model
+  std::vector<std::string> types;  // cache type flags
+  std::vector<std::string> other;  // another shape of the same model: never a hit
+};
+
+class ExactFamilyServerTest : public ::testing::TestWithParam<ExactCase> {};
+
+// A prompt of 4 chunks + a tail: loaded from disk by a restarted server (-np 2: the load
+// into slot 0 leaves slot 1 unchanged), then through a kvtierd shared by two servers;
+// two prompts sharing 2 chunks load only those; another cache shape never hits.
+TEST_P(ExactFamilyServerTest, RestoresExactlyFromDiskAndKvtierdAndNeverAcrossShapes) {
+  const ExactCase& c = GetParam();
+  const std::string model = c.arch == "llama" ? TinyModelPath() : FamilyModel(c.arch);
+  // Plain llama-server (no kvtier flag), same cache types: each prompt cold, then again
+  // in the same slot (all but the last token reused). Prompt 4 shares prompt 1's first
+  // 2 chunks.
+  std::vector<int> p4 = Prompt(1);
+  const std::vector<int> other = Prompt(4);
+  std::copy(other.begin() + 2 * kChunk, other.end(), p4.begin() + 2 * kChunk);
+  std::map<int, std::pair<json, json>> ref;
+  {
+    auto p = MustStart(BaseArgs(model, c.types), c.name + "-ref");
+    ASSERT_TRUE(p);
+    for (int seed : {1, 2, 4}) {
+      const std::vector<int> prompt = seed == 4 ? p4 : Prompt(seed);
+      ref[seed].first = Post(*p, "/completion", Completion(prompt));
+      ref[seed].second = Post(*p, "/completion", Completion(prompt));
+      ASSERT_EQ(ref[seed].second["timings"]["cache_n"], static_cast<int>(kPromptTokens) - 1);
+    }
+  }
+  const std::string dir = MakeTempDir("server-exact-" + c.name);
+  {
+    auto a = MustStart(Kvtier(BaseArgs(model, c.types), dir), c.name + "-a");
+    ASSERT_TRUE(a);
+    const json r = Post(*a, "/completion", Completion(Prompt(1)));
+    EXPECT_EQ(r["timings"]["cache_n"], 0);
+    ExpectSameAnswer(r, ref[1].first);
+    const json st = Status(*a);
+    EXPECT_EQ(st["state"], "ready") << st.dump();
+    EXPECT_EQ(a->Stop(), 0);  // queued stores are flushed before exit
+  }
+  {
+    // Restarted, two slots: slot 1 computes prompt 2, slot 0 loads prompt 1 from disk.
+    auto b = MustStart(Kvtier(BaseArgs(model, With({"-np", "2", "-c", "2048"}, c.types)), dir),
+                       c.name + "-b");
+    ASSERT_TRUE(b);
+    ExpectSameAnswer(Post(*b, "/completion", Completion(Prompt(2), 1)), ref[2].first);
+    const json r0 = Post(*b, "/completion", Completion(Prompt(1), 0));
+    EXPECT_EQ(r0["timings"]["cache_n"], kWarmTokens) << r0["timings"].dump();
+    ExpectSameAnswer(r0, ref[1].second);
+    const json r1 = Post(*b, "/completion", Completion(Prompt(2), 1));
+    EXPECT_EQ(r1["timings"]["cache_n"], static_cast<int>(kPromptTokens) - 1);
+    ExpectSameAnswer(r1, ref[2].second);
+    // Prompt 4 shares 2 chunks with prompt 1, then differs: only those 2 load (into slot
+    // 1, which holds prompt 2: nothing of its own to reuse).
+    const json r4 = Post(*b, "/completion", Completion(p4, 1));
+    EXPECT_EQ(r4["timings"]["cache_n"], 2 * kChunk) << r4["timings"].dump();
+    ExpectSameAnswer(r4, ref[4].first);
+    EXPECT_EQ(Status(*b)["hits"], 2);
+    EXPECT_EQ(b->Stop(), 0);
+  }
+  // The same model and directory with other cache types: another namespace, no hit.
+  {
+    auto o = MustStart(Kvtier(BaseArgs(model, c.other), dir), c.name + "-other");
+    ASSERT_TRUE(o);
+    const json r = Post(*o, "/completion", Completion(Prompt(1)));
+    EXPECT_EQ(r["timings"]["cache_n"], 0) << r["timings"].dump();
+    EXPECT_EQ(Status(*o)["hits"], 0);
+  }
+#ifdef KVT_KVTIERD_BIN
+  // Two servers sharing one kvtierd: what the first computes, the second loads.
+  auto d = demo::KvtierdProcess::Start(DaemonOptions(dir + "-kvtierd"));
+  ASSERT_TRUE(d.ok()) << d.status();
+  std::vector<std::string> shared = BaseArgs(model, c.types);
+  for (const char* f : {"--kvtier-chunk-tokens", "32", "--kvtier-no-cost-model", "--kvtier-daemon"})
+    shared.push_back(f);
+  shared.push_back((*d)->target());
+  auto x = MustStart(shared, c.name + "-share-x");
+  auto y = MustStart(shared, c.name + "-share-y");
+  ASSERT_TRUE(x && y);
+  ExpectSameAnswer(Post(*x, "/completion", Completion(Prompt(2))), ref[2].first);
+  WaitPut(*x, 4, 1);
+  const json ry = Post(*y, "/completion", Completion(Prompt(2)));
+  EXPECT_EQ(ry["timings"]["cache_n"], kWarmTokens) << ry["timings"].dump();
+  ExpectSameAnswer(ry, ref[2].second);
+  if (HasFailure()) ADD_FAILURE() << "kvtierd's log:\n" << Tail((*d)->log_path());
+#endif
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Families, ExactFamilyServerTest,
+    ::testing::Values(ExactCase{"llama_q8_0_f16", "llama", {"-ctk", "q8_0", "-ctv", "f16"}, {}},
+                      ExactCase{"deepseek2_mla", "deepseek2", {"-fa", "on"}, {"-fa", "off"}}),
+    [](const ::testing::TestParamInfo<ExactCase>& i) { return i.param.name; });
+
+class RefusedFamilyServerTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RefusedFamilyServerTest, ServesWithoutKvtierNamingWhatIsMissing) {
+  const std::string arch = GetParam();
+  const std::string model = FamilyModel(arch);
+  ASSERT_TRUE(std::filesystem::exists(model));
+  auto [rc, out] = RunToExit(KVT_MAKE_GGUF_BIN, {"--check", model});
+  if (rc != 0) GTEST_SKIP() << "the pinned llama.cpp cannot run '" << arch << "' here: " << out;
+  json cold;
+  {
+    auto p = MustStart(BaseArgs(model), arch + "-plain");
+    ASSERT_TRUE(p);
+    cold = Post(*p, "/completion", Completion(Prompt(3)));
+  }
+  const std::string dir = MakeTempDir("server-refused-" + arch);
+  for (int run = 0; run < 2; ++run) {  // a restart finds nothing stored either
+    auto s = MustStart(Kvtier(BaseArgs(model), dir), arch + "-kvtier-" + std::to_string(run));
+    ASSERT_TRUE(s);
+    const json st = Status(*s);
+    EXPECT_EQ(st["enabled"], false) << st.dump();
+    EXPECT_EQ(st["state"], "refused") << st.dump();
+    const std::string why = st.value("refused", "");
+    EXPECT_NE(why.find("'" + arch + "'"), std::string::npos) << why;
+    EXPECT_NE(why.find("missing: "), std::string::npos) << why;
+    const json r = Post(*s, "/completion", Completion(Prompt(3)));
+    EXPECT_EQ(r["timings"]["cache_n"], 0) << r["timings"].dump();
+    ExpectSameAnswer(r, cold);
+    EXPECT_EQ(s->Stop(), 0);
+    EXPECT_NE(Tail(s->log()).find("runs without kvtier"), std::string::npos) << Tail(s->log());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, RefusedFamilyServerTest,
+                         ::testing::Values("gemma3", "gpt-oss", "mamba2", "qwen35", "granitehybrid",
+                                           "lfm2"),
+                         [](const ::testing::TestParamInfo<std::string>& i) {
+                           std::string n = i.param;
+                           for (char& c : n) {
+                             if (c == '-') c = '_';
+                           }
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace kvt::llamacpp::testing
