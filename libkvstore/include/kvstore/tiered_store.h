@@ -180,7 +180,8 @@ struct TieredStoreStats {
 //   tiers.push_back(HostTier::Factory({.capacity_bytes = 8ull << 30}));
 //   tiers.push_back(DiskTier::Factory(disk_options));
 //   auto store = TieredStore::Create(std::move(tiers), TieredStoreOptions{});
-// Every tier but the last is built with the store's eviction listener (demotion).
+// A tier's Put returns the records it evicted to make room (Tier::Put, PutResult), and
+// the store demotes them to the next tier after the call: no tier calls the store.
 //
 // Verification: tiers with caps().verifies_reads (disk, remote) verify what they
 // return; the store trusts them and does not hash again. Records from tier 0 (host
@@ -190,8 +191,8 @@ struct TieredStoreStats {
 // order, the submitted writes (SubmitWrite: the connectors' stores), the queued
 // write-through Puts and the demotions, and reaps expired leases. It is the only write
 // queue: connectors have none of their own, and there is one lease book (this one).
-// An eviction listener only copies the record into the queue (never blocks, never
-// calls into a tier). The store never calls into a tier while holding its own locks.
+// A demotion queues the victim's own buffer (never blocks, no copy). The store never
+// calls into a tier while holding its own locks.
 // A record waiting in the queue (evicted from tier 0, not yet below) is still found
 // by Lookup and Get. If the thread dies (an exception escaped a tier), healthy() turns
 // false, the death is logged, Put still lands in tier 0 but is no longer written down
@@ -234,10 +235,13 @@ class TieredStore {
   // Allocating variant.
   absl::StatusOr<std::vector<std::byte>> Get(const ChunkKey& key, GetInfo* info = nullptr,
                                              const GetOptions& options = {});
-  // Get from tier 0 without a copy (Tier::View): the record where tier 0 holds it, kept
-  // there until the view is released; counted as a Get hit. A record only in lower
-  // tiers or in the write-back queue is not viewed: NotFound (not counted as a miss) or
-  // Unimplemented (tier 0 cannot lend its records), and the caller falls back to Get.
+  // Get without a copy out (Tier::View): the record where tier 0 holds it, kept there
+  // until the view is released; counted as a Get hit. A hit in a lower tier is read
+  // once, straight into tier 0's memory (the promotion, in place: a chunk read from disk
+  // with O_DIRECT costs no CPU copy) or, when tier 0 has no room, into a pooled aligned
+  // buffer, and viewed there. A record only in the write-back queue, or in no tier, is
+  // not viewed: NotFound (not counted as a miss), and the caller falls back to Get (as
+  // on any other error, e.g. DataLoss from a lower tier, already counted by it).
   // REQUIRES: the view is released before the store is destroyed.
   absl::StatusOr<RecordView> View(const ChunkKey& key, GetInfo* info = nullptr);
 
