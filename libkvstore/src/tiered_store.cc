@@ -233,6 +233,8 @@ absl::StatusOr<RecordView> TieredStore::Impl::View(const ChunkKey& key, GetInfo*
     CountHit(0, /*promoted=*/false, info, GetOptions{});
     return view;
   }
+  // A tier 0 that cannot lend its records cannot lend a promoted one either.
+  if (absl::IsUnimplemented(view.status())) return view.status();
   // Below tier 0: the record is read once, straight into tier 0's memory (the promotion,
   // in place) or, when tier 0 has no room, into a pooled buffer, and viewed there. A
   // miss everywhere is NotFound, not counted (the caller's Get counts it, and finds a

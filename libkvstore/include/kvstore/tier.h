@@ -235,9 +235,9 @@ struct PutContext {
   bool keep_victims = false;
   // Return a RecordView of the record's bytes in this tier in PutResult::view (a tier
   // whose memory can lend it: HostTier, and the default PutInPlace's buffer), without
-  // counting a hit: the store writes a durable tier or answers a load from it. The view
-  // is returned also when the tier's policy declined the record (the bytes are then freed
-  // when the view is dropped). Other tiers leave the view empty.
+  // counting a hit: the store writes a durable tier or answers a load from it. PutInPlace
+  // returns the view also when the tier's policy declined the record (its bytes are then
+  // freed when the view is dropped). Other tiers leave the view empty.
   bool view = false;
 };
 

@@ -32,7 +32,7 @@ inline constexpr TierIndex kNoTier = TierIndex::kNone;
 constexpr TierIndex MakeTierIndex(size_t i) { return static_cast<TierIndex>(i); }
 constexpr size_t ToSize(TierIndex t) { return static_cast<size_t>(t); }
 
-// A factory for a tier built already (its own eviction listener, if any, is kept).
+// A factory for a tier built already (the store asks it for its victims per Put).
 TierFactory UseTier(std::unique_ptr<Tier> tier);
 
 // Which lower tiers a Put is written through to, in the background.
@@ -241,7 +241,8 @@ class TieredStore {
   // with O_DIRECT costs no CPU copy) or, when tier 0 has no room, into a pooled aligned
   // buffer, and viewed there. A record only in the write-back queue, or in no tier, is
   // not viewed: NotFound (not counted as a miss), and the caller falls back to Get (as
-  // on any other error, e.g. DataLoss from a lower tier, already counted by it).
+  // on any other error: DataLoss from a lower tier, already counted by it; Unimplemented
+  // when tier 0 cannot lend its records).
   // REQUIRES: the view is released before the store is destroyed.
   absl::StatusOr<RecordView> View(const ChunkKey& key, GetInfo* info = nullptr);
 

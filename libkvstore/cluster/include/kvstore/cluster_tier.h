@@ -17,7 +17,7 @@
 // piece, a master lost, a concurrent re-put) is a miss (NotFound), a record that fails
 // verification is DataLoss (counted as an integrity error), never wrong bytes.
 //
-// Pins are no-ops returning true and the eviction listener is never called: Redis
+// Pins are no-ops returning true and a Put returns no victims: Redis
 // evicts on its own (maxmemory + allkeys-lru, see docs/scale-out.md).
 #ifndef KVSTORE_CLUSTER_TIER_H_
 #define KVSTORE_CLUSTER_TIER_H_
