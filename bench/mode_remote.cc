@@ -39,6 +39,12 @@
 //                  (target <= 2 RPCs and <= 5 % of the prompt's cold prefill at
 //                  --prefill-tokens-per-s, the demo model's), beside the same lookup
 //                  pinned one key per RPC (the path before batched pins) in the same run.
+//   shm put sync   shm put acknowledged with durability: sync (kvtierd's default; a second
+//                  kvtierd), the client's copy into the region included, against memcpy
+//                  in the same round (shm_put_sync_incl_copy_over_memcpy), and the copies
+//                  per put byte: the client's plus the daemon's as kvtierd counts them
+//                  (Stats: shm_put_copy_bytes + its tiers' copy_bytes): shm_put_sync_copies,
+//                  target 2.
 // The daemon is the real kvtierd binary (found next to this binary in ../daemon/, or
 // --kvtierd, or $KVTIERD), started on a unix socket in a temp dir with durability async
 // (acknowledged in host memory, written to disk in the background, like Redis's SET).
@@ -181,6 +187,102 @@ void DrainWriteBack(RemoteClient& client) {
     if (!st.ok() || st->pending_write_bytes == 0) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+}
+
+// An shm put acknowledged with durability: sync (kvtierd's default: the record is on disk,
+// fdatasync'd, before the answer), including the client's copy into the region, beside a
+// memcpy of the same records in the same round; and the copies of each put byte: the
+// client's (1, made here) plus the daemon's, as kvtierd counts them (Stats:
+// shm_put_copy_bytes, its copy out of the region, plus its tiers' copy_bytes).
+struct SyncShmPut {
+  std::string error;
+  std::vector<double> gbps, over_memcpy;
+  double copies = 0;
+};
+
+SyncShmPut MeasureSyncShmPut(const std::string& bin, const std::string& dir,
+                             const std::vector<std::vector<std::byte>>& recs, int rounds,
+                             uint64_t host_cap) {
+  SyncShmPut r;
+  const uint64_t rec_bytes = recs[0].size();
+  const uint64_t total = rec_bytes * recs.size();
+  const std::string sdir = dir + "/sync";
+  std::filesystem::create_directories(sdir);
+  const std::string sock = "unix://" + sdir + "/kvtierd.sock";
+  {
+    std::ofstream cfg(sdir + "/kvtierd.yaml");
+    cfg << "listen: " << sock << "\ndata_dir: " << sdir << "/data\nhost_capacity: " << host_cap
+        << "\ndisk_capacity: " << host_cap * 2
+        << "\ndisk_file_bytes: 256MiB\nmax_record_bytes: 256MiB\n"
+        << "max_inflight_bytes: 1GiB\ndurability: sync\nworkers: 2\nlog_level: warn\nmetrics:\n  "
+           "listen: \"\"\nready_file: "
+        << sdir << "/ready.json\n";
+  }
+  pid_t daemon = Spawn({bin, "--config", sdir + "/kvtierd.yaml"}, sdir + "/kvtierd.log");
+  bool ready = false;
+  for (int i = 0; i < 1000 && !ready; ++i) {
+    ready = std::filesystem::exists(sdir + "/ready.json");
+    if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!ready) {
+    Stop(daemon);
+    r.error = "kvtierd (durability sync) did not start within 10 s";
+    return r;
+  }
+  RemoteClientOptions o;
+  o.target = sock;
+  o.deadline = std::chrono::seconds(60);
+  auto client = RemoteClient::Create(o);
+  if (!client.ok()) {
+    Stop(daemon);
+    r.error = client.status().ToString();
+    return r;
+  }
+  const uint64_t slot = (rec_bytes + 4095) & ~uint64_t{4095};
+  auto session = (*client)->AttachShm(slot);
+  if (!session.ok()) {
+    Stop(daemon);
+    r.error = "shm: " + session.status().ToString();
+    return r;
+  }
+  std::byte* region = (*session)->region->data();
+  std::memset(region, 0, slot);
+  std::vector<std::byte> dst(rec_bytes);
+  std::memcpy(dst.data(), recs[0].data(), rec_bytes);  // touched: no page faults timed
+  auto daemon_copies = [&]() -> uint64_t {
+    absl::StatusOr<RemoteStats> st = (*client)->Stats();
+    if (!st.ok()) return 0;
+    uint64_t n = st->shm_put_copy_bytes;
+    for (const RemoteTierStats& t : st->tiers) n += t.stats.copy_bytes;
+    return n;
+  };
+  const uint64_t c0 = daemon_copies();
+  uint64_t put_bytes = 0;
+  for (int round = 0; round < rounds && r.error.empty(); ++round) {
+    auto t = Clock::now();
+    for (const auto& rec : recs) std::memcpy(dst.data(), rec.data(), rec.size());
+    const double memcpy_gbps = Gbps(total, Since(t));
+    t = Clock::now();
+    for (const auto& rec : recs) {
+      std::memcpy(region, rec.data(), rec_bytes);  // the client's copy
+      if (auto s = (*client)->PutShm(**session, 0, rec_bytes); !s.ok()) {
+        r.error = "shm put (sync): " + s.ToString();
+        break;
+      }
+      put_bytes += rec_bytes;
+    }
+    const double g = Gbps(total, Since(t));
+    r.gbps.push_back(g);
+    r.over_memcpy.push_back(g / memcpy_gbps);
+  }
+  if (put_bytes > 0) {
+    r.copies = 1.0 + static_cast<double>(daemon_copies() - c0) / static_cast<double>(put_bytes);
+  }
+  (void)(*client)->DetachShm(**session);
+  session->reset();
+  client->reset();
+  Stop(daemon);
+  return r;
 }
 
 int RunRemote(int argc, char** argv) {
@@ -410,6 +512,8 @@ int RunRemote(int argc, char** argv) {
   PinnedLookupFigures lookup;
   if (ready) lookup = MeasurePinnedLookup(sock, lookup_tokens, 256, prefill_tps, rounds);
   Stop(daemon);
+  SyncShmPut sync;
+  if (ready) sync = MeasureSyncShmPut(bin, dir, recs, rounds, host_cap);
 
   nlohmann::json out;
   out["chunk_bytes"] = rec_bytes;
@@ -476,6 +580,14 @@ int RunRemote(int argc, char** argv) {
     out["pinned_lookup_cold_prefill_ms"] = lookup.cold_prefill_ms;
   } else if (ready) {
     out["pinned_lookup_error"] = lookup.error;
+  }
+  if (sync.error.empty() && !sync.gbps.empty()) {
+    out["shm_put_sync_incl_copy_gbps"] = Median(sync.gbps);
+    out["shm_put_sync_incl_copy_over_memcpy"] = Median(sync.over_memcpy);
+    out["shm_put_sync_copies"] = sync.copies;
+    out["shm_put_sync_copies_target"] = 2;
+  } else if (ready) {
+    out["shm_put_sync_error"] = sync.error;
   }
   std::filesystem::remove_all(dir);
 
@@ -551,6 +663,14 @@ int RunRemote(int argc, char** argv) {
                     Median(f[absl::StrFormat("redis_piece_%d_set_gbps", mib)]));
     } else {
       std::printf("  redis: not measured (%s)\n", redis_why.c_str());
+    }
+    if (sync.error.empty() && !sync.gbps.empty()) {
+      std::printf(
+          "  %-24s %8.2f  %.2f x memcpy (median of per-round ratios); %.3f copies per byte "
+          "(target 2: the client's and the daemon's)\n",
+          "shm put, sync, incl copy", Median(sync.gbps), Median(sync.over_memcpy), sync.copies);
+    } else if (!sync.error.empty()) {
+      std::printf("  shm put (durability sync): %s\n", sync.error.c_str());
     }
     if (!shm_error.empty()) std::printf("  shm: %s\n", shm_error.c_str());
     if (!daemon_error.empty()) std::printf("  kvtierd: %s\n", daemon_error.c_str());

@@ -396,6 +396,9 @@ class KVConnectorImpl final : public KVConnector {
     if (view.ok()) {
       got = view->bytes().size();
       if (*got > buf.size()) got = absl::OutOfRangeError(absl::StrFormat("%d bytes", *got));
+    } else if (absl::IsDataLoss(view.status())) {
+      // A lower tier's copy failed verification (counted and dropped there): data lost.
+      got = view.status();
     } else {
       info = GetInfo{};
       got = store_->Get(key, buf, &info);

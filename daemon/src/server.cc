@@ -339,8 +339,7 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonCo
   dopt.file_bytes = std::min(config.disk.file_bytes, config.disk.capacity_bytes);
   ClusterTier* cluster = nullptr;
   if (config.cluster) {  // shared by every kvtierd naming the same cluster: below the disk
-    so.lower.push_back([&cluster,
-                        &config](EvictionListener) -> absl::StatusOr<std::unique_ptr<Tier>> {
+    so.lower.push_back([&cluster, &config]() -> absl::StatusOr<std::unique_ptr<Tier>> {
       // One name for this tier everywhere (metrics, kvtier stats and ls, docs): "remote".
       ClusterTierOptions co = *config.cluster;
       co.name = std::string(TierKindName(TierKind::kRemote));

@@ -245,6 +245,7 @@ absl::Status KvTierService::StoreShmRecord(std::span<const std::byte> src,
     } else {
       std::memcpy(dst.data(), src.data(), src.size());
     }
+    shm_put_copy_bytes_.fetch_add(src.size(), std::memory_order_relaxed);
     bool store = false;
     absl::Status s = AdmitRecord(dst, tenant, key_out, payload_checksum, &store);
     if (s.ok() && !store) {
@@ -485,6 +486,7 @@ grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
                       p->set_bytes_in(s.bytes_in);
                       p->set_bytes_out(s.bytes_out);
                       p->set_puts(s.puts);
+                      p->set_copy_bytes(s.copy_bytes);
                     }
                     resp->set_hits(ss.hits);
                     resp->set_misses(ss.misses + unserved_misses_.load(std::memory_order_relaxed));
@@ -498,6 +500,8 @@ grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
                     resp->set_leases_expired(lc.expired);
                     resp->set_leases_active(lc.active);
                     resp->set_pinned_bytes(ss.pinned_bytes);
+                    resp->set_shm_put_copy_bytes(
+                        shm_put_copy_bytes_.load(std::memory_order_relaxed));
                     resp->set_tenant(tenant);
                     return absl::OkStatus();
                   });

@@ -106,7 +106,9 @@ class KvTierService final : public ::kvtier::v1::KvTier::WithRawCallbackMethod_G
   // StoreRecord for a record in a client's shm region (`src`, which the client may
   // still be writing): the record is copied once, hashing its payload in the same pass
   // when verify_on_put, straight into the memory the store's tier 0 lends
-  // (TieredStore::Write with a fill), and every check and the store read only that copy.
+  // (TieredStore::Write with a fill), and every check and the store read only that copy. With
+  // durability: sync the disk tier is then written from that same copy in tier 0, held
+  // by a reader count (no second copy). Counted in Stats' shm_put_copy_bytes.
   // With `progress` (a progressive Put: the client is still writing `src`, which lies at
   // region offset `src_offset`), each piece is copied once the client publishes it; no
   // progress for shm.stall_timeout_ms fails the Put (DeadlineExceeded, nothing stored).
@@ -155,6 +157,8 @@ class KvTierService final : public ::kvtier::v1::KvTier::WithRawCallbackMethod_G
   std::atomic<bool> draining_{false};
   std::atomic<int64_t> active_calls_{0};
   std::atomic<uint64_t> unserved_misses_{0};
+  // Bytes copied out of clients' shm regions by StoreShmRecord's fill (Stats).
+  std::atomic<uint64_t> shm_put_copy_bytes_{0};
   absl::Mutex shm_mu_;
   absl::flat_hash_map<uint64_t, ShmEntry> regions_ ABSL_GUARDED_BY(shm_mu_);
   uint64_t next_region_id_ ABSL_GUARDED_BY(shm_mu_) = 1;

@@ -155,7 +155,8 @@ void DiskTier::Impl::DropExpired() {
   for (const Entry& e : dropped) ReleaseExtentLocked(e);
 }
 
-absl::Status DiskTier::Impl::Put(std::span<const std::byte> record, const PutContext& context) {
+absl::StatusOr<PutResult> DiskTier::Impl::Put(std::span<const std::byte> record,
+                                              const PutContext& context) {
   auto hdr = DecodeChunkHeader(record);
   if (!hdr.ok()) return hdr.status();
   if (record.size() != hdr->record_bytes()) {
@@ -168,17 +169,19 @@ absl::Status DiskTier::Impl::Put(std::span<const std::byte> record, const PutCon
         "record of ", record.size(), " bytes can never fit: file_bytes = ", options_.file_bytes,
         ", capacity_bytes = ", options_.capacity_bytes));
   }
+  PutResult result;
+  result.key = hdr->key;
   {
     absl::MutexLock l(&mu_);
     const CacheEntryInfo info{
         .key = hdr->key, .parent = hdr->parent, .ns = hdr->ns, .record_bytes = record.size()};
     if (!policy_->Admit(info, context.reason)) {
       ++counters_.admission_rejects;
-      return absl::OkStatus();
+      return result;
     }
   }
   DropExpired();
-  auto ext = Reserve(padded);
+  auto ext = Reserve(padded, context.keep_victims ? &result.victims : nullptr);
   if (!ext.ok()) return ext.status();
 
   std::shared_ptr<RecordFile> file;
@@ -189,6 +192,7 @@ absl::Status DiskTier::Impl::Put(std::span<const std::byte> record, const PutCon
   }
   const bool grouped = options_.commit == DiskCommit::kGrouped;
   absl::Status s;
+  uint64_t bounced = 0;
   if (!file) {
     s = absl::UnavailableError("record file removed during the write");
   } else {
@@ -197,7 +201,9 @@ absl::Status DiskTier::Impl::Put(std::span<const std::byte> record, const PutCon
       s = ring.status();
     } else {
       RingLease lease(this, std::move(*ring));
+      const uint64_t b0 = lease.ring().bounce_bytes();
       s = fs_->Write(lease.ring(), Ref(*file), ext->offset, record);
+      bounced = lease.ring().bounce_bytes() - b0;
     }
     // kGrouped: the committer fdatasyncs the file before it writes the index entry.
     if (s.ok() && !grouped) s = fs_->Sync(Ref(*file));
@@ -235,6 +241,7 @@ absl::Status DiskTier::Impl::Put(std::span<const std::byte> record, const PutCon
           .key = hdr->key, .parent = hdr->parent, .ns = hdr->ns, .record_bytes = record.size()});
       ++counters_.puts;
       counters_.bytes_in += record.size();
+      counters_.copy_bytes += bounced;
       if (!committed) {
         ++uncommitted_;
         if (pending_.empty()) first_pending_ = ClockOrSystem(options_.clock).Now();
@@ -248,7 +255,8 @@ absl::Status DiskTier::Impl::Put(std::span<const std::byte> record, const PutCon
         s = absl::UnavailableError("record file removed during the write");
       } else {
         publish(/*committed=*/false);
-        return absl::OkStatus();
+        result.stored = true;
+        return result;
       }
     } else {
       absl::MutexLock il(&index_mu_);
@@ -262,7 +270,8 @@ absl::Status DiskTier::Impl::Put(std::span<const std::byte> record, const PutCon
       if (s.ok()) {
         absl::MutexLock l(&mu_);
         publish(/*committed=*/true);
-        return absl::OkStatus();
+        result.stored = true;
+        return result;
       }
     }
   }
@@ -274,12 +283,25 @@ absl::Status DiskTier::Impl::Put(std::span<const std::byte> record, const PutCon
   return s;
 }
 
-absl::Status DiskTier::Impl::ReadVerified(const ChunkKey& key, const IndexEntry& e,
-                                          const std::shared_ptr<RecordFile>& file,
-                                          std::span<std::byte> out) {
+absl::Status DiskTier::Impl::ReadRecord(const IndexEntry& e,
+                                        const std::shared_ptr<RecordFile>& file,
+                                        std::span<std::byte> out,
+                                        const internal::InOrderCallback& in_order) {
   auto ring = AcquireRing();
   if (!ring.ok()) return ring.status();
   RingLease lease(this, std::move(*ring));
+  const uint64_t b0 = lease.ring().bounce_bytes();
+  absl::Status s = fs_->Read(lease.ring(), Ref(*file), e.offset, e.record_bytes, out, in_order);
+  // The read itself (into memory) and its bounce copies (out not 4096-aligned).
+  absl::MutexLock l(&mu_);
+  ++extra_.record_reads;
+  counters_.copy_bytes += e.record_bytes + (lease.ring().bounce_bytes() - b0);
+  return s;
+}
+
+absl::Status DiskTier::Impl::ReadVerified(const ChunkKey& key, const IndexEntry& e,
+                                          const std::shared_ptr<RecordFile>& file,
+                                          std::span<std::byte> out) {
   // The payload's one hash (ChunkChecksum's fastest kernel), computed as the pieces
   // arrive, while later pieces are still in flight: verifying costs no second pass.
   ChunkChecksummer sum;
@@ -290,7 +312,7 @@ absl::Status DiskTier::Impl::ReadVerified(const ChunkKey& key, const IndexEntry&
     if (b.size() > skip) sum.Update(b.subspan(skip));
     seen += b.size();
   };
-  absl::Status s = fs_->Read(lease.ring(), Ref(*file), e.offset, e.record_bytes, out, hash);
+  absl::Status s = ReadRecord(e, file, out, hash);
   if (!s.ok()) return s;
   auto h = DecodeChunkHeader(out.first(e.record_bytes));
   if (!h.ok()) return absl::DataLossError(absl::StrCat("header: ", h.status().message()));
@@ -540,10 +562,8 @@ void DiskTier::Impl::Unpin(void* self_ptr, const ChunkKey& key) {
 // ---------------------------------------------------------------- DiskTier
 
 TierFactory DiskTier::Factory(DiskTierOptions options) {
-  return [options](EvictionListener on_evict) -> absl::StatusOr<std::unique_ptr<Tier>> {
-    DiskTierOptions o = options;
-    if (on_evict) o.eviction_listener = std::move(on_evict);
-    absl::StatusOr<std::unique_ptr<DiskTier>> t = Open(o);
+  return [options]() -> absl::StatusOr<std::unique_ptr<Tier>> {
+    absl::StatusOr<std::unique_ptr<DiskTier>> t = Open(options);
     if (!t.ok()) return t.status();
     return std::unique_ptr<Tier>(std::move(*t));
   };
@@ -551,7 +571,8 @@ TierFactory DiskTier::Factory(DiskTierOptions options) {
 
 DiskTier::DiskTier(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 DiskTier::~DiskTier() = default;
-absl::Status DiskTier::Put(std::span<const std::byte> record, const PutContext& context) {
+absl::StatusOr<PutResult> DiskTier::Put(std::span<const std::byte> record,
+                                        const PutContext& context) {
   return impl_->Put(record, context);
 }
 absl::StatusOr<uint64_t> DiskTier::Get(const ChunkKey& key, std::span<std::byte> out) {

@@ -4,9 +4,12 @@
 #include <algorithm>
 #include <iterator>
 #include <map>
+#include <new>
 
 #include "absl/strings/str_cat.h"
 #include "disk_tier_impl.h"
+#include "kvstore/chunk_codec.h"
+#include "kvstore/record_buffer.h"
 #include "spdlog/spdlog.h"
 
 namespace kvt {
@@ -28,23 +31,36 @@ void DiskTier::Impl::ReattachLocked(std::vector<std::pair<ChunkKey, Entry>>& vic
   }
 }
 
-void DiskTier::Impl::FinishEviction(std::vector<std::pair<ChunkKey, Entry>> victims) {
-  const EvictionListener& listener = options_.eviction_listener;
-  std::map<uint32_t, std::shared_ptr<RecordFile>> files;
-  if (listener) {
-    absl::MutexLock l(&mu_);
-    files = files_;
-  }
-  if (listener) {
-    // Hand each record to the owner (demotion) before its bytes can be reused. No tier
-    // lock is held: the extents stay reserved until the release below.
+void DiskTier::Impl::FinishEviction(std::vector<std::pair<ChunkKey, Entry>> victims,
+                                    std::vector<Victim>* out) {
+  if (out != nullptr) {
+    // Read each record once for the caller (demotion) before its extent can be reused.
+    // No tier lock is held: the extents stay reserved until the release below. No hash:
+    // the tier it is demoted to checks it as it checks every Put (verified once).
+    std::map<uint32_t, std::shared_ptr<RecordFile>> files;
+    {
+      absl::MutexLock l(&mu_);
+      files = files_;
+    }
+    uint64_t reads = 0;
     for (const auto& [key, e] : victims) {
       auto f = files.find(e.idx.file_id);
       if (f == files.end()) continue;
-      auto buf = internal::AllocateAligned(e.padded);
-      std::span<std::byte> out(buf.get(), e.idx.record_bytes);
-      if (ReadVerified(key, e.idx, f->second, out).ok()) listener(key, out);
+      RecordBuffer buf;
+      try {
+        buf = RecordBuffer::Make(e.idx.record_bytes);
+      } catch (const std::bad_alloc&) {
+        continue;  // evicted without its bytes: not demoted
+      }
+      ++reads;
+      if (!ReadRecord(e.idx, f->second, buf.span(), nullptr).ok()) continue;
+      // A record whose header no longer decodes to its key is not handed on.
+      auto h = DecodeChunkHeader(buf.span());
+      if (!h.ok() || h->key != key || h->record_bytes() != e.idx.record_bytes) continue;
+      out->push_back(Victim{key, std::move(buf)});
     }
+    absl::MutexLock l(&mu_);
+    extra_.victim_reads += reads;
   }
   absl::MutexLock l(&mu_);
   for (auto& [key, en] : victims) {
@@ -59,7 +75,7 @@ void DiskTier::Impl::FinishEviction(std::vector<std::pair<ChunkKey, Entry>> vict
   counters_.evictions += victims.size();
 }
 
-absl::StatusOr<Extent> DiskTier::Impl::Reserve(uint64_t padded) {
+absl::StatusOr<Extent> DiskTier::Impl::Reserve(uint64_t padded, std::vector<Victim>* out) {
   while (true) {
     {
       // Free space needs no index write: do not wait behind one (a group commit).
@@ -144,7 +160,7 @@ absl::StatusOr<Extent> DiskTier::Impl::Reserve(uint64_t padded) {
         if (!map_.contains(k)) policy_->OnRemove(k, RemoveReason::kEvicted);
       }
     }
-    FinishEviction(std::move(victims));
+    FinishEviction(std::move(victims), out);
   }
 }
 

@@ -60,7 +60,7 @@ class DiskTier::Impl {
   void RepairTruncatedFile(const std::shared_ptr<RecordFile>& f);
 
   // --- disk_tier.cc ---
-  absl::Status Put(std::span<const std::byte> record, const PutContext& context);
+  absl::StatusOr<PutResult> Put(std::span<const std::byte> record, const PutContext& context);
   // `client_read` false: the store's own read (CopyForWriteBack, a peek): no hit, miss,
   // access time or policy use is recorded; integrity failures still are.
   absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out,
@@ -107,10 +107,13 @@ class DiskTier::Impl {
   void ReleaseRing(std::unique_ptr<internal::IoRing> ring) ABSL_LOCKS_EXCLUDED(ring_mu_);
 
   // Reserves an extent of `padded` bytes: free space, else a new file, else eviction.
-  absl::StatusOr<internal::Extent> Reserve(uint64_t padded) ABSL_LOCKS_EXCLUDED(index_mu_, mu_);
-  // Victims detached from the map whose index entries are already deleted: hands each
-  // to the eviction listener (reading it with no lock held), then frees the extents.
-  void FinishEviction(std::vector<std::pair<ChunkKey, Entry>> victims)
+  // The records evicted are appended to `out` (read once) when it is not null.
+  absl::StatusOr<internal::Extent> Reserve(uint64_t padded, std::vector<Victim>* out)
+      ABSL_LOCKS_EXCLUDED(index_mu_, mu_);
+  // Victims detached from the map whose index entries are already deleted: when `out`
+  // is not null, reads each once (no lock held, no hash) into a buffer appended there;
+  // then frees the extents.
+  void FinishEviction(std::vector<std::pair<ChunkKey, Entry>> victims, std::vector<Victim>* out)
       ABSL_LOCKS_EXCLUDED(index_mu_, mu_);
   // Puts detached victims back (their index deletion failed); the policy, never told of
   // their removal, keeps them where they were.
@@ -128,6 +131,11 @@ class DiskTier::Impl {
   void FinishReadLocked(const ChunkKey& key, uint64_t gen) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops `key` from index and map if it is still record `gen` (after a failed verify).
   void DropEntry(const ChunkKey& key, uint64_t gen) ABSL_LOCKS_EXCLUDED(index_mu_, mu_);
+  // Reads a whole record into out[0, e.record_bytes) (in_order sees the bytes as they
+  // arrive), counting the read and its bounce copies (record_reads, copy_bytes).
+  absl::Status ReadRecord(const internal::IndexEntry& e, const std::shared_ptr<RecordFile>& file,
+                          std::span<std::byte> out, const internal::InOrderCallback& in_order)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Reads and verifies a whole record into out[0, e.record_bytes).
   absl::Status ReadVerified(const ChunkKey& key, const internal::IndexEntry& e,
                             const std::shared_ptr<RecordFile>& file, std::span<std::byte> out);

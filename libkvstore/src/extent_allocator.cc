@@ -40,36 +40,34 @@ uint64_t ExtentAllocator::FileSize(uint32_t file_id) const {
   return it == files_.end() ? 0 : it->second.size;
 }
 
-std::optional<Extent> ExtentAllocator::Allocate(uint64_t length) {
-  if (length == 0) return std::nullopt;
-  uint32_t id = 0;
-  File* file = nullptr;
-  std::map<uint64_t, uint64_t>::iterator it;
+std::optional<Extent> ExtentAllocator::Allocate(uint64_t length, uint64_t align) {
+  if (length == 0 || align == 0) return std::nullopt;
+  // Where a free extent [off, off + len) can hold `length` bytes at a multiple of align.
+  auto place = [&](uint64_t off, uint64_t len) -> std::optional<uint64_t> {
+    const uint64_t at = (off + align - 1) / align * align;
+    if (at - off > len || len - (at - off) < length) return std::nullopt;
+    return at;
+  };
+  std::optional<Extent> found;
   if (fit_ == Fit::kBest) {
-    auto s = by_size_.lower_bound({length, 0, 0});
-    if (s == by_size_.end()) return std::nullopt;
-    id = std::get<1>(*s);
-    file = &files_.at(id);
-    it = file->free.find(std::get<2>(*s));
+    for (auto s = by_size_.lower_bound({length, 0, 0}); s != by_size_.end() && !found; ++s) {
+      if (auto at = place(std::get<2>(*s), std::get<0>(*s))) {
+        found = Extent{std::get<1>(*s), *at, length};
+      }
+    }
   } else {
     for (auto& [fid, f] : files_) {
-      for (auto fit = f.free.begin(); fit != f.free.end(); ++fit) {
-        if (fit->second < length) continue;
-        id = fid;
-        file = &f;
-        it = fit;
-        break;
+      for (const auto& [off, len] : f.free) {
+        if (auto at = place(off, len)) {
+          found = Extent{fid, *at, length};
+          break;
+        }
       }
-      if (file != nullptr) break;
+      if (found) break;
     }
-    if (file == nullptr) return std::nullopt;
   }
-  const Extent e{id, it->first, length};
-  const uint64_t rest = it->second - length;
-  EraseFree(id, *file, it);
-  if (rest > 0) AddFree(id, *file, e.offset + length, rest);
-  free_bytes_ -= length;
-  return e;
+  if (!found || !Claim(*found)) return std::nullopt;
+  return found;
 }
 
 bool ExtentAllocator::Claim(const Extent& e) {

@@ -40,9 +40,10 @@ class ExtentAllocator {
   bool HasFile(uint32_t file_id) const { return files_.count(file_id) != 0; }
   uint64_t FileSize(uint32_t file_id) const;
 
-  // Takes `length` bytes by the allocator's Fit; nullopt when no free extent is that
-  // long (or length == 0).
-  std::optional<Extent> Allocate(uint64_t length);
+  // Takes `length` bytes by the allocator's Fit, starting at a multiple of `align`
+  // (the part of a free extent before that offset stays free); nullopt when no free
+  // extent can hold it (or length == 0 or align == 0).
+  std::optional<Extent> Allocate(uint64_t length, uint64_t align = 1);
   // Marks [offset, offset+length) used. False (nothing changed) unless the range lies
   // wholly inside one free extent of a known file.
   bool Claim(const Extent& e);

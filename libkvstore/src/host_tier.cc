@@ -1,8 +1,10 @@
 #include "kvstore/host_tier.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -93,10 +95,8 @@ absl::StatusOr<std::unique_ptr<HostTier>> HostTier::Create(const HostTierOptions
 }
 
 TierFactory HostTier::Factory(HostTierOptions options) {
-  return [options](EvictionListener on_evict) mutable -> absl::StatusOr<std::unique_ptr<Tier>> {
-    HostTierOptions o = options;
-    if (on_evict) o.eviction_listener = std::move(on_evict);
-    absl::StatusOr<std::unique_ptr<HostTier>> t = Create(o);
+  return [options]() -> absl::StatusOr<std::unique_ptr<Tier>> {
+    absl::StatusOr<std::unique_ptr<HostTier>> t = Create(options);
     if (!t.ok()) return t.status();
     return std::unique_ptr<Tier>(std::move(*t));
   };
@@ -112,7 +112,6 @@ HostTier::HostTier(const HostTierOptions& options, std::byte* arena, bool pinned
       pinned_host_memory_(pinned),
       alloc_(std::make_unique<internal::ExtentAllocator>(internal::ExtentAllocator::Fit::kBest)),
       policy_(std::move(policy)),
-      listener_(options.eviction_listener),
       clock_(options.clock != nullptr ? options.clock : SystemClock()) {
   absl::MutexLock lock(&mu_);
   alloc_->AddFile(0, usable_);  // the arena is the allocator's one "file"
@@ -128,8 +127,8 @@ HostTier::~HostTier() {
   std::free(arena_);
 }
 
-int64_t HostTier::AllocExtent(uint64_t bytes) {
-  const std::optional<internal::Extent> e = alloc_->Allocate(bytes);
+int64_t HostTier::AllocExtent(uint64_t bytes, uint64_t align) {
+  const std::optional<internal::Extent> e = alloc_->Allocate(bytes, align);
   return e ? static_cast<int64_t>(e->offset) : -1;
 }
 
@@ -137,16 +136,18 @@ void HostTier::FreeExtent(uint64_t offset, uint64_t bytes) {
   alloc_->Free(internal::Extent{0, offset, bytes});
 }
 
-bool HostTier::CanFitAfterEviction(uint64_t bytes) const {
+bool HostTier::CanFitAfterEviction(uint64_t bytes, uint64_t align) const {
   // Unevictable extents are barriers; everything between them is free or evictable.
   uint64_t run_start = 0;
   for (const auto& [offset, entry] : extents_) {
     if (Evictable(*entry)) continue;
     if (entry->evicting && entry->pins == 0 && entry->readers == 1) continue;
-    if (offset - run_start >= bytes) return true;
+    const uint64_t at = RoundUp(run_start, align);
+    if (at <= offset && offset - at >= bytes) return true;
     run_start = offset + entry->extent_bytes;
   }
-  return usable_ - run_start >= bytes;
+  const uint64_t at = RoundUp(run_start, align);
+  return at <= usable_ && usable_ - at >= bytes;
 }
 
 void HostTier::Destroy(Entry* e) {
@@ -163,30 +164,37 @@ void HostTier::Unlink(Entry* e, RemoveReason reason) {
   if (e->readers == 0) Destroy(e);
 }
 
-void HostTier::EvictOne(Entry* e) {
-  if (listener_) {
-    // The listener copies the record (demotion) without the tier's lock: a reader count
-    // keeps the extent alive and unevictable, and the entry stays visible to Get.
+void HostTier::EvictOne(Entry* e, std::vector<Victim>* victims) {
+  RecordBuffer copy;
+  if (victims != nullptr) {
+    // The copy (for demotion) is made without the tier's lock: a reader count keeps the
+    // extent alive and unevictable, and the entry stays visible to Get.
     ++e->readers;
     e->evicting = true;
     ++evictions_in_flight_;
-    const ChunkKey key = e->key;
     const std::span<const std::byte> bytes(arena_ + e->offset, e->record_bytes);
     mu_.Unlock();
-    listener_(key, bytes);
+    try {
+      copy = RecordBuffer::CopyOf(bytes);
+    } catch (const std::bad_alloc&) {
+      copy = RecordBuffer{};  // evicted without its bytes: not demoted
+    }
     mu_.Lock();
     --evictions_in_flight_;
     e->evicting = false;
     --e->readers;
     evict_cv_.SignalAll();
-    if (e->state == State::kZombie) {  // replaced or erased meanwhile
+    if (e->state == State::kZombie) {  // replaced or erased meanwhile: not a victim
       if (e->readers == 0) Destroy(e);
       return;
     }
-    if (e->pins > 0) return;  // pinned meanwhile: it stays (the listener has a copy)
+    if (e->pins > 0) return;  // pinned meanwhile: it stays
+    copy_bytes_ += copy.size;
   }
   ++evictions_;
+  const ChunkKey key = e->key;
   Unlink(e, RemoveReason::kEvicted);
+  if (victims != nullptr && !copy.empty()) victims->push_back(Victim{key, std::move(copy)});
 }
 
 void HostTier::Touch(Entry* e) {
@@ -215,8 +223,12 @@ bool HostTier::AdmitLocked(const ChunkHeader& header, uint64_t record_bytes, Adm
   return false;
 }
 
-absl::StatusOr<HostTier::Entry*> HostTier::Reserve(uint64_t record_bytes) {
-  const uint64_t need = RoundUp(record_bytes, alignment_);
+absl::StatusOr<HostTier::Entry*> HostTier::Reserve(uint64_t record_bytes,
+                                                   std::vector<Victim>* victims) {
+  // A chunk-sized record starts on a 4096-byte boundary (file comment).
+  const uint64_t align =
+      record_bytes >= kHostIoAlignedRecordBytes ? std::max<uint64_t>(alignment_, 4096) : alignment_;
+  const uint64_t need = RoundUp(record_bytes, align);
   absl::MutexLock lock(&mu_);
   DropExpiredLocked();
   if (need > usable_) {
@@ -224,9 +236,9 @@ absl::StatusOr<HostTier::Entry*> HostTier::Reserve(uint64_t record_bytes) {
         absl::StrFormat("HostTier '%s': record of %d bytes can never fit a tier of %d bytes", name_,
                         record_bytes, capacity_));
   }
-  int64_t offset = AllocExtent(need);
+  int64_t offset = AllocExtent(need, align);
   if (offset < 0) {
-    if (!CanFitAfterEviction(need)) {
+    if (!CanFitAfterEviction(need, align)) {
       return absl::ResourceExhaustedError(
           absl::StrFormat("HostTier '%s': no room for %d bytes: %d of %d bytes pinned or in use by "
                           "readers/writers",
@@ -241,9 +253,9 @@ absl::StatusOr<HostTier::Entry*> HostTier::Reserve(uint64_t record_bytes) {
         return false;
       });
       if (victim != nullptr) {
-        EvictOne(victim);
+        EvictOne(victim, victims);
       } else if (evictions_in_flight_ > 0) {
-        // Other Puts' listeners hold the rest: wait for one of them to finish.
+        // Other Puts' victim copies hold the rest: wait for one of them to finish.
         evict_cv_.Wait(&mu_);
       } else {
         return absl::ResourceExhaustedError(absl::StrFormat(
@@ -251,7 +263,7 @@ absl::StatusOr<HostTier::Entry*> HostTier::Reserve(uint64_t record_bytes) {
             "readers/writers",
             name_, need, used_bytes_, capacity_));
       }
-      offset = AllocExtent(need);
+      offset = AllocExtent(need, align);
     }
   }
   auto owned = std::make_unique<Entry>();
@@ -270,7 +282,16 @@ void HostTier::Abandon(Entry* entry) {
   Destroy(entry);  // a writing entry has no readers and is in neither index nor LRU
 }
 
-void HostTier::Publish(Entry* entry, const ChunkHeader& header) {
+RecordView HostTier::ViewUnpublished(Entry* entry) {
+  absl::MutexLock lock(&mu_);
+  // Not in the index: a zombie whose last reader (the view) frees it.
+  entry->state = State::kZombie;
+  ++entry->readers;
+  return RecordView(std::span<const std::byte>(arena_ + entry->offset, entry->record_bytes),
+                    &HostTier::EndView, this, entry);
+}
+
+RecordView HostTier::Publish(Entry* entry, const ChunkHeader& header, bool view) {
   absl::MutexLock lock(&mu_);
   entry->key = header.key;
   entry->ns = header.ns;
@@ -294,9 +315,14 @@ void HostTier::Publish(Entry* entry, const ChunkHeader& header) {
                                    .record_bytes = entry->record_bytes});
   ++puts_;
   bytes_in_ += entry->record_bytes;
+  if (!view) return RecordView();
+  ++entry->readers;  // as View's, without a hit: the caller's own use of what it stored
+  return RecordView(std::span<const std::byte>(arena_ + entry->offset, entry->record_bytes),
+                    &HostTier::EndView, this, entry);
 }
 
-absl::Status HostTier::Put(std::span<const std::byte> record, const PutContext& context) {
+absl::StatusOr<PutResult> HostTier::Put(std::span<const std::byte> record,
+                                        const PutContext& context) {
   absl::StatusOr<ChunkHeader> header = DecodeChunkHeader(record);
   if (!header.ok()) return header.status();
   if (record.size() != header->record_bytes()) {
@@ -304,25 +330,36 @@ absl::Status HostTier::Put(std::span<const std::byte> record, const PutContext& 
         absl::StrFormat("HostTier '%s': record of key %s is %d bytes; its header says %d", name_,
                         header->key.ToHex(), record.size(), header->record_bytes()));
   }
+  PutResult result;
+  result.key = header->key;
   {
     absl::MutexLock lock(&mu_);
-    if (!AdmitLocked(*header, record.size(), context.reason)) return absl::OkStatus();
+    if (!AdmitLocked(*header, record.size(), context.reason)) return result;
   }
-  absl::StatusOr<Entry*> entry = Reserve(record.size());
+  absl::StatusOr<Entry*> entry =
+      Reserve(record.size(), context.keep_victims ? &result.victims : nullptr);
   if (!entry.ok()) return entry.status();
   // The extent is invisible to readers and unevictable until published.
   std::memcpy(arena_ + (*entry)->offset, record.data(), record.size());
-  Publish(*entry, *header);
-  return absl::OkStatus();
+  {
+    absl::MutexLock lock(&mu_);
+    copy_bytes_ += record.size();
+  }
+  result.view = Publish(*entry, *header, context.view);
+  result.stored = true;
+  return result;
 }
 
-absl::StatusOr<ChunkKey> HostTier::PutInPlace(uint64_t record_bytes, const RecordFill& fill) {
+absl::StatusOr<PutResult> HostTier::PutInPlace(uint64_t record_bytes, const RecordFill& fill,
+                                               const PutContext& context) {
   if (record_bytes < kChunkHeaderBytes) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "HostTier '%s': PutInPlace of %d bytes; a record has at least a %d-byte header", name_,
         record_bytes, kChunkHeaderBytes));
   }
-  absl::StatusOr<Entry*> entry = Reserve(record_bytes);
+  PutResult result;
+  absl::StatusOr<Entry*> entry =
+      Reserve(record_bytes, context.keep_victims ? &result.victims : nullptr);
   if (!entry.ok()) return entry.status();
   // Only this call writes or reads the extent until Publish (kWriting: invisible to
   // Get/Stat/List, never evicted or reused); the header is decoded from these bytes.
@@ -343,17 +380,23 @@ absl::StatusOr<ChunkKey> HostTier::PutInPlace(uint64_t record_bytes, const Recor
     Abandon(*entry);
     return s;
   }
+  result.key = header->key;
   bool admitted;
   {
     absl::MutexLock lock(&mu_);
-    admitted = AdmitLocked(*header, record_bytes, AdmitReason::kPut);
+    admitted = AdmitLocked(*header, record_bytes, context.reason);
   }
   if (!admitted) {
-    Abandon(*entry);
-    return header->key;
+    if (context.view) {
+      result.view = ViewUnpublished(*entry);
+    } else {
+      Abandon(*entry);
+    }
+    return result;
   }
-  Publish(*entry, *header);
-  return header->key;
+  result.view = Publish(*entry, *header, context.view);
+  result.stored = true;
+  return result;
 }
 
 absl::StatusOr<uint64_t> HostTier::Get(const ChunkKey& key, std::span<std::byte> out) {
@@ -394,6 +437,7 @@ absl::StatusOr<uint64_t> HostTier::CopyOut(const ChunkKey& key, std::span<std::b
   std::memcpy(out.data(), arena_ + e->offset, e->record_bytes);
   const uint64_t n = e->record_bytes;
   absl::MutexLock lock(&mu_);
+  copy_bytes_ += n;
   if (--e->readers == 0 && e->state == State::kZombie) Destroy(e);
   return n;
 }
@@ -488,6 +532,7 @@ TierStats HostTier::stats() const {
   s.evictions = evictions_;
   s.admission_rejects = admission_rejects_;
   s.ttl_expired = ttl_expired_;
+  s.copy_bytes = copy_bytes_;
   return s;
 }
 

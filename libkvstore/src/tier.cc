@@ -1,5 +1,7 @@
 #include "kvstore/tier.h"
 
+#include <memory>
+
 #include "absl/strings/str_format.h"
 #include "kvstore/chunk_codec.h"
 #include "kvstore/record_buffer.h"
@@ -18,18 +20,36 @@ std::string_view TierKindName(TierKind kind) {
   return "unknown";
 }
 
-absl::StatusOr<ChunkKey> Tier::PutInPlace(uint64_t record_bytes, const RecordFill& fill) {
+absl::StatusOr<PutResult> Tier::PutInPlace(uint64_t record_bytes, const RecordFill& fill,
+                                           const PutContext& context) {
   if (record_bytes < kChunkHeaderBytes) {
     return absl::InvalidArgumentError(
         absl::StrFormat("PutInPlace: record_bytes = %d; a record has at least a %d-byte header",
                         record_bytes, kChunkHeaderBytes));
   }
-  RecordBuffer buf = RecordBuffer::Make(record_bytes);
-  if (absl::Status s = fill(buf.span()); !s.ok()) return s;
-  absl::StatusOr<ChunkHeader> header = DecodeChunkHeader(buf.span());
+  auto buf = std::make_unique<RecordBuffer>(RecordBuffer::Make(record_bytes));
+  if (absl::Status s = fill(buf->span()); !s.ok()) return s;
+  absl::StatusOr<ChunkHeader> header = DecodeChunkHeader(buf->span());
   if (!header.ok()) return header.status();
-  if (absl::Status s = Put(buf.span()); !s.ok()) return s;
-  return header->key;
+  PutContext inner = context;
+  inner.view = false;
+  absl::StatusOr<PutResult> result = Put(buf->span(), inner);
+  if (!result.ok()) return result.status();
+  result->key = header->key;
+  if (context.view) {
+    // The view owns the buffer: it is freed when the view is dropped.
+    const std::span<const std::byte> bytes = buf->span();
+    result->view = RecordView(
+        bytes, +[](void*, void* token) { delete static_cast<RecordBuffer*>(token); }, nullptr,
+        buf.release());
+  }
+  return result;
+}
+
+absl::StatusOr<ChunkKey> Tier::PutInPlace(uint64_t record_bytes, const RecordFill& fill) {
+  absl::StatusOr<PutResult> result = PutInPlace(record_bytes, fill, PutContext{});
+  if (!result.ok()) return result.status();
+  return result->key;
 }
 
 std::vector<PinHandle> Tier::PinMany(std::span<const ChunkKey> keys) {

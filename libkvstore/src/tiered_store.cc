@@ -4,6 +4,7 @@
 #include "kvstore/tiered_store.h"
 
 #include <algorithm>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -26,7 +27,7 @@ absl::Status TieredStoreOptions::Validate() const {
 TierFactory UseTier(std::unique_ptr<Tier> tier) {
   // std::function must be copyable: share the one tier; the store takes it once.
   auto shared = std::make_shared<std::unique_ptr<Tier>>(std::move(tier));
-  return [shared](EvictionListener) -> absl::StatusOr<std::unique_ptr<Tier>> {
+  return [shared]() -> absl::StatusOr<std::unique_ptr<Tier>> {
     if (*shared == nullptr) return absl::InvalidArgumentError("UseTier: tier is null or taken");
     return std::move(*shared);
   };
@@ -34,16 +35,10 @@ TierFactory UseTier(std::unique_ptr<Tier> tier) {
 
 absl::Status TieredStore::Impl::Init(std::vector<TierFactory> factories) {
   for (size_t i = 0; i < factories.size(); ++i) {
-    EvictionListener listener;
-    if (i + 1 < factories.size()) {
-      listener = [this, i](const ChunkKey& key, std::span<const std::byte> record) {
-        queue_->Demote(i, key, record);
-      };
-    }
     if (!factories[i]) {
       return absl::InvalidArgumentError(absl::StrFormat("TieredStore::Create: tier %d is null", i));
     }
-    absl::StatusOr<std::unique_ptr<Tier>> tier = factories[i](std::move(listener));
+    absl::StatusOr<std::unique_ptr<Tier>> tier = factories[i]();
     if (!tier.ok()) return tier.status();
     if (*tier == nullptr) {
       return absl::InvalidArgumentError(absl::StrFormat("TieredStore::Create: tier %d is null", i));
@@ -70,7 +65,7 @@ TieredStore::Impl::~Impl() {
   // Leases hold pin handles into the tiers: release them while the tiers live (a Lease
   // handle that outlives the store then holds nothing).
   leases_->Clear();
-  // Tiers are destroyed bottom-up: a tier's listener may still reach the queue.
+  // Tiers are destroyed bottom-up (the queue, stopped, no longer reaches them).
   while (!tiers_.empty()) tiers_.pop_back();
 }
 
@@ -122,7 +117,7 @@ absl::Status TieredStore::Impl::Put(std::span<const std::byte> record, PutAck ac
         absl::StrFormat("TieredStore::Put: record of key %s is %d bytes; its header says %d",
                         header->key.ToHex(), record.size(), header->record_bytes()));
   }
-  absl::Status top = tiers_[0]->Put(record);
+  absl::Status top = PutInto(0, record, AdmitReason::kPut);
   if (!top.ok() && (!absl::IsResourceExhausted(top) || tiers_.size() == 1)) return top;
 
   auto [first, last] = WriteThroughRange();
@@ -130,14 +125,7 @@ absl::Status TieredStore::Impl::Put(std::span<const std::byte> record, PutAck ac
   if (ack == PutAck::kDurable) {
     const size_t durable = FirstDurableTier();
     if (durable > 0 && durable < tiers_.size()) {
-      if (absl::Status s = tiers_[durable]->Put(record); !s.ok()) {
-        LogTierError(durable, "durable Put", s);
-        // Not durable: nothing of it may stay visible (issue 21), so tier 0's copy goes.
-        if (top.ok()) {
-          if (absl::Status e = tiers_[0]->Erase(header->key); !e.ok()) LogTierError(0, "Erase", e);
-        }
-        return absl::Status(s.code(), absl::StrCat(caps_[durable].name, " tier: ", s.message()));
-      }
+      if (absl::Status s = PutDurable(durable, header->key, record, top.ok()); !s.ok()) return s;
       // Written down to `durable` already: the background covers the tiers below it.
       durable_written = true;
       if (first <= durable) first = durable + 1;
@@ -145,8 +133,8 @@ absl::Status TieredStore::Impl::Put(std::span<const std::byte> record, PutAck ac
   }
   if (top.ok()) {
     // Key only: the worker reads the record back from tier 0 when it gets to it (no
-    // second copy on the Put path). If tier 0 evicts it first, the eviction listener
-    // queues a demotion carrying the bytes.
+    // second copy on the Put path). If tier 0 evicts it first, its demotion (the
+    // victim's bytes) is attached to this write-through.
     if (first <= last) queue_->Enqueue({}, record.size(), header->key, first, last);
     return absl::OkStatus();
   }
@@ -159,46 +147,79 @@ absl::Status TieredStore::Impl::Put(std::span<const std::byte> record, PutAck ac
   return absl::OkStatus();
 }
 
+absl::Status TieredStore::Impl::PutInto(size_t t, std::span<const std::byte> record,
+                                        AdmitReason reason) {
+  absl::StatusOr<PutResult> put = tiers_[t]->Put(record, queue_->ContextFor(t, reason));
+  if (!put.ok()) return put.status();
+  // The tier returned its victims: demoted now, with no tier lock held.
+  queue_->Demote(t, std::move(put->victims));
+  return absl::OkStatus();
+}
+
+absl::Status TieredStore::Impl::PutDurable(size_t durable, const ChunkKey& key,
+                                           std::span<const std::byte> record, bool in_top) {
+  if (absl::Status s = PutInto(durable, record, AdmitReason::kPut); !s.ok()) {
+    LogTierError(durable, "durable Put", s);
+    // Not durable: nothing of it may stay visible (issue 21), so tier 0's copy goes.
+    if (in_top) {
+      if (absl::Status e = tiers_[0]->Erase(key); !e.ok()) LogTierError(0, "Erase", e);
+    }
+    return absl::Status(s.code(), absl::StrCat(caps_[durable].name, " tier: ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ChunkKey> TieredStore::Impl::PutInPlace(uint64_t record_bytes,
                                                        const RecordFill& fill, PutAck ack) {
-  // Through a buffer and Put: when the durable tier must be written before the answer
-  // (it needs the bytes while tier 0 may already evict them), or when tier 0 refused
-  // before filling (Put queues the record for the lower tiers).
-  auto via_buffer = [&]() -> absl::StatusOr<ChunkKey> {
-    if (record_bytes < kChunkHeaderBytes) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "TieredStore::Write: record_bytes = %d; a record has at least a %d-byte header",
-          record_bytes, kChunkHeaderBytes));
-    }
-    RecordBuffer buf = queue_->TakeBuffer(record_bytes);
-    absl::Status s = fill(buf.span());
-    absl::StatusOr<ChunkHeader> header = DecodeChunkHeader(buf.span());
-    if (s.ok() && !header.ok()) s = header.status();
-    if (s.ok()) s = Put(buf.span(), ack);
-    queue_->RecycleBuffer(std::move(buf));
-    if (!s.ok()) return s;
-    return header->key;
-  };
   const size_t durable = FirstDurableTier();
-  if (ack == PutAck::kDurable && durable > 0 && durable < tiers_.size()) {
-    return via_buffer();
-  }
+  const bool to_durable = ack == PutAck::kDurable && durable > 0 && durable < tiers_.size();
   bool filled = false;
-  absl::StatusOr<ChunkKey> key =
-      tiers_[0]->PutInPlace(record_bytes, [&](std::span<std::byte> record) {
+  PutContext context = queue_->ContextFor(0, AdmitReason::kPut);
+  // kDurable: tier 0 lends its copy back (a reader count), and the durable tier is
+  // written from it: one copy in all (fill's), not a second one through a buffer.
+  context.view = to_durable;
+  absl::StatusOr<PutResult> put = tiers_[0]->PutInPlace(
+      record_bytes,
+      [&](std::span<std::byte> record) {
         filled = true;
         return fill(record);
-      });
-  if (!key.ok()) {
-    if (!filled && absl::IsResourceExhausted(key.status()) && tiers_.size() > 1) {
-      return via_buffer();
+      },
+      context);
+  if (!put.ok()) {
+    if (!filled && absl::IsResourceExhausted(put.status()) && tiers_.size() > 1) {
+      // Tier 0 has no room: through a pooled buffer and Put (the lower tiers take it).
+      if (record_bytes < kChunkHeaderBytes) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "TieredStore::Write: record_bytes = %d; a record has at least a %d-byte header",
+            record_bytes, kChunkHeaderBytes));
+      }
+      RecordBuffer buf = queue_->TakeBuffer(record_bytes);
+      absl::Status s = fill(buf.span());
+      absl::StatusOr<ChunkHeader> header = DecodeChunkHeader(buf.span());
+      if (s.ok() && !header.ok()) s = header.status();
+      if (s.ok()) s = Put(buf.span(), ack);
+      queue_->RecycleBuffer(std::move(buf));
+      if (!s.ok()) return s;
+      return header->key;
     }
-    return key.status();
+    return put.status();
+  }
+  queue_->Demote(0, std::move(put->victims));
+  auto [first, last] = WriteThroughRange();
+  if (to_durable) {
+    if (!put->view) {
+      return absl::InternalError(absl::StrFormat(
+          "TieredStore::PutInPlace: tier '%s' lent no view of record %s for the durable tier",
+          caps_[0].name, put->key.ToHex()));
+    }
+    absl::Status s = PutDurable(durable, put->key, put->view.bytes(), put->stored);
+    put->view.Release();
+    if (!s.ok()) return s;
+    if (first <= durable) first = durable + 1;
   }
   // As Put: key only, the write-back reads the record back from tier 0.
-  auto [first, last] = WriteThroughRange();
-  if (first <= last) queue_->Enqueue({}, record_bytes, *key, first, last);
-  return key;
+  if (first <= last) queue_->Enqueue({}, record_bytes, put->key, first, last);
+  return put->key;
 }
 
 absl::StatusOr<uint64_t> TieredStore::Impl::Get(const ChunkKey& key, std::span<std::byte> out,
@@ -233,8 +254,96 @@ absl::StatusOr<uint64_t> TieredStore::Impl::Get(const ChunkKey& key, std::span<s
 
 absl::StatusOr<RecordView> TieredStore::Impl::View(const ChunkKey& key, GetInfo* info) {
   absl::StatusOr<RecordView> view = tiers_[0]->View(key);
-  if (view.ok()) AfterHit(0, view->bytes(), info, GetOptions{});
-  return view;
+  if (view.ok()) {
+    CountHit(0, /*promoted=*/false, info, GetOptions{});
+    return view;
+  }
+  // A tier 0 that cannot lend its records cannot lend a promoted one either.
+  if (absl::IsUnimplemented(view.status())) return view.status();
+  // Below tier 0: the record is read once, straight into tier 0's memory (the promotion,
+  // in place) or, when tier 0 has no room, into a pooled buffer, and viewed there. A
+  // miss everywhere is NotFound, not counted (the caller's Get counts it, and finds a
+  // record still in the write-back queue).
+  absl::Status data_loss;
+  for (size_t t = 1; t < tiers_.size(); ++t) {
+    for (int attempt = 0; attempt < 3; ++attempt) {  // the record's size may change under us
+      const std::vector<ChunkStat> st = tiers_[t]->Stat(std::span(&key, 1));
+      if (st.empty() || !st[0].present) break;
+      absl::StatusOr<RecordView> got = ReadBelow(t, key, st[0].record_bytes, info);
+      if (got.ok()) return got;
+      if (absl::IsOutOfRange(got.status()) || absl::IsAborted(got.status())) continue;
+      if (absl::IsDataLoss(got.status())) {
+        data_loss = got.status();  // dropped and counted by the tier; a lower copy may be good
+      } else if (!absl::IsNotFound(got.status())) {
+        LogTierError(t, "Get", got.status());
+      }
+      break;
+    }
+  }
+  if (!data_loss.ok()) return data_loss;
+  return absl::NotFoundError(
+      absl::StrFormat("TieredStore: chunk %s is in no tier to view", key.ToHex()));
+}
+
+namespace {
+
+// A pooled buffer lent as a RecordView: returned to the pool when the view is dropped.
+struct PooledView {
+  internal::WriteBackQueue* queue;
+  RecordBuffer buffer;
+  static void Release(void* /*owner*/, void* token) {
+    std::unique_ptr<PooledView> self(static_cast<PooledView*>(token));
+    self->queue->RecycleBuffer(std::move(self->buffer));
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<RecordView> TieredStore::Impl::ReadBelow(size_t t, const ChunkKey& key,
+                                                        uint64_t record_bytes, GetInfo* info) {
+  // Tier t's Get into memory tier 0 lends for the call (a host tier's arena: 4096-aligned
+  // for a chunk, so a disk tier reads it with O_DIRECT and no bounce); tier 0 keeps it
+  // (the promotion) and lends it back (PutContext::view).
+  absl::Status read = absl::OkStatus();
+  bool filled = false;
+  PutContext context = queue_->ContextFor(0, AdmitReason::kPromotion);
+  context.view = true;
+  absl::StatusOr<PutResult> put = tiers_[0]->PutInPlace(
+      record_bytes,
+      [&](std::span<std::byte> record) -> absl::Status {
+        filled = true;
+        absl::StatusOr<uint64_t> n = tiers_[t]->Get(key, record);
+        if (n.ok() && *n != record.size()) {
+          n = absl::AbortedError("record size changed");  // the caller retries
+        }
+        read = n.status();
+        return read;
+      },
+      context);
+  if (put.ok()) {
+    queue_->Demote(0, std::move(put->victims));
+    if (put->view) {
+      CountHit(t, put->stored, info, GetOptions{});
+      return std::move(put->view);
+    }
+    return absl::InternalError(absl::StrFormat("tier '%s' lent no view", caps_[0].name));
+  }
+  if (filled) return read.ok() ? put.status() : read;
+  // Tier 0 cannot take it: into a pooled (aligned) buffer, lent until the view drops.
+  auto pooled =
+      std::make_unique<PooledView>(PooledView{queue_.get(), queue_->TakeBuffer(record_bytes)});
+  absl::StatusOr<uint64_t> n = tiers_[t]->Get(key, pooled->buffer.span());
+  if (!n.ok()) {
+    queue_->RecycleBuffer(std::move(pooled->buffer));
+    return n.status();
+  }
+  if (*n != record_bytes) {
+    queue_->RecycleBuffer(std::move(pooled->buffer));
+    return absl::AbortedError("record size changed");
+  }
+  CountHit(t, /*promoted=*/false, info, GetOptions{});
+  const std::span<const std::byte> bytes = pooled->buffer.span();
+  return RecordView(bytes, &PooledView::Release, nullptr, pooled.release());
 }
 
 void TieredStore::Impl::AfterHit(size_t t, std::span<const std::byte> record, GetInfo* info,
@@ -242,9 +351,12 @@ void TieredStore::Impl::AfterHit(size_t t, std::span<const std::byte> record, Ge
   // A tier below 0 with verifies_reads has verified the record; a local tier that does
   // not verify got it from this process. Either way it is trusted here (verify once).
   bool promoted = false;
-  if (t > 0 && !options.peek) {
-    promoted = tiers_[0]->Put(record, PutContext{AdmitReason::kPromotion}).ok();
-  }
+  if (t > 0 && !options.peek) promoted = PutInto(0, record, AdmitReason::kPromotion).ok();
+  CountHit(t, promoted, info, options);
+}
+
+void TieredStore::Impl::CountHit(size_t t, bool promoted, GetInfo* info,
+                                 const GetOptions& options) {
   if (info != nullptr) *info = GetInfo{MakeTierIndex(t), caps_[t].kind, promoted, false};
   if (options.peek) return;
   absl::MutexLock lock(&stats_mu_);

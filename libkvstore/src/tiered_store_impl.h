@@ -19,17 +19,16 @@
 
 namespace kvt {
 
-// Lock order: a tier's own lock (if a tier holds it while it calls the eviction
-// listener; the host tier does not) may be followed by the queue's lock. No tier is ever
-// called with the queue's or the lease book's lock held, except the in-memory Stat of a
-// local next tier from WriteBackQueue::Demote (see there). stats_mu_ is a leaf.
+// Lock order: no tier calls the store (a tier's Put returns its victims, and the store
+// demotes them after the call), so no tier lock is ever held when the queue's is taken.
+// No tier is ever called with the queue's or the lease book's lock held. stats_mu_ is a
+// leaf.
 class TieredStore::Impl {
  public:
   explicit Impl(const TieredStoreOptions& options) : options_(options) {}
   ~Impl();
 
-  // Builds the tiers (each but the last with the eviction listener), then starts the
-  // write-back thread.
+  // Builds the tiers, then starts the write-back thread.
   absl::Status Init(std::vector<TierFactory> factories);
 
   // --- tiered_store.cc ---
@@ -61,6 +60,20 @@ class TieredStore::Impl {
   // Promotes a hit from tier t > 0 into tier 0 (unless peeking) and counts it.
   void AfterHit(size_t t, std::span<const std::byte> record, GetInfo* info,
                 const GetOptions& options);
+  // Counts a hit in tier t (promoted: copied into tier 0) and fills *info.
+  void CountHit(size_t t, bool promoted, GetInfo* info, const GetOptions& options);
+  // View's hit below tier 0: reads the record of `key` (record_bytes long) from tier t
+  // once, into tier 0's memory (kept there: the promotion) or into a pooled buffer when
+  // tier 0 has no room, and lends it. Aborted when its size changed (retry); tier t's
+  // errors as they are.
+  absl::StatusOr<RecordView> ReadBelow(size_t t, const ChunkKey& key, uint64_t record_bytes,
+                                       GetInfo* info);
+  // Tier t's Put with the store's context (ContextFor); demotes the victims it returns.
+  absl::Status PutInto(size_t t, std::span<const std::byte> record, AdmitReason reason);
+  // The durable tier's Put of a kDurable write; on failure erases tier 0's copy (when
+  // `in_top`) and returns the error named by the tier.
+  absl::Status PutDurable(size_t durable, const ChunkKey& key, std::span<const std::byte> record,
+                          bool in_top);
   absl::Status Miss(const ChunkKey& key, const GetOptions& options);
   // Counts a Get served from the write-back queue.
   void QueueHit(size_t target, GetInfo* info, const GetOptions& options);

@@ -194,6 +194,7 @@ absl::Status IoRing::Run(int fd, uint64_t offset, uint64_t len, bool write, cons
         p.io_buf = bounce_[p.bounce].get();
         if (write) {
           std::memcpy(p.io_buf, wsrc + p.rec_off, p.mem_len);
+          bounce_bytes_ += p.mem_len;
           if (p.mem_len < p.disk_len) std::memset(p.io_buf + p.mem_len, 0, p.disk_len - p.mem_len);
         }
       }
@@ -275,6 +276,7 @@ absl::Status IoRing::Run(int fd, uint64_t offset, uint64_t len, bool write, cons
       if (p.bounce >= 0) {
         if (!write && p.done && first_error.ok()) {
           std::memcpy(rdst + p.rec_off, p.io_buf, p.mem_len);
+          bounce_bytes_ += p.mem_len;
         }
         free_bounce.push_back(p.bounce);
         p.bounce = -1;

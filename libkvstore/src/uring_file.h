@@ -87,6 +87,10 @@ class IoRing {
   absl::Status ReadAt(int fd, uint64_t offset, uint64_t len, std::span<std::byte> dst,
                       const InOrderCallback& in_order = nullptr);
 
+  // Bytes copied through the bounce buffers (memory side not 4096-aligned, or a partial
+  // last piece) since creation: the CPU copies a transfer cost beyond the I/O itself.
+  uint64_t bounce_bytes() const { return bounce_bytes_; }
+
  private:
   struct Piece;
   explicit IoRing(const IoRingOptions& options);
@@ -97,6 +101,7 @@ class IoRing {
   std::unique_ptr<io_uring> ring_;  // null = pread backend
   absl::Status refusal_;
   std::vector<AlignedBuffer> bounce_;
+  uint64_t bounce_bytes_ = 0;
 };
 
 }  // namespace kvt::internal

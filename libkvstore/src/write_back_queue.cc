@@ -67,43 +67,53 @@ void WriteBackQueue::LogTierError(size_t t, const char* op, const absl::Status& 
 // tier is local (not remote) and already holds the key (the usual case with
 // write-through), nothing is copied: asking it is an in-memory lookup, and the lock
 // order tier t -> tier t+1 -> queue_mu_ has no cycle (no tier calls a higher one).
-void WriteBackQueue::Demote(size_t t, const ChunkKey& key, std::span<const std::byte> record) {
-  Tier& next = *tiers_[t + 1];
-  if (!caps_[t + 1].remote && next.Stat(std::span(&key, 1))[0].present) {
-    absl::MutexLock lock(&queue_mu_);
-    ++counters_.demotions_skipped;
-    return;
-  }
-  {
+PutContext WriteBackQueue::ContextFor(size_t t, AdmitReason reason) const {
+  // Victims are wanted where a tier below may lack them: tier 0's (its write-throughs
+  // are read back from it later, so a victim may not be below yet), and any tier's whose
+  // next tier the write-through does not cover. A tier whose next tier every Put is
+  // written through to returns none (the disk tier then reads none back).
+  const bool keep = t + 1 < tiers_.size() && (t == 0 || t + 1 > options_.submit_last_tier);
+  return PutContext{.reason = reason, .keep_victims = keep};
+}
+
+void WriteBackQueue::Demote(size_t t, std::vector<Victim> victims) {
+  for (Victim& v : victims) {
+    Tier& next = *tiers_[t + 1];
+    if (!caps_[t + 1].remote && next.Stat(std::span(&v.key, 1))[0].present) {
+      absl::MutexLock lock(&queue_mu_);
+      ++counters_.demotions_skipped;
+      continue;
+    }
     absl::MutexLock lock(&queue_mu_);
     if (!healthy_ || stop_) {
       ++counters_.writes_dropped;
-      return;
+      continue;
     }
     // The queue's bytes stay within the bound: a demotion past it is dropped, not queued
     // (the record is then in no tier, a clean miss).
+    const uint64_t size = v.record.size;
     const uint64_t limit = options_.max_pending_write_bytes;
-    if (limit > 0 && held_bytes_ + record.size() > limit) {
+    if (limit > 0 && held_bytes_ + size > limit) {
       ++counters_.demotions_dropped;
-      return;
+      continue;
     }
-    // Reserve the bytes now; the copy happens below (the tier's lock is still held, but
-    // not queue_mu_, so Gets and the worker go on meanwhile).
-    held_bytes_ += record.size();
+    ++counters_.demotions_queued;
+    if (t == 0) {
+      // A write-through of the key still waiting to read it back from tier 0 carries
+      // the bytes instead (to every tier it names), so none of them misses it.
+      auto it = std::find_if(queue_.begin(), queue_.end(), [&](const ItemPtr& item) {
+        return item->key == v.key && item->record.empty() && !item->submitted && !item->demotion &&
+               item->record_bytes == size;
+      });
+      if (it != queue_.end()) {
+        held_bytes_ += size;
+        (*it)->record = std::move(v.record);
+        continue;
+      }
+    }
+    // The victim's own buffer is queued: no copy.
+    PushLocked(std::move(v.record), size, v.key, t + 1, t + 1, /*demotion=*/true);
   }
-  RecordBuffer copy;
-  try {
-    copy = RecordBuffer::CopyOf(record);
-  } catch (const std::bad_alloc&) {
-    absl::MutexLock lock(&queue_mu_);
-    held_bytes_ -= record.size();
-    ++counters_.demotions_dropped;
-    return;
-  }
-  absl::MutexLock lock(&queue_mu_);
-  held_bytes_ -= record.size();
-  ++counters_.demotions_queued;
-  PushLocked(std::move(copy), record.size(), key, t + 1, t + 1, /*demotion=*/true);
 }
 
 void WriteBackQueue::Enqueue(std::span<const std::byte> record, uint64_t record_bytes,
@@ -473,7 +483,9 @@ absl::Status WriteBackQueue::WriteSubmitted(WriteItem& item, uint64_t* ok, uint6
     item.finished = true;
   }
   std::span<const std::byte> record = item.record.span();
-  absl::Status top = tiers_[0]->Put(record);
+  absl::StatusOr<PutResult> put0 = tiers_[0]->Put(record, ContextFor(0, AdmitReason::kPut));
+  absl::Status top = put0.status();
+  if (put0.ok()) Demote(0, std::move(put0->victims));
   if (!top.ok() && (!absl::IsResourceExhausted(top) || tiers_.size() == 1)) {
     LogTierError(0, "Put", top);
     return top;
@@ -483,7 +495,9 @@ absl::Status WriteBackQueue::WriteSubmitted(WriteItem& item, uint64_t* ok, uint6
   if (!top.ok() && last == 0) last = 1;
   absl::Status first_below = top;
   for (size_t t = 1; t <= last; ++t) {
-    absl::Status s = tiers_[t]->Put(record);
+    absl::StatusOr<PutResult> put = tiers_[t]->Put(record, ContextFor(t, AdmitReason::kPut));
+    absl::Status s = put.status();
+    if (put.ok()) Demote(t, std::move(put->victims));
     if (s.ok()) {
       ++*ok;
       if (!first_below.ok()) first_below = absl::OkStatus();
@@ -514,8 +528,10 @@ void WriteBackQueue::WriteOne(const ItemPtr& item_ptr) {
     }
     for (size_t t = item.first_tier; !record.empty() && t <= item.last_tier; ++t) {
       if (item.demotion && tiers_[t]->Stat(std::span(&item.key, 1))[0].present) continue;
-      const PutContext context{item.demotion ? AdmitReason::kDemotion : AdmitReason::kPut};
-      absl::Status s = tiers_[t]->Put(record, context);
+      absl::StatusOr<PutResult> put = tiers_[t]->Put(
+          record, ContextFor(t, item.demotion ? AdmitReason::kDemotion : AdmitReason::kPut));
+      absl::Status s = put.status();
+      if (put.ok()) Demote(t, std::move(put->victims));
       if (s.ok()) {
         ++ok;
       } else {

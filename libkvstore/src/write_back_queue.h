@@ -29,7 +29,8 @@ struct WriteBackOptions {
   // TieredStoreOptions::max_pending_write_bytes and buffer_pool_bytes.
   uint64_t max_pending_write_bytes = 0;
   uint64_t buffer_pool_bytes = 0;
-  // The last tier a submitted write is written through to (0 = tier 0 only).
+  // The last tier a submitted write (and every Put) is written through to (0 = tier 0
+  // only).
   size_t submit_last_tier = 0;
   // Run on the thread every `period` of `clock` (the store reaps expired leases there).
   Clock::Duration period = std::chrono::milliseconds(100);
@@ -64,10 +65,14 @@ class WriteBackQueue {
   // max_pending_write_bytes are pending.
   void Enqueue(std::span<const std::byte> record, uint64_t record_bytes, const ChunkKey& key,
                size_t first, size_t last);
-  // Tier `t`'s eviction listener: queues a copy of the victim for tier t + 1 unless that
-  // tier (local) holds it already, or the bound would be passed (dropped, counted). Never
-  // blocks.
-  void Demote(size_t t, const ChunkKey& key, std::span<const std::byte> record);
+  // The PutContext of the store's Puts into tier `t`: keep_victims where its victims
+  // may be missing below (tier 0; a tier whose next tier the write-through skips).
+  PutContext ContextFor(size_t t, AdmitReason reason) const;
+  // Demotes the victims a Put into tier `t` returned: queues each (its own buffer, no
+  // copy) for tier t + 1 unless that tier (local) holds it already, or the bound would
+  // be passed (dropped, counted); a victim of tier 0 whose write-through is still queued
+  // is carried by it. Never blocks. Called after the Put, with no tier lock held.
+  void Demote(size_t t, std::vector<Victim> victims);
 
   // TieredStore::Write with request.async (REQUIRES: exactly one of record and fill):
   // admits the key and bytes without blocking (AlreadyExists: a write of the key is

@@ -47,8 +47,8 @@ class ThrowingTier final : public Tier {
  public:
   TierCaps caps() const override { return TierCaps{.name = "throwing", .pinnable = true}; }
   using Tier::Put;
-  absl::Status Put(std::span<const std::byte>, const PutContext&) override {
-    return absl::OkStatus();
+  absl::StatusOr<PutResult> Put(std::span<const std::byte>, const PutContext&) override {
+    return PutResult{};
   }
   absl::StatusOr<uint64_t> Get(const ChunkKey&, std::span<std::byte>) override {
     return absl::NotFoundError("none");

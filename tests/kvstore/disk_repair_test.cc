@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "disk_test_util.h"
+#include "fault_injection_fs.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kvstore/chunk_codec.h"
@@ -140,42 +141,35 @@ TEST_F(DiskRepairTest, TruncatedFileGetIsMissAndFileIsReextended) {
   EXPECT_EQ(*got, MakeRecord(1));
 }
 
-// Failure 13: eviction used to call the listener (which reads each victim from disk)
-// while holding the index lock, so every other put/erase waited for those reads. The
-// listener below blocks until an Erase on another thread has finished; with the lock
-// held that Erase cannot finish (the listener gives up after 20 s and the test fails).
-TEST_F(DiskRepairTest, EvictionListenerRunsWithoutTheIndexLock) {
-  std::mutex m;
-  std::condition_variable cv;
-  bool in_listener = false, erased = false;
-  std::atomic<int> listener_calls{0};
-  std::atomic<bool> erased_while_inside{false};
+// Failure 13: eviction used to read each victim from disk while holding the index lock,
+// so every other put/erase waited for those reads. The victim's read (a Put asked for
+// its victims) is slowed to 5 s here; an Erase on another thread finishes while the Put
+// is still inside it (with the lock held it could not).
+TEST_F(DiskRepairTest, VictimReadRunsWithoutTheIndexLock) {
+  auto fs = std::make_shared<kvt::testing::FaultInjectionFs>();
   DiskTierOptions o = Options(4 * kPadded, 4 * kPadded);
-  o.eviction_listener = [&](const ChunkKey&, std::span<const std::byte>) {
-    if (listener_calls.fetch_add(1) != 0) return;
-    std::unique_lock<std::mutex> l(m);
-    in_listener = true;
-    cv.notify_all();
-    erased_while_inside = cv.wait_for(l, std::chrono::seconds(20), [&] { return erased; });
-  };
+  o.file_system = fs;
   auto t = DiskTier::Open(o);
   ASSERT_TRUE(t.ok()) << t.status();
   for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE((*t)->Put(MakeRecord(i)).ok());
-  std::thread eraser([&] {
-    {
-      std::unique_lock<std::mutex> l(m);
-      cv.wait(l, [&] { return in_listener; });
+  // The next read is the victim's (the Put below reads nothing else).
+  fs->AddRule(kvt::testing::FaultRule{
+      .op = kvt::testing::FsOp::kRead, .times = 1, .delay = std::chrono::seconds(5)});
+  std::atomic<bool> put_done{false};
+  std::thread putter([&] {
+    absl::StatusOr<PutResult> put =
+        (*t)->Put(MakeRecord(10), PutContext{.keep_victims = true});  // evicts chunk 0
+    EXPECT_TRUE(put.ok()) << put.status();
+    if (put.ok()) {
+      EXPECT_EQ(put->victims.size(), 1u);
     }
-    absl::Status s = (*t)->Erase(TestKey(3));
-    EXPECT_TRUE(s.ok()) << s;
-    std::lock_guard<std::mutex> l(m);
-    erased = true;
-    cv.notify_all();
+    put_done = true;
   });
-  ASSERT_TRUE((*t)->Put(MakeRecord(10)).ok());  // evicts chunk 0 (least recent)
-  eraser.join();
-  EXPECT_TRUE(erased_while_inside.load()) << "Erase waited for the eviction listener";
-  EXPECT_EQ(listener_calls.load(), 1);
+  while (fs->calls(kvt::testing::FsOp::kRead) == 0) std::this_thread::yield();
+  absl::Status s = (*t)->Erase(TestKey(3));
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_FALSE(put_done.load()) << "Erase waited for the victim's read";
+  putter.join();
   std::vector<ChunkKey> keys = {TestKey(0), TestKey(3), TestKey(10)};
   EXPECT_THAT(kvt::testing::Contains(**t, keys), ::testing::ElementsAre(false, false, true));
 }

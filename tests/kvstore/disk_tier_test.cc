@@ -584,18 +584,34 @@ TEST_F(DiskTierTest, ListIsOrderedByKeyFilteredAndPaginated) {
   EXPECT_TRUE(all->next_page_token.empty());
 }
 
-TEST_F(DiskTierTest, EvictionListenerReceivesVerifiedRecords) {
-  std::map<ChunkKey, std::vector<std::byte>> evicted;
-  DiskTierOptions o = Options(2 * kPadded, 2 * kPadded);
-  o.eviction_listener = [&](const ChunkKey& k, std::span<const std::byte> rec) {
-    evicted[k].assign(rec.begin(), rec.end());
-  };
-  auto t = OpenTier(o);
+// A Put asked for its victims returns them with their exact bytes, each read from its
+// file exactly once (no second read, no hash); a Put not asked reads no victim at all.
+// Counted by the tier's own instrumentation (extra_stats().record_reads, victim_reads).
+TEST_F(DiskTierTest, PutReturnsVictimsReadOnceAndOnlyWhenAsked) {
+  auto t = OpenTier(Options(2 * kPadded, 2 * kPadded));
   ASSERT_NE(t, nullptr);
-  for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(t->Put(MakeRecord(i)).ok());
-  ASSERT_EQ(evicted.size(), 2u);
-  EXPECT_EQ(evicted[TestKey(0)], MakeRecord(0));
-  EXPECT_EQ(evicted[TestKey(1)], MakeRecord(1));
+  for (uint64_t i = 0; i < 2; ++i) ASSERT_TRUE(t->Put(MakeRecord(i)).ok());
+  const uint64_t reads0 = t->extra_stats().record_reads;
+  // Not asked: key 0 is evicted and nothing is read.
+  absl::StatusOr<PutResult> put = t->Put(MakeRecord(2), PutContext{});
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_TRUE(put->victims.empty());
+  EXPECT_EQ(t->stats().evictions, 1u);
+  EXPECT_EQ(t->extra_stats().record_reads, reads0);
+  EXPECT_EQ(t->extra_stats().victim_reads, 0u);
+  // Asked: key 1 is evicted, read once, and returned.
+  put = t->Put(MakeRecord(3), PutContext{.keep_victims = true});
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_EQ(put->key, TestKey(3));
+  EXPECT_TRUE(put->stored);
+  ASSERT_EQ(put->victims.size(), 1u);
+  EXPECT_EQ(put->victims[0].key, TestKey(1));
+  const std::span<const std::byte> got = put->victims[0].record.span();
+  EXPECT_EQ(std::vector<std::byte>(got.begin(), got.end()), MakeRecord(1));
+  EXPECT_EQ(t->stats().evictions, 2u);
+  EXPECT_EQ(t->extra_stats().record_reads, reads0 + 1);
+  EXPECT_EQ(t->extra_stats().victim_reads, 1u);
+  EXPECT_FALSE(kvt::testing::Contains(*t, std::vector<ChunkKey>{TestKey(1)})[0]);
 }
 
 TEST_F(DiskTierTest, ReplacingAKeyKeepsOneCopy) {

@@ -37,9 +37,7 @@ std::vector<std::byte> MakeRecord(uint64_t i, uint32_t tokens, uint64_t seed = 0
   return testing::TestRecord(kNs, layout, KeyOf(i), RootKey(kNs), tokens, payload);
 }
 
-std::unique_ptr<HostTier> MakeTier(uint64_t capacity, EvictionListener listener = nullptr) {
-  return testing::MakeHostTier(capacity, std::move(listener));
-}
+std::unique_ptr<HostTier> MakeTier(uint64_t capacity) { return testing::MakeHostTier(capacity); }
 
 // A fill that copies `rec` and counts its calls.
 RecordFill CopyOf(const std::vector<std::byte>& rec, int* calls) {
@@ -159,18 +157,24 @@ TEST(HostTierInPlaceTest, NoRoomOrNoHeaderIsRefusedBeforeFilling) {
   EXPECT_EQ(tier->stats().used_bytes, 0u);
 }
 
-// In-place puts evict like Put: the listener gets the exact older records.
+// In-place puts evict like Put: they return the exact older records as victims.
 TEST(HostTierInPlaceTest, EvictsLeastRecentlyUsedLikePut) {
   std::vector<ChunkKey> evicted;
   const uint64_t rec_bytes = MakeRecord(0, 30).size();  // 1088 bytes
-  auto tier = MakeTier(3 * RoundUp64(rec_bytes), [&](const ChunkKey& k, auto record) {
-    EXPECT_EQ(record.size(), rec_bytes);
-    evicted.push_back(k);
-  });
+  auto tier = MakeTier(3 * RoundUp64(rec_bytes));
   for (uint64_t i = 0; i < 5; ++i) {
     const std::vector<std::byte> rec = MakeRecord(i, 30);
     int calls = 0;
-    ASSERT_TRUE(tier->PutInPlace(rec.size(), CopyOf(rec, &calls)).ok());
+    absl::StatusOr<PutResult> put =
+        tier->PutInPlace(rec.size(), CopyOf(rec, &calls), PutContext{.keep_victims = true});
+    ASSERT_TRUE(put.ok()) << put.status();
+    EXPECT_EQ(put->key, KeyOf(i));
+    for (const Victim& v : put->victims) {
+      EXPECT_EQ(v.record.size, rec_bytes);
+      EXPECT_EQ(std::vector<std::byte>(v.record.span().begin(), v.record.span().end()),
+                MakeRecord(v.key == KeyOf(0) ? 0 : 1, 30));
+      evicted.push_back(v.key);
+    }
   }
   EXPECT_EQ(evicted, (std::vector<ChunkKey>{KeyOf(0), KeyOf(1)}));
   for (uint64_t i = 2; i < 5; ++i) EXPECT_EQ(GetAll(*tier, KeyOf(i)), MakeRecord(i, 30));
@@ -308,14 +312,18 @@ TEST(HostTierInPlaceTest, ViewLendsTheStoredBytesAndCountsAHit) {
 TEST(HostTierInPlaceTest, ViewKeepsTheRecordAcrossEvictionReplaceAndErase) {
   const uint64_t rec_bytes = MakeRecord(0, 30).size();  // 1088 bytes
   std::vector<ChunkKey> evicted;
-  auto tier =
-      MakeTier(3 * RoundUp64(rec_bytes), [&](const ChunkKey& k, auto) { evicted.push_back(k); });
+  auto tier = MakeTier(3 * RoundUp64(rec_bytes));
   const std::vector<std::byte> rec0 = MakeRecord(0, 30);
   ASSERT_TRUE(tier->Put(rec0).ok());
   absl::StatusOr<RecordView> view = tier->View(KeyOf(0));
   ASSERT_TRUE(view.ok()) << view.status();
   // Key 0 is the least recently used from here on; the viewed record is skipped.
-  for (uint64_t i = 1; i < 6; ++i) ASSERT_TRUE(tier->Put(MakeRecord(i, 30)).ok()) << i;
+  for (uint64_t i = 1; i < 6; ++i) {
+    absl::StatusOr<PutResult> put = tier->Put(MakeRecord(i, 30), PutContext{.keep_victims = true});
+    ASSERT_TRUE(put.ok()) << i << ": " << put.status();
+    for (const Victim& v : put->victims) evicted.push_back(v.key);
+  }
+  EXPECT_EQ(evicted.size(), 3u);
   EXPECT_EQ(std::count(evicted.begin(), evicted.end(), KeyOf(0)), 0);
   EXPECT_TRUE(std::equal(view->bytes().begin(), view->bytes().end(), rec0.begin(), rec0.end()));
   // Replaced and then erased while viewed: the view still reads the old bytes, and the
@@ -355,9 +363,10 @@ TEST(HostTierInPlaceTest, ViewedRecordsAreNotEvictable) {
   EXPECT_EQ(GetAll(*tier, KeyOf(1)), MakeRecord(1, 30));  // still viewed: it stayed
 }
 
-// The store views tier 0 only (a hit counted once); lower tiers and other tiers answer
-// so that the caller falls back to Get.
-TEST(HostTierInPlaceTest, StoreViewsTierZeroOnly) {
+// The store views tier 0's records where they lie (a hit counted once); a lower tier's
+// record is read once into tier 0 (promoted in place) and viewed there; a record in no
+// tier is NotFound and not counted (the caller falls back to Get, which counts it).
+TEST(HostTierInPlaceTest, StoreViewsTierZeroAndPromotesLowerHitsInPlace) {
   HostTier* lower = nullptr;
   HostTierOptions o;
   o.capacity_bytes = 1 << 20;
@@ -376,9 +385,20 @@ TEST(HostTierInPlaceTest, StoreViewsTierZeroOnly) {
   EXPECT_EQ(info.tier_index, MakeTierIndex(0));
   EXPECT_TRUE(std::equal(view->bytes().begin(), view->bytes().end(), rec.begin(), rec.end()));
   view->Release();
-  EXPECT_EQ((*store)->View(KeyOf(2)).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ((*store)->stats().hits, 1u);
+  absl::StatusOr<RecordView> below = (*store)->View(KeyOf(2), &info);
+  ASSERT_TRUE(below.ok()) << below.status();
+  EXPECT_EQ(info.tier_index, MakeTierIndex(1));
+  EXPECT_TRUE(info.promoted);
+  const std::vector<std::byte> rec2 = MakeRecord(2, 10);
+  EXPECT_TRUE(std::equal(below->bytes().begin(), below->bytes().end(), rec2.begin(), rec2.end()));
+  below->Release();
+  EXPECT_EQ((*store)->View(KeyOf(3)).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*store)->stats().hits, 2u);
+  EXPECT_EQ((*store)->stats().promotions, 1u);
   EXPECT_EQ((*store)->stats().misses, 0u);
+  // Promoted: tier 0 lends it from now on.
+  ASSERT_TRUE((*store)->View(KeyOf(2), &info).ok());
+  EXPECT_EQ(info.tier_index, MakeTierIndex(0));
 
   // A tier that cannot lend its records (the default View).
   auto plain = MakeTier(1 << 20);

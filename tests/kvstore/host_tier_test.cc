@@ -40,9 +40,7 @@ std::vector<std::byte> MakeRecord(uint64_t i, uint32_t tokens, NamespaceId ns = 
   return testing::TestRecord(ns, SmallLayout(), KeyOf(i), RootKey(ns), tokens, payload);
 }
 
-std::unique_ptr<HostTier> MakeTier(uint64_t capacity, EvictionListener listener = nullptr) {
-  return testing::MakeHostTier(capacity, std::move(listener));
-}
+std::unique_ptr<HostTier> MakeTier(uint64_t capacity) { return testing::MakeHostTier(capacity); }
 
 bool Has(HostTier& tier, uint64_t i) {
   ChunkKey k = KeyOf(i);
@@ -170,20 +168,24 @@ TEST(HostTierTest, PuttingTenTimesCapacityNeverFailsNorExceedsCapacity) {
 
 TEST(HostTierTest, EvictsTheLeastRecentlyUsedKey) {
   std::vector<ChunkKey> evicted;
-  auto tier =
-      MakeTier(4 * RecordBytes(12),  // exactly four 512-byte records
-               [&](const ChunkKey& k, std::span<const std::byte>) { evicted.push_back(k); });
-  for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(tier->Put(MakeRecord(i, 12)).ok());
+  auto tier = MakeTier(4 * RecordBytes(12));  // exactly four 512-byte records
+  auto put = [&](const std::vector<std::byte>& rec) {
+    absl::StatusOr<PutResult> r = tier->Put(rec, PutContext{.keep_victims = true});
+    if (!r.ok()) return r.status();
+    for (const Victim& v : r->victims) evicted.push_back(v.key);
+    return absl::OkStatus();
+  };
+  for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(put(MakeRecord(i, 12)).ok());
   EXPECT_EQ(tier->stats().used_bytes, tier->caps().capacity_bytes);
   std::vector<std::byte> out(512);
   ASSERT_TRUE(tier->Get(KeyOf(0), out).ok());  // 0 is now the most recent; 1 the least
-  ASSERT_TRUE(tier->Put(MakeRecord(4, 12)).ok());
+  ASSERT_TRUE(put(MakeRecord(4, 12)).ok());
   EXPECT_THAT(evicted, ElementsAre(KeyOf(1)));
   EXPECT_TRUE(Has(*tier, 0));
   EXPECT_FALSE(Has(*tier, 1));
   // Contains does not touch recency: 2 is next.
   ASSERT_TRUE(Has(*tier, 2));
-  ASSERT_TRUE(tier->Put(MakeRecord(5, 12)).ok());
+  ASSERT_TRUE(put(MakeRecord(5, 12)).ok());
   EXPECT_THAT(evicted, ElementsAre(KeyOf(1), KeyOf(2)));
   EXPECT_EQ(tier->stats().evictions, 2u);
 }
@@ -255,112 +257,62 @@ TEST(HostTierTest, ReplacingAPinnedChunkKeepsItsPins) {
   EXPECT_EQ(tier->stats().pinned_bytes, 0u);
 }
 
-TEST(HostTierTest, EvictionListenerReceivesTheExactEvictedRecords) {
+// A Put asked for its victims returns the exact evicted records (their bytes copied out
+// before the space was reused); the tier calls no one back.
+TEST(HostTierTest, PutReturnsTheExactEvictedRecordsAsVictims) {
   std::map<uint64_t, std::vector<std::byte>> evicted;  // by key.hi == index
-  auto tier = MakeTier(16 * 1024, [&](const ChunkKey& k, std::span<const std::byte> rec) {
-    evicted[k.hi].assign(rec.begin(), rec.end());
-  });
+  auto tier = MakeTier(16 * 1024);
   std::map<uint64_t, uint32_t> tokens_of;
   for (uint64_t i = 0; i < 200; ++i) {
     tokens_of[i] = 1 + (i * 7) % 60;
-    ASSERT_TRUE(tier->Put(MakeRecord(i, tokens_of[i])).ok());
+    absl::StatusOr<PutResult> put =
+        tier->Put(MakeRecord(i, tokens_of[i]), PutContext{.keep_victims = true});
+    ASSERT_TRUE(put.ok()) << put.status();
+    EXPECT_EQ(put->key, KeyOf(i));
+    EXPECT_TRUE(put->stored);
+    EXPECT_FALSE(put->view);  // not asked for
+    for (Victim& v : put->victims) {
+      EXPECT_FALSE(Has(*tier, v.key.hi)) << "a victim is gone from the tier when returned";
+      evicted[v.key.hi].assign(v.record.span().begin(), v.record.span().end());
+    }
   }
   ASSERT_FALSE(evicted.empty());
   EXPECT_EQ(evicted.size(), tier->stats().evictions);
-  for (const auto& [i, rec] : evicted) {
-    EXPECT_EQ(rec, MakeRecord(i, tokens_of[i])) << "key " << i;
-    EXPECT_FALSE(Has(*tier, i));
-  }
+  for (const auto& [i, rec] : evicted) EXPECT_EQ(rec, MakeRecord(i, tokens_of[i])) << "key " << i;
   EXPECT_EQ(evicted.size() + tier->stats().chunks, 200u);
 }
 
-// Issue 11 #13: the eviction listener runs without the tier's lock. While one Put's
-// listener is blocked, other callers' Get, Stat, Pin and Put (with its own eviction) still
-// complete, and the victim stays readable with its exact bytes until the listener returns.
-// Before the fix every one of them waited for the listener (the bound below fails).
-TEST(HostTierTest, BlockedEvictionListenerDoesNotBlockOtherCallers) {
-  const uint64_t rec = RecordBytes(8);  // 384 B, a multiple of the 64 B alignment
-  absl::Notification entered, release;
-  absl::Mutex mu;
-  std::map<uint64_t, std::vector<std::byte>> evicted;
-  auto tier = MakeTier(4 * rec, [&](const ChunkKey& k, std::span<const std::byte> r) {
-    if (k == KeyOf(0)) {
-      entered.Notify();
-      release.WaitForNotification();
-    }
-    absl::MutexLock l(&mu);
-    evicted[k.lo].assign(r.begin(), r.end());
-  });
-  for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(tier->Put(MakeRecord(i, 8)).ok());
-  // The evicting Put: its listener blocks on key 0 (the least recently used).
-  std::thread evictor([&] { EXPECT_TRUE(tier->Put(MakeRecord(4, 8)).ok()); });
-  ASSERT_TRUE(entered.WaitForNotificationWithTimeout(absl::Seconds(60)));
-
-  absl::Notification done;
-  std::thread prober([&] {
-    std::vector<std::byte> out(rec);
-    auto n = tier->Get(KeyOf(1), out);  // an unrelated hit
-    EXPECT_TRUE(n.ok()) << n.status();
-    EXPECT_EQ(out, MakeRecord(1, 8));
-    n = tier->Get(KeyOf(0), out);  // the victim, still being handed over
-    EXPECT_TRUE(n.ok()) << n.status();
-    EXPECT_EQ(out, MakeRecord(0, 8));
-    EXPECT_TRUE(Has(*tier, 3));
-    EXPECT_TRUE(static_cast<bool>(tier->Pin(KeyOf(3))));
-    // A Put that must evict too (key 2, the coldest evictable one): it completes.
-    EXPECT_TRUE(tier->Put(MakeRecord(5, 8)).ok());
-    done.Notify();
-  });
-  const bool progressed = done.WaitForNotificationWithTimeout(absl::Seconds(30));
-  release.Notify();
-  prober.join();
-  evictor.join();
-  EXPECT_TRUE(progressed) << "Get/Stat/Pin/Put waited for another Put's eviction listener";
-
-  EXPECT_FALSE(Has(*tier, 0));
-  EXPECT_FALSE(Has(*tier, 2));
-  for (uint64_t i : {1u, 3u, 4u, 5u}) EXPECT_TRUE(Has(*tier, i)) << i;
-  EXPECT_EQ(tier->stats().evictions, 2u);
-  EXPECT_EQ(tier->stats().used_bytes, 4 * rec);
-  absl::MutexLock l(&mu);
-  ASSERT_EQ(evicted.size(), 2u);
-  EXPECT_EQ(evicted[KeyOf(0).lo], MakeRecord(0, 8));
-  EXPECT_EQ(evicted[KeyOf(2).lo], MakeRecord(2, 8));
+// Without keep_victims a Put evicts without copying anything out: the tier's CPU copies
+// (TierStats::copy_bytes) are the Puts' own bytes, however many records were evicted.
+TEST(HostTierTest, PutWithoutKeepVictimsCopiesNoVictim) {
+  const uint64_t rec = RecordBytes(8);
+  auto tier = MakeTier(4 * rec);
+  for (uint64_t i = 0; i < 10; ++i) {
+    absl::StatusOr<PutResult> put = tier->Put(MakeRecord(i, 8), PutContext{});
+    ASSERT_TRUE(put.ok()) << put.status();
+    EXPECT_TRUE(put->victims.empty());
+  }
+  EXPECT_EQ(tier->stats().evictions, 6u);
+  EXPECT_EQ(tier->stats().copy_bytes, 10 * rec);
+  // With keep_victims, each victim's copy counts too.
+  ASSERT_TRUE(tier->Put(MakeRecord(10, 8), PutContext{.keep_victims = true}).ok());
+  EXPECT_EQ(tier->stats().copy_bytes, 12 * rec);
 }
 
-// A victim pinned (or replaced) while its listener runs: pinned stays, replaced ends with
-// the new bytes; capacity is never exceeded and the evicting Put still succeeds.
-TEST(HostTierTest, VictimPinnedOrReplacedDuringListenerStaysConsistent) {
-  const uint64_t rec = RecordBytes(8);
-  for (bool replace : {false, true}) {
-    absl::Notification entered, release;
-    auto tier = MakeTier(4 * rec, [&](const ChunkKey& k, std::span<const std::byte>) {
-      if (k == KeyOf(0) && !entered.HasBeenNotified()) {
-        entered.Notify();
-        release.WaitForNotification();
-      }
-    });
-    for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(tier->Put(MakeRecord(i, 8)).ok());
-    std::thread evictor([&] { EXPECT_TRUE(tier->Put(MakeRecord(4, 8)).ok()); });
-    ASSERT_TRUE(entered.WaitForNotificationWithTimeout(absl::Seconds(60)));
-    PinHandle pin;
-    if (replace) {
-      // Same key, other bytes (16 tokens): room comes from evicting key 1.
-      EXPECT_TRUE(tier->Put(MakeRecord(0, 4)).ok());
-    } else {
-      pin = tier->Pin(KeyOf(0));
-      EXPECT_TRUE(static_cast<bool>(pin));
-    }
-    release.Notify();
-    evictor.join();
-    std::vector<std::byte> out(rec);
-    auto n = tier->Get(KeyOf(0), out);
-    ASSERT_TRUE(n.ok()) << (replace ? "replaced: " : "pinned: ") << n.status();
-    out.resize(*n);
-    EXPECT_EQ(out, MakeRecord(0, replace ? 4 : 8));
-    EXPECT_TRUE(Has(*tier, 4));
-    EXPECT_LE(tier->stats().used_bytes, 4 * rec);
-  }
+// A chunk-sized record (>= kHostIoAlignedRecordBytes) starts on a 4096-byte boundary, so
+// a file can be read into it with O_DIRECT; small records keep the 64-byte alignment.
+TEST(HostTierTest, ChunkSizedRecordsAre4096Aligned) {
+  auto tier = MakeTier(8ull << 20);
+  ASSERT_TRUE(tier->Put(MakeRecord(0, 1)).ok());  // small: 64-aligned, shifts the next start
+  const uint32_t tokens = static_cast<uint32_t>(kHostIoAlignedRecordBytes / 32) + 5;
+  const std::vector<std::byte> big = MakeRecord(1, tokens);
+  ASSERT_GE(big.size(), kHostIoAlignedRecordBytes);
+  absl::StatusOr<PutResult> put = tier->Put(big, PutContext{.view = true});
+  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_TRUE(put->view);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(put->view.bytes().data()) % 4096, 0u);
+  EXPECT_EQ(std::vector<std::byte>(put->view.bytes().begin(), put->view.bytes().end()), big);
+  EXPECT_EQ(tier->stats().hits, 0u);  // the Put's own view is no client read
 }
 
 TEST(HostTierTest, ListIsOrderedByKeyAndPaginated) {

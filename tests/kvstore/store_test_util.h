@@ -24,9 +24,8 @@ namespace kvt::testing {
 // valid while the store lives).
 template <typename T>
 TierFactory Capturing(TierFactory factory, T** out) {
-  return [factory = std::move(factory),
-          out](EvictionListener l) -> absl::StatusOr<std::unique_ptr<Tier>> {
-    absl::StatusOr<std::unique_ptr<Tier>> t = factory(std::move(l));
+  return [factory = std::move(factory), out]() -> absl::StatusOr<std::unique_ptr<Tier>> {
+    absl::StatusOr<std::unique_ptr<Tier>> t = factory();
     if (t.ok()) *out = static_cast<T*>(t->get());
     return t;
   };
@@ -40,7 +39,8 @@ class GatedTier final : public Tier {
   void Open() { gate_.Notify(); }
   TierCaps caps() const override { return inner_->caps(); }
   using Tier::Put;
-  absl::Status Put(std::span<const std::byte> record, const PutContext& context) override {
+  absl::StatusOr<PutResult> Put(std::span<const std::byte> record,
+                                const PutContext& context) override {
     gate_.WaitForNotification();
     return inner_->Put(record, context);
   }
@@ -118,11 +118,9 @@ inline std::string MakeScratchDir(const std::string& tag) {
 }
 
 // A host tier of `capacity` bytes (a test failure, and null, when it cannot be created).
-inline std::unique_ptr<HostTier> MakeHostTier(uint64_t capacity,
-                                              EvictionListener listener = nullptr) {
+inline std::unique_ptr<HostTier> MakeHostTier(uint64_t capacity) {
   HostTierOptions o;
   o.capacity_bytes = capacity;
-  o.eviction_listener = std::move(listener);
   absl::StatusOr<std::unique_ptr<HostTier>> t = HostTier::Create(o);
   EXPECT_TRUE(t.ok()) << t.status();
   return t.ok() ? std::move(*t) : nullptr;

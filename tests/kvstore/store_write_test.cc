@@ -298,7 +298,8 @@ class SlowStickyTier final : public Tier {
     return c;
   }
   using Tier::Put;
-  absl::Status Put(std::span<const std::byte> record, const PutContext& context) override {
+  absl::StatusOr<PutResult> Put(std::span<const std::byte> record,
+                                const PutContext& context) override {
     if (!put_entered.HasBeenNotified()) put_entered.Notify();
     release.WaitForNotificationWithTimeout(absl::Milliseconds(300));
     return inner_->Put(record, context);

@@ -414,7 +414,7 @@ class ThrowingTier final : public Tier {
     return TierCaps{.name = "throwing", .kind = TierKind::kDisk, .durable = true};
   }
   using Tier::Put;
-  absl::Status Put(std::span<const std::byte>, const PutContext&) override {
+  absl::StatusOr<PutResult> Put(std::span<const std::byte>, const PutContext&) override {
     throw std::runtime_error("injected failure");
   }
   absl::StatusOr<uint64_t> Get(const ChunkKey&, std::span<std::byte>) override {

@@ -115,7 +115,8 @@ std::string ClusterTier::PieceKey(const ChunkKey& key, uint32_t piece) const {
   return absl::StrFormat("kvt:{%s:%s}:%d", options_.keyspace, key.ToHex(), piece);
 }
 
-absl::Status ClusterTier::Put(std::span<const std::byte> record, const PutContext& /*context*/) {
+absl::StatusOr<PutResult> ClusterTier::Put(std::span<const std::byte> record,
+                                           const PutContext& /*context*/) {
   auto header = DecodeChunkHeader(record);
   if (!header.ok()) return header.status();
   if (record.size() != header->record_bytes())
@@ -162,7 +163,7 @@ absl::Status ClusterTier::Put(std::span<const std::byte> record, const PutContex
   }
   AtomicTierCounters::Add(counters_.puts, 1);
   AtomicTierCounters::Add(counters_.bytes_in, record.size());
-  return absl::OkStatus();
+  return PutResult{.key = header->key, .stored = true};
 }
 
 absl::StatusOr<uint64_t> ClusterTier::Get(const ChunkKey& key, std::span<std::byte> out) {
@@ -428,7 +429,7 @@ TierCaps ClusterTier::caps() const {
 }
 
 TierFactory ClusterTier::Factory(ClusterTierOptions options) {
-  return [options](EvictionListener) -> absl::StatusOr<std::unique_ptr<Tier>> {
+  return [options]() -> absl::StatusOr<std::unique_ptr<Tier>> {
     absl::StatusOr<std::unique_ptr<ClusterTier>> t = Create(options);
     if (!t.ok()) return t.status();
     return std::unique_ptr<Tier>(std::move(*t));

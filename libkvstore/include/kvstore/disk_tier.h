@@ -23,7 +23,11 @@
 // created on demand (file_bytes each, the last one smaller); when no extent fits and no
 // file can be created (capacity reached, or fallocate says ENOSPC), unpinned records
 // are evicted in the victim order of the tier's CachePolicy (DiskTierOptions::cache_policy;
-// "lru" = least recently accessed first). used_bytes counts padded extents.
+// "lru" = least recently accessed first). used_bytes counts padded extents. A Put asked
+// for its victims (PutContext::keep_victims) reads each victim once, after its index
+// entry is deleted and before its extent is reused, into an aligned buffer it returns
+// (no second read, no hash: the tier it is demoted to checks it as it checks every Put);
+// otherwise victims are not read at all.
 //
 // Admission (CachePolicy::Admit) comes before any space is reserved: a declined record
 // is not written and Put returns OK (counted in stats().admission_rejects). Get hits and
@@ -100,9 +104,6 @@ struct DiskTierOptions {
   // The layer every record-file allocate/write/sync/read goes through; null = the real
   // one (io_uring or pread, and the syscalls). Tests pass a fault-injecting wrapper.
   std::shared_ptr<DiskFileSystem> file_system;
-  // Receives each record evicted to make room (for demotion to a lower tier), outside
-  // the index lock; it must not call into this tier.
-  EvictionListener eviction_listener;
   // Admission and eviction order (kvstore/cache_policy.h); "lru" = recency only. At Open
   // the policy is told of the indexed records oldest access first.
   CachePolicyOptions cache_policy;
@@ -135,6 +136,8 @@ struct DiskTierExtraStats {
   uint64_t group_commits = 0;             // kGrouped: commits that wrote index entries
   uint64_t group_committed_records = 0;   // kGrouped: records those commits made durable
   uint64_t uncommitted = 0;               // kGrouped: written records awaiting their commit
+  uint64_t record_reads = 0;              // whole records read from the files (Gets and victims)
+  uint64_t victim_reads = 0;  // of those, victims read to be returned from Put (unverified)
 };
 
 // Thread-safe. All methods may be called concurrently; I/O runs outside the tier's
@@ -146,7 +149,7 @@ class DiskTier final : public Tier {
   // Unavailable when the directory or the RocksDB index cannot be opened (e.g. held by
   // another process).
   static absl::StatusOr<std::unique_ptr<DiskTier>> Open(const DiskTierOptions& options);
-  // A TieredStore factory: Open with the store's eviction listener (when it gives one).
+  // A TieredStore factory: Open(options).
   static TierFactory Factory(DiskTierOptions options);
   ~DiskTier() override;
 
@@ -156,7 +159,8 @@ class DiskTier final : public Tier {
   // See Tier::Put. Also ResourceExhausted for ENOSPC on write, with nothing stored;
   // ResourceExhausted when the record is larger than file_bytes or capacity_bytes.
   using Tier::Put;
-  absl::Status Put(std::span<const std::byte> record, const PutContext& context) override;
+  absl::StatusOr<PutResult> Put(std::span<const std::byte> record,
+                                const PutContext& context) override;
   // See Tier::Get. The record is verified (header, key, namespace, length and payload
   // checksum against the index) before OK is returned; a record that fails is dropped,
   // counted (stats().integrity_errors) and answered DataLoss. On any error the contents

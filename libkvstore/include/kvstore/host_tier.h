@@ -10,6 +10,9 @@
 // contiguous extent of round_up(record_bytes, alignment) bytes starting at an offset
 // that is a multiple of `alignment` (64 by default, so records start on cache lines;
 // with a 4096-aligned arena, record starts are 64-byte aligned in virtual memory too).
+// A record of kHostIoAlignedRecordBytes or more (a chunk) is placed at a multiple of 4096
+// and its extent rounded up to 4096, so a file can be read into it or written from it
+// with O_DIRECT and no bounce copy (a disk hit promoted in place, a durable put).
 //
 // Admission and eviction order: the tier's CachePolicy (kvstore/cache_policy.h, chosen
 // by HostTierOptions::cache_policy; "lru" by default). Put asks the policy to admit the
@@ -35,10 +38,11 @@
 // while holding a reader count on the extent, which keeps the extent from being
 // evicted or reused; a replaced or erased record's extent is freed by its last reader.
 //
-// The EvictionListener is called WITHOUT the tier's lock, before the evicted bytes are
-// freed: a reader count keeps the victim's extent alive (and the record readable by Get)
-// until it returns, so a slow listener delays only the Put that evicts, never other
-// callers. Should the victim be pinned while the listener runs, it stays.
+// Victims (PutContext::keep_victims) are copied out WITHOUT the tier's lock, before the
+// evicted bytes are freed: a reader count keeps the victim's extent alive (and the
+// record readable by Get) during the copy, so the copy delays only the Put that evicts,
+// never other callers. Should the victim be pinned, replaced or erased during the copy,
+// it is not evicted and not returned. The tier calls no one back.
 #ifndef KVSTORE_HOST_TIER_H_
 #define KVSTORE_HOST_TIER_H_
 
@@ -51,6 +55,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -62,6 +67,10 @@
 #include "kvstore/types.h"
 
 namespace kvt {
+
+// Records of this many bytes or more are placed at 4096-byte boundaries (file comment).
+inline constexpr uint64_t kHostIoAlignedRecordBytes = 1ull << 20;
+
 struct ChunkHeader;  // kvstore/chunk_codec.h
 namespace internal {
 class ExtentAllocator;
@@ -78,9 +87,6 @@ struct HostTierOptions {
   bool use_pinned_memory = true;
   // Name reported in caps() (metrics, CLI).
   std::string name = "host";
-  // Receives each evicted record before its bytes are freed (for demotion); called
-  // without the tier's lock, on the thread of the Put that evicts (see the file comment).
-  EvictionListener eviction_listener;
   // Admission and eviction order (kvstore/cache_policy.h); "lru" = recency only.
   CachePolicyOptions cache_policy;
   // When set, builds the policy instead of MakeCachePolicy(cache_policy, capacity_bytes).
@@ -99,7 +105,7 @@ class HostTier final : public Tier {
   // Allocates the arena. InvalidArgument for bad options (cache_policy included); ResourceExhausted
   // when the arena cannot be allocated.
   static absl::StatusOr<std::unique_ptr<HostTier>> Create(const HostTierOptions& options);
-  // A TieredStore factory: Create with the store's eviction listener (when it gives one).
+  // A TieredStore factory: Create(options).
   static TierFactory Factory(HostTierOptions options);
   ~HostTier() override;
 
@@ -116,7 +122,8 @@ class HostTier final : public Tier {
   // usable capacity) or pinned/busy chunks leave no contiguous room. A replaced record
   // keeps its pin count.
   using Tier::Put;
-  absl::Status Put(std::span<const std::byte> record, const PutContext& context) override;
+  absl::StatusOr<PutResult> Put(std::span<const std::byte> record,
+                                const PutContext& context) override;
   absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out) override;
   absl::StatusOr<uint64_t> CopyForWriteBack(const ChunkKey& key, std::span<std::byte> out) override;
   // Tier contract (tier.h): `fill` writes straight into a reserved extent of the arena
@@ -124,8 +131,10 @@ class HostTier final : public Tier {
   // when `fill` or the header check fails. ResourceExhausted before `fill` is called
   // exactly when Put would return it for a record of `record_bytes`. The policy is asked
   // to admit the record once its header is known (after `fill`): a declined record is
-  // freed and its key returned, as Put returns OK.
-  absl::StatusOr<ChunkKey> PutInPlace(uint64_t record_bytes, const RecordFill& fill) override;
+  // freed (once its view, context.view, is dropped) and its key returned, as Put returns OK.
+  using Tier::PutInPlace;
+  absl::StatusOr<PutResult> PutInPlace(uint64_t record_bytes, const RecordFill& fill,
+                                       const PutContext& context) override;
   // Tier contract (tier.h): the view holds a reader count on the record's extent, as
   // Get does during its copy, so the record is skipped by eviction and its extent is
   // freed by the last of its readers. REQUIRES: every view is released before the tier
@@ -156,7 +165,7 @@ class HostTier final : public Tier {
     uint32_t pins = 0;
     uint32_t readers = 0;
     State state = State::kWriting;
-    bool evicting = false;  // a Put is handing it to the listener (holds one reader count)
+    bool evicting = false;  // a Put is copying it out as a victim (holds one reader count)
   };
 
   HostTier(const HostTierOptions& options, std::byte* arena, bool pinned,
@@ -166,19 +175,27 @@ class HostTier final : public Tier {
     return e.state == State::kLive && e.pins == 0 && e.readers == 0;
   }
   // A kWriting entry with an extent of round_up(record_bytes) (evicting as needed), in
-  // extents_ and used_bytes_, not yet visible; ResourceExhausted when no room.
-  absl::StatusOr<Entry*> Reserve(uint64_t record_bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  // extents_ and used_bytes_, not yet visible; ResourceExhausted when no room. The
+  // records it evicted are appended to `victims` (with their bytes) when it is not null.
+  absl::StatusOr<Entry*> Reserve(uint64_t record_bytes, std::vector<Victim>* victims)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Makes a reserved, filled entry live under `header`'s key (replacing an older record).
-  void Publish(Entry* entry, const ChunkHeader& header) ABSL_LOCKS_EXCLUDED(mu_);
+  // With `view`, returns a view of it (a reader count, no hit counted).
+  RecordView Publish(Entry* entry, const ChunkHeader& header, bool view) ABSL_LOCKS_EXCLUDED(mu_);
+  // A view of a reserved entry that is not published (the policy declined it): the
+  // extent is freed when the view is dropped.
+  RecordView ViewUnpublished(Entry* entry) ABSL_LOCKS_EXCLUDED(mu_);
   // Frees a reserved entry that is not published.
   void Abandon(Entry* entry) ABSL_LOCKS_EXCLUDED(mu_);
-  // Takes an extent of `bytes` (multiple of alignment) from the free list; -1 if none fits.
-  int64_t AllocExtent(uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes an extent of `bytes` (multiple of alignment) starting at a multiple of `align`
+  // from the free list; -1 if none fits.
+  int64_t AllocExtent(uint64_t bytes, uint64_t align) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeExtent(uint64_t offset, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether evicting every evictable entry would leave a contiguous extent >= bytes.
-  bool CanFitAfterEviction(uint64_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether evicting every evictable entry would leave a contiguous extent >= bytes
+  // starting at a multiple of `align`.
+  bool CanFitAfterEviction(uint64_t bytes, uint64_t align) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes a live entry from the index and the policy (OnRemove with `reason`; state
-  // becomes kZombie); frees it now when no reader holds it. Does not call the listener.
+  // becomes kZombie); frees it now when no reader holds it.
   void Unlink(Entry* e, RemoveReason reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the records whose TTL ran out (CachePolicy::VisitExpired), unless pinned or read.
   void DropExpiredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -187,9 +204,10 @@ class HostTier final : public Tier {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Frees the extent and destroys the entry. REQUIRES: readers == 0.
   void Destroy(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Hands a victim to the listener with mu_ RELEASED meanwhile (re-acquired before it
-  // returns), then unlinks it unless it was pinned meanwhile.
-  void EvictOne(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Evicts a victim. With `victims`, first copies its bytes out with mu_ RELEASED
+  // meanwhile (re-acquired before it returns), then unlinks it and appends the copy
+  // unless it was pinned, replaced or erased meanwhile.
+  void EvictOne(Entry* e, std::vector<Victim>* victims) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A client's use of a live entry: last access time and CachePolicy::OnAccess.
   void Touch(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Get and CopyForWriteBack: a client read counts hits/misses/bytes_out and touches.
@@ -217,7 +235,6 @@ class HostTier final : public Tier {
   const std::unique_ptr<internal::ExtentAllocator> alloc_ ABSL_PT_GUARDED_BY(mu_);
   // Admission and victim order over the live entries' keys.
   const std::unique_ptr<CachePolicy> policy_ ABSL_PT_GUARDED_BY(mu_);
-  const EvictionListener listener_;
   const std::shared_ptr<Clock> clock_;
 
   uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
@@ -230,7 +247,8 @@ class HostTier final : public Tier {
   uint64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t admission_rejects_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t ttl_expired_ ABSL_GUARDED_BY(mu_) = 0;
-  // Listener calls running (mu_ released); evict_cv_ is signalled as each ends.
+  uint64_t copy_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // TierStats::copy_bytes
+  // Victim copies running (mu_ released); evict_cv_ is signalled as each ends.
   uint32_t evictions_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   absl::CondVar evict_cv_;
 };

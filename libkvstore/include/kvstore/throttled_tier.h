@@ -22,7 +22,8 @@ class ThrottledTier final : public Tier {
 
   TierCaps caps() const override;
   using Tier::Put;
-  absl::Status Put(std::span<const std::byte> record, const PutContext& context) override {
+  absl::StatusOr<PutResult> Put(std::span<const std::byte> record,
+                                const PutContext& context) override {
     return inner_->Put(record, context);
   }
   absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out) override;

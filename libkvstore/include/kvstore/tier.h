@@ -27,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kvstore/cache_policy.h"
+#include "kvstore/record_buffer.h"
 #include "kvstore/types.h"
 
 namespace kvt {
@@ -51,6 +52,12 @@ struct TierStats {
   uint64_t io_errors = 0;
   uint64_t admission_rejects = 0;  // records offered and declined by the tier's CachePolicy
   uint64_t ttl_expired = 0;        // records dropped because the policy's TTL ran out
+  // Bytes this tier wrote into memory on its data path, to count the copies per loaded
+  // byte (kvtier-bench tiers): a memcpy into or out of its memory (Put, Get, a victim's
+  // copy), a read from a file into memory (by DMA with O_DIRECT, by the kernel without),
+  // and every bounce copy of a file read or write. A fill (PutInPlace) counts for whoever
+  // fills.
+  uint64_t copy_bytes = 0;
 };
 
 // The counters of TierStats as relaxed atomics, for tiers that count without a lock
@@ -96,13 +103,6 @@ struct ListPage {
   std::string next_page_token;  // "" when this is the last page
 };
 
-// Called by a tier for each record it evicts, before its bytes are freed, so the
-// owner can demote it. `record` is valid only during the call. Must not call back
-// into the same tier. Set in the tier's options (HostTierOptions, DiskTierOptions);
-// a TieredStore supplies it through a TierFactory.
-using EvictionListener =
-    std::function<void(const ChunkKey& key, std::span<const std::byte> record)>;
-
 // What a tier is and can do. Callers decide by capability, never by kind.
 // (The model: RocksDB's FileSystem::SupportedOps.)
 struct TierCaps {
@@ -114,7 +114,8 @@ struct TierCaps {
   bool verifies_reads = false;      // Get returns only records it verified with VerifyChunk,
                                     // because its bytes come from outside the process
   bool pinnable = false;            // Pin holds a chunk against this tier's own eviction
-  bool evicts = false;              // evicts on its own and reports it to its listener
+  bool evicts = false;              // evicts on its own to make room, and returns those
+                                    // victims from Put/PutInPlace (PutContext::keep_victims)
 };
 
 // Presence of one key in a tier.
@@ -212,10 +213,40 @@ class RecordView {
   void* token_ = nullptr;
 };
 
-// Why a record is put into a tier, for the tier's admission policy (CachePolicy::Admit).
-// The store says which; a client's put (and a direct Tier::Put) is kPut.
+// One record a tier evicted to make room for a Put (PutContext::keep_victims), for the
+// caller (the store) to demote after the call. It owns a copy of the whole record
+// (header + payload), taken before the tier reused the victim's space: readable until
+// dropped, whatever the tier does meanwhile. Move-only. A tier copies its victims only
+// when asked: a tier in memory copies it (one memcpy, the copy a demotion needs anyway);
+// the disk tier reads it from its file once, unverified (its header still decodes; the
+// tier it is demoted to checks it as every Put does).
+struct Victim {
+  ChunkKey key;
+  RecordBuffer record;  // the whole record; record.size == its record_bytes
+};
+
+// Why a record is put into a tier, for the tier's admission policy (CachePolicy::Admit),
+// and what the caller wants back from the Put. The store says which; a client's put (and
+// a direct Tier::Put) is kPut and wants nothing back.
 struct PutContext {
   AdmitReason reason = AdmitReason::kPut;
+  // Return the records evicted to make room in PutResult::victims (with their bytes).
+  // When false they are dropped as they are evicted (nothing copied or read).
+  bool keep_victims = false;
+  // Return a RecordView of the record's bytes in this tier in PutResult::view (a tier
+  // whose memory can lend it: HostTier, and the default PutInPlace's buffer), without
+  // counting a hit: the store writes a durable tier or answers a load from it. PutInPlace
+  // returns the view also when the tier's policy declined the record (its bytes are then
+  // freed when the view is dropped). Other tiers leave the view empty.
+  bool view = false;
+};
+
+// What a Put or PutInPlace returns besides OK.
+struct PutResult {
+  ChunkKey key;                 // the record's key (from its header)
+  bool stored = false;          // the tier holds it now (false: its policy declined it)
+  std::vector<Victim> victims;  // PutContext::keep_victims: records evicted for it, in order
+  RecordView view;              // PutContext::view: the stored bytes (may be empty)
 };
 
 // Builds a tier's CachePolicy for its capacity in bytes, in place of MakeCachePolicy
@@ -240,16 +271,20 @@ class Tier {
 
   // Stores a whole record (header verified with DecodeChunkHeader; the key is taken
   // from it). Replaces an existing record of the same key. May evict unpinned chunks
-  // to make room. InvalidArgument/DataLoss for a bad header; ResourceExhausted when the
+  // to make room: with context.keep_victims they are returned in PutResult::victims
+  // (the caller demotes them after the call; the tier never calls anyone back), else
+  // dropped. InvalidArgument/DataLoss for a bad header; ResourceExhausted when the
   // record can never fit or everything is pinned. On error nothing is stored and no
-  // existing chunk is lost except by normal eviction. A tier with a CachePolicy may
-  // decline the record (CachePolicy::Admit, told `context.reason`): then nothing is stored,
-  // the tier counts it in stats().admission_rejects, and Put still returns OK (a cache
-  // may decline; a later Get is a miss).
-  virtual absl::Status Put(std::span<const std::byte> record, const PutContext& context) = 0;
-  // Put of a client's record (PutContext{}: AdmitReason::kPut). Implementations add
-  // `using Tier::Put;` so both overloads stay visible.
-  absl::Status Put(std::span<const std::byte> record) { return Put(record, PutContext{}); }
+  // existing chunk is lost except by normal eviction (victims evicted before the error
+  // are lost too: a tier evicts only when the record will fit). A tier with a
+  // CachePolicy may decline the record (CachePolicy::Admit, told `context.reason`): then
+  // nothing is stored, the tier counts it in stats().admission_rejects, and Put still
+  // returns OK (a cache may decline; a later Get is a miss).
+  virtual absl::StatusOr<PutResult> Put(std::span<const std::byte> record,
+                                        const PutContext& context) = 0;
+  // Put of a client's record (PutContext{}: AdmitReason::kPut; victims dropped).
+  // Implementations add `using Tier::Put;` so both overloads stay visible.
+  absl::Status Put(std::span<const std::byte> record) { return Put(record, PutContext{}).status(); }
 
   // Copies the whole record of `key` into `out` and returns its length.
   // NotFound on a miss; OutOfRange (message names the needed size) when `out` is
@@ -294,10 +329,15 @@ class Tier {
   // bytes nobody else can change. An error from `fill` abandons the record (nothing
   // stored, nothing replaced) and is returned unchanged. `fill` runs without the tier's
   // locks; it may call other tiers and the store, never this tier's Put/PutInPlace.
-  // Returns the stored record's key. Errors as Put's; ResourceExhausted may come before
-  // `fill` was called (no room), in which case it was not called. The default (tiers
-  // whose memory a caller cannot write in place): a heap buffer, `fill`, then Put.
-  virtual absl::StatusOr<ChunkKey> PutInPlace(uint64_t record_bytes, const RecordFill& fill);
+  // Returns the stored record's key, victims and view as Put does (`context`). Errors as
+  // Put's; ResourceExhausted may come before `fill` was called (no room), in which case
+  // it was not called. The default (tiers whose memory a caller cannot write in place):
+  // a RecordBuffer, `fill`, then Put; its view (context.view) is of that buffer.
+  virtual absl::StatusOr<PutResult> PutInPlace(uint64_t record_bytes, const RecordFill& fill,
+                                               const PutContext& context);
+  // PutInPlace of a client's record (PutContext{}); returns its key. Implementations add
+  // `using Tier::PutInPlace;`.
+  absl::StatusOr<ChunkKey> PutInPlace(uint64_t record_bytes, const RecordFill& fill);
 
   // Get without the copy: the record of `key` where the tier holds it (RecordView). A hit
   // counts as Get's does (recency, hits, bytes_out). NotFound on a miss, which is NOT
@@ -307,11 +347,10 @@ class Tier {
   virtual absl::StatusOr<RecordView> View(const ChunkKey& key);
 };
 
-// Builds one tier of a store. `on_evict` is the store's listener: pass it in the tier's
-// options (HostTierOptions/DiskTierOptions::eviction_listener) so evicted records are
-// demoted; tiers that do not evict (caps().evicts == false) ignore it. See
-// HostTier::Factory, DiskTier::Factory, UseTier (tiered_store.h).
-using TierFactory = std::function<absl::StatusOr<std::unique_ptr<Tier>>(EvictionListener on_evict)>;
+// Builds one tier of a store (HostTier::Factory, DiskTier::Factory, UseTier in
+// tiered_store.h). The store asks each tier for its victims (PutContext::keep_victims)
+// and demotes them itself.
+using TierFactory = std::function<absl::StatusOr<std::unique_ptr<Tier>>()>;
 
 }  // namespace kvt
 

@@ -35,7 +35,7 @@ inline constexpr TierIndex kNoTier = TierIndex::kNone;
 constexpr TierIndex MakeTierIndex(size_t i) { return static_cast<TierIndex>(i); }
 constexpr size_t ToSize(TierIndex t) { return static_cast<size_t>(t); }
 
-// A factory for a tier built already (its own eviction listener, if any, is kept).
+// A factory for a tier built already (the store asks it for its victims per Put).
 TierFactory UseTier(std::unique_ptr<Tier> tier);
 
 // Which lower tiers a Write is written through to, in the background.
@@ -209,7 +209,8 @@ struct TieredStoreStats {
 //   tiers.push_back(HostTier::Factory({.capacity_bytes = 8ull << 30}));
 //   tiers.push_back(DiskTier::Factory(disk_options));
 //   auto store = TieredStore::Create(std::move(tiers), TieredStoreOptions{});
-// Every tier but the last is built with the store's eviction listener (demotion).
+// A tier's Put returns the records it evicted to make room (Tier::Put, PutResult), and
+// the store demotes them to the next tier after the call: no tier calls the store.
 //
 // Verification: tiers with caps().verifies_reads (disk, remote) verify what they
 // return; the store trusts them and does not hash again. Records from tier 0 (host
@@ -219,8 +220,8 @@ struct TieredStoreStats {
 // order, the async writes (Write with async: the connectors' stores), the queued
 // write-through Puts and the demotions, and reaps expired leases. It is the only write
 // queue: connectors have none of their own, and there is one lease book (this one).
-// An eviction listener only copies the record into the queue (never blocks, never
-// calls into a tier). The store never calls into a tier while holding its own locks.
+// A demotion queues the victim's own buffer (never blocks, no copy). The store never
+// calls into a tier while holding its own locks.
 // A record waiting in the queue (evicted from tier 0, not yet below) is still found
 // by Lookup and Get. If the thread dies (an exception escaped a tier), stats().healthy
 // turns false, the death is logged, a sync Write still lands in tier 0 but is no longer
@@ -260,10 +261,14 @@ class TieredStore {
   // the namespace (kChunkHeaderBytes + payload); OutOfRange names the size needed.
   absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out,
                                GetInfo* info = nullptr, const GetOptions& options = {});
-  // Get from tier 0 without a copy (Tier::View): the record where tier 0 holds it, kept
-  // there until the view is released; counted as a Get hit. A record only in lower
-  // tiers or in the write-back queue is not viewed: NotFound (not counted as a miss) or
-  // Unimplemented (tier 0 cannot lend its records), and the caller falls back to Get.
+  // Get without a copy out (Tier::View): the record where tier 0 holds it, kept there
+  // until the view is released; counted as a Get hit. A hit in a lower tier is read
+  // once, straight into tier 0's memory (the promotion, in place: a chunk read from disk
+  // with O_DIRECT costs no CPU copy) or, when tier 0 has no room, into a pooled aligned
+  // buffer, and viewed there. A record only in the write-back queue, or in no tier, is
+  // not viewed: NotFound (not counted as a miss), and the caller falls back to Get (as
+  // on any other error: DataLoss from a lower tier, already counted by it; Unimplemented
+  // when tier 0 cannot lend its records).
   // REQUIRES: the view is released before the store is destroyed.
   absl::StatusOr<RecordView> View(const ChunkKey& key, GetInfo* info = nullptr);
 

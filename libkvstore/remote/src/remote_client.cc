@@ -230,6 +230,7 @@ absl::StatusOr<RemoteStats> RemoteClient::Stats() {
   out.connected_clients = resp.connected_clients();
   out.pending_write_bytes = resp.pending_write_bytes();
   out.explicit_evictions = resp.explicit_evictions();
+  out.shm_put_copy_bytes = resp.shm_put_copy_bytes();
   out.leases_granted = resp.leases_granted();
   out.leases_released = resp.leases_released();
   out.leases_expired = resp.leases_expired();

@@ -62,6 +62,7 @@ inline void StatsFromProto(const pb::TierStatsProto& p, TierStats* s) {
   s->bytes_in = p.bytes_in();
   s->bytes_out = p.bytes_out();
   s->puts = p.puts();
+  s->copy_bytes = p.copy_bytes();
 }
 
 // gRPC's deadlines are real (system_clock) time; the retry budget, backoff and cool-down

@@ -48,7 +48,7 @@ absl::StatusOr<std::unique_ptr<RemoteTier>> RemoteTier::Create(const RemoteTierO
 }
 
 TierFactory RemoteTier::Factory(RemoteTierOptions options) {
-  return [options](EvictionListener) -> absl::StatusOr<std::unique_ptr<Tier>> {
+  return [options]() -> absl::StatusOr<std::unique_ptr<Tier>> {
     absl::StatusOr<std::unique_ptr<RemoteTier>> t = Create(options);
     if (!t.ok()) return t.status();
     return std::unique_ptr<Tier>(std::move(*t));
@@ -113,7 +113,8 @@ void RemoteTier::GiveSlot(const Slot& slot) {
   if (slot.session == shm_ && slot.index < slot_busy_.size()) slot_busy_[slot.index] = false;
 }
 
-absl::Status RemoteTier::Put(std::span<const std::byte> record, const PutContext& /*context*/) {
+absl::StatusOr<PutResult> RemoteTier::Put(std::span<const std::byte> record,
+                                          const PutContext& /*context*/) {
   auto header = DecodeChunkHeader(record);
   if (!header.ok()) return header.status();
   if (record.size() != header->record_bytes())
@@ -138,8 +139,9 @@ absl::Status RemoteTier::Put(std::span<const std::byte> record, const PutContext
       spdlog::warn("remote tier: put of {} ({} bytes) failed: {}", header->key.ToHex(),
                    record.size(), s.ToString());
     if (IsUnreachable(s)) return absl::UnavailableError("RemoteTier::Put: " + s.ToString());
+    return s;
   }
-  return s;
+  return PutResult{.key = header->key, .stored = true};
 }
 
 PinHandle RemoteTier::Pin(const ChunkKey& key) {

@@ -17,7 +17,7 @@
 // piece, a master lost, a concurrent re-put) is a miss (NotFound), a record that fails
 // verification is DataLoss (counted as an integrity error), never wrong bytes.
 //
-// Pins are no-ops returning true and the eviction listener is never called: Redis
+// Pins are no-ops returning true and a Put returns no victims: Redis
 // evicts on its own (maxmemory + allkeys-lru, see docs/scale-out.md).
 #ifndef KVSTORE_CLUSTER_TIER_H_
 #define KVSTORE_CLUSTER_TIER_H_
@@ -73,7 +73,8 @@ class ClusterTier final : public Tier {
   // memory (OOM reply).
   using Tier::Put;
   // The context is not sent: admission is the serving process's own tiers' business.
-  absl::Status Put(std::span<const std::byte> record, const PutContext& context) override;
+  absl::StatusOr<PutResult> Put(std::span<const std::byte> record,
+                                const PutContext& context) override;
   // NotFound on a miss (also a missing, short or torn piece); DataLoss when the
   // record fails VerifyChunk; Unavailable when the shard cannot be reached;
   // OutOfRange when `out` is too small.
@@ -90,7 +91,7 @@ class ClusterTier final : public Tier {
   // cluster-wide count would need a SCAN).
   TierStats stats() const override;
   PinHandle Pin(const ChunkKey&) override { return PinHandle(); }
-  // A TieredStore factory (never evicts on its own: no listener).
+  // A TieredStore factory (never evicts on its own: no victims).
   static TierFactory Factory(ClusterTierOptions options);
 
   // The chunk header of `key` (DecodeChunkHeader-checked; the payload is not read, so

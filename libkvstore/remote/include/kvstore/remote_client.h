@@ -125,6 +125,8 @@ struct RemoteStats {
   uint64_t connected_clients = 0;
   uint64_t pending_write_bytes = 0;
   uint64_t explicit_evictions = 0;
+  // Bytes the daemon copied out of clients' shm regions for their puts, since it started.
+  uint64_t shm_put_copy_bytes = 0;
   // Leases of Lookups with pin (see RemoteClient::Lookup), since the daemon started.
   uint64_t leases_granted = 0, leases_released = 0, leases_expired = 0, leases_active = 0;
   uint64_t pinned_bytes = 0;

@@ -60,7 +60,7 @@ class RemoteTier final : public Tier {
  public:
   // Does not contact the daemon (it may be down now and up later).
   static absl::StatusOr<std::unique_ptr<RemoteTier>> Create(const RemoteTierOptions& options);
-  // A TieredStore factory (the remote tier never evicts on its own: no listener).
+  // A TieredStore factory (the remote tier never evicts on its own: no victims).
   static TierFactory Factory(RemoteTierOptions options);
   ~RemoteTier() override;
 
@@ -68,7 +68,8 @@ class RemoteTier final : public Tier {
 
   using Tier::Put;
   // The context is not sent: admission is the serving process's own tiers' business.
-  absl::Status Put(std::span<const std::byte> record, const PutContext& context) override;
+  absl::StatusOr<PutResult> Put(std::span<const std::byte> record,
+                                const PutContext& context) override;
   absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out) override;
   // One per-key Lookup RPC per kKvtierMaxBatchKeys keys. Unreachable daemon: every key
   // reads as absent.
