@@ -4,6 +4,25 @@
 
 namespace kvt {
 
+CachePolicyOptions DefaultCachePolicy(bool lowest_tier) {
+  CachePolicyOptions o;
+  o.name = std::string(kDefaultCachePolicy);
+  o.adaptive_declines_first_seen = lowest_tier;
+  return o;
+}
+
+namespace {
+
+// "default" resolved for the tier's place; the caller's TTL and clock are kept.
+void ResolveDefaultPolicy(CachePolicyOptions& o, bool lowest_tier) {
+  if (o.name != "default") return;
+  const CachePolicyOptions d = DefaultCachePolicy(lowest_tier);
+  o.name = d.name;
+  o.adaptive_declines_first_seen = d.adaptive_declines_first_seen;
+}
+
+}  // namespace
+
 absl::Status StoreOptions::Validate() const {
   if (host.capacity_bytes > 0) {
     if (absl::Status s = host.Validate(); !s.ok()) return s;
@@ -24,9 +43,19 @@ absl::Status StoreOptions::Validate() const {
 
 absl::StatusOr<std::unique_ptr<TieredStore>> OpenTieredStore(const StoreOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
+  const bool disk_lowest = options.lower.empty();
+  const bool host_lowest = !options.disk && disk_lowest;
   std::vector<TierFactory> tiers;
-  if (options.host.capacity_bytes > 0) tiers.push_back(HostTier::Factory(options.host));
-  if (options.disk) tiers.push_back(DiskTier::Factory(*options.disk));
+  if (options.host.capacity_bytes > 0) {
+    HostTierOptions host = options.host;
+    ResolveDefaultPolicy(host.cache_policy, host_lowest);
+    tiers.push_back(HostTier::Factory(std::move(host)));
+  }
+  if (options.disk) {
+    DiskTierOptions disk = *options.disk;
+    ResolveDefaultPolicy(disk.cache_policy, disk_lowest);
+    tiers.push_back(DiskTier::Factory(std::move(disk)));
+  }
   for (const TierFactory& f : options.lower) tiers.push_back(f);
   return TieredStore::Create(std::move(tiers), options.store);
 }

@@ -16,9 +16,21 @@
 
 namespace kvt {
 
+// The measured per-tier cache policies (docs/cache-policy.md, "Which policy each tier
+// should use"): "adaptive" for a tier with a tier below it (a first-seen chunk beyond its
+// budget is still stored, first to go, so the write-through brings it to the lower tiers,
+// whose own policies decide), and "adaptive" declining such chunks for the lowest tier
+// (nothing below could take them; it saves that tier's writes).
+CachePolicyOptions DefaultCachePolicy(bool lowest_tier);
+
 struct StoreOptions {
   // Tier 0. capacity_bytes 0 = no host tier (then a disk or lower tier is required).
-  HostTierOptions host;
+  // Its cache policy is "default" unless chosen: see OpenTieredStore.
+  HostTierOptions host = [] {
+    HostTierOptions h;
+    h.cache_policy.name = "default";
+    return h;
+  }();
   // A disk tier below the host tier when set.
   std::optional<DiskTierOptions> disk;
   // Tiers below the disk tier, fastest first (e.g. RemoteTier::Factory(...)).
@@ -30,7 +42,9 @@ struct StoreOptions {
 };
 
 // Builds the tiers in order and the store over them (each tier but the last demotes
-// into the next). Errors of any tier's construction are returned and nothing is kept.
+// into the next). A host or disk tier whose cache_policy.name is "default" gets
+// DefaultCachePolicy for its place (lowest tier or not), keeping its ttl and clock. Errors of any
+// tier's construction are returned and nothing is kept.
 absl::StatusOr<std::unique_ptr<TieredStore>> OpenTieredStore(const StoreOptions& options);
 
 }  // namespace kvt
