@@ -481,6 +481,8 @@ grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
                       p->set_bytes_in(s.bytes_in);
                       p->set_bytes_out(s.bytes_out);
                       p->set_puts(s.puts);
+                      p->set_admission_rejects(s.admission_rejects);
+                      p->set_ttl_expired(s.ttl_expired);
                     }
                     TieredStoreStats ss = store.stats();
                     resp->set_hits(ss.hits);

@@ -62,6 +62,8 @@ inline void StatsFromProto(const pb::TierStatsProto& p, TierStats* s) {
   s->bytes_in = p.bytes_in();
   s->bytes_out = p.bytes_out();
   s->puts = p.puts();
+  s->admission_rejects = p.admission_rejects();
+  s->ttl_expired = p.ttl_expired();
 }
 
 using Clock = std::chrono::system_clock;
