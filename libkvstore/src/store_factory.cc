@@ -4,19 +4,19 @@
 
 namespace kvt {
 
-CachePolicyOptions DefaultCachePolicy(bool lowest_tier) {
+CachePolicyOptions DefaultCachePolicy(bool below_another_tier) {
   CachePolicyOptions o;
   o.name = std::string(kDefaultCachePolicy);
-  o.adaptive_declines_first_seen = lowest_tier;
+  o.adaptive_declines_first_seen = !below_another_tier;
   return o;
 }
 
 namespace {
 
 // "default" resolved for the tier's place; the caller's TTL and clock are kept.
-void ResolveDefaultPolicy(CachePolicyOptions& o, bool lowest_tier) {
+void ResolveDefaultPolicy(CachePolicyOptions& o, bool below_another_tier) {
   if (o.name != "default") return;
-  const CachePolicyOptions d = DefaultCachePolicy(lowest_tier);
+  const CachePolicyOptions d = DefaultCachePolicy(below_another_tier);
   o.name = d.name;
   o.adaptive_declines_first_seen = d.adaptive_declines_first_seen;
 }
@@ -43,17 +43,18 @@ absl::Status StoreOptions::Validate() const {
 
 absl::StatusOr<std::unique_ptr<TieredStore>> OpenTieredStore(const StoreOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
-  const bool disk_lowest = options.lower.empty();
-  const bool host_lowest = !options.disk && disk_lowest;
+  // Host memory is the top tier: it declines first-seen chunks beyond its budget (the
+  // write-through brings them to the tiers below). A disk below host memory stores them.
+  const bool disk_below_host = options.host.capacity_bytes > 0;
   std::vector<TierFactory> tiers;
   if (options.host.capacity_bytes > 0) {
     HostTierOptions host = options.host;
-    ResolveDefaultPolicy(host.cache_policy, host_lowest);
+    ResolveDefaultPolicy(host.cache_policy, /*below_another_tier=*/false);
     tiers.push_back(HostTier::Factory(std::move(host)));
   }
   if (options.disk) {
     DiskTierOptions disk = *options.disk;
-    ResolveDefaultPolicy(disk.cache_policy, disk_lowest);
+    ResolveDefaultPolicy(disk.cache_policy, disk_below_host);
     tiers.push_back(DiskTier::Factory(std::move(disk)));
   }
   for (const TierFactory& f : options.lower) tiers.push_back(f);

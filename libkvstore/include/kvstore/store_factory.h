@@ -17,11 +17,12 @@
 namespace kvt {
 
 // The measured per-tier cache policies (docs/cache-policy.md, "Which policy each tier
-// should use"): "adaptive" for a tier with a tier below it (a first-seen chunk beyond its
-// budget is still stored, first to go, so the write-through brings it to the lower tiers,
-// whose own policies decide), and "adaptive" declining such chunks for the lowest tier
-// (nothing below could take them; it saves that tier's writes).
-CachePolicyOptions DefaultCachePolicy(bool lowest_tier);
+// should use"): "adaptive" declining first-seen chunks beyond its budget for every tier
+// but the lowest tier of a stack (TieredStore writes what tier 0 declines through to the
+// tiers below, whose own policies decide: host memory keeps its room for chunks seen
+// before), and "adaptive" storing them (first to go) for a tier below another one, the
+// last that could catch a first-seen chunk before its first reuse.
+CachePolicyOptions DefaultCachePolicy(bool below_another_tier);
 
 struct StoreOptions {
   // Tier 0. capacity_bytes 0 = no host tier (then a disk or lower tier is required).
@@ -43,8 +44,8 @@ struct StoreOptions {
 
 // Builds the tiers in order and the store over them (each tier but the last demotes
 // into the next). A host or disk tier whose cache_policy.name is "default" gets
-// DefaultCachePolicy for its place (lowest tier or not), keeping its ttl and clock. Errors of any
-// tier's construction are returned and nothing is kept.
+// DefaultCachePolicy for its place (below another tier or not), keeping its ttl and clock. Errors
+// of any tier's construction are returned and nothing is kept.
 absl::StatusOr<std::unique_ptr<TieredStore>> OpenTieredStore(const StoreOptions& options);
 
 }  // namespace kvt
