@@ -49,7 +49,14 @@ absl::StatusOr<std::unique_ptr<TieredStore>> OpenTieredStore(const StoreOptions&
   std::vector<TierFactory> tiers;
   if (options.host.capacity_bytes > 0) {
     HostTierOptions host = options.host;
+    const bool chosen = host.cache_policy.name != "default";
     ResolveDefaultPolicy(host.cache_policy, /*below_another_tier=*/false);
+    // Without write-through a declined chunk would reach no tier below (only evictions
+    // are demoted): then host memory stores it, first to go.
+    const bool tiers_below = options.disk || !options.lower.empty();
+    if (!chosen && tiers_below && options.store.placement.write_through == WriteThrough::kNone) {
+      host.cache_policy.adaptive_declines_first_seen = false;
+    }
     tiers.push_back(HostTier::Factory(std::move(host)));
   }
   if (options.disk) {
