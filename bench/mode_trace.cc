@@ -26,6 +26,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,8 +34,10 @@
 #include "absl/strings/str_split.h"
 #include "bench_mode.h"
 #include "kvstore/cache_policy.h"
+#include "kvstore/store_factory.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
+#include "trace_daemon.h"
 #include "trace_file.h"
 #include "trace_sim.h"
 #include "trace_store.h"
@@ -54,6 +57,7 @@ struct TwoTier {
   std::string policy;
   TwoTierResult result;
   std::string replayed = "direct";
+  std::optional<DaemonReplayResult> kvtierd;  // the same run through kvtierd, when asked
 };
 
 struct Row {
@@ -69,17 +73,30 @@ struct Row {
   std::string replayed = "direct";  // where token_hit_ratio comes from: store, direct
 };
 
-CachePolicyOptions PolicyOptions(const std::string& name) {
+// A policy as the bench names it; "default" is what OpenTieredStore gives a tier whose
+// policy is not chosen (DefaultCachePolicy: adaptive declining first-seen chunks beyond
+// its budget, or storing them in a tier below another one).
+// Variants for the two-tier run: "adaptive-declines" is adaptive with
+// adaptive_declines_first_seen in every tier, "adaptive-disk-declines" only in the disk
+// below host memory (the defaults before: host memory stored first-seen chunks).
+CachePolicyOptions PolicyOptions(const std::string& name, bool below_another_tier) {
+  if (name == "default") return DefaultCachePolicy(below_another_tier);
   CachePolicyOptions o;
+  if (name == "adaptive-declines" || name == "adaptive-disk-declines") {
+    o.name = "adaptive";
+    o.adaptive_declines_first_seen = name == "adaptive-declines" || below_another_tier;
+    return o;
+  }
   o.name = name;
   return o;
 }
 
-// The lowest tier's options: the default policy declines first-seen chunks beyond its
-// budget there (nothing below it could take them; see docs/cache-policy.md).
-CachePolicyOptions LowestTierOptions(const std::string& name) {
-  CachePolicyOptions o = PolicyOptions(name);
-  o.adaptive_declines_first_seen = true;
+// What the store replay passes: "default" as the name, which OpenTieredStore resolves for
+// the tier's place, so the replay runs the store factory's own defaults.
+CachePolicyOptions StoreOptionsFor(const std::string& name, bool below_another_tier) {
+  if (name != "default") return PolicyOptions(name, below_another_tier);
+  CachePolicyOptions o;
+  o.name = "default";
   return o;
 }
 
@@ -124,6 +141,8 @@ int RunTrace(int argc, char** argv) {
   std::string store_policies_arg = "default,lru";
   double store_max_capacity = 0.02;
   std::string disk_base = std::filesystem::exists("/dev/shm") ? "/dev/shm" : "/tmp";
+  int kvtierd_clients = 0;
+  std::string kvtierd_bin;
   app.add_flag("--json", json, "one JSON object per (trace, capacity, policy) line");
   app.add_flag("--sweep", sweep, "capacities 1, 2, 5, 10, 20, 50 % of each trace's blocks");
   app.add_option("--traces-dir", traces_dir, "folder holding <trace>_trace.jsonl.gz");
@@ -147,6 +166,11 @@ int RunTrace(int argc, char** argv) {
                  "eviction check walks every held record per Put: large ones take minutes)");
   app.add_option("--disk-dir", disk_base,
                  "where the two-tier run's disk tier lives (a fresh folder inside, removed)");
+  app.add_option("--kvtierd-clients", kvtierd_clients,
+                 "also replay the two-tier run through one kvtierd shared by this many client "
+                 "processes (0 = not)")
+      ->check(CLI::Range(0, 16));
+  app.add_option("--kvtierd", kvtierd_bin, "the kvtierd binary (default: the one built here)");
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);  // not a line per store opened
   if (replay == "store" && record_bytes % 4096 != 0) {
@@ -167,7 +191,7 @@ int RunTrace(int argc, char** argv) {
   }
   std::vector<std::string> policies = absl::StrSplit(policies_arg, ',', absl::SkipEmpty());
   for (const std::string& p : policies) {
-    if (absl::Status s = PolicyOptions(p).Validate(); !s.ok()) {
+    if (absl::Status s = PolicyOptions(p, false).Validate(); !s.ok()) {
       std::fprintf(stderr, "trace: --policies: %s\n", std::string(s.message()).c_str());
       return 2;
     }
@@ -209,7 +233,7 @@ int RunTrace(int argc, char** argv) {
       opt.direct_ratio = opt.result.token_hit_ratio();
       std::vector<Row> group;
       for (const std::string& p : policies) {
-        auto policy = MakeCachePolicy(PolicyOptions(p), cap * record_bytes);
+        auto policy = MakeCachePolicy(PolicyOptions(p, false), cap * record_bytes);
         if (!policy.ok()) {
           std::fprintf(stderr, "trace: %s\n", policy.status().ToString().c_str());
           return 1;
@@ -220,7 +244,7 @@ int RunTrace(int argc, char** argv) {
         if (through_store(p, f)) {
           row.replayed = "store";
           StoreReplayOptions so;
-          so.host_policy = PolicyOptions(p);
+          so.host_policy = StoreOptionsFor(p, false);
           so.host_records = cap;
           so.record_bytes = record_bytes;
           auto st = ReplayThroughStore(*trace, so);
@@ -295,8 +319,8 @@ int RunTrace(int argc, char** argv) {
                     "total", "host writes", "disk writes", "ns/chunk", "cpu-bound", "via");
       }
       for (const std::string& p : policies) {
-        auto hp = MakeCachePolicy(PolicyOptions(p), host * record_bytes);
-        auto dp = MakeCachePolicy(LowestTierOptions(p), disk * record_bytes);
+        auto hp = MakeCachePolicy(PolicyOptions(p, false), host * record_bytes);
+        auto dp = MakeCachePolicy(PolicyOptions(p, true), disk * record_bytes);
         if (!hp.ok() || !dp.ok()) return 1;
         TwoTier t{name, p, SimulateTwoTier(*trace, **hp, host, **dp, disk, record_bytes)};
         if (through_store(p, 0)) {
@@ -307,8 +331,8 @@ int RunTrace(int argc, char** argv) {
             return 1;
           }
           StoreReplayOptions so;
-          so.host_policy = PolicyOptions(p);
-          so.disk_policy = LowestTierOptions(p);
+          so.host_policy = StoreOptionsFor(p, false);
+          so.disk_policy = StoreOptionsFor(p, true);
           so.host_records = host;
           so.disk_records = disk;
           so.disk_dir = dir;
@@ -325,6 +349,28 @@ int RunTrace(int argc, char** argv) {
           t.result.disk_hit_tokens = st->disk_hit_tokens;
           t.result.host_records_written = st->host_bytes_written / record_bytes;
           t.result.disk_records_written = st->disk_bytes_written / record_bytes;
+        }
+        if (kvtierd_clients > 0 && through_store(p, 0)) {
+          std::string dir = "/tmp/kvtier-bench-trace-kvtierd-XXXXXX";
+          if (mkdtemp(dir.data()) == nullptr) return 1;
+          DaemonReplayOptions dro;
+          dro.host_policy = p == "default" ? "" : p;
+          dro.disk_policy = dro.host_policy;
+          dro.host_records = host;
+          dro.disk_records = disk;
+          dro.record_bytes = record_bytes;
+          dro.clients = kvtierd_clients;
+          dro.kvtierd = FindKvtierd(kvtierd_bin);
+          dro.work_dir = dir;
+          auto dr = ReplayThroughKvtierd(*trace, dro);
+          if (!dr.ok()) {
+            std::fprintf(stderr, "trace: %s %s through kvtierd: %s (kept %s)\n", name.c_str(),
+                         p.c_str(), dr.status().ToString().c_str(), dir.c_str());
+            return 1;
+          }
+          std::error_code ec;
+          std::filesystem::remove_all(dir, ec);
+          t.kvtierd = *dr;
         }
         const TwoTierResult& r = t.result;
         if (json) {
@@ -346,6 +392,29 @@ int RunTrace(int argc, char** argv) {
               {"replay", t.replayed},
           };
           std::printf("%s\n", j.dump().c_str());
+          if (t.kvtierd) {
+            const DaemonReplayResult& k = *t.kvtierd;
+            nlohmann::json kj = {
+                {"mode", "trace"},
+                {"trace", name},
+                {"tiers", "host+disk"},
+                {"capacity_fraction", two_tier[0]},
+                {"disk_capacity_fraction", two_tier[1]},
+                {"policy", p},
+                {"token_hit_ratio", k.total_ratio()},
+                {"in_process_token_hit_ratio", r.total_ratio()},
+                {"host_chunk_hits", k.host_hits},
+                {"disk_chunk_hits", k.disk_hits},
+                {"host_bytes_written", k.host_bytes_written},
+                {"disk_bytes_written", k.disk_bytes_written},
+                {"host_admission_rejects", k.host_admission_rejects},
+                {"disk_admission_rejects", k.disk_admission_rejects},
+                {"clients", kvtierd_clients},
+                {"seconds", k.seconds},
+                {"replay", "kvtierd"},
+            };
+            std::printf("%s\n", kj.dump().c_str());
+          }
         } else {
           std::printf("%9s %9.4f %9.4f %9.4f %12llu %12llu %9.0f %9.0f  %s\n", p.c_str(),
                       r.host_ratio(), r.disk_ratio(), r.total_ratio(),
@@ -353,6 +422,18 @@ int RunTrace(int argc, char** argv) {
                       static_cast<unsigned long long>(r.disk_records_written * record_bytes),
                       r.seconds_per_chunk() * 1e9, r.cpu_seconds_per_chunk() * 1e9,
                       t.replayed.c_str());
+          if (t.kvtierd) {
+            const DaemonReplayResult& k = *t.kvtierd;
+            std::printf(
+                "%9s %9s %9s %9.4f %12llu %12llu %9.0f %9s  kvtierd, %d clients (host "
+                "%llu, disk %llu chunk hits)\n",
+                p.c_str(), "-", "-", k.total_ratio(),
+                static_cast<unsigned long long>(k.host_bytes_written),
+                static_cast<unsigned long long>(k.disk_bytes_written),
+                k.chunks ? k.seconds / static_cast<double>(k.chunks) * 1e9 : 0.0, "-",
+                kvtierd_clients, static_cast<unsigned long long>(k.host_hits),
+                static_cast<unsigned long long>(k.disk_hits));
+          }
         }
         two_tier_rows.push_back(std::move(t));
       }
@@ -427,6 +508,16 @@ int RunTrace(int argc, char** argv) {
             d->result.total_ratio() > l->result.total_ratio() &&
                 d->result.disk_records_written <= l->result.disk_records_written,
             buf);
+  }
+  // The same replay through kvtierd, several client processes: the hit ratio matches the
+  // in-process store within noise (2 % of it; the daemon writes down in the background).
+  for (const TwoTier& t : two_tier_rows) {
+    if (!t.kvtierd) continue;
+    const double in_process = t.result.total_ratio(), via = t.kvtierd->total_ratio();
+    std::snprintf(buf, sizeof(buf), "%.4f through kvtierd (%d clients) vs %.4f in-process", via,
+                  kvtierd_clients, in_process);
+    verdict(t.trace + " " + t.policy + " host + disk: kvtierd replay within 2 % of in-process",
+            std::abs(via - in_process) <= 0.02 * in_process, buf);
   }
   // The policy's time per chunk: its calls timed one by one (wall time, which a busy
   // machine inflates when the thread is preempted inside a call) and the replay's CPU time

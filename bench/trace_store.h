@@ -9,10 +9,12 @@
 #define KVT_BENCH_TRACE_STORE_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "kvstore/cache_policy.h"
+#include "kvstore/tiered_store.h"
 #include "trace_file.h"
 
 namespace kvt::bench {
@@ -51,6 +53,26 @@ struct StoreReplayResult {
 // disk tier), and Internal when a chunk the lookup reported is not readable.
 absl::StatusOr<StoreReplayResult> ReplayThroughStore(const Trace& trace,
                                                      const StoreReplayOptions& options);
+
+// Which requests one replay client sends, and its turn-taking with the others: request i
+// belongs to this client when i % stride == offset; `wait_turn(i)` (when set) returns once
+// request i may start, `done(i)` is called after it (a shared turnstile keeps several
+// client processes in trace order).
+struct ReplaySlice {
+  size_t offset = 0;
+  size_t stride = 1;
+  std::function<void(size_t)> wait_turn;
+  std::function<void(size_t)> done;
+  bool flush = true;  // Flush the store's write-back after each request (deterministic)
+};
+
+// The replay loop over any store (in-process tiers, or a RemoteTier on kvtierd): per
+// request a pinned Lookup, a Get of each leading hit, a Put of every block after the run.
+// Adds to *res (hit tokens by the tier index reported by the lookup: 0 = host_hit_tokens,
+// any other = disk_hit_tokens; tokens, chunks). Errors: the store's Put, Internal when a
+// reported hit cannot be read.
+absl::Status ReplayRequests(TieredStore& store, const Trace& trace, uint64_t record_bytes,
+                            const ReplaySlice& slice, StoreReplayResult* res);
 
 }  // namespace kvt::bench
 

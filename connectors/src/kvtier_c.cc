@@ -181,6 +181,7 @@ int kvt_create(const kvt_options* o, kvt_connector** out) {
     }
     if (!daemon && o->disk_dir != nullptr && o->disk_dir[0] != '\0') {
       kvt::DiskTierOptions& dopts = sopts.disk.emplace();
+      dopts.cache_policy.name = "default";  // the measured default (docs/cache-policy.md)
       dopts.dir = o->disk_dir;
       dopts.capacity_bytes = o->disk_capacity_bytes;
     }

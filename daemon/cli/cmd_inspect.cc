@@ -169,6 +169,24 @@ int RunInspect(const InspectFlags& given, const GlobalFlags& global, std::ostrea
                          leading, keys.size(), WithCommas(tokens_to_load));
   if (bytes_to_load) out << " (" << HumanBytes(*bytes_to_load) << ")";
   out << " and recompute " << WithCommas(recompute) << "\n";
+  if (cached < keys.size()) {
+    // Why a chunk is not held: the tiers do not remember it per key, but their cache
+    // policies count what they declined, evicted and dropped (docs/cache-policy.md).
+    if (auto st = (*backend)->Stats(); st.ok()) {
+      std::string why;
+      for (const auto& tier : st->tiers) {
+        const TierStats& x = tier.stats;
+        if (x.admission_rejects + x.evictions + x.ttl_expired == 0) continue;
+        why += absl::StrFormat("%s%s: %s rejected by admission, %s evicted, %s expired",
+                               why.empty() ? "" : "; ", TierName(tier.kind),
+                               WithCommas(x.admission_rejects), WithCommas(x.evictions),
+                               WithCommas(x.ttl_expired));
+      }
+      out << "not held: " << keys.size() - cached << " chunk(s) never stored, or since removed ("
+          << (why.empty() ? "no tier has rejected, evicted or expired a record" : why)
+          << "; kvtier stats)\n";
+    }
+  }
   return kExitOk;
 }
 

@@ -39,6 +39,9 @@ nlohmann::json StatsJson(const StatsSnapshot& s) {
                           {"hits", x.hits},
                           {"misses", x.misses},
                           {"puts", x.puts},
+                          {"admitted", x.puts},
+                          {"admission_rejects", x.admission_rejects},
+                          {"ttl_expired", x.ttl_expired},
                           {"bytes_in", x.bytes_in},
                           {"bytes_out", x.bytes_out},
                           {"evictions", x.evictions},
@@ -75,10 +78,13 @@ void PrintStats(const StatsSnapshot& s, const StatsSnapshot* prev, double dt_s, 
                            WithCommas(s.leases->released), WithCommas(s.leases->expired));
   }
   out << "\n";
-  std::vector<std::string> h = {"TIER",     "CAPACITY", "USED",      "USE%",
-                                "CHUNKS",   "PINNED",   "HITS",      "MISSES",
-                                "HIT RATE", "PUTS",     "EVICTIONS", "INTEGRITY ERR"};
-  std::vector<bool> r = {false, true, true, true, true, true, true, true, true, true, true, true};
+  // PUTS = records the tier's cache policy admitted and the tier stored; REJECTED = offered
+  // and declined by the policy; EXPIRED = dropped by its TTL (docs/cache-policy.md).
+  std::vector<std::string> h = {"TIER",     "CAPACITY",  "USED",    "USE%",         "CHUNKS",
+                                "PINNED",   "HITS",      "MISSES",  "HIT RATE",     "PUTS",
+                                "REJECTED", "EVICTIONS", "EXPIRED", "INTEGRITY ERR"};
+  std::vector<bool> r(h.size(), true);
+  r[0] = false;
   if (prev) {
     h.insert(h.end(), {"HITS/S", "PUTS/S"});
     r.insert(r.end(), {true, true});
@@ -97,7 +103,9 @@ void PrintStats(const StatsSnapshot& s, const StatsSnapshot* prev, double dt_s, 
         WithCommas(x.misses),
         Rate(x.hits, x.misses),
         WithCommas(x.puts),
+        WithCommas(x.admission_rejects),
         WithCommas(x.evictions),
+        WithCommas(x.ttl_expired),
         WithCommas(x.integrity_errors)};
     if (prev) {
       const TierStats* p = i < prev->tiers.size() ? &prev->tiers[i].stats : nullptr;

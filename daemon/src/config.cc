@@ -14,7 +14,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "kvstore/byte_size.h"
+#include "kvstore/cache_policy.h"
 #include "kvstore/daemon_address.h"
 #include "yaml-cpp/yaml.h"
 
@@ -29,6 +31,10 @@ DaemonConfig DefaultDaemonConfig() {
   DaemonConfig c;
   c.listen.push_back(DefaultDaemonAddress());  // the CLI's default daemon too
   c.data_dir = absl::StrFormat("/var/tmp/kvtierd-%d", getuid());
+  // The measured per-tier defaults (OpenTieredStore resolves "default" for each tier's
+  // place: docs/cache-policy.md).
+  c.host.cache_policy.name = "default";
+  c.disk.cache_policy.name = "default";
   return c;
 }
 
@@ -112,6 +118,10 @@ absl::Status DaemonConfig::Validate() const {
     if (cluster->max_record_bytes < max_record_bytes)
       return bad("cluster", "max_record_bytes is below the daemon's max_record_bytes");
   }
+  for (auto [key, policy] : {std::pair{"host_cache_policy", &host.cache_policy},
+                             std::pair{"disk_cache_policy", &disk.cache_policy}}) {
+    if (absl::Status s = policy->Validate(); !s.ok()) return bad(key, std::string(s.message()));
+  }
   if (!metrics_listen.empty()) {
     absl::StatusOr<DaemonAddress> parsed = ParseHostPort(metrics_listen, AddressUse::kListen);
     if (!parsed.ok())
@@ -183,6 +193,45 @@ absl::Status Get(const YAML::Node& node, const std::string& key, const char* wha
   }
 }
 
+// host_cache_policy / disk_cache_policy: {name, ttl_s, declines_first_seen} into *out.
+absl::Status ParseCachePolicy(const YAML::Node& node, const std::string& where,
+                              CachePolicyOptions* out) {
+  if (auto s = CheckKeys(node, where, {"name", "ttl_s", "declines_first_seen"}); !s.ok()) return s;
+  if (node["name"]) {
+    std::string name;
+    if (auto s = Get(node["name"], where + ".name", "a policy name", &name); !s.ok()) return s;
+    CachePolicyOptions probe;
+    probe.name = name;
+    if (name.empty() || !probe.Validate().ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("config %s.name: '%s' is not a cache policy (expected one of: %s)", where,
+                          name, absl::StrJoin(CachePolicyNames(), ", ")));
+    }
+    out->name = name;
+  }
+  if (node["ttl_s"]) {
+    int64_t ttl = 0;
+    if (auto s = Get(node["ttl_s"], where + ".ttl_s", "seconds >= 0 (0 = no TTL)", &ttl); !s.ok())
+      return s;
+    if (ttl < 0 || ttl > 365ll * 86400)
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "config %s.ttl_s: %d, expected 0..31536000 seconds (0 = no TTL)", where, ttl));
+    out->ttl = std::chrono::seconds(ttl);
+  }
+  if (node["declines_first_seen"]) {
+    if (auto s = Get(node["declines_first_seen"], where + ".declines_first_seen", "true|false",
+                     &out->adaptive_declines_first_seen);
+        !s.ok())
+      return s;
+    if (out->name != kDefaultCachePolicy)
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "config %s.declines_first_seen: applies only to name: adaptive (name: default "
+          "decides it by the tier's place); set name: adaptive or remove it",
+          where));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, DaemonConfig c) {
@@ -219,6 +268,8 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
                             "shutdown_grace_ms",
                             "lease_timeout_ms",
                             "catalog_max_keys",
+                            "host_cache_policy",
+                            "disk_cache_policy",
                             "cluster"});
         !s.ok())
       return s;
@@ -351,6 +402,12 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
             !s.ok())
           return s;
     }
+    if (const auto p = root["host_cache_policy"])
+      if (auto s = ParseCachePolicy(p, "host_cache_policy", &c.host.cache_policy); !s.ok())
+        return s;
+    if (const auto p = root["disk_cache_policy"])
+      if (auto s = ParseCachePolicy(p, "disk_cache_policy", &c.disk.cache_policy); !s.ok())
+        return s;
     if (const auto m = root["metrics"]) {
       if (auto s = CheckKeys(m, "metrics", {"listen"}); !s.ok()) return s;
       if (m["listen"]) {

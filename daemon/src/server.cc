@@ -131,6 +131,15 @@ class KvtierServer::Impl {
              [](const TierStats& s) { return s.misses; });
     per_tier("kvtier_tier_evictions_total", Type::kCounter, "",
              [](const TierStats& s) { return s.evictions; });
+    per_tier("kvtier_tier_admitted_total", Type::kCounter,
+             "Records a tier stored: offered and admitted by its cache policy.",
+             [](const TierStats& s) { return s.puts; });
+    per_tier("kvtier_tier_admission_rejects_total", Type::kCounter,
+             "Records offered to a tier that its cache policy declined.",
+             [](const TierStats& s) { return s.admission_rejects; });
+    per_tier("kvtier_tier_ttl_expired_total", Type::kCounter,
+             "Records a tier dropped because its cache policy's TTL ran out.",
+             [](const TierStats& s) { return s.ttl_expired; });
     per_tier("kvtier_tier_integrity_errors_total", Type::kCounter, "",
              [](const TierStats& s) { return s.integrity_errors; });
     per_tier("kvtier_tier_bytes_in_total", Type::kCounter, "",

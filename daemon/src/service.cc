@@ -487,6 +487,8 @@ grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
                       p->set_bytes_out(s.bytes_out);
                       p->set_puts(s.puts);
                       p->set_copy_bytes(s.copy_bytes);
+                      p->set_admission_rejects(s.admission_rejects);
+                      p->set_ttl_expired(s.ttl_expired);
                     }
                     resp->set_hits(ss.hits);
                     resp->set_misses(ss.misses + unserved_misses_.load(std::memory_order_relaxed));

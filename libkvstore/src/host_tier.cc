@@ -137,6 +137,22 @@ void HostTier::FreeExtent(uint64_t offset, uint64_t bytes) {
 }
 
 bool HostTier::CanFitAfterEviction(uint64_t bytes, uint64_t align) const {
+  // Fast path, O(1) in the usual case: one evictable record whose extent alone holds
+  // `bytes` at `align` proves it (evicting it frees that extent). Only the first few victims in the
+  // policy's order are looked at; a tier of mixed sizes or with many pinned records falls
+  // back to the walk below, O(held records).
+  constexpr int kFastPathVictims = 8;
+  int looked = 0;
+  bool fits = false;
+  policy_->VisitVictims([&](const ChunkKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = index_.find(key);
+    if (it != index_.end() && Evictable(*it->second) &&
+        RoundUp(it->second->offset, align) + bytes <= it->second->offset + it->second->extent_bytes) {
+      fits = true;
+    }
+    return !fits && ++looked < kFastPathVictims;
+  });
+  if (fits) return true;
   // Unevictable extents are barriers; everything between them is free or evictable.
   uint64_t run_start = 0;
   for (const auto& [offset, entry] : extents_) {

@@ -4,6 +4,25 @@
 
 namespace kvt {
 
+CachePolicyOptions DefaultCachePolicy(bool below_another_tier) {
+  CachePolicyOptions o;
+  o.name = std::string(kDefaultCachePolicy);
+  o.adaptive_declines_first_seen = !below_another_tier;
+  return o;
+}
+
+namespace {
+
+// "default" resolved for the tier's place; the caller's TTL and clock are kept.
+void ResolveDefaultPolicy(CachePolicyOptions& o, bool below_another_tier) {
+  if (o.name != "default") return;
+  const CachePolicyOptions d = DefaultCachePolicy(below_another_tier);
+  o.name = d.name;
+  o.adaptive_declines_first_seen = d.adaptive_declines_first_seen;
+}
+
+}  // namespace
+
 absl::Status StoreOptions::Validate() const {
   if (host.capacity_bytes > 0) {
     if (absl::Status s = host.Validate(); !s.ok()) return s;
@@ -24,18 +43,30 @@ absl::Status StoreOptions::Validate() const {
 
 absl::StatusOr<std::unique_ptr<TieredStore>> OpenTieredStore(const StoreOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
+  // Host memory is the top tier: it declines first-seen chunks beyond its budget (the
+  // write-through brings them to the tiers below). A disk below host memory stores them.
+  const bool disk_below_host = options.host.capacity_bytes > 0;
   std::vector<TierFactory> tiers;
   // One clock and one health registry for the whole store: a tier left without its own
   // takes the store's.
   if (options.host.capacity_bytes > 0) {
     HostTierOptions host = options.host;
     if (host.clock == nullptr) host.clock = options.store.clock;
+    const bool chosen = host.cache_policy.name != "default";
+    ResolveDefaultPolicy(host.cache_policy, /*below_another_tier=*/false);
+    // Without write-through a declined chunk would reach no tier below (only evictions
+    // are demoted): then host memory stores it, first to go.
+    const bool tiers_below = options.disk || !options.lower.empty();
+    if (!chosen && tiers_below && options.store.placement.write_through == WriteThrough::kNone) {
+      host.cache_policy.adaptive_declines_first_seen = false;
+    }
     tiers.push_back(HostTier::Factory(std::move(host)));
   }
   if (options.disk) {
     DiskTierOptions disk = *options.disk;
     if (disk.clock == nullptr) disk.clock = options.store.clock;
     if (disk.health == nullptr) disk.health = options.store.health;
+    ResolveDefaultPolicy(disk.cache_policy, disk_below_host);
     tiers.push_back(DiskTier::Factory(std::move(disk)));
   }
   for (const TierFactory& f : options.lower) tiers.push_back(f);

@@ -135,7 +135,13 @@ absl::Status TieredStore::Impl::Put(std::span<const std::byte> record, PutAck ac
     // Key only: the worker reads the record back from tier 0 when it gets to it (no
     // second copy on the Put path). If tier 0 evicts it first, its demotion (the
     // victim's bytes) is attached to this write-through.
-    if (first <= last) queue_->Enqueue({}, record.size(), header->key, first, last);
+    if (first <= last) {
+      // Tier 0's cache policy may have declined it (its Put is OK then): the bytes go
+      // down with the write-through, so the lower tiers' own policies decide.
+      const bool held = tiers_[0]->Stat(std::span(&header->key, 1))[0].present;
+      queue_->Enqueue(held ? std::span<const std::byte>() : record, record.size(), header->key,
+                      first, last);
+    }
     return absl::OkStatus();
   }
   // Tier 0 cannot take it: the lower tiers still can (the queue serves it meanwhile).

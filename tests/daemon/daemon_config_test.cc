@@ -108,6 +108,59 @@ TEST(DaemonConfigTest, UnknownKeysAndBadValuesNameTheKey) {
   EXPECT_NE(bad_dur.status().message().find("durability"), std::string::npos);
 }
 
+// host_cache_policy / disk_cache_policy land in the tiers' CachePolicyOptions; unset,
+// the names are "default" and the store factory gives each tier its measured default.
+TEST(DaemonConfigTest, CachePolicyKeysFillTheTiersPolicies) {
+  const DaemonConfig d = DefaultDaemonConfig();
+  EXPECT_EQ(d.host.cache_policy.name, "default");
+  EXPECT_EQ(d.disk.cache_policy.name, "default");
+  auto c = ParseDaemonConfig(
+      "host_cache_policy:\n  name: arc\n  ttl_s: 600\n"
+      "disk_cache_policy:\n  name: adaptive\n  declines_first_seen: false\n",
+      d);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->host.cache_policy.name, "arc");
+  EXPECT_EQ(c->host.cache_policy.ttl, std::chrono::seconds(600));
+  EXPECT_EQ(c->disk.cache_policy.name, "adaptive");
+  EXPECT_FALSE(c->disk.cache_policy.adaptive_declines_first_seen);
+  EXPECT_EQ(c->disk.cache_policy.ttl, std::chrono::seconds(0));
+  EXPECT_TRUE(c->Validate().ok()) << c->Validate();
+}
+
+TEST(DaemonConfigTest, BadCachePolicyValuesNameTheKey) {
+  struct Case {
+    const char* yaml;
+    const char* key;    // named in the message
+    const char* value;  // named in the message
+  };
+  for (const Case& k : {
+           Case{"host_cache_policy:\n  name: mru\n", "host_cache_policy.name", "mru"},
+           Case{"disk_cache_policy:\n  name: ''\n", "disk_cache_policy.name", "''"},
+           Case{"disk_cache_policy:\n  ttl_s: -5\n", "disk_cache_policy.ttl_s", "-5"},
+           Case{"host_cache_policy:\n  ttl_s: soon\n", "host_cache_policy.ttl_s", "soon"},
+           Case{"host_cache_policy:\n  name: lru\n  declines_first_seen: true\n",
+                "host_cache_policy.declines_first_seen", "adaptive"},
+           Case{"disk_cache_policy:\n  declines_first_seen: true\n",
+                "disk_cache_policy.declines_first_seen", "adaptive"},
+           Case{"host_cache_policy:\n  name: adaptive\n  declines_first_seen: maybe\n",
+                "host_cache_policy.declines_first_seen", "maybe"},
+           Case{"host_cache_policy:\n  nam: lru\n", "host_cache_policy", "nam"},
+           Case{"host_cache_policy: lru\n", "host_cache_policy", "mapping"},
+       }) {
+    auto c = ParseDaemonConfig(k.yaml, DefaultDaemonConfig());
+    ASSERT_FALSE(c.ok()) << k.yaml;
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << k.yaml;
+    EXPECT_NE(c.status().message().find(k.key), std::string::npos) << c.status();
+    EXPECT_NE(c.status().message().find(k.value), std::string::npos) << c.status();
+  }
+  // A config built in code is checked too (kvtierd validates before it starts).
+  DaemonConfig bad = DefaultDaemonConfig();
+  bad.disk.cache_policy.name = "fifo";
+  EXPECT_NE(bad.Validate().message().find("disk_cache_policy"), std::string::npos)
+      << bad.Validate();
+  EXPECT_NE(bad.Validate().message().find("fifo"), std::string::npos);
+}
+
 TEST(DaemonConfigTest, NonLoopbackListenNeedsAllowRemote) {
   DaemonConfig c = DefaultDaemonConfig();
   c.listen = {"0.0.0.0:7470"};

@@ -350,5 +350,38 @@ TEST(TierCachePolicyTest, StoreTellsEachTierWhyARecordComes) {
   EXPECT_EQ(top->admits[3], std::pair(Key(1), AdmitReason::kPromotion));
 }
 
+// A record tier 0's policy declines still reaches the tier below through the
+// write-through, whose own policy decides (its Put is offered there as a kPut).
+TEST(TierCachePolicyTest, RecordDeclinedByTierZeroIsWrittenThroughBelow) {
+  auto top = std::make_shared<PolicyScript>();
+  auto below = std::make_shared<PolicyScript>();
+  top->reject.insert(Key(1));
+  HostTierOptions h0;
+  h0.capacity_bytes = 1 << 20;
+  h0.use_pinned_memory = false;
+  h0.cache_policy_factory = ScriptedFactory(top);
+  HostTierOptions h1 = h0;
+  h1.name = "host2";
+  h1.cache_policy_factory = ScriptedFactory(below);
+  std::vector<TierFactory> tiers;
+  tiers.push_back(HostTier::Factory(h0));
+  tiers.push_back(HostTier::Factory(h1));
+  auto store = TieredStore::Create(std::move(tiers), TieredStoreOptions{});
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE((*store)->Put(Record(1)).ok());
+  ASSERT_TRUE((*store)->Put(Record(2)).ok());
+  (*store)->Flush();
+  EXPECT_EQ((*store)->tier_stats(MakeTierIndex(0)).admission_rejects, 1u);
+  EXPECT_EQ((*store)->tier_stats(MakeTierIndex(0)).chunks, 1u);  // only 2
+  EXPECT_EQ((*store)->tier_stats(MakeTierIndex(1)).chunks, 2u);  // 1 and 2
+  EXPECT_THAT(below->admits, ::testing::UnorderedElementsAre(std::pair(Key(1), AdmitReason::kPut),
+                                                             std::pair(Key(2), AdmitReason::kPut)));
+  EXPECT_EQ((*store)->stats().writebacks_skipped, 0u);
+  std::vector<std::byte> out(4096);
+  auto n = (*store)->Get(Key(1), out);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(std::vector<std::byte>(out.begin(), out.begin() + *n), Record(1));
+}
+
 }  // namespace
 }  // namespace kvt

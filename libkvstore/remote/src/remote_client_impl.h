@@ -63,6 +63,8 @@ inline void StatsFromProto(const pb::TierStatsProto& p, TierStats* s) {
   s->bytes_out = p.bytes_out();
   s->puts = p.puts();
   s->copy_bytes = p.copy_bytes();
+  s->admission_rejects = p.admission_rejects();
+  s->ttl_expired = p.ttl_expired();
 }
 
 // gRPC's deadlines are real (system_clock) time; the retry budget, backoff and cool-down

@@ -94,6 +94,7 @@ absl::StatusOr<std::unique_ptr<ServerKvtier>> ServerKvtier::Create(
           absl::StrCat("--kvtier-dir '", options.dir, "': cannot create it: ", ec.message()));
     }
     DiskTierOptions& d = so.disk.emplace();
+    d.cache_policy.name = "default";  // the measured default (docs/cache-policy.md)
     d.dir = options.dir;
     d.capacity_bytes = static_cast<uint64_t>(options.disk_mib) << 20;
     d.file_bytes = std::min<uint64_t>(d.capacity_bytes, 256ull << 20);

@@ -1,0 +1,599 @@
+// kvtier-trace-replay: a Mooncake trace replayed through real engines (issue 25, "Trace
+// replay through the engines").
+//
+// Each of the trace's 512-token hash ids becomes a fixed block of --block-tokens token ids
+// (a hash of the id and the position, inside the model's vocabulary), so two requests
+// share exactly the prefix blocks the trace says they share; a request's last block is
+// cut to its share of input_length. Every request is sent as token ids to llama-server's
+// streamed `/completion` (greedy, --n-predict tokens) with cpp-httplib (Debian's
+// libcpp-httplib-dev), and TTFT is measured on the client: from sending the request to
+// the first streamed token. Arrivals follow the trace's timestamps divided by
+// --time-scale (open loop); at most --concurrency requests are in flight; a request that
+// starts more than 100 ms after its arrival because all slots were busy is counted late.
+//
+// The same request stream runs through each configuration, one after the other, each on
+// fresh processes:
+//   plain-affinity   N plain llama-servers (kvtier-llama-server without kvtier flags),
+//                    each with its own RAM prompt cache (--cache-ram), a request routed
+//                    by a hash of its --affinity-block'th block (a load balancer with
+//                    session affinity; block 0 is the system prompt every conversation
+//                    request shares, so the default is block 1);
+//   plain-random     the same servers, each request to a random one (seeded);
+//   kvtier-affinity  N kvtier-llama-servers on one kvtierd (host and disk tiers of
+//                    --kvtierd-host-mib / --kvtierd-disk-mib, small enough to evict), the
+//                    same --cache-ram, the same routing as plain-affinity;
+//   kvtier-random    the same with random routing: sharing through kvtierd is what
+//                    makes random routing work.
+// Reported per configuration: TTFT p50/p90/p99, prompt tokens computed (timings.prompt_n)
+// against reused (the rest of the prompt), kvtier's loaded tokens and hits (each server's
+// /kvtier), kvtierd's CPU seconds and peak RSS, errors and late requests. Every answer
+// (its greedy tokens) is compared with plain-affinity's answer to the same request.
+// Targets (issue 25), printed PASS/FAIL: kvtier reuses no fewer prompt tokens than plain
+// with the same routing; kvtier-random's p50 TTFT <= 0.6 x plain-affinity's; no errors;
+// identical answers. Exit 0 unless a configuration could not run (a benchmark reports).
+#include <sys/types.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "httplib.h"
+#include "kvtierd_process.h"
+#include "nlohmann/json.hpp"
+#include "server_client.h"
+#include "server_process.h"
+#include "trace_file.h"
+
+#ifndef KVT_BENCH_TRACES_DIR
+#define KVT_BENCH_TRACES_DIR "bench/traces"
+#endif
+
+namespace kvt::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using llamacpp::demo::KvtierdProcess;
+using llamacpp::demo::KvtierdProcessOptions;
+using llamacpp::demo::ServerClient;
+using llamacpp::demo::ServerProcess;
+
+struct Flags {
+  std::string trace = "conversation";
+  std::string trace_file;  // overrides --trace
+  size_t max_requests = 200;
+  uint32_t block_tokens = 32;
+  double time_scale = 6;  // 1 h of trace in 10 min
+  int concurrency = 4;
+  int servers = 2;
+  int slots = 2;  // -np of each server
+  int cache_ram_mib = 64;
+  int threads = 1;
+  int n_predict = 4;
+  int chunk_tokens = 64;
+  int affinity_block = 1;
+  uint64_t kvtierd_host_mib = 16;
+  uint64_t kvtierd_disk_mib = 64;
+  std::string configs = "plain-affinity,plain-random,kvtier-affinity,kvtier-random";
+  std::string model;
+  std::string server_bin;
+  std::string kvtierd_bin;
+  std::string make_gguf_bin;
+  std::string dir;  // run folder (kept): logs, CSV
+  std::string csv;  // per-request CSV ("" = <dir>/replay.csv)
+  bool json = false;
+  uint32_t seed = 1;
+};
+
+struct Answer {
+  bool ok = false;
+  std::string error;
+  double ttft_ms = 0;
+  double start_delay_ms = 0;  // start - scheduled arrival
+  int prompt_tokens = 0;
+  int prompt_n = 0;  // tokens the server computed
+  std::vector<int> tokens;
+  int server = 0;
+};
+
+struct ConfigResult {
+  std::string name;
+  std::vector<Answer> answers;
+  uint64_t loaded_tokens = 0, kvtier_hits = 0, stored_chunks = 0;
+  double kvtierd_cpu_s = -1;
+  uint64_t kvtierd_peak_rss_kib = 0;
+  double seconds = 0;
+  size_t errors() const {
+    return static_cast<size_t>(
+        std::count_if(answers.begin(), answers.end(), [](const Answer& a) { return !a.ok; }));
+  }
+  size_t late() const {
+    return static_cast<size_t>(std::count_if(
+        answers.begin(), answers.end(), [](const Answer& a) { return a.start_delay_ms > 100; }));
+  }
+  uint64_t prompt_tokens() const {
+    uint64_t n = 0;
+    for (const Answer& a : answers) n += a.prompt_tokens;
+    return n;
+  }
+  uint64_t computed_tokens() const {
+    uint64_t n = 0;
+    for (const Answer& a : answers) n += a.ok ? a.prompt_n : a.prompt_tokens;
+    return n;
+  }
+  uint64_t reused_tokens() const { return prompt_tokens() - computed_tokens(); }
+  double TtftPercentile(double p) const {
+    std::vector<double> v;
+    for (const Answer& a : answers)
+      if (a.ok) v.push_back(a.ttft_ms);
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    const size_t i = static_cast<size_t>(std::ceil(p * static_cast<double>(v.size())));
+    return v[std::min(v.size() - 1, i > 0 ? i - 1 : 0)];
+  }
+};
+
+uint64_t Mix(uint64_t x) {  // splitmix64
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// The prompt of request `r`: block b's tokens are a function of (block id, position) only.
+std::vector<int> PromptOf(const Trace& trace, const TraceRequest& r, uint32_t block_tokens,
+                          int vocab_lo, int vocab_n) {
+  std::vector<int> p;
+  for (size_t i = 0; i < r.blocks.size(); ++i) {
+    uint32_t n = block_tokens;
+    if (i + 1 == r.blocks.size()) {  // the last block: its share of input_length
+      const uint64_t rest = r.input_tokens > i * trace.block_tokens
+                                ? r.input_tokens - i * trace.block_tokens
+                                : trace.block_tokens;
+      n = static_cast<uint32_t>(std::clamp<uint64_t>(
+          (std::min<uint64_t>(rest, trace.block_tokens) * block_tokens + trace.block_tokens - 1) /
+              trace.block_tokens,
+          1, block_tokens));
+    }
+    for (uint32_t t = 0; t < n; ++t) {
+      p.push_back(vocab_lo + static_cast<int>(Mix((uint64_t{r.blocks[i]} << 20) ^ t) %
+                                              static_cast<uint64_t>(vocab_n)));
+    }
+  }
+  return p;
+}
+
+// One streamed /completion: greedy, `n_predict` tokens, TTFT on the client.
+Answer Complete(int port, const std::vector<int>& prompt, int n_predict) {
+  Answer a;
+  a.prompt_tokens = static_cast<int>(prompt.size());
+  httplib::Client cli("127.0.0.1", port);
+  cli.set_read_timeout(600, 0);
+  cli.set_write_timeout(60, 0);
+  const nlohmann::json body = {{"prompt", prompt},   {"n_predict", n_predict},
+                               {"temperature", 0.0}, {"cache_prompt", true},
+                               {"stream", true},     {"return_tokens", true}};
+  std::string buf, error;
+  bool first = false;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/completion";
+  req.headers = {{"Content-Type", "application/json"}};
+  req.body = body.dump();
+  const auto t0 = Clock::now();
+  req.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {
+    buf.append(data, len);
+    for (size_t pos; (pos = buf.find("\n\n")) != std::string::npos;) {
+      const std::string event = buf.substr(0, pos);
+      buf.erase(0, pos + 2);
+      if (event.rfind("data: ", 0) != 0) continue;
+      auto j = nlohmann::json::parse(event.substr(6), nullptr, false);
+      if (j.is_discarded()) continue;
+      if (j.contains("error")) error = j["error"].dump();
+      if (j.contains("tokens") && j["tokens"].is_array()) {
+        for (const auto& t : j["tokens"]) a.tokens.push_back(t.get<int>());
+        if (!first && !a.tokens.empty()) {
+          first = true;
+          a.ttft_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        }
+      }
+      if (j.contains("timings")) a.prompt_n = j["timings"].value("prompt_n", 0);
+    }
+    return true;
+  };
+  httplib::Response res;
+  httplib::Error err = httplib::Error::Success;
+  if (!cli.send(req, res, err)) {
+    a.error = absl::StrCat("POST /completion: ", httplib::to_string(err));
+  } else if (res.status != 200) {
+    a.error = absl::StrCat("POST /completion: HTTP ", res.status, " ", error);
+  } else if (!first) {
+    a.error = absl::StrCat("POST /completion: no token in the stream ", error);
+  } else {
+    a.ok = true;
+  }
+  return a;
+}
+
+uint64_t ProcStatusKiB(pid_t pid, const char* field) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  const size_t n = std::strlen(field);
+  while (std::getline(in, line))
+    if (line.compare(0, n, field) == 0) return std::strtoull(line.c_str() + n, nullptr, 10);
+  return 0;
+}
+
+double ProcCpuSeconds(pid_t pid) {  // user + system, /proc/<pid>/stat fields 14 and 15
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t close = s.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::vector<std::string> f = absl::StrSplit(s.substr(close + 2), ' ');
+  if (f.size() < 13) return -1;
+  return (std::stod(f[11]) + std::stod(f[12])) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+class Replay {
+ public:
+  Replay(Flags f, Trace trace) : f_(std::move(f)), trace_(std::move(trace)) {}
+
+  absl::StatusOr<ConfigResult> Run(const std::string& config) {
+    const bool kvtier = config.rfind("kvtier", 0) == 0;
+    const bool random = config.find("random") != std::string::npos;
+    ConfigResult out;
+    out.name = config;
+    std::unique_ptr<KvtierdProcess> daemon;
+    if (kvtier) {
+      KvtierdProcessOptions ko;
+      ko.binary = f_.kvtierd_bin;
+      ko.run_dir = f_.dir + "/" + config + "-kvtierd";
+      ko.data_dir = ko.run_dir + "/data";
+      ko.host_capacity_bytes = f_.kvtierd_host_mib << 20;
+      ko.disk_file_bytes = std::min<uint64_t>(f_.kvtierd_disk_mib, 64) << 20;
+      ko.disk_capacity_bytes =
+          (f_.kvtierd_disk_mib << 20) / ko.disk_file_bytes * ko.disk_file_bytes;
+      auto d = KvtierdProcess::Start(ko);
+      if (!d.ok()) return d.status();
+      daemon = std::move(*d);
+    }
+    std::vector<std::unique_ptr<ServerProcess>> servers;
+    for (int s = 0; s < f_.servers; ++s) {
+      std::vector<std::string> args = {"-m",          f_.model,
+                                       "-t",          std::to_string(f_.threads),
+                                       "-tb",         std::to_string(f_.threads),
+                                       "-c",          std::to_string(f_.slots * MaxPromptTokens()),
+                                       "-np",         std::to_string(f_.slots),
+                                       "--cache-ram", std::to_string(f_.cache_ram_mib),
+                                       "--no-warmup"};
+      if (kvtier) {
+        args.insert(args.end(), {"--kvtier-daemon", daemon->target(), "--kvtier-chunk-tokens",
+                                 std::to_string(f_.chunk_tokens)});
+      }
+      auto p = ServerProcess::Start(f_.server_bin, args,
+                                    absl::StrFormat("%s/%s-server-%d.log", f_.dir, config, s));
+      if (!p.ok()) return p.status();
+      servers.push_back(std::move(*p));
+    }
+    if (vocab_n_ == 0) {
+      auto m = ServerClient("127.0.0.1", servers[0]->port()).GetJson("/v1/models");
+      int n_vocab = 32000;
+      if (m.ok() && m->contains("data") && !(*m)["data"].empty() &&
+          (*m)["data"][0].contains("meta")) {
+        n_vocab = (*m)["data"][0]["meta"].value("n_vocab", n_vocab);
+      }
+      // Ids well inside the vocabulary, past the special tokens at its start.
+      vocab_lo_ = std::min(100, n_vocab / 4);
+      vocab_n_ = std::max(1, n_vocab - vocab_lo_ - 16);
+    }
+    // Routing, fixed before the run so every configuration of a kind routes alike.
+    std::mt19937 rng(f_.seed);
+    std::vector<int> route(trace_.requests.size());
+    for (size_t i = 0; i < route.size(); ++i) {
+      const auto& b = trace_.requests[i].blocks;
+      const uint32_t key = b.empty() ? 0 : b[std::min<size_t>(f_.affinity_block, b.size() - 1)];
+      route[i] = random ? static_cast<int>(rng() % f_.servers)
+                        : static_cast<int>(Mix(key) % static_cast<uint64_t>(f_.servers));
+    }
+    out.answers.resize(trace_.requests.size());
+    std::atomic<size_t> next{0};
+    std::atomic<uint64_t> peak_rss{0};
+    std::atomic<bool> running{true};
+    const double cpu0 = daemon ? ProcCpuSeconds(daemon->pid()) : -1;
+    std::thread sampler([&] {
+      while (daemon && running.load()) {
+        peak_rss = std::max<uint64_t>(peak_rss.load(), ProcStatusKiB(daemon->pid(), "VmRSS:"));
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    });
+    const int64_t t0_ms = trace_.requests.empty() ? 0 : trace_.requests[0].timestamp_ms;
+    const auto start = Clock::now();
+    std::vector<std::thread> workers;
+    for (int w = 0; w < f_.concurrency; ++w) {
+      workers.emplace_back([&] {
+        for (size_t i; (i = next.fetch_add(1)) < trace_.requests.size();) {
+          const TraceRequest& r = trace_.requests[i];
+          const auto due = start + std::chrono::microseconds(static_cast<int64_t>(
+                                       (r.timestamp_ms - t0_ms) * 1000.0 / f_.time_scale));
+          std::this_thread::sleep_until(due);
+          const double delay =
+              std::chrono::duration<double, std::milli>(Clock::now() - due).count();
+          Answer a =
+              Complete(servers[route[i]]->port(),
+                       PromptOf(trace_, r, f_.block_tokens, vocab_lo_, vocab_n_), f_.n_predict);
+          a.start_delay_ms = delay;
+          a.server = route[i];
+          out.answers[i] = std::move(a);
+        }
+      });
+    }
+    for (auto& w : workers) w.join();
+    out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    running = false;
+    sampler.join();
+    if (daemon) {
+      out.kvtierd_cpu_s = ProcCpuSeconds(daemon->pid()) - cpu0;
+      out.kvtierd_peak_rss_kib = peak_rss.load();
+    }
+    if (kvtier) {
+      for (auto& s : servers) {
+        auto k = ServerClient("127.0.0.1", s->port()).GetJson("/kvtier");
+        if (!k.ok()) continue;
+        out.loaded_tokens += k->value("loaded_tokens", uint64_t{0});
+        out.kvtier_hits += k->value("hits", uint64_t{0});
+        out.stored_chunks += k->value("stored_chunks", uint64_t{0});
+      }
+    }
+    servers.clear();  // stop the servers before kvtierd
+    return out;
+  }
+
+ private:
+  int MaxPromptTokens() const {
+    size_t m = 0;
+    for (const auto& r : trace_.requests) m = std::max(m, r.blocks.size());
+    return static_cast<int>(m * f_.block_tokens) + f_.n_predict + 64;
+  }
+
+  Flags f_;
+  Trace trace_;
+  int vocab_lo_ = 0, vocab_n_ = 0;
+};
+
+int Main(int argc, char** argv) {
+  Flags f;
+  CLI::App app{"A Mooncake trace replayed through plain and kvtier llama-servers: TTFT"};
+  app.add_option("--trace", f.trace, "conversation | synthetic (bench/traces/)");
+  app.add_option("--trace-file", f.trace_file, "a .jsonl(.gz) trace instead of --trace");
+  app.add_option("--max-requests", f.max_requests, "the first N requests (0 = all)");
+  app.add_option("--block-tokens", f.block_tokens, "tokens per trace block (the trace's 512)")
+      ->check(CLI::Range(1, 512));
+  app.add_option("--time-scale", f.time_scale, "trace time / replay time (6: 1 h in 10 min)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--concurrency", f.concurrency, "requests in flight at most")
+      ->check(CLI::Range(1, 256));
+  app.add_option("--servers", f.servers, "servers per configuration")->check(CLI::Range(1, 16));
+  app.add_option("--slots", f.slots, "-np of each server")->check(CLI::Range(1, 64));
+  app.add_option("--cache-ram-mib", f.cache_ram_mib, "--cache-ram of every server, MiB")
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--threads", f.threads, "-t/-tb of every server")->check(CLI::Range(1, 256));
+  app.add_option("--n-predict", f.n_predict, "greedy tokens per answer")->check(CLI::Range(1, 64));
+  app.add_option("--chunk-tokens", f.chunk_tokens, "--kvtier-chunk-tokens")
+      ->check(CLI::Range(16, 8192));
+  app.add_option("--affinity-block", f.affinity_block,
+                 "the block whose hash routes a request with affinity (0 = the first)")
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--kvtierd-host-mib", f.kvtierd_host_mib, "kvtierd's host tier, MiB")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--kvtierd-disk-mib", f.kvtierd_disk_mib, "kvtierd's disk tier, MiB")
+      ->check(CLI::Range(1, 1 << 24));
+  app.add_option("--configs", f.configs,
+                 "comma-separated: plain-affinity, plain-random, kvtier-affinity, kvtier-random");
+  app.add_option("--model", f.model, "GGUF model (default: a tiny one made here)");
+  app.add_option("--server", f.server_bin, "kvtier-llama-server binary")->required();
+  app.add_option("--kvtierd", f.kvtierd_bin, "kvtierd binary");
+  app.add_option("--make-gguf", f.make_gguf_bin, "kvtier-make-gguf binary (for the tiny model)");
+  app.add_option("--dir", f.dir, "run folder, kept (default: a new one in /tmp)");
+  app.add_option("--csv", f.csv, "per-request CSV (default <dir>/replay.csv)");
+  app.add_flag("--json", f.json, "one JSON object per configuration, then the targets");
+  app.add_option("--seed", f.seed, "random routing's seed");
+  CLI11_PARSE(app, argc, argv);
+
+  std::vector<std::string> configs = absl::StrSplit(f.configs, ',', absl::SkipEmpty());
+  for (const auto& c : configs) {
+    if (c != "plain-affinity" && c != "plain-random" && c != "kvtier-affinity" &&
+        c != "kvtier-random") {
+      std::fprintf(stderr, "kvtier-trace-replay: --configs: unknown configuration '%s'\n",
+                   c.c_str());
+      return 2;
+    }
+    if (c.rfind("kvtier", 0) == 0 && f.kvtierd_bin.empty()) {
+      std::fprintf(stderr, "kvtier-trace-replay: %s needs --kvtierd\n", c.c_str());
+      return 2;
+    }
+  }
+  if (f.dir.empty()) {
+    std::string t = "/tmp/kvtier-trace-replay-XXXXXX";
+    if (mkdtemp(t.data()) == nullptr) return 1;
+    f.dir = t;
+  } else {
+    std::filesystem::create_directories(f.dir);
+  }
+  if (f.model.empty()) {
+    if (f.make_gguf_bin.empty()) {
+      std::fprintf(stderr, "kvtier-trace-replay: give --model or --make-gguf\n");
+      return 2;
+    }
+    f.model = f.dir + "/tiny.gguf";
+    const std::string cmd = f.make_gguf_bin + " --size tiny --out " + f.model + " > /dev/null";
+    if (std::system(cmd.c_str()) != 0) {
+      std::fprintf(stderr, "kvtier-trace-replay: '%s' failed\n", cmd.c_str());
+      return 1;
+    }
+  }
+  const std::string path =
+      f.trace_file.empty() ? std::string(KVT_BENCH_TRACES_DIR) + "/" + f.trace + "_trace.jsonl.gz"
+                           : f.trace_file;
+  auto trace = LoadTrace(path, f.trace, f.max_requests);
+  if (!trace.ok()) {
+    std::fprintf(stderr, "kvtier-trace-replay: %s\n", trace.status().ToString().c_str());
+    return 2;
+  }
+  const double span_s =
+      trace->requests.empty()
+          ? 0
+          : (trace->requests.back().timestamp_ms - trace->requests.front().timestamp_ms) / 1e3;
+  if (!f.json) {
+    std::printf(
+        "%s trace: %zu requests over %.0f s (replayed in %.0f s), %u distinct blocks of %u "
+        "tokens -> %u tokens; %d servers x %d slots, --cache-ram %d MiB, concurrency %d; "
+        "kvtierd host %llu MiB + disk %llu MiB, chunks of %d tokens; run folder %s\n",
+        f.trace.c_str(), trace->requests.size(), span_s, span_s / f.time_scale,
+        trace->distinct_blocks, trace->block_tokens, f.block_tokens, f.servers, f.slots,
+        f.cache_ram_mib, f.concurrency, static_cast<unsigned long long>(f.kvtierd_host_mib),
+        static_cast<unsigned long long>(f.kvtierd_disk_mib), f.chunk_tokens, f.dir.c_str());
+    std::printf("%-16s %9s %9s %9s %9s %9s %9s %9s %7s %6s %5s %9s %9s\n", "config", "p50 ms",
+                "p90 ms", "p99 ms", "prompt", "computed", "reused", "kvt-load", "errors", "late",
+                "diff", "kvd cpu s", "kvd MiB");
+  }
+  Replay replay(f, *trace);
+  std::vector<ConfigResult> results;
+  for (const auto& c : configs) {
+    auto r = replay.Run(c);
+    if (!r.ok()) {
+      std::fprintf(stderr, "kvtier-trace-replay: %s: %s\n", c.c_str(),
+                   r.status().ToString().c_str());
+      return 1;
+    }
+    results.push_back(std::move(*r));
+  }
+  // Answers against the first configuration's (plain-affinity by default).
+  const ConfigResult& ref = results.front();
+  auto differing = [&](const ConfigResult& r) {
+    size_t n = 0;
+    for (size_t i = 0; i < r.answers.size(); ++i) {
+      if (r.answers[i].ok && ref.answers[i].ok && r.answers[i].tokens != ref.answers[i].tokens) ++n;
+    }
+    return n;
+  };
+  const std::string csv = f.csv.empty() ? f.dir + "/replay.csv" : f.csv;
+  {
+    std::ofstream out(csv);
+    out << "config,request,arrival_s,server,prompt_tokens,computed_tokens,ttft_ms,ok\n";
+    const int64_t t0 = trace->requests.empty() ? 0 : trace->requests[0].timestamp_ms;
+    for (const auto& r : results) {
+      for (size_t i = 0; i < r.answers.size(); ++i) {
+        const Answer& a = r.answers[i];
+        out << r.name << "," << i << ","
+            << (trace->requests[i].timestamp_ms - t0) / 1e3 / f.time_scale << "," << a.server << ","
+            << a.prompt_tokens << "," << a.prompt_n << "," << a.ttft_ms << "," << (a.ok ? 1 : 0)
+            << "\n";
+      }
+    }
+  }
+  for (const auto& r : results) {
+    const size_t diff = differing(r);
+    if (f.json) {
+      nlohmann::json j = {{"mode", "trace-replay"},
+                          {"trace", f.trace},
+                          {"config", r.name},
+                          {"requests", r.answers.size()},
+                          {"servers", f.servers},
+                          {"ttft_p50_ms", r.TtftPercentile(0.5)},
+                          {"ttft_p90_ms", r.TtftPercentile(0.9)},
+                          {"ttft_p99_ms", r.TtftPercentile(0.99)},
+                          {"prompt_tokens", r.prompt_tokens()},
+                          {"computed_tokens", r.computed_tokens()},
+                          {"reused_tokens", r.reused_tokens()},
+                          {"kvtier_loaded_tokens", r.loaded_tokens},
+                          {"kvtier_hits", r.kvtier_hits},
+                          {"kvtier_stored_chunks", r.stored_chunks},
+                          {"errors", r.errors()},
+                          {"late", r.late()},
+                          {"answers_differing", diff},
+                          {"kvtierd_cpu_seconds", r.kvtierd_cpu_s},
+                          {"kvtierd_peak_rss_kib", r.kvtierd_peak_rss_kib},
+                          {"seconds", r.seconds},
+                          {"csv", csv}};
+      if (size_t e = r.errors(); e > 0) {
+        for (const auto& a : r.answers)
+          if (!a.ok) {
+            j["first_error"] = a.error;
+            break;
+          }
+      }
+      std::printf("%s\n", j.dump().c_str());
+    } else {
+      std::printf("%-16s %9.1f %9.1f %9.1f %9llu %9llu %9llu %9llu %7zu %6zu %5zu %9.2f %9.1f\n",
+                  r.name.c_str(), r.TtftPercentile(0.5), r.TtftPercentile(0.9),
+                  r.TtftPercentile(0.99), static_cast<unsigned long long>(r.prompt_tokens()),
+                  static_cast<unsigned long long>(r.computed_tokens()),
+                  static_cast<unsigned long long>(r.reused_tokens()),
+                  static_cast<unsigned long long>(r.loaded_tokens), r.errors(), r.late(), diff,
+                  r.kvtierd_cpu_s, r.kvtierd_peak_rss_kib / 1024.0);
+    }
+  }
+  // Targets (issue 25).
+  auto find = [&](const std::string& n) -> const ConfigResult* {
+    for (const auto& r : results)
+      if (r.name == n) return &r;
+    return nullptr;
+  };
+  auto verdict = [&](const std::string& target, bool pass, const std::string& detail) {
+    if (f.json) {
+      std::printf(
+          "%s\n",
+          nlohmann::json(
+              {{"mode", "trace-replay"}, {"target", target}, {"pass", pass}, {"detail", detail}})
+              .dump()
+              .c_str());
+    } else {
+      std::printf("  [%s] %s: %s\n", pass ? "PASS" : "FAIL", target.c_str(), detail.c_str());
+    }
+  };
+  if (!f.json) std::printf("\ntargets (issue 25):\n");
+  for (const char* routing : {"affinity", "random"}) {
+    const ConfigResult* p = find(absl::StrCat("plain-", routing));
+    const ConfigResult* k = find(absl::StrCat("kvtier-", routing));
+    if (p == nullptr || k == nullptr) continue;
+    verdict(absl::StrCat("kvtier reuses >= plain's prompt tokens, ", routing, " routing"),
+            k->reused_tokens() >= p->reused_tokens(),
+            absl::StrFormat("%d vs %d tokens", k->reused_tokens(), p->reused_tokens()));
+  }
+  if (const ConfigResult* p = find("plain-affinity"), *k = find("kvtier-random"); p && k) {
+    const double x =
+        p->TtftPercentile(0.5) > 0 ? k->TtftPercentile(0.5) / p->TtftPercentile(0.5) : 0;
+    verdict("kvtier-random p50 TTFT <= 0.6 x plain-affinity's", x > 0 && x <= 0.6,
+            absl::StrFormat("%.1f ms vs %.1f ms (%.2f x)", k->TtftPercentile(0.5),
+                            p->TtftPercentile(0.5), x));
+  }
+  size_t errors = 0, diffs = 0;
+  for (const auto& r : results) {
+    errors += r.errors();
+    diffs += differing(r);
+  }
+  verdict("no request fails", errors == 0, absl::StrFormat("%d errors", errors));
+  verdict("every answer equals " + ref.name + "'s", diffs == 0,
+          absl::StrFormat("%d differing answers", diffs));
+  return 0;
+}
+
+}  // namespace
+}  // namespace kvt::bench
+
+int main(int argc, char** argv) { return kvt::bench::Main(argc, argv); }
