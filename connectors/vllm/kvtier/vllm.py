@@ -189,7 +189,7 @@ class KVTierConnector(KVConnectorBase_V1, SupportsHMA):
             if self._cfg.load_failure_policy == "recompute":
                 # vLLM reads the policy after creating the scheduler's connector.
                 ktc.kv_load_failure_policy = "recompute"
-        if self._multi:
+        if self._multi and not self._inert:
             self._native = _open_groups(self._cfg, self._groups, self._group_ns)
         else:
             self._native = _open_native(self._cfg, self._ns)

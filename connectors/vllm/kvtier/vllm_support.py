@@ -259,10 +259,10 @@ class GroupStores:
             return None
         first = skip_tokens // B
         if grp.kind == "sliding_window":
-            i = end
-            while i > first and block_ids[i - 1] != NULL_BLOCK:
-                i -= 1
-            first = i
+            while first < end and block_ids[first] == NULL_BLOCK:
+                first += 1  # freed by vLLM (outside the window): never written
+        # Every block vLLM allocated from there on must be written: a null block after
+        # the first real one is a list kvtier does not understand.
         if any(b == NULL_BLOCK for b in block_ids[first:end]):
             return None
         return max(skip_tokens, first * B)
@@ -322,6 +322,12 @@ def _options(cfg: KVTierConfig, ns: Namespace, host_capacity_bytes: int | None =
         daemon_token=cfg.token or None, daemon_deadline_ms=cfg.daemon_deadline_ms)
 
 
+def _share(total: int, share: float) -> int:
+    """A group's part of a capacity: whole MiB (the disk tier wants multiples of 4096),
+    at least 1 MiB."""
+    return max(1, int(total * share) >> 20) << 20
+
+
 def _open_groups(cfg: KVTierConfig, groups: list[KVGroup],
                  namespaces: list[Namespace]) -> GroupStores:
     """GroupStores for a multi-group layout. Through kvtierd every group's connector
@@ -338,11 +344,9 @@ def _open_groups(cfg: KVTierConfig, groups: list[KVGroup],
                 if cfg.embedded:
                     sub = (None if not cfg.disk_dir else
                            os.path.join(cfg.disk_dir, f"kv-group-{g.index}"))
-                    o = _options(cfg, ns, max(1 << 20, int(cfg.host_capacity_bytes * share)),
-                                 sub)
+                    o = _options(cfg, ns, _share(cfg.host_capacity_bytes, share), sub)
                     if cfg.disk_capacity_bytes:
-                        o.disk_capacity_bytes = max(1 << 20,
-                                                    int(cfg.disk_capacity_bytes * share))
+                        o.disk_capacity_bytes = _share(cfg.disk_capacity_bytes, share)
                 else:
                     o = _options(cfg, ns)
                 natives.append(Connector(o))
