@@ -160,8 +160,6 @@ class KVTierConnector(KVConnectorBase_V1, SupportsHMA):
                 tp_rank = get_tensor_model_parallel_rank()
             except Exception:  # no TP group initialised (single process)
                 tp_rank = 0
-        self._ns = derive_namespace(vllm_config, self._cfg, tp_rank=tp_rank)
-        self._block_size = self._ns.block_size
         # KV cache groups (vLLM's hybrid KV cache manager). A plain layout (one
         # full-attention group) keeps the one namespace kvtier always derived.
         self._groups = kv_groups(kv_cache_config) if kv_cache_config is not None else []
@@ -169,6 +167,11 @@ class KVTierConnector(KVConnectorBase_V1, SupportsHMA):
                           True)
         self._multi = bool(self._groups) and not is_plain_layout(self._groups)
         self._inert = any(g.kind == "unsupported" or not g.transfer for g in self._groups)
+        # A layout kvtier does not store may have blocks of any size (Mamba hybrids align
+        # attention blocks to the state's page: 384 tokens, 2048...).
+        self._ns = derive_namespace(vllm_config, self._cfg, tp_rank=tp_rank,
+                                    check_block_size=not self._inert)
+        self._block_size = self._ns.block_size
         self._group_ns = (group_namespaces(self._ns, self._groups, hma) if self._multi
                           else [self._ns])
         if self._multi and not self._cfg.load_async:

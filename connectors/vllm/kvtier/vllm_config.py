@@ -260,13 +260,14 @@ def cpu_packing(vllm_config, dtype) -> str:
 
 
 def derive_namespace(vllm_config, cfg: KVTierConfig, tp_rank: int = 0,
-                     platform: str | None = None) -> Namespace:
+                     platform: str | None = None, check_block_size: bool = True) -> Namespace:
     """Namespace fields from vLLM's config. ``platform``: "cpu" or "cuda" (default:
     vLLM's current platform). ValueError when the block size does not divide the chunk
-    size (both named) or the KV dtype is not one kvtier stores."""
+    size (both named; not checked with check_block_size False: a layout kvtier does not
+    store) or the KV dtype is not one kvtier stores."""
     mc, pc = vllm_config.model_config, vllm_config.parallel_config
     block_size = int(vllm_config.cache_config.block_size)
-    if cfg.chunk_tokens % block_size:
+    if check_block_size and cfg.chunk_tokens % block_size:
         raise ValueError(f"kv_connector_extra_config.chunk_tokens = {cfg.chunk_tokens}: vLLM's "
                          f"block size {block_size} does not divide kvtier's chunk size "
                          f"{cfg.chunk_tokens}; use a chunk_tokens that is a multiple of "
