@@ -10,7 +10,8 @@ Engine processes, shared by every case (engine start is the cost here):
              kvtier load of 512 tokens, docs/vllm.md "Exactness")
   A          kvtierd connector: computes the prompts and stores them (every group)
   E1 -> E2   embedded host + disk store: E1 stores, E2 (a fresh process) loads from disk
-  B          this process (in-process engine), kvtierd connector: loads A's chunks
+  B          this process (in-process engine), kvtierd connector (hooked_connector's
+             KVTierConnector with test hooks): loads A's chunks
 
 Prompts are 700 tokens: 2 complete 256-token chunks = 512 loadable. At 512 tokens a
 256-token window keeps the blocks of tokens 256..511 only, so a sliding-window group
@@ -20,6 +21,7 @@ loads one chunk (its window) and a full group two.
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import unittest
@@ -67,8 +69,8 @@ class HmaFamilyCases:
         from vllm import LLM
         cls.llm = LLM(model=cls.model, enable_prefix_caching=False, max_model_len=2048,
                       dtype="bfloat16", enforce_eager=True, seed=0,
-                      kv_transfer_config={"kv_connector": "KVTierConnector",
-                                          "kv_connector_module_path": "kvtier.vllm",
+                      kv_transfer_config={"kv_connector": "HookedKVTierConnector",
+                                          "kv_connector_module_path": "hooked_connector",
                                           "kv_role": "kv_both",
                                           "kv_connector_extra_config": cls.conn})
         cls.e2 = harness.engine_result(cls.e2_proc)
@@ -150,6 +152,25 @@ class HmaFamilyCases:
             self.assertEqual(row["num_cached_tokens"], LOADABLE, f"prompt {i}")
             self.assertExact(row, i)
         self.assertTrue(os.path.isdir(os.path.join(self.emb["disk_dir"], "kv-group-0")))
+
+    def test_5_failed_load_recomputes_the_request(self):
+        """kvtierd SIGKILLed between the lookup and the load: the groups' load fails, the
+        request is reported in failed_recving (block ids are per group) and vLLM
+        recomputes it: cold output, nothing counted as loaded, no hang."""
+        conn = self.worker()
+        before = conn.kvtier_stats()
+        type(conn).before_load = lambda: self.daemon.stop(signal.SIGKILL)
+        try:
+            row = harness.generate(self.llm, [self.prompts[0]])[0]
+        finally:
+            type(conn).before_load = None
+            self.daemon.start()
+        self.assertEqual(row["num_cached_tokens"], 0)
+        self.assertEqual(row["token_ids"], self.ref[0]["token_ids"])
+        self.assertEqual(row["logprobs"], self.ref[0]["logprobs"])
+        now = conn.kvtier_stats()
+        self.assertGreater(now["load_chunks_failed"], before["load_chunks_failed"])
+        self.assertEqual(now["load_chunks_ok"], before["load_chunks_ok"])
 
 
 class HmaGemma3Test(HmaFamilyCases, unittest.TestCase):
