@@ -389,7 +389,8 @@ def group_namespaces(base: Namespace, groups: list[KVGroup], hma: bool) -> list[
                       "block_size": g.block_size})
         out.append(Namespace(
             model_id=base.model_id, num_layers=max(1, len(g.layer_names)),
-            num_kv_heads=g.num_kv_heads or base.num_kv_heads, head_dim=g.head_dim or base.head_dim, dtype=base.dtype,
+            num_kv_heads=g.num_kv_heads or base.num_kv_heads,
+            head_dim=g.head_dim or base.head_dim, dtype=base.dtype,
             layout=base.layout, block_size=g.block_size, packing=base.packing,
             tp_rank=base.tp_rank, tp_world_size=base.tp_world_size,
             engine_extra=json.dumps(extra, sort_keys=True)))
