@@ -5,8 +5,9 @@ wheel. scripts/install-vllm.sh --official-tree fetches that wheel (pinned by sha
 cached outside the source tree, reused when present) and keeps its Python files only.
 This test imports kvtier.vllm with that tree first on PYTHONPATH (the venv supplies
 torch and the other dependencies; no native vLLM op is loaded, no engine is built)
-and checks the connector is a complete KVConnectorBase_V1 whose overridden methods take
-the base class's parameters.
+and checks the connector is a complete KVConnectorBase_V1 and SupportsHMA (vLLM's hybrid
+KV cache manager stays on with it) whose overridden methods take the base classes'
+parameters.
 """
 
 import json
@@ -37,13 +38,15 @@ class OfficialWheelImportTest(unittest.TestCase):
                          os.path.realpath(os.path.join(tree, "vllm", "__init__.py")))
         self.assertEqual(res["vllm_version"], "0.32.0")
         self.assertTrue(res["subclass"])
+        self.assertTrue(res["hma"], "the connector declares SupportsHMA")
         self.assertEqual(res["abstract_left"], [])
         self.assertEqual(res["mismatched"], [])
         for m in ("get_num_new_matched_tokens", "update_state_after_alloc",
                   "build_connector_meta", "request_finished", "register_kv_caches",
                   "start_load_kv", "wait_for_layer_load", "save_kv_layer", "wait_for_save",
                   "get_finished", "get_block_ids_with_load_errors", "handle_preemptions",
-                  "get_kv_connector_stats", "build_prom_metrics"):
+                  "get_kv_connector_stats", "build_prom_metrics",
+                  "request_finished_all_groups", "get_transfer_results"):
             self.assertIn(m, res["overridden"])
         self.assertTrue(res["stats_cls"] and res["prom_cls"])
 

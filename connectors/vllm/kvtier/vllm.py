@@ -54,6 +54,8 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1,
     KVConnectorMetadata,
     KVConnectorRole,
+    KVConnectorTransferResults,
+    SupportsHMA,
 )
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
 from vllm.logger import init_logger
@@ -73,13 +75,22 @@ from kvtier.vllm_support import (
     KVTierPromMetrics,
     KVTierStats,
     _add_time,
+    NULL_BLOCK,
+    GroupStores,
     _LayeredLoad,
+    _open_groups,
     _open_native,
     _timed,
     detect_layout,
     timing,
 )
-from kvtier.vllm_config import derive_namespace, parse_extra_config
+from kvtier.vllm_config import (
+    derive_namespace,
+    group_namespaces,
+    is_plain_layout,
+    kv_groups,
+    parse_extra_config,
+)
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -103,11 +114,13 @@ __all__ = ["KVTierConnector", "KVTierConnectorMetadata", "KVTierStats", "detect_
 class ReqMeta:
     req_id: str
     token_ids: list[int]
-    block_ids: list[int]
+    block_ids: list[int]   # group 0's (the only group of a plain layout)
     load_tokens: int = 0   # leading tokens to load from kvtier (0 = none)
     skip_tokens: int = 0   # leading tokens vLLM already holds (its prefix cache)
     store: bool = False    # the prompt's prefill completes in this step: store its chunks
     async_load: bool = False  # load in the background; report through get_finished
+    # Every group's block ids, vLLM's group order (multi-group layouts only, else None).
+    group_block_ids: list[list[int]] | None = None
 
 
 @dataclass
@@ -127,8 +140,20 @@ def _layer_index(name: str) -> int:
     return int(m.group(1)) if m else -1
 
 
-class KVTierConnector(KVConnectorBase_V1):
-    """kvtier's vLLM connector (both halves; see the module docstring)."""
+def _group_lists(block_ids) -> list[list[int]]:
+    """vLLM's per-group block ids (a tuple of lists, or None) as lists."""
+    return [list(ids) for ids in (block_ids or ())]
+
+
+class KVTierConnector(KVConnectorBase_V1, SupportsHMA):
+    """kvtier's vLLM connector (both halves; see the module docstring).
+
+    Hybrid KV cache manager (SupportsHMA): vLLM's KV cache groups (full attention,
+    sliding window) each get their own kvtier namespace and native connector
+    (GroupStores); a prompt's chunks load only when every group holds them, and a
+    sliding-window group stores and loads only the blocks vLLM keeps. A layout with a
+    group kvtier does not handle (Mamba / linear-attention state...) runs cold: no
+    lookups, no stores (docs/vllm.md, "Hybrid models")."""
 
     def __init__(self, vllm_config: "VllmConfig", role: KVConnectorRole,
                  kv_cache_config: "KVCacheConfig | None" = None):
@@ -142,8 +167,26 @@ class KVTierConnector(KVConnectorBase_V1):
                 tp_rank = get_tensor_model_parallel_rank()
             except Exception:  # no TP group initialised (single process)
                 tp_rank = 0
-        self._ns = derive_namespace(vllm_config, self._cfg, tp_rank=tp_rank)
+        # KV cache groups (vLLM's hybrid KV cache manager). A plain layout (one
+        # full-attention group) keeps the one namespace kvtier always derived.
+        self._groups = kv_groups(kv_cache_config) if kv_cache_config is not None else []
+        hma = not getattr(vllm_config.scheduler_config, "disable_hybrid_kv_cache_manager",
+                          True)
+        self._multi = bool(self._groups) and not is_plain_layout(self._groups)
+        self._inert = any(g.kind == "unsupported" or not g.transfer for g in self._groups)
+        # A layout kvtier does not store may have blocks of any size (Mamba hybrids align
+        # attention blocks to the state's page: 384 tokens, 2048...).
+        self._ns = derive_namespace(vllm_config, self._cfg, tp_rank=tp_rank,
+                                    check_block_size=not self._inert)
         self._block_size = self._ns.block_size
+        self._group_ns = (group_namespaces(self._ns, self._groups, hma) if self._multi
+                          else [self._ns])
+        if self._multi and not self._cfg.load_async:
+            # vLLM 0.32 takes block-level load failures (a sync load's only report) from
+            # one-group layouts only; an async load's failure is per request.
+            logger.info("kvtier: %d KV cache groups: loads run asynchronously "
+                        "(load_async false applies to one-group layouts)", len(self._groups))
+            self._cfg.load_async = True
         if role == KVConnectorRole.SCHEDULER:
             if self._cfg.embedded:
                 backend = vllm_config.parallel_config.distributed_executor_backend
@@ -156,9 +199,21 @@ class KVTierConnector(KVConnectorBase_V1):
             if self._cfg.load_failure_policy == "recompute":
                 # vLLM reads the policy after creating the scheduler's connector.
                 ktc.kv_load_failure_policy = "recompute"
-        self._native = _open_native(self._cfg, self._ns)
+        if self._multi and not self._inert:
+            self._native = _open_groups(self._cfg, self._groups, self._group_ns)
+        else:
+            self._native = _open_native(self._cfg, self._ns)
+        if self._inert:
+            logger.warning(
+                "kvtier: KV cache group(s) %s are not handled by kvtier (%s): this model "
+                "runs cold (no loads, no stores)",
+                [g.index for g in self._groups if g.kind == "unsupported" or not g.transfer],
+                ", ".join(sorted({g.spec for g in self._groups if g.kind == "unsupported"}))
+                or "no KV transfer")
         # vLLM's kv_role: kv_consumer only loads, kv_producer only stores, kv_both does both.
         self._loads_on, self._stores_on = ktc.is_kv_consumer, ktc.is_kv_producer
+        if self._inert:
+            self._loads_on = self._stores_on = False
         # Scheduler state.
         # req -> (tokens to load, tokens vLLM holds, prompt tokens), from the lookup
         self._pending_loads: dict[str, tuple[int, int, list[int]]] = {}
@@ -166,6 +221,7 @@ class KVTierConnector(KVConnectorBase_V1):
         self._async_out: list[ReqMeta] = []     # async loads for the next metadata
         self._async_blocks: dict[str, set[int]] = {}  # req -> blocks of its async load
         self._no_reload: set[str] = set()       # reqs whose async load failed: no retry
+        self._failed_recving: set[str] = set()  # multi-group: async loads that failed
         self._storing: set[str] = set()         # reqs with a store (worker reports them)
         # The store's pins on each looked-up prefix (kvt_lookup_pinned), so the chunks a
         # lookup promised cannot be evicted before the worker loads them: held from the
@@ -195,7 +251,7 @@ class KVTierConnector(KVConnectorBase_V1):
         if role == KVConnectorRole.WORKER:
             self._load_pool = ThreadPoolExecutor(1, thread_name_prefix="kvtier-load")
             self._store_pool = ThreadPoolExecutor(1, thread_name_prefix="kvtier-store")
-            if self._cfg.load_per_layer and not self._cfg.loads_async:
+            if self._cfg.load_per_layer and not self._cfg.loads_async and not self._multi:
                 self._layer_pool = ThreadPoolExecutor(1, thread_name_prefix="kvtier-layers")
         self._last_stats: dict[str, int] = {}
         self._stat_fields = (_SCHEDULER_STATS if role == KVConnectorRole.SCHEDULER else
@@ -303,9 +359,11 @@ class KVTierConnector(KVConnectorBase_V1):
             # The request waits (WAITING_FOR_REMOTE_KVS) with these blocks allocated and
             # is not scheduled: its load goes out with the next metadata on its own.
             load, local, tokens = self._pending_loads.pop(rid)
-            ids = list(blocks.get_block_ids()[0])
+            lists = _group_lists(blocks.get_block_ids())
+            ids = lists[0]
             self._async_out.append(ReqMeta(rid, tokens, ids, load_tokens=load,
-                                           skip_tokens=local, async_load=True))
+                                           skip_tokens=local, async_load=True,
+                                           group_block_ids=lists if self._multi else None))
             self._async_blocks[rid] = set(ids[local // self._block_size:
                                               load // self._block_size])
 
@@ -320,14 +378,17 @@ class KVTierConnector(KVConnectorBase_V1):
         for nr in scheduler_output.scheduled_new_reqs:
             tokens = list(nr.prompt_token_ids or [])
             load, local, _ = self._pending_loads.pop(nr.req_id, (0, 0, None))
-            rm = ReqMeta(nr.req_id, tokens, list(nr.block_ids[0]), load_tokens=load,
-                         skip_tokens=local)
+            lists = _group_lists(nr.block_ids)
+            rm = ReqMeta(nr.req_id, tokens, lists[0], load_tokens=load, skip_tokens=local,
+                         group_block_ids=lists if self._multi else None)
             done = nr.num_computed_tokens + n_sched.get(nr.req_id, 0)
             rm.store = (self._stores_on and done >= len(tokens) and
                         len(tokens) >= self._cfg.chunk_tokens)
             meta.requests.append(rm)
             if self._stores_on and not rm.store and done < len(tokens):
-                self._tracked[nr.req_id] = ReqMeta(nr.req_id, tokens, list(rm.block_ids))
+                self._tracked[nr.req_id] = ReqMeta(
+                    nr.req_id, tokens, list(rm.block_ids),
+                    group_block_ids=[list(x) for x in lists] if self._multi else None)
         cached = scheduler_output.scheduled_cached_reqs
         for i, req_id in enumerate(cached.req_ids):
             new_blocks = cached.new_block_ids[i]
@@ -335,22 +396,31 @@ class KVTierConnector(KVConnectorBase_V1):
                 # A preempted request resumes with new blocks and its own lookup: load
                 # into those (its blocks are the whole list again after a preemption).
                 load, local, tokens = self._pending_loads.pop(req_id)
-                meta.requests.append(ReqMeta(req_id, tokens,
-                                             list(new_blocks[0]) if new_blocks else [],
-                                             load_tokens=load, skip_tokens=local))
+                lists = _group_lists(new_blocks) or [[]]
+                meta.requests.append(ReqMeta(req_id, tokens, lists[0], load_tokens=load,
+                                             skip_tokens=local,
+                                             group_block_ids=lists if self._multi else None))
             t = self._tracked.get(req_id)
             if t is None:
                 continue
             if req_id in cached.resumed_req_ids:
                 t.block_ids = list(new_blocks[0]) if new_blocks else []
+                if self._multi:
+                    t.group_block_ids = _group_lists(new_blocks) or [[] for _ in self._groups]
             elif new_blocks:
                 t.block_ids.extend(new_blocks[0])
+                if self._multi:
+                    for g, ids in enumerate(new_blocks):
+                        t.group_block_ids[g].extend(ids)
+            if self._multi:
+                self._null_freed(t.group_block_ids, cached.num_computed_tokens[i])
             done = cached.num_computed_tokens[i] + n_sched.get(req_id, 0)
             if done >= len(t.token_ids):
                 del self._tracked[req_id]
                 if len(t.token_ids) >= self._cfg.chunk_tokens:
-                    meta.requests.append(ReqMeta(req_id, t.token_ids, list(t.block_ids),
-                                                 store=True))
+                    meta.requests.append(ReqMeta(
+                        req_id, t.token_ids, list(t.block_ids), store=True,
+                        group_block_ids=t.group_block_ids))
         # The pins of this metadata's sync loads last until the request's next step (or its
         # end); async loads keep theirs until reported (update_connector_output).
         for rm in meta.requests:
@@ -362,7 +432,23 @@ class KVTierConnector(KVConnectorBase_V1):
         self._storing.update(rm.req_id for rm in meta.requests if rm.store)
         return meta
 
+    def _null_freed(self, lists: list[list[int]], num_computed_tokens: int) -> None:
+        """Marks, in a running request's per-group block lists, the blocks a sliding-window
+        group may have freed by now (vLLM only sends new block ids): at this step's
+        allocation vLLM freed the blocks wholly below num_computed_tokens - window + 1
+        (SlidingWindowManager.get_num_skipped_tokens; it counts only processed tokens,
+        so this marks at least as many). A store never copies a block marked so."""
+        for grp, ids in zip(self._groups, lists):
+            if grp.kind != "sliding_window" or not grp.window:
+                continue
+            skipped = max(0, num_computed_tokens - grp.window + 1) // grp.block_size
+            for j in range(min(skipped, len(ids))):
+                ids[j] = NULL_BLOCK
+
     def update_connector_output(self, connector_output) -> None:
+        for rid in getattr(connector_output, "failed_recving", None) or ():
+            self._async_blocks.pop(rid, None)
+            self._no_reload.add(rid)  # a fresh lookup could promise the same load
         bad = connector_output.invalid_block_ids or set()
         for rid in connector_output.finished_recving or ():
             _release(self._leases.pop(rid, None))
@@ -386,8 +472,22 @@ class KVTierConnector(KVConnectorBase_V1):
             return True, (producer_handoff(self._ns, self._cfg) if not self._loads_on else None)
         return False, None
 
+    def request_finished_all_groups(
+            self, request: "Request",
+            block_ids: tuple[list[int], ...]) -> tuple[bool, dict[str, Any] | None]:
+        """vLLM's hybrid KV cache manager calls this (not request_finished) once the
+        request finished in every group: the same decision, for all its groups' blocks
+        (a store copies every group's blocks, so vLLM keeps them all until the worker
+        reports the request in finished_sending)."""
+        return self.request_finished(request, list(block_ids[0]) if block_ids else [])
+
     # ---------------------------------------------------------------- worker half
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]):
+        if self._inert:
+            return  # a layout kvtier does not handle: nothing is loaded or stored
+        if self._multi:
+            self._register_groups(kv_caches)
+            return
         names = sorted(kv_caches, key=_layer_index)
         if len(names) != self._ns.num_layers:
             raise ValueError(f"kvtier: vLLM registered {len(names)} KV cache tensors; the model "
@@ -420,6 +520,39 @@ class KVTierConnector(KVConnectorBase_V1):
         logger.info("kvtier: registered %d layers, layout %s, %d blocks of %d tokens",
                     len(names), layout, num_blocks, self._block_size)
 
+    def _register_groups(self, kv_caches: dict[str, torch.Tensor]) -> None:
+        """Multi-group layouts: each group's native connector gets its group's layers
+        (vLLM's order inside the group), as a CPU block view. The GPU layouts' paged
+        copy is not wired for groups (no GPU here to test it): ValueError."""
+        stores: GroupStores = self._native
+        for grp, ns, native in zip(self._groups, self._group_ns, stores.natives):
+            missing = [n for n in grp.layer_names if n not in kv_caches]
+            if missing:
+                raise ValueError(f"kvtier: KV group {grp.index} names layers vLLM did not "
+                                 f"register: {missing}")
+            tensors = [kv_caches[n] for n in grp.layer_names]
+            layout, num_blocks = detect_layout(tensors[0], ns.num_kv_heads, ns.head_dim,
+                                               grp.block_size)
+            if layout != "cpu-blocks" or not ns.packing.startswith("cpu-"):
+                raise ValueError(f"kvtier: KV group {grp.index} has layout {layout} "
+                                 f"(packing {ns.packing}); kvtier handles several KV groups "
+                                 "on vLLM's CPU block layout only")
+            block_bytes = tensors[0][0].numel() * tensors[0].element_size()
+            for n, t in zip(grp.layer_names, tensors):
+                if not t.is_contiguous():
+                    raise ValueError(f"kvtier: KV cache {n} is not contiguous")
+            native.register_block_view([t.data_ptr() for t in tensors], grp.block_size,
+                                       num_blocks, block_bytes)
+        self._view = "cpu-blocks"
+        self._layer_names = [n for g in self._groups for n in g.layer_names]
+        self._layer_of = {n: i for i, n in enumerate(self._layer_names)}
+        self._layer_names_set = set(self._layer_names)
+        logger.info("kvtier: registered %d KV groups (%s), %d layers",
+                    len(self._groups), ", ".join(f"{g.kind} x{len(g.layer_names)}"
+                                                 + (f" window {g.window}" if g.window else "")
+                                                 for g in self._groups),
+                    len(self._layer_names))
+
     def _slots(self, block_ids: list[int], n: int) -> list[int]:
         B = self._block_size
         return [block_ids[i // B] * B + i % B for i in range(n)]
@@ -428,6 +561,9 @@ class KVTierConnector(KVConnectorBase_V1):
         """Loads rm's promised tokens into its blocks; the leading tokens now held (a
         failure of the cache is 0 loaded, never an exception: vLLM recomputes)."""
         try:
+            if rm.group_block_ids is not None:
+                return self._native.load(rm.token_ids, rm.load_tokens, rm.group_block_ids,
+                                         rm.skip_tokens)
             if self._view == "cpu-blocks":
                 return self._native.load_blocks(rm.token_ids, rm.load_tokens, rm.block_ids,
                                                 rm.skip_tokens)
@@ -442,6 +578,13 @@ class KVTierConnector(KVConnectorBase_V1):
         """Records a load's outcome: blocks not loaded go to get_block_ids_with_load_errors."""
         if loaded >= rm.load_tokens:
             return
+        if rm.group_block_ids is not None:
+            # Block ids are per group: vLLM 0.32 takes a multi-group load's failure per
+            # request (failed_recving, async loads only): it recomputes the whole prompt.
+            self._failed_recving.add(rm.req_id)
+            logger.warning("kvtier: request %s: %d of %d tokens loaded in every KV group; "
+                           "vLLM recomputes the prompt", rm.req_id, loaded, rm.load_tokens)
+            return
         B = self._block_size
         bad = rm.block_ids[max(loaded, rm.skip_tokens) // B:rm.load_tokens // B]
         self._failed_blocks.update(bad)
@@ -452,6 +595,11 @@ class KVTierConnector(KVConnectorBase_V1):
         C = self._cfg.chunk_tokens
         n = len(rm.token_ids) // C * C
         try:
+            if rm.group_block_ids is not None:
+                if not self._native.store(rm.token_ids[:n], rm.group_block_ids):
+                    logger.debug("kvtier: request %s not stored: a KV group's blocks of its "
+                                 "chunks were already freed (sliding window)", rm.req_id)
+                return
             if self._view == "cpu-blocks":
                 self._native.store_blocks(rm.token_ids[:n], rm.block_ids)
             else:
@@ -465,6 +613,13 @@ class KVTierConnector(KVConnectorBase_V1):
         for rid in getattr(kv_connector_metadata, "preempted", ()):
             f = self._stores.get(rid)
             if f is not None:
+                f.result()
+        if self._multi:
+            # A sliding-window group's blocks outside the window are freed while the
+            # request runs (vLLM's remove_skipped_blocks, no connector call) and may be
+            # handed out in this step: every store must be done copying before this
+            # step's forward or loads write anything.
+            for f in list(self._stores.values()):
                 f.result()
 
     def start_load_kv(self, forward_context: "ForwardContext", **kwargs: Any) -> None:
@@ -620,6 +775,15 @@ class KVTierConnector(KVConnectorBase_V1):
             self._finished.discard(r)
             del self._stores[r]
         return sending or None, recving or None
+
+    def get_transfer_results(self, finished_req_ids: set[str]) -> KVConnectorTransferResults:
+        """get_finished's sets, plus (multi-group layouts) the async loads that failed in
+        failed_recving: their block ids are per group, so vLLM recomputes the request."""
+        sending, recving = self.get_finished(finished_req_ids)
+        failed, self._failed_recving = self._failed_recving, set()
+        return KVConnectorTransferResults(finished_sending=set(sending or ()),
+                                          finished_recving=set(recving or ()) | failed,
+                                          failed_recving=failed)
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         bad, self._failed_blocks = self._failed_blocks, set()

@@ -260,13 +260,14 @@ def cpu_packing(vllm_config, dtype) -> str:
 
 
 def derive_namespace(vllm_config, cfg: KVTierConfig, tp_rank: int = 0,
-                     platform: str | None = None) -> Namespace:
+                     platform: str | None = None, check_block_size: bool = True) -> Namespace:
     """Namespace fields from vLLM's config. ``platform``: "cpu" or "cuda" (default:
     vLLM's current platform). ValueError when the block size does not divide the chunk
-    size (both named) or the KV dtype is not one kvtier stores."""
+    size (both named; not checked with check_block_size False: a layout kvtier does not
+    store) or the KV dtype is not one kvtier stores."""
     mc, pc = vllm_config.model_config, vllm_config.parallel_config
     block_size = int(vllm_config.cache_config.block_size)
-    if cfg.chunk_tokens % block_size:
+    if check_block_size and cfg.chunk_tokens % block_size:
         raise ValueError(f"kv_connector_extra_config.chunk_tokens = {cfg.chunk_tokens}: vLLM's "
                          f"block size {block_size} does not divide kvtier's chunk size "
                          f"{cfg.chunk_tokens}; use a chunk_tokens that is a multiple of "
@@ -298,6 +299,102 @@ def derive_namespace(vllm_config, cfg: KVTierConfig, tp_rank: int = 0,
                      num_kv_heads=num_kv_heads, head_dim=head_dim, dtype=dtype, layout=layout,
                      block_size=block_size, packing=packing, tp_rank=tp_rank,
                      tp_world_size=pc.tensor_parallel_size, engine_extra=extra)
+
+
+@dataclass(frozen=True)
+class KVGroup:
+    """One KV cache group of vLLM's hybrid KV cache manager (HMA), as kvtier handles it.
+
+    kind: "full" (full attention: every block of the prompt), "sliding_window" (vLLM
+    keeps only the blocks inside the last `window` tokens; the others are its null
+    block, id 0), or "unsupported" (Mamba / linear-attention state, chunked-local,
+    MLA-sliding... : kvtier neither stores nor loads such a model, it runs cold).
+    `spec`: the vLLM KVCacheSpec class name; `window`: tokens (sliding_window only,
+    also the window vLLM merged into a full-attention group when HMA is off)."""
+    index: int
+    kind: str
+    spec: str
+    layer_names: tuple[str, ...]
+    block_size: int
+    num_kv_heads: int = 0
+    head_dim: int = 0
+    window: int | None = None
+    transfer: bool = True   # vLLM's KVCacheGroupSpec.enable_kv_transfer
+
+    def describe(self) -> dict:
+        """The group as it enters the namespace (layer names in vLLM's order)."""
+        return {"kind": self.kind, "spec": self.spec, "layers": list(self.layer_names),
+                "block_size": self.block_size, "kv_heads": self.num_kv_heads,
+                "head_dim": self.head_dim, "window": self.window, "transfer": self.transfer}
+
+
+def kv_groups(kv_cache_config) -> list[KVGroup]:
+    """kvtier's view of vLLM's KVCacheConfig.kv_cache_groups (vllm/v1/kv_cache_interface.py),
+    in vLLM's group order (the order of the block-id lists vLLM hands the connector).
+    A UniformTypeKVCacheSpecs group (one type, several shapes) is "unsupported" unless
+    its specs agree on heads and head size."""
+    from vllm.v1.kv_cache_interface import (
+        FullAttentionSpec,
+        SlidingWindowSpec,
+        UniformTypeKVCacheSpecs,
+    )
+    out = []
+    for i, g in enumerate(kv_cache_config.kv_cache_groups):
+        spec = g.kv_cache_spec
+        name = type(spec).__name__
+        if isinstance(spec, UniformTypeKVCacheSpecs):
+            specs = list(spec.kv_cache_specs.values())
+            shapes = {(type(s), getattr(s, "num_kv_heads", None), getattr(s, "head_size", None),
+                       getattr(s, "sliding_window", None)) for s in specs}
+            spec = specs[0] if len(shapes) == 1 else spec
+        # Exact types: MLA, R-SWA, sliding-window MLA... subclass these but lay their
+        # blocks out differently; they are not handled.
+        kind = ("full" if type(spec) is FullAttentionSpec else
+                "sliding_window" if type(spec) is SlidingWindowSpec else "unsupported")
+        window = getattr(spec, "sliding_window", None) if kind != "unsupported" else None
+        if kind == "sliding_window" and getattr(spec, "extra_retained_tokens", 0):
+            kind = "unsupported"  # spec-decode retention changes which blocks vLLM keeps
+        out.append(KVGroup(
+            index=i, kind=kind, spec=name, layer_names=tuple(g.layer_names),
+            block_size=int(spec.block_size),
+            num_kv_heads=int(getattr(spec, "num_kv_heads", 0) or 0),
+            head_dim=int(getattr(spec, "head_size", 0) or 0),
+            window=int(window) if window else None,
+            transfer=bool(getattr(g, "enable_kv_transfer", True))))
+    return out
+
+
+def is_plain_layout(groups: list[KVGroup]) -> bool:
+    """One full-attention group, no window: the layout of a model with one kind of
+    attention, whose namespace is the one kvtier always derived (records stored before
+    kvtier knew of groups keep hitting)."""
+    return (len(groups) == 1 and groups[0].kind == "full" and groups[0].window is None
+            and groups[0].transfer)
+
+
+def group_namespaces(base: Namespace, groups: list[KVGroup], hma: bool) -> list[Namespace]:
+    """One namespace per KV group: the group's layers, heads, head size and block size,
+    with the whole group layout (every group's kind, window, layers and block size),
+    the group's index and whether vLLM's hybrid KV cache manager is on in engine_extra.
+    So a record stored under one layout never hits under another (a different window,
+    a different group split, HMA on vs off). A plain layout (is_plain_layout) keeps
+    `base` unchanged."""
+    if is_plain_layout(groups):
+        return [base]
+    layout = [g.describe() for g in groups]
+    out = []
+    for g in groups:
+        extra = json.loads(base.engine_extra)
+        extra.update({"kv_groups": layout, "kv_group": g.index, "hma": bool(hma),
+                      "block_size": g.block_size})
+        out.append(Namespace(
+            model_id=base.model_id, num_layers=max(1, len(g.layer_names)),
+            num_kv_heads=g.num_kv_heads or base.num_kv_heads,
+            head_dim=g.head_dim or base.head_dim, dtype=base.dtype,
+            layout=base.layout, block_size=g.block_size, packing=base.packing,
+            tp_rank=base.tp_rank, tp_world_size=base.tp_world_size,
+            engine_extra=json.dumps(extra, sort_keys=True)))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

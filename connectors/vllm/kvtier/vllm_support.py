@@ -1,10 +1,12 @@
 """Support pieces of kvtier's vLLM connector (kvtier/vllm.py), kept apart so that the
 connector's file holds the connector: its time accounting, its stats for vLLM's
-metrics, the KV layout detection and the state of a per-layer sync load."""
+metrics, the KV layout detection, the state of a per-layer sync load and the
+per-group stores of a hybrid (HMA) KV cache layout."""
 
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import time
 from concurrent.futures import Future
@@ -19,7 +21,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
 )
 
 from kvtier._native import STAT_FIELDS, Connector, ConnectorOptions, KvtError
-from kvtier.vllm_config import KVTierConfig, Namespace
+from kvtier.vllm_config import KVGroup, KVTierConfig, Namespace
 
 # Wall time spent inside the connector, per hook, in this process (both halves):
 # name -> [seconds, calls]. "native_lookup" is libkvtier's Lookup alone (chunk hashing +
@@ -176,5 +178,221 @@ def _open_native(cfg: KVTierConfig, ns: Namespace) -> Connector:
     with _SHARED_LOCK:
         if key not in _SHARED:
             _SHARED[key] = [Connector(o), 0]
+        _SHARED[key][1] += 1
+        return _SHARED[key][0]
+
+
+# vLLM's null block (BlockPool.null_block, the pool's first block): a sliding-window
+# group's block list holds it in place of the blocks outside the window vLLM keeps.
+NULL_BLOCK = 0
+
+
+class GroupLease:
+    """The pins of one lookup across a model's KV cache groups (one native Lease per
+    group that had chunks to load); close() releases them all, once."""
+
+    def __init__(self, leases: list):
+        self._leases = leases
+
+    def close(self) -> None:
+        leases, self._leases = self._leases, []
+        for lease in leases:
+            lease.close()
+
+
+class GroupStores:
+    """The native connectors of a KV layout with several groups (vLLM's hybrid KV cache
+    manager, HMA): one per group, each with its group's layers and namespace
+    (vllm_config.group_namespaces), driven together so that a prompt's chunks are held
+    for every group or used for none.
+
+    Stands in for the single native connector where the connector calls lookup, stats,
+    flush, close, namespace_hex and daemon_check; loads and stores take one block-id list
+    per group (vLLM's order). A sliding-window group stores a prompt only when vLLM
+    still holds every block of its complete chunks, and loads only the blocks vLLM
+    allocated for it (those inside the window; the others are the null block, never
+    written)."""
+
+    def __init__(self, groups: list[KVGroup], natives: list[Connector], chunk_tokens: int):
+        if len(groups) != len(natives) or not groups:
+            raise ValueError(f"{len(groups)} KV groups but {len(natives)} native connectors")
+        self.groups = groups
+        self.natives = natives
+        self.chunk_tokens = chunk_tokens
+        self.stores_skipped = 0   # stores not made: a group's blocks were already freed
+        self.loads_refused = 0    # loads not made: vLLM's blocks do not match the records
+
+    # -- the single-connector interface
+    def lookup(self, tokens: list[int], num_computed_tokens: int = 0) -> tuple[int, int]:
+        """(tokens to load, tokens cached): the least over the groups, so a prompt loads
+        only the chunks every group holds (a sliding-window group whose chunks are
+        missing makes the request recompute rather than load a partial window)."""
+        load, cached = None, None
+        for n in self.natives:
+            lg, cg = n.lookup(tokens, num_computed_tokens)
+            load = lg if load is None else min(load, lg)
+            cached = cg if cached is None else min(cached, cg)
+            if load == 0:
+                break  # the rest cannot raise it
+        return load or 0, cached or 0
+
+    def lookup_pinned(self, tokens: list[int],
+                      num_computed_tokens: int = 0) -> tuple[int, int, "GroupLease | None"]:
+        """lookup() with every group's chunks pinned (kvt_lookup_pinned per group): the
+        leases are held together and dropped together (GroupLease.close)."""
+        load, cached, leases = None, None, []
+        for n in self.natives:
+            lg, cg, lease = n.lookup_pinned(tokens, num_computed_tokens)
+            if lease is not None:
+                leases.append(lease)
+            load = lg if load is None else min(load, lg)
+            cached = cg if cached is None else min(cached, cg)
+            if load == 0:
+                break  # the rest cannot raise it
+        group_lease = GroupLease(leases) if leases else None
+        if not load and group_lease is not None:
+            group_lease.close()
+            group_lease = None
+        return load or 0, cached or 0, group_lease
+
+    def stats(self) -> dict[str, int]:
+        """The groups' counters summed (a chunk of a 4-group model counts 4 records)."""
+        out: dict[str, int] = {}
+        for n in self.natives:
+            for k, v in n.stats().items():
+                out[k] = out.get(k, 0) + v
+        return out
+
+    def flush(self) -> None:
+        for n in self.natives:
+            n.flush()
+
+    def close(self) -> None:
+        for n in self.natives:
+            n.close()
+
+    def namespace_hex(self) -> str:
+        return ",".join(n.namespace_hex() for n in self.natives)
+
+    def daemon_check(self, timeout_ms: int = 1000) -> str | None:
+        return self.natives[0].daemon_check(timeout_ms)
+
+    # -- per-group blocks
+    def load_window(self, g: int, block_ids: list[int], load_tokens: int,
+                    skip_tokens: int) -> int | None:
+        """Tokens below which group g's blocks are not written: skip_tokens for a full
+        group; for a sliding-window group also the blocks vLLM did not allocate (the
+        leading null blocks). None when vLLM's list does not fit the load (too short, or
+        a null block inside what must be loaded)."""
+        grp = self.groups[g]
+        B = grp.block_size
+        end = load_tokens // B
+        if len(block_ids) < end:
+            return None
+        first = skip_tokens // B
+        if grp.kind == "sliding_window":
+            while first < end and block_ids[first] == NULL_BLOCK:
+                first += 1  # freed by vLLM (outside the window): never written
+        # Every block vLLM allocated from there on must be written: a null block after
+        # the first real one is a list kvtier does not understand.
+        if any(b == NULL_BLOCK for b in block_ids[first:end]):
+            return None
+        return max(skip_tokens, first * B)
+
+    def load(self, tokens: list[int], load_tokens: int, block_lists: list[list[int]],
+             skip_tokens: int) -> int:
+        """Loads [skip, load_tokens) of every group into its blocks (a sliding-window group
+        only the blocks vLLM kept); returns the leading tokens every group now holds
+        (load_tokens, or less: the request's load failed and vLLM recomputes it)."""
+        if len(block_lists) != len(self.groups):
+            self.loads_refused += 1
+            return 0
+        skips = [self.load_window(g, ids, load_tokens, skip_tokens)
+                 for g, ids in enumerate(block_lists)]
+        if any(s is None for s in skips):
+            self.loads_refused += 1
+            return 0
+        loaded = load_tokens
+        for native, ids, skip in zip(self.natives, block_lists, skips):
+            if skip >= load_tokens:
+                continue  # nothing of this group to write
+            got = native.load_blocks(tokens, load_tokens, ids, skip)
+            loaded = min(loaded, got)
+            if loaded < load_tokens:
+                break  # the request recomputes; later groups need not be written
+        return loaded
+
+    def store(self, tokens: list[int], block_lists: list[list[int]]) -> bool:
+        """Stores the complete chunks of `tokens` for every group, or for none when a
+        group's blocks of those chunks are not all held (a sliding-window group whose
+        early blocks vLLM already freed): a prompt stored for some groups only would
+        never be loaded. Returns whether it stored."""
+        n = len(tokens) // self.chunk_tokens * self.chunk_tokens
+        if n == 0 or len(block_lists) != len(self.groups):
+            return False
+        for grp, ids in zip(self.groups, block_lists):
+            need = n // grp.block_size
+            if len(ids) < need or any(b == NULL_BLOCK for b in ids[:need]):
+                self.stores_skipped += 1
+                return False
+        for native, grp, ids in zip(self.natives, self.groups, block_lists):
+            native.store_blocks(tokens[:n], ids[:n // grp.block_size])
+        return True
+
+
+def _options(cfg: KVTierConfig, ns: Namespace, host_capacity_bytes: int | None = None,
+             disk_dir: str | None = None) -> ConnectorOptions:
+    return ConnectorOptions(
+        model_id=ns.model_id, num_layers=ns.num_layers, num_kv_heads=ns.num_kv_heads,
+        head_dim=ns.head_dim, dtype=ns.dtype, layout=ns.layout, tp_rank=ns.tp_rank,
+        tp_world_size=ns.tp_world_size, chunk_tokens=cfg.chunk_tokens, tenant=cfg.tenant,
+        engine_extra=ns.engine_extra,
+        host_capacity_bytes=host_capacity_bytes or cfg.host_capacity_bytes,
+        disk_dir=disk_dir if disk_dir is not None else cfg.disk_dir,
+        disk_capacity_bytes=cfg.disk_capacity_bytes,
+        use_cost_model=cfg.use_cost_model, daemon_address=cfg.daemon_address,
+        daemon_token=cfg.token or None, daemon_deadline_ms=cfg.daemon_deadline_ms)
+
+
+def _share(total: int, share: float) -> int:
+    """A group's part of a capacity: whole MiB (the disk tier wants multiples of 4096),
+    at least 1 MiB."""
+    return max(1, int(total * share) >> 20) << 20
+
+
+def _open_groups(cfg: KVTierConfig, groups: list[KVGroup],
+                 namespaces: list[Namespace]) -> GroupStores:
+    """GroupStores for a multi-group layout. Through kvtierd every group's connector
+    talks to the daemon. Embedded: each group has its own host tier (host_capacity split
+    by the groups' shares of the layers) and, with disk_dir, its own subdirectory
+    disk_dir/kv-group-<i> (disk_capacity split the same way); the scheduler and worker
+    halves of one process share them, like the single store."""
+    def make():
+        total = sum(max(1, len(g.layer_names)) for g in groups)
+        natives = []
+        try:
+            for g, ns in zip(groups, namespaces):
+                share = max(1, len(g.layer_names)) / total
+                if cfg.embedded:
+                    sub = (None if not cfg.disk_dir else
+                           os.path.join(cfg.disk_dir, f"kv-group-{g.index}"))
+                    o = _options(cfg, ns, _share(cfg.host_capacity_bytes, share), sub)
+                    if cfg.disk_capacity_bytes:
+                        o.disk_capacity_bytes = _share(cfg.disk_capacity_bytes, share)
+                else:
+                    o = _options(cfg, ns)
+                natives.append(Connector(o))
+        except BaseException:
+            for n in natives:
+                n.close()
+            raise
+        return GroupStores(groups, natives, cfg.chunk_tokens)
+    if not cfg.embedded:
+        return make()
+    key = ("groups",) + tuple(tuple(sorted(vars(_options(cfg, ns)).items()))
+                              for ns in namespaces)
+    with _SHARED_LOCK:
+        if key not in _SHARED:
+            _SHARED[key] = [make(), 0]
         _SHARED[key][1] += 1
         return _SHARED[key][0]
