@@ -59,7 +59,7 @@ absl::Status ReplayRequests(TieredStore& store, const Trace& trace, uint64_t rec
       h.token_count = 1;
       h.layout = layout;
       if (absl::Status s = EncodeChunk(h, payload, record); !s.ok()) return s;
-      if (absl::Status s = store.Put(record); !s.ok()) return s;
+      if (auto s = store.Write({.record = record}); !s.ok()) return s.status();
     }
     if (slice.flush) store.Flush();
     if (slice.done) slice.done(ri);

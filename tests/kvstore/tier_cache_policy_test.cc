@@ -368,12 +368,12 @@ TEST(TierCachePolicyTest, RecordDeclinedByTierZeroIsWrittenThroughBelow) {
   tiers.push_back(HostTier::Factory(h1));
   auto store = TieredStore::Create(std::move(tiers), TieredStoreOptions{});
   ASSERT_TRUE(store.ok()) << store.status();
-  ASSERT_TRUE((*store)->Put(Record(1)).ok());
-  ASSERT_TRUE((*store)->Put(Record(2)).ok());
+  ASSERT_TRUE(PutRecord(**store, Record(1)).ok());
+  ASSERT_TRUE(PutRecord(**store, Record(2)).ok());
   (*store)->Flush();
-  EXPECT_EQ((*store)->tier_stats(MakeTierIndex(0)).admission_rejects, 1u);
-  EXPECT_EQ((*store)->tier_stats(MakeTierIndex(0)).chunks, 1u);  // only 2
-  EXPECT_EQ((*store)->tier_stats(MakeTierIndex(1)).chunks, 2u);  // 1 and 2
+  EXPECT_EQ((*store)->stats().tiers[0].admission_rejects, 1u);
+  EXPECT_EQ((*store)->stats().tiers[0].chunks, 1u);  // only 2
+  EXPECT_EQ((*store)->stats().tiers[1].chunks, 2u);  // 1 and 2
   EXPECT_THAT(below->admits, ::testing::UnorderedElementsAre(std::pair(Key(1), AdmitReason::kPut),
                                                              std::pair(Key(2), AdmitReason::kPut)));
   EXPECT_EQ((*store)->stats().writebacks_skipped, 0u);

@@ -21,6 +21,9 @@
 namespace kvt {
 namespace {
 
+using testing::GetRecord;
+using testing::PutRecord;
+
 const NamespaceId kNs{0x3333, 0x4444};
 
 ChunkKey KeyOf(uint64_t i) { return ChunkKey{i * 0x9E3779B97F4A7C15ull + 11, i}; }
@@ -124,7 +127,7 @@ TEST(TierVictimsTest, StoreDemotesVictimsAfterThePutWithoutReentry) {
   auto store = TieredStore::Create(std::move(tiers), Placement(WriteThrough::kNone));
   ASSERT_TRUE(store.ok()) << store.status();
   g_reentries = 0;
-  for (uint64_t i = 0; i < 12; ++i) ASSERT_TRUE((*store)->Put(MakeRecord(i, 12)).ok());
+  for (uint64_t i = 0; i < 12; ++i) ASSERT_TRUE(PutRecord(**store, MakeRecord(i, 12)).ok());
   (*store)->Flush();
   EXPECT_EQ(g_reentries.load(), 0) << "a tier was entered from inside another tier's call";
   EXPECT_EQ(top_ptr->stats().evictions, 8u);
@@ -175,13 +178,13 @@ class DiskVictimsTest : public ::testing::Test {
 TEST_F(DiskVictimsTest, NoReadWhenTheNextTierHoldsEveryPutAlready) {
   auto store = Make(WriteThrough::kAll);
   ASSERT_TRUE(store.ok()) << store.status();
-  for (uint64_t i = 0; i < 16; ++i) ASSERT_TRUE((*store)->Put(MakeRecord(i, 20)).ok());
+  for (uint64_t i = 0; i < 16; ++i) ASSERT_TRUE(PutRecord(**store, MakeRecord(i, 20)).ok());
   (*store)->Flush();
   EXPECT_GT(disk_->stats().evictions, 0u);
   EXPECT_EQ(disk_->extra_stats().victim_reads, 0u);
   EXPECT_EQ(disk_->extra_stats().record_reads, 0u);
   for (uint64_t i = 0; i < 16; ++i) {
-    absl::StatusOr<std::vector<std::byte>> got = (*store)->Get(KeyOf(i));
+    absl::StatusOr<std::vector<std::byte>> got = GetRecord(**store, KeyOf(i));
     ASSERT_TRUE(got.ok()) << i << ": " << got.status();
     EXPECT_EQ(*got, MakeRecord(i, 20));
   }
@@ -193,7 +196,7 @@ TEST_F(DiskVictimsTest, EachVictimReadOnceWhenTheNextTierLacksIt) {
   auto store = Make(WriteThrough::kNone);
   ASSERT_TRUE(store.ok()) << store.status();
   for (uint64_t i = 0; i < 16; ++i) {
-    ASSERT_TRUE((*store)->Put(MakeRecord(i, 20)).ok());
+    ASSERT_TRUE(PutRecord(**store, MakeRecord(i, 20)).ok());
     (*store)->Flush();  // one demotion at a time: the disk sees them in put order
   }
   const uint64_t evictions = disk_->stats().evictions;
@@ -202,7 +205,7 @@ TEST_F(DiskVictimsTest, EachVictimReadOnceWhenTheNextTierLacksIt) {
   EXPECT_EQ(disk_->extra_stats().record_reads, evictions);
   EXPECT_EQ(disk_->stats().integrity_errors, 0u);
   for (uint64_t i = 0; i < 16; ++i) {
-    absl::StatusOr<std::vector<std::byte>> got = (*store)->Get(KeyOf(i));
+    absl::StatusOr<std::vector<std::byte>> got = GetRecord(**store, KeyOf(i));
     ASSERT_TRUE(got.ok()) << i << ": " << got.status();
     EXPECT_EQ(*got, MakeRecord(i, 20));
   }
