@@ -464,49 +464,48 @@ grpc::ServerUnaryReactor* KvTierService::Evict(grpc::CallbackServerContext* ctx,
 grpc::ServerUnaryReactor* KvTierService::Stats(grpc::CallbackServerContext* ctx,
                                                const pb::StatsRequest* req,
                                                pb::StatsResponse* resp) {
-  return RunUnary(ctx, Rpc::kStats, req->protocol_version(),
-                  [this, resp](const std::string& tenant) {
-                    TieredStore& store = *deps_.store;
-                    const std::vector<TierCaps> tiers = store.tiers();
-                    const TieredStoreStats ss = store.stats();
-                    for (size_t t = 0; t < tiers.size() && t < ss.tiers.size(); ++t) {
-                      const TierCaps& caps = tiers[t];
-                      const TierStats& s = ss.tiers[t];
-                      pb::TierStatsProto* p = resp->add_tiers();
-                      p->set_name(caps.name);
-                      p->set_kind(TierToProto(caps.kind));
-                      p->set_capacity_bytes(s.capacity_bytes);
-                      p->set_used_bytes(s.used_bytes);
-                      p->set_chunks(s.chunks);
-                      p->set_hits(s.hits);
-                      p->set_misses(s.misses);
-                      p->set_evictions(s.evictions);
-                      p->set_integrity_errors(s.integrity_errors);
-                      p->set_pinned_bytes(s.pinned_bytes);
-                      p->set_bytes_in(s.bytes_in);
-                      p->set_bytes_out(s.bytes_out);
-                      p->set_puts(s.puts);
-                      p->set_copy_bytes(s.copy_bytes);
-                      p->set_admission_rejects(s.admission_rejects);
-                      p->set_ttl_expired(s.ttl_expired);
-                    }
-                    resp->set_hits(ss.hits);
-                    resp->set_misses(ss.misses + unserved_misses_.load(std::memory_order_relaxed));
-                    resp->set_integrity_errors(ss.integrity_errors);
-                    resp->set_connected_clients(deps_.metrics->ConnectedClients());
-                    resp->set_pending_write_bytes(ss.pending_write_bytes);
-                    resp->set_explicit_evictions(ss.explicit_evictions);
-                    const LeaseCounts lc = leases_.counts();
-                    resp->set_leases_granted(lc.granted);
-                    resp->set_leases_released(lc.released);
-                    resp->set_leases_expired(lc.expired);
-                    resp->set_leases_active(lc.active);
-                    resp->set_pinned_bytes(ss.pinned_bytes);
-                    resp->set_shm_put_copy_bytes(
-                        shm_put_copy_bytes_.load(std::memory_order_relaxed));
-                    resp->set_tenant(tenant);
-                    return absl::OkStatus();
-                  });
+  return RunUnary(
+      ctx, Rpc::kStats, req->protocol_version(), [this, resp](const std::string& tenant) {
+        TieredStore& store = *deps_.store;
+        const std::vector<TierCaps> tiers = store.tiers();
+        const TieredStoreStats ss = store.stats();
+        for (size_t t = 0; t < tiers.size() && t < ss.tiers.size(); ++t) {
+          const TierCaps& caps = tiers[t];
+          const TierStats& s = ss.tiers[t];
+          pb::TierStatsProto* p = resp->add_tiers();
+          p->set_name(caps.name);
+          p->set_kind(TierToProto(caps.kind));
+          p->set_capacity_bytes(s.capacity_bytes);
+          p->set_used_bytes(s.used_bytes);
+          p->set_chunks(s.chunks);
+          p->set_hits(s.hits);
+          p->set_misses(s.misses);
+          p->set_evictions(s.evictions);
+          p->set_integrity_errors(s.integrity_errors);
+          p->set_pinned_bytes(s.pinned_bytes);
+          p->set_bytes_in(s.bytes_in);
+          p->set_bytes_out(s.bytes_out);
+          p->set_puts(s.puts);
+          p->set_copy_bytes(s.copy_bytes);
+          p->set_admission_rejects(s.admission_rejects);
+          p->set_ttl_expired(s.ttl_expired);
+        }
+        resp->set_hits(ss.hits);
+        resp->set_misses(ss.misses + unserved_misses_.load(std::memory_order_relaxed));
+        resp->set_integrity_errors(ss.integrity_errors);
+        resp->set_connected_clients(deps_.metrics->ConnectedClients());
+        resp->set_pending_write_bytes(ss.pending_write_bytes);
+        resp->set_explicit_evictions(ss.explicit_evictions);
+        const LeaseCounts lc = leases_.counts();
+        resp->set_leases_granted(lc.granted);
+        resp->set_leases_released(lc.released);
+        resp->set_leases_expired(lc.expired);
+        resp->set_leases_active(lc.active);
+        resp->set_pinned_bytes(ss.pinned_bytes);
+        resp->set_shm_put_copy_bytes(shm_put_copy_bytes_.load(std::memory_order_relaxed));
+        resp->set_tenant(tenant);
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* KvTierService::Health(grpc::CallbackServerContext* ctx,

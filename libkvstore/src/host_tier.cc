@@ -147,7 +147,8 @@ bool HostTier::CanFitAfterEviction(uint64_t bytes, uint64_t align) const {
   policy_->VisitVictims([&](const ChunkKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = index_.find(key);
     if (it != index_.end() && Evictable(*it->second) &&
-        RoundUp(it->second->offset, align) + bytes <= it->second->offset + it->second->extent_bytes) {
+        RoundUp(it->second->offset, align) + bytes <=
+            it->second->offset + it->second->extent_bytes) {
       fits = true;
     }
     return !fits && ++looked < kFastPathVictims;

@@ -323,7 +323,7 @@ TEST(KVConnectorTest, LeaseNotReleasedByALoadExpiresInTheStore) {
   ASSERT_EQ(lookup->load_tokens, 2 * kChunk);
   EXPECT_TRUE(lookup->lease.live());
   clock->Advance(std::chrono::milliseconds(1));  // the lease's deadline
-  EXPECT_EQ(store->stats().pinned_bytes, 0u);          // reaps
+  EXPECT_EQ(store->stats().pinned_bytes, 0u);    // reaps
   EXPECT_EQ(conn->stats().leases_released_by_timeout, 1u);
   EXPECT_FALSE(lookup->lease.live());
   // The late load still loads (nothing was evicted); dropping the expired lease is a no-op.
