@@ -54,9 +54,13 @@ TEST(TraceReplayEngineTest, ConversationSliceThroughPlainAndKvtierServers) {
     EXPECT_GT(j["prompt_tokens"].get<uint64_t>(), 0u) << name;
     EXPECT_LE(j["computed_tokens"].get<uint64_t>(), j["prompt_tokens"].get<uint64_t>()) << name;
   }
+  // Random routing sends a conversation's later turns to the server that did not see
+  // the earlier ones: those prefixes can only come from kvtierd. (With affinity each
+  // server's own RAM prompt cache may serve every repeat on this tiny slice, so kvtier
+  // loads are not required there; its stores are.)
+  EXPECT_GT(configs["kvtier-random"]["kvtier_hits"].get<uint64_t>(), 0u);
+  EXPECT_GT(configs["kvtier-random"]["kvtier_loaded_tokens"].get<uint64_t>(), 0u);
   for (const char* k : {"kvtier-affinity", "kvtier-random"}) {
-    EXPECT_GT(configs[k]["kvtier_hits"].get<uint64_t>(), 0u) << k;
-    EXPECT_GT(configs[k]["kvtier_loaded_tokens"].get<uint64_t>(), 0u) << k;
     EXPECT_GT(configs[k]["kvtier_stored_chunks"].get<uint64_t>(), 0u) << k;
     EXPECT_GT(configs[k]["kvtierd_peak_rss_kib"].get<uint64_t>(), 0u) << k;
   }

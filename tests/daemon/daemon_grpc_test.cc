@@ -100,9 +100,12 @@ TEST_F(DaemonGrpcTest, LeaseHoldsChunksAgainstEvictUntilTheGetThatReadsThem) {
 
 TEST_F(DaemonGrpcTest, LeaseHoldsChunksAgainstCapacityPressure) {
   // Host 8 MiB over a 16 MiB disk; 80 records of 512 KiB push everything older out.
+  // LRU in both tiers: the default (adaptive) policies are scan-resistant and would
+  // rightly keep the looked-up unpinned chunks over 80 first-seen fillers.
   StartDaemon(
       "host_capacity: 8MiB\ndisk_capacity: 16MiB\ndisk_file_bytes: 4MiB\n"
-      "max_record_bytes: 2MiB\nmax_inflight_bytes: 64MiB\n");
+      "max_record_bytes: 2MiB\nmax_inflight_bytes: 64MiB\n"
+      "host_cache_policy:\n  name: lru\ndisk_cache_policy:\n  name: lru\n");
   auto client = Connect(daemon_->target(), "", std::chrono::milliseconds(20000));
   Chain pinned = MakeChain(TestNamespace("pinned"), 4, 512, 2);
   Chain unpinned = MakeChain(TestNamespace("unpinned"), 4, 512, 3);
