@@ -54,10 +54,10 @@ absl::StatusOr<std::unique_ptr<TieredStore>> OpenTieredStore(const StoreOptions&
     if (host.clock == nullptr) host.clock = options.store.clock;
     const bool chosen = host.cache_policy.name != "default";
     ResolveDefaultPolicy(host.cache_policy, /*below_another_tier=*/false);
-    // Without write-through a declined chunk would reach no tier below (only evictions
-    // are demoted): then host memory stores it, first to go.
+    // Without a tier below, or without write-through, a declined chunk would reach no
+    // tier at all (only evictions are demoted): then host memory stores it, first to go.
     const bool tiers_below = options.disk || !options.lower.empty();
-    if (!chosen && tiers_below && options.store.placement.write_through == WriteThrough::kNone) {
+    if (!chosen && (!tiers_below || options.store.placement.write_through == WriteThrough::kNone)) {
       host.cache_policy.adaptive_declines_first_seen = false;
     }
     tiers.push_back(HostTier::Factory(std::move(host)));
