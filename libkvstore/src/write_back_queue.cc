@@ -110,6 +110,15 @@ void WriteBackQueue::Demote(size_t t, std::vector<Victim> victims) {
         (*it)->record = std::move(v.record);
         continue;
       }
+      // That write-through is in flight: it may already have missed tier 0, so the
+      // demotion goes to every tier it names (a demotion skips a tier holding the key).
+      if (inflight_item_ != nullptr && inflight_item_->key == v.key &&
+          inflight_item_->record.empty() && !inflight_item_->submitted &&
+          !inflight_item_->demotion) {
+        PushLocked(std::move(v.record), size, v.key, t + 1,
+                   std::max(t + 1, inflight_item_->last_tier), /*demotion=*/true);
+        continue;
+      }
     }
     // The victim's own buffer is queued: no copy.
     PushLocked(std::move(v.record), size, v.key, t + 1, t + 1, /*demotion=*/true);
