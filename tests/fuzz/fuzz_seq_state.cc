@@ -22,7 +22,8 @@ u128 ExactBytes(const kvt::llamacpp::SeqStateSpec& s, uint32_t cells) {
   const u128 c = cells;
   u128 bytes = 16 + c * 12 + 8;
   bytes += u128{s.n_layer} * (12 + c * s.k_row_bytes);
-  bytes += u128{s.n_layer} * ((s.v_trans ? 12 : 12) + c * s.v_row_bytes);
+  // MLA states (has_v false: llama.cpp writes only the latent K rows) carry no V section.
+  if (s.has_v) bytes += u128{s.n_layer} * (12 + c * s.v_row_bytes);
   return bytes;
 }
 }  // namespace
@@ -37,7 +38,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (kvt::llamacpp::SeqStateBytes(*spec, view->cell_count) != size) std::abort();
   for (uint32_t l = 0; l < spec->n_layer; ++l) {
     if (view->k_offset[l] + u128{view->cell_count} * spec->k_row_bytes > size) std::abort();
-    if (view->v_offset[l] + u128{view->cell_count} * spec->v_row_bytes > size) std::abort();
+    if (spec->has_v &&
+        view->v_offset[l] + u128{view->cell_count} * spec->v_row_bytes > size) {
+      std::abort();
+    }
   }
   // Round trip through a chunk payload (bounded: the blob is at most the input's size).
   const uint32_t cells = view->cell_count;
