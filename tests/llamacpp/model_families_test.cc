@@ -1,8 +1,9 @@
 // Model families (issue 22) on the llama.cpp adapter: every family kvtier-make-gguf
 // writes either restores exactly through kvtier or is refused at start-up with a message
 // naming its architecture and the piece kvtier lacks (never loaded as wrong KV). Exact:
-// K and V caches of different types (-ctk q8_0 -ctv f16) and MLA (deepseek2, K-only
-// latent rows), logits bit for bit against recompute. docs/models.md.
+// K and V caches of different types (-ctk q8_0 -ctv f16), MLA (deepseek2, K-only latent
+// rows) and iSWA with a full-size sliding-window cache (gemma3, gpt-oss with attention
+// sinks), logits bit for bit against recompute. docs/models.md.
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -28,14 +29,17 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
          std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-std::string FamilyModel(const std::string& arch) {
+// The tiny model of `arch`; `n_swa` > 0 replaces the preset's sliding window.
+std::string FamilyModel(const std::string& arch, uint32_t n_swa = 0) {
   static const std::string dir = MakeTempDir("families");
-  const std::string path = dir + "/" + arch + ".gguf";
+  const std::string path =
+      dir + "/" + arch + (n_swa > 0 ? "-swa" + std::to_string(n_swa) : "") + ".gguf";
   if (!std::filesystem::exists(path)) {
     auto spec = SyntheticArchPreset(arch, "tiny", "");
     EXPECT_TRUE(spec.ok()) << spec.status();
     if (!spec.ok()) return path;
     spec->vocab_size = 4096;  // token ids only: a small file
+    if (n_swa > 0) spec->n_swa = n_swa;
     absl::Status s = WriteSyntheticModel(*spec, path);
     EXPECT_TRUE(s.ok()) << arch << ": " << s;
   }
@@ -45,8 +49,9 @@ std::string FamilyModel(const std::string& arch) {
 // What the engine says about each family, and which piece kvtier names as missing.
 struct Family {
   std::string arch;
-  std::string kind;     // in the refusal message
-  std::string missing;  // in the refusal message
+  std::string kind;      // in the refusal message
+  std::string missing;   // in the refusal message
+  bool swa_full = true;  // the engine's option (iSWA models are refused without it)
 };
 
 class RefusedFamilyTest : public ::testing::TestWithParam<Family> {};
@@ -54,6 +59,7 @@ class RefusedFamilyTest : public ::testing::TestWithParam<Family> {};
 TEST_P(RefusedFamilyTest, EngineRefusesNamingArchitectureAndMissingPiece) {
   const Family& f = GetParam();
   EngineOptions eo = TinyEngineOptions(/*flash_attn=*/false, FamilyModel(f.arch));
+  eo.swa_full = f.swa_full;
   auto engine = LlamaEngine::Create(eo);
   ASSERT_FALSE(engine.ok()) << f.arch << " was accepted";
   EXPECT_EQ(engine.status().code(), absl::StatusCode::kUnimplemented) << engine.status();
@@ -65,8 +71,14 @@ TEST_P(RefusedFamilyTest, EngineRefusesNamingArchitectureAndMissingPiece) {
 
 INSTANTIATE_TEST_SUITE_P(
     Families, RefusedFamilyTest,
-    ::testing::Values(Family{"gemma3", "iSWA", "a snapshot of the sliding-window cache"},
-                      Family{"gpt-oss", "iSWA", "a snapshot of the sliding-window cache"},
+    ::testing::Values(Family{"gemma3", "iSWA",
+                             "every token's sliding-window rows: run with "
+                             "--swa-full",
+                             /*swa_full=*/false},
+                      Family{"gpt-oss", "iSWA",
+                             "every token's sliding-window rows: run with "
+                             "--swa-full",
+                             /*swa_full=*/false},
                       Family{"mamba2", "recurrent", "a snapshot of the recurrent state"},
                       Family{"qwen35", "hybrid", "a snapshot of the recurrent state"},
                       Family{"granitehybrid", "hybrid", "a snapshot of the recurrent state"},
@@ -80,7 +92,10 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // Families kvtier restores exactly: K and V rows of different sizes in one payload
-// (-ctk q8_0 -ctv f16), and MLA's K-only latent rows (deepseek2).
+// (-ctk q8_0 -ctv f16), MLA's K-only latent rows (deepseek2), and iSWA caches with a
+// full-size sliding-window cache (gemma3; gpt-oss with attention sinks and MoE): a
+// 4-chunk prompt of 137 tokens is longer than their 48-token window, so restoring 3
+// chunks needs sliding-window rows that llama_state_seq_get_data no longer writes.
 struct ExactCase {
   std::string name;
   std::string arch;  // "llama" = the tests' tiny model
@@ -107,6 +122,14 @@ TEST_P(ExactFamilyTest, LoadedPrefixMatchesRecomputeBitForBitAndOtherShapesNever
   if (c.arch == "deepseek2") {
     EXPECT_FALSE(spec.has_v);
     EXPECT_EQ((*engine)->layout().kind, LayoutKind::kMLA) << (*engine)->layout().DebugString();
+  } else if (c.arch == "gemma3" || c.arch == "gpt-oss") {
+    // Two KV sections (full-attention layers, sliding-window layers), cut per token.
+    EXPECT_GT(spec.n_layer, 0u) << spec.DebugString();
+    EXPECT_GT(spec.n_layer_swa, 0u) << spec.DebugString();
+    EXPECT_EQ((*engine)->layout().num_layers, spec.n_layer + spec.n_layer_swa);
+    EXPECT_NE((*engine)->engine_extra().find(";memory=iswa;n_swa=48;"), std::string::npos)
+        << (*engine)->engine_extra();
+    EXPECT_NE((*engine)->engine_extra().find(";swa_full=1"), std::string::npos);
   } else {
     EXPECT_NE(spec.k_row_bytes, spec.v_row_bytes) << spec.DebugString();
   }
@@ -158,7 +181,12 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(ExactCase{"llama_q8_0_f16", "llama", "q8_0", "f16", false, "f16", "f16"},
                       ExactCase{"llama_q8_0_f16_fa", "llama", "q8_0", "f16", true, "f16", "f16"},
                       ExactCase{"deepseek2_mla", "deepseek2", "f16", "f16", false, "f32", "f32"},
-                      ExactCase{"deepseek2_mla_fa", "deepseek2", "f16", "f16", true, "f32", "f32"}),
+                      ExactCase{"deepseek2_mla_fa", "deepseek2", "f16", "f16", true, "f32", "f32"},
+                      ExactCase{"gemma3_iswa", "gemma3", "f16", "f16", false, "f32", "f32"},
+                      ExactCase{"gemma3_iswa_fa", "gemma3", "f16", "f16", true, "f32", "f32"},
+                      ExactCase{"gpt_oss_iswa_sinks", "gpt-oss", "f16", "f16", false, "f32", "f32"},
+                      ExactCase{"gpt_oss_iswa_sinks_fa", "gpt-oss", "f16", "f16", true, "f32",
+                                "f32"}),
     [](const ::testing::TestParamInfo<ExactCase>& i) { return i.param.name; });
 
 // A record from another family never hits: the llama and deepseek2 models' namespaces
@@ -184,6 +212,46 @@ TEST(ModelFamiliesTest, RecordsOfOneFamilyNeverHitInAnother) {
   ASSERT_TRUE(hit.ok() && miss.ok());
   EXPECT_EQ(hit->cached_tokens, 3 * kTestChunkTokens);
   EXPECT_EQ(miss->cached_tokens, 0u);
+}
+
+// An iSWA record never hits for a plain model or for the same family with another
+// window: gemma3 (window 48) stores; llama, gemma3 with window 32 and gemma3 without a
+// full-size SWA cache (refused, naming --swa-full) find nothing of it.
+TEST(ModelFamiliesTest, IswaRecordsNeverHitAcrossWindowsOrFamilies) {
+  auto gemma = LlamaEngine::Create(TinyEngineOptions(false, FamilyModel("gemma3")));
+  auto gemma32 = LlamaEngine::Create(TinyEngineOptions(false, FamilyModel("gemma3", 32)));
+  auto llama = LlamaEngine::Create(TinyEngineOptions(false));
+  ASSERT_TRUE(gemma.ok() && gemma32.ok() && llama.ok())
+      << gemma.status() << gemma32.status() << llama.status();
+  EXPECT_EQ((*gemma)->n_swa(), 48);
+  EXPECT_EQ((*gemma32)->n_swa(), 32);
+  auto store = MakeStore("");
+  ASSERT_TRUE(store.ok());
+  auto cg = MakeConnector(**gemma, *store);
+  auto cg32 = MakeConnector(**gemma32, *store);
+  auto cl = MakeConnector(**llama, *store);
+  ASSERT_TRUE(cg.ok() && cg32.ok() && cl.ok());
+  auto a = LlamaKvAdapter::Create(gemma->get(), *cg);
+  ASSERT_TRUE(a.ok());
+  const std::vector<TokenId> prompt = RandomTokens(78, 3 * kTestChunkTokens + 5, 4096);
+  auto r = (*a)->Run(prompt, RunOptions{});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->stored_chunks, 3u);
+  (*cg)->Flush();
+  auto hit = (*cg)->Lookup(prompt, 0);
+  auto miss32 = (*cg32)->Lookup(prompt, 0);
+  auto miss_llama = (*cl)->Lookup(prompt, 0);
+  ASSERT_TRUE(hit.ok() && miss32.ok() && miss_llama.ok());
+  EXPECT_EQ(hit->cached_tokens, 3 * kTestChunkTokens);
+  EXPECT_EQ(miss32->cached_tokens, 0u);
+  EXPECT_EQ(miss_llama->cached_tokens, 0u);
+  EngineOptions no_full = TinyEngineOptions(false, FamilyModel("gemma3"));
+  no_full.swa_full = false;
+  auto refused = LlamaEngine::Create(no_full);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(refused.status().message().find("--swa-full"), std::string_view::npos)
+      << refused.status();
 }
 
 }  // namespace

@@ -28,7 +28,7 @@ SeqStateSpec Spec(bool v_trans) {
 std::vector<std::byte> PatternPayload(const SeqStateSpec& spec, uint32_t first, uint32_t count) {
   std::vector<std::byte> p(uint64_t{count} * spec.payload_bytes_per_token());
   size_t i = 0;
-  for (uint32_t l = 0; l < spec.n_layer; ++l) {
+  for (uint32_t l = 0; l < spec.total_layers(); ++l) {
     for (int plane = 0; plane < 2; ++plane) {
       const uint64_t row = plane == 0 ? spec.k_row_bytes : spec.v_row_bytes;
       for (uint32_t t = 0; t < count; ++t) {
@@ -298,6 +298,168 @@ TEST(SeqStateOverflowTest, RowSizesWhoseProductOverflowsAreRefused) {
   auto view = ParseSeqState(blob, spec);
   ASSERT_FALSE(view.ok());
   EXPECT_EQ(view.status().code(), absl::StatusCode::kDataLoss) << view.status();
+}
+
+// An iSWA cache: the full-attention section, then the sliding-window section with the
+// same cells (every token: a full-size SWA cache). Payload layers: first section's, then
+// the second's.
+SeqStateSpec IswaSpec(bool v_trans) {
+  SeqStateSpec s = Spec(v_trans);
+  s.n_layer = 2;
+  s.n_layer_swa = 3;
+  return s;
+}
+
+TEST_P(SeqStateTest, TwoSectionsSliceReassembleAndInfer) {
+  const SeqStateSpec spec = IswaSpec(GetParam());
+  EXPECT_EQ(spec.payload_bytes_per_token(), 5u * 32);
+  const std::vector<std::byte> blob = BuildBlob(spec, 9);
+  ASSERT_EQ(blob.size(), SeqStateBytes(spec, 9));
+  // One section more than the plain cache of the same 5 layers: its header and cells.
+  SeqStateSpec plain = Spec(GetParam());
+  plain.n_layer = 5;
+  EXPECT_EQ(blob.size(), SeqStateBytes(plain, 9) + 16 + 9 * 12);
+  auto view = ParseSeqState(blob, spec);
+  ASSERT_TRUE(view.ok()) << view.status();
+  std::vector<std::byte> out(4 * spec.payload_bytes_per_token());
+  ASSERT_TRUE(ExtractChunkPayload(*view, 3, 4, out).ok());
+  EXPECT_EQ(out, PatternPayload(spec, 3, 4));
+  auto inferred = InferSeqStateSpec(blob);
+  ASSERT_TRUE(inferred.ok()) << inferred.status();
+  EXPECT_EQ(inferred->n_layer, 2u);
+  EXPECT_EQ(inferred->n_layer_swa, 3u);
+  // Read as a plain cache it has bytes left over; as another split, a layer count differs.
+  EXPECT_EQ(ParseSeqState(blob, Spec(GetParam())).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  SeqStateSpec two = spec;
+  two.n_layer = 2;
+  two.n_layer_swa = 0;
+  EXPECT_EQ(ParseSeqState(blob, two).status().code(), absl::StatusCode::kDataLoss);
+  auto t = SeqStateBuilder::Create(spec, 9);
+  ASSERT_TRUE(t.ok());
+  ASSERT_TRUE(t->PutChunk(0, 9, PatternPayload(spec, 0, 9)).ok());
+  auto truncated = t->Truncated(4);
+  ASSERT_TRUE(truncated.ok()) << truncated.status();
+  EXPECT_EQ(*truncated, BuildBlob(spec, 4));
+}
+
+// llama_state_seq_get_data of an iSWA cache writes only the window in the second section:
+// fewer cells than the first. kvtier cannot cut that per token and refuses it by name.
+TEST_P(SeqStateTest, SecondSectionWithOtherCellsIsRefused) {
+  const SeqStateSpec spec = IswaSpec(GetParam());
+  SeqStateSpec first = spec;
+  first.n_layer_swa = 0;
+  SeqStateSpec second = spec;
+  second.n_layer = 3;
+  second.n_layer_swa = 0;
+  const std::vector<std::byte> a = BuildBlob(first, 6);
+  const std::vector<std::byte> b = BuildBlob(second, 4);  // the window: 4 of 6 tokens
+  std::vector<std::byte> blob = a;
+  blob.insert(blob.end(), b.begin() + 8, b.end());  // without magic and seq_id
+  auto view = ParseSeqState(blob, spec);
+  ASSERT_FALSE(view.ok());
+  EXPECT_EQ(view.status().code(), absl::StatusCode::kFailedPrecondition) << view.status();
+  EXPECT_NE(view.status().message().find("swa.cell_count"), std::string_view::npos)
+      << view.status();
+  EXPECT_FALSE(InferSeqStateSpec(blob).ok());
+}
+
+// A whole-context state (llama_state_get_data): every cell of every sequence, in cell
+// order, with their sequence ids; each section in its own order and streams.
+struct ContextCell {
+  int32_t pos;
+  std::vector<int32_t> seqs;
+  uint32_t stream = 0;
+};
+
+std::byte CellByte(int32_t pos, uint32_t layer, int plane, uint64_t b, int32_t seq) {
+  // Seq 0 matches PatternPayload's bytes of token `pos`.
+  return static_cast<std::byte>((pos * 7 + layer * 31 + plane * 101 + b * 13 + seq * 57) & 0xff);
+}
+
+std::vector<std::byte> ContextState(const SeqStateSpec& spec, uint32_t n_stream,
+                                    const std::vector<ContextCell> (&sections)[2]) {
+  std::vector<std::byte> out;
+  auto put = [&out](auto v) {
+    const auto* p = reinterpret_cast<const std::byte*>(&v);
+    out.insert(out.end(), p, p + sizeof(v));
+  };
+  put(uint32_t{6});
+  for (char c : std::string("gemma3")) out.push_back(static_cast<std::byte>(c));
+  for (int sec = 0; sec < 2; ++sec) {
+    const uint32_t layer0 = sec == 0 ? 0 : spec.n_layer;
+    const uint32_t n_layer = sec == 0 ? spec.n_layer : spec.n_layer_swa;
+    put(n_stream);
+    for (uint32_t s = 0; s < n_stream; ++s) {
+      std::vector<ContextCell> cells;
+      for (const ContextCell& c : sections[sec]) {
+        if (c.stream == s) cells.push_back(c);
+      }
+      put(static_cast<uint32_t>(cells.size()));
+      if (cells.empty()) continue;
+      for (const ContextCell& c : cells) {
+        put(c.pos);
+        put(static_cast<uint32_t>(c.seqs.size()));
+        for (int32_t id : c.seqs) put(id);
+      }
+      put(uint32_t{spec.v_trans ? 1u : 0u});
+      put(n_layer);
+      for (uint32_t l = layer0; l < layer0 + n_layer; ++l) {
+        put(spec.type_k);
+        put(spec.k_row_bytes);
+        for (const ContextCell& c : cells) {
+          for (uint64_t b = 0; b < spec.k_row_bytes; ++b)
+            out.push_back(CellByte(c.pos, l, 0, b, c.seqs[0]));
+        }
+      }
+      for (uint32_t l = layer0; l < layer0 + n_layer; ++l) {
+        put(spec.type_v);
+        if (!spec.v_trans) {
+          put(spec.v_row_bytes);
+          for (const ContextCell& c : cells) {
+            for (uint64_t b = 0; b < spec.v_row_bytes; ++b)
+              out.push_back(CellByte(c.pos, l, 1, b, c.seqs[0]));
+          }
+        } else {
+          put(spec.v_elem_bytes);
+          put(spec.n_embd_v_gqa);
+          for (uint32_t j = 0; j < spec.n_embd_v_gqa; ++j) {
+            for (const ContextCell& c : cells) {
+              for (uint32_t e = 0; e < spec.v_elem_bytes; ++e)
+                out.push_back(CellByte(c.pos, l, 1, j * spec.v_elem_bytes + e, c.seqs[0]));
+            }
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+TEST_P(SeqStateTest, SequenceCutFromTheWholeContextState) {
+  const SeqStateSpec spec = IswaSpec(GetParam());
+  // Seq 0 holds positions 0..4 in the first section (two streams, any cell order, one cell
+  // shared with seq 1); the second section lost position 4 (a cell reused by seq 1).
+  const std::vector<ContextCell> sections[2] = {
+      {{2, {0}, 0}, {5, {1}, 0}, {0, {0}, 0}, {3, {0}, 1}, {1, {0}, 1}, {4, {0}, 0}},
+      {{3, {0}}, {1, {0}}, {9, {1}}, {0, {0}}, {2, {0}}, {4, {1}}}};
+  const std::vector<std::byte> state = ContextState(spec, 2, sections);
+  auto blob = SeqStateFromContextState(state, 0, spec);
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  EXPECT_EQ(*blob, BuildBlob(spec, 4));  // tokens 0..3, seq 0's rows only
+  // Seq 1 has no position 0 in the first section.
+  EXPECT_EQ(SeqStateFromContextState(state, 1, spec).status().code(), absl::StatusCode::kDataLoss);
+  // Two cells claiming one position; a truncated state; another layer split.
+  const std::vector<ContextCell> twice[2] = {{{0, {0}}, {0, {0}}}, {{0, {0}}}};
+  EXPECT_EQ(SeqStateFromContextState(ContextState(spec, 1, twice), 0, spec).status().code(),
+            absl::StatusCode::kDataLoss);
+  std::vector<std::byte> cut(state.begin(), state.end() - 3);
+  EXPECT_EQ(SeqStateFromContextState(cut, 0, spec).status().code(), absl::StatusCode::kDataLoss);
+  SeqStateSpec other = spec;
+  other.n_layer = 3;
+  other.n_layer_swa = 2;
+  EXPECT_EQ(SeqStateFromContextState(state, 0, other).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 INSTANTIATE_TEST_SUITE_P(VTrans, SeqStateTest, ::testing::Bool(),

@@ -1,6 +1,8 @@
 // Model families through kvtier-llama-server (issue 22), with curl, as a user runs them:
 //  * Families kvtier restores exactly (K and V caches of different types, -ctk q8_0
-//    -ctv f16; MLA, deepseek2): a prompt of 4 chunks and a tail stored by one server is
+//    -ctv f16; MLA, deepseek2; iSWA with --swa-full --kv-unified, gemma3 and gpt-oss
+//    with attention sinks): a prompt of 4 chunks and a tail is loaded from the host tier
+//    of the server that computed it, and, stored by one server, is
 //    loaded from disk by a restarted one (-np 2: the load into slot 0 leaves slot 1's
 //    answer unchanged) and through a kvtierd shared by two servers; a prompt sharing 2
 //    chunks loads only those; greedy tokens and the first token's n_probs are bit for bit
@@ -159,6 +161,22 @@ TEST_P(ExactFamilyServerTest, RestoresExactlyFromDiskAndKvtierdAndNeverAcrossSha
       ASSERT_EQ(ref[seed].second["timings"]["cache_n"], static_cast<int>(kPromptTokens) - 1);
     }
   }
+  {
+    // The host tier of the server that computed it: prompt 2 takes the slot, then
+    // prompt 1 loads from host memory.
+    std::vector<std::string> host = BaseArgs(model, c.types);
+    for (const char* f :
+         {"--kvtier-chunk-tokens", "32", "--kvtier-no-cost-model", "--kvtier-host-mib", "64"})
+      host.push_back(f);
+    auto h = MustStart(host, c.name + "-host");
+    ASSERT_TRUE(h);
+    ExpectSameAnswer(Post(*h, "/completion", Completion(Prompt(1))), ref[1].first);
+    ExpectSameAnswer(Post(*h, "/completion", Completion(Prompt(2))), ref[2].first);
+    const json r = Post(*h, "/completion", Completion(Prompt(1)));
+    EXPECT_EQ(r["timings"]["cache_n"], kWarmTokens) << r["timings"].dump();
+    ExpectSameAnswer(r, ref[1].second);
+    EXPECT_EQ(Status(*h)["hits"], 1) << Status(*h).dump();
+  }
   const std::string dir = MakeTempDir("server-exact-" + c.name);
   {
     auto a = MustStart(Kvtier(BaseArgs(model, c.types), dir), c.name + "-a");
@@ -221,7 +239,17 @@ TEST_P(ExactFamilyServerTest, RestoresExactlyFromDiskAndKvtierdAndNeverAcrossSha
 INSTANTIATE_TEST_SUITE_P(
     Families, ExactFamilyServerTest,
     ::testing::Values(ExactCase{"llama_q8_0_f16", "llama", {"-ctk", "q8_0", "-ctv", "f16"}, {}},
-                      ExactCase{"deepseek2_mla", "deepseek2", {"-fa", "on"}, {"-fa", "off"}}),
+                      ExactCase{"deepseek2_mla", "deepseek2", {"-fa", "on"}, {"-fa", "off"}},
+                      // iSWA (window 48 < the 150-token prompt): every token's
+                      // sliding-window rows need the full-size cache; one KV stream.
+                      ExactCase{"gemma3_iswa",
+                                "gemma3",
+                                {"--swa-full", "--kv-unified"},
+                                {"--swa-full", "--kv-unified", "-ctk", "f32", "-ctv", "f32"}},
+                      ExactCase{"gpt_oss_iswa_sinks",
+                                "gpt-oss",
+                                {"--swa-full", "--kv-unified", "-fa", "on"},
+                                {"--swa-full", "--kv-unified", "-fa", "off"}}),
     [](const ::testing::TestParamInfo<ExactCase>& i) { return i.param.name; });
 
 class RefusedFamilyServerTest : public ::testing::TestWithParam<std::string> {};
@@ -248,12 +276,35 @@ TEST_P(RefusedFamilyServerTest, ServesWithoutKvtierNamingWhatIsMissing) {
     const std::string why = st.value("refused", "");
     EXPECT_NE(why.find("'" + arch + "'"), std::string::npos) << why;
     EXPECT_NE(why.find("missing: "), std::string::npos) << why;
+    if (arch == "gemma3" || arch == "gpt-oss") {  // exact with a full-size SWA cache
+      EXPECT_NE(why.find("run with --swa-full"), std::string::npos) << why;
+    }
     const json r = Post(*s, "/completion", Completion(Prompt(3)));
     EXPECT_EQ(r["timings"]["cache_n"], 0) << r["timings"].dump();
     ExpectSameAnswer(r, cold);
     EXPECT_EQ(s->Stop(), 0);
     EXPECT_NE(Tail(s->log()).find("runs without kvtier"), std::string::npos) << Tail(s->log());
   }
+}
+
+// An iSWA model with --swa-full but one KV stream per slot (-np 2 without --kv-unified):
+// kvtier reads an iSWA state as one stream, so it is refused naming --kv-unified, and the
+// answers are plain llama-server's.
+TEST(IswaServerTest, OneStreamPerSlotIsRefusedNamingKvUnified) {
+  const std::string model = FamilyModel("gemma3");
+  const std::vector<std::string> args = BaseArgs(model, {"--swa-full", "-np", "2", "-c", "2048"});
+  json cold;
+  {
+    auto p = MustStart(args, "gemma3-streams-plain");
+    ASSERT_TRUE(p);
+    cold = Post(*p, "/completion", Completion(Prompt(3)));
+  }
+  auto s = MustStart(Kvtier(args, MakeTempDir("server-iswa-streams")), "gemma3-streams");
+  ASSERT_TRUE(s);
+  const json st = Status(*s);
+  EXPECT_EQ(st["state"], "refused") << st.dump();
+  EXPECT_NE(st.value("refused", "").find("--kv-unified"), std::string::npos) << st.dump();
+  ExpectSameAnswer(Post(*s, "/completion", Completion(Prompt(3))), cold);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, RefusedFamilyServerTest,

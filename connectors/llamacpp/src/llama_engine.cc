@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -67,7 +68,7 @@ std::string ModelArchitecture(const llama_model* model) {
   return arch.empty() ? "?" : arch;
 }
 
-absl::Status CheckMemorySupported(const llama_model* model) {
+absl::Status CheckMemorySupported(const llama_model* model, bool swa_full) {
   const std::string arch = ModelArchitecture(model);
   const std::string head = absl::StrCat("kvtier cannot restore '", arch, "' models exactly: ");
   constexpr const char* kRows = "kvtier's llama.cpp records hold only per-token KV rows";
@@ -85,11 +86,16 @@ absl::Status CheckMemorySupported(const llama_model* model) {
         "and ",
         kRows, " (missing: a snapshot of the recurrent state at each chunk boundary)"));
   }
-  if (const int32_t n_swa = llama_model_n_swa(model); n_swa > 0) {
-    return absl::UnimplementedError(
-        absl::StrCat(head, "their memory is iSWA/SWA (a sliding window of ", n_swa,
-                     " tokens on some or all layers; llama.cpp keeps only the window) and ", kRows,
-                     " (missing: a snapshot of the sliding-window cache at each chunk boundary)"));
+  if (const int32_t n_swa = llama_model_n_swa(model); n_swa > 0 && !swa_full) {
+    // With a full-size SWA cache (swa_full) llama.cpp keeps every token's sliding-window
+    // rows, and kvtier cuts them per token like a plain cache's (two KV sections).
+    return absl::UnimplementedError(absl::StrCat(
+        head, "their memory is iSWA/SWA (a sliding window of ", n_swa,
+        " tokens on some or all layers) and without a full-size SWA cache llama.cpp keeps only "
+        "the window, while ",
+        kRows,
+        " (missing: every token's sliding-window rows: run with --swa-full, or a snapshot of "
+        "the sliding-window cache at each chunk boundary)"));
   }
   // MLA (deepseek2: one compressed latent row per token and layer, no V) is plain per-token
   // rows to llama.cpp's state format: Probe reads it as K-only rows (SeqStateSpec::has_v).
@@ -156,6 +162,7 @@ absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Create(const EngineOpt
   cp.op_offload = false;
   cp.no_perf = true;
   cp.kv_unified = true;
+  cp.swa_full = options.swa_full;
   e->ctx_ = llama_init_from_model(e->model_, cp);
   if (e->ctx_ == nullptr) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -163,7 +170,8 @@ absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Create(const EngineOpt
         "flash_attn=%d; a quantized V cache needs flash attention)",
         options.model_path, options.n_ctx, options.type_k, options.type_v, options.flash_attn));
   }
-  if (absl::Status s = CheckMemorySupported(e->model_); !s.ok()) return s;
+  if (absl::Status s = CheckMemorySupported(e->model_, options.swa_full); !s.ok()) return s;
+  e->n_swa_ = std::max<int32_t>(llama_model_n_swa(e->model_), 0);
   if (absl::Status s = e->Probe(); !s.ok()) return s;
   absl::StatusOr<bool> moved = e->watch_->StampMoved();
   if (!moved.ok()) return moved.status();
@@ -198,7 +206,8 @@ absl::Status LlamaEngine::Probe() {
   const auto t0 = std::chrono::steady_clock::now();
   if (absl::Status s = Prefill(probe, 0, /*want_logits=*/true); !s.ok()) return s;
   probe_decode_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  absl::StatusOr<std::vector<std::byte>> blob = GetSeqState();
+  // One token: an iSWA cache's window holds it too, so both sections have the same cell.
+  absl::StatusOr<std::vector<std::byte>> blob = GetSeqDataOfSeq0();
   Clear();
   if (!blob.ok()) return blob.status();
   absl::StatusOr<SeqStateSpec> spec = InferSeqStateSpec(*blob);
@@ -209,6 +218,12 @@ absl::Status LlamaEngine::Probe() {
         spec.status().message()));
   }
   spec_ = *spec;
+  if ((spec_.n_layer_swa > 0) != (n_swa_ > 0)) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "kvtier cannot slice this model's llama.cpp sequence state: n_swa %d but the state has "
+        "%d sliding-window layers (%s)",
+        n_swa_, spec_.n_layer_swa, spec_.DebugString()));
+  }
   const auto tk = static_cast<ggml_type>(spec_.type_k);
   const auto tv = static_cast<ggml_type>(spec_.type_v);
   if (spec_.has_v && !spec_.v_trans) {
@@ -216,7 +231,7 @@ absl::Status LlamaEngine::Probe() {
     spec_.n_embd_v_gqa =
         static_cast<uint32_t>(spec_.v_row_bytes / ggml_type_size(tv) * ggml_blck_size(tv));
   }
-  layout_.num_layers = spec_.n_layer;
+  layout_.num_layers = spec_.total_layers();
   layout_.kind = LayoutKind::kLlamaCppRows;
   const int32_t n_head_kv = llama_model_n_head_kv(model_);
   const uint64_t elems = spec_.k_row_bytes / ggml_type_size(tk) * ggml_blck_size(tk);
@@ -349,6 +364,29 @@ absl::StatusOr<std::vector<float>> LlamaEngine::Logits() const {
 }
 
 absl::StatusOr<std::vector<std::byte>> LlamaEngine::GetSeqState() const {
+  if (n_swa_ == 0) return GetSeqDataOfSeq0();
+  // iSWA: llama_state_seq_get_data writes only the window of the sliding-window layers;
+  // the whole-context state (no SWA masking) has every token's rows in a full-size cache.
+  const size_t size = llama_state_get_size(ctx_);
+  if (size == 0) return absl::InternalError("llama_state_get_size returned 0");
+  std::vector<std::byte> state(size);
+  const size_t got = llama_state_get_data(ctx_, reinterpret_cast<uint8_t*>(state.data()), size);
+  if (got != size) {
+    return absl::InternalError(
+        absl::StrFormat("llama_state_get_data wrote %d of %d bytes", got, size));
+  }
+  absl::StatusOr<std::vector<std::byte>> blob = SeqStateFromContextState(state, 0, spec_);
+  if (!blob.ok()) return blob.status();
+  if (const uint32_t n = seq_tokens(); SeqStateBytes(spec_, n) != blob->size()) {
+    return absl::InternalError(absl::StrFormat(
+        "the context state holds fewer than seq 0's %d tokens in every section (%d bytes, %d "
+        "expected; a sliding-window cache that is not full-size?)",
+        n, blob->size(), SeqStateBytes(spec_, n)));
+  }
+  return blob;
+}
+
+absl::StatusOr<std::vector<std::byte>> LlamaEngine::GetSeqDataOfSeq0() const {
   const size_t size = llama_state_seq_get_size(ctx_, 0);
   if (size == 0) return absl::InternalError("llama_state_seq_get_size returned 0");
   std::vector<std::byte> blob(size);
@@ -375,12 +413,18 @@ absl::Status LlamaEngine::SetSeqState(std::span<const std::byte> blob) {
 }
 
 std::string LlamaEngine::engine_extra() const {
-  return absl::StrFormat(
+  std::string extra = absl::StrFormat(
       "llama.cpp=%s;llama-cpp-python=%s;type_k=%s;type_v=%s;flash_attn=%s;v_trans=%d",
       LlamaCppCommit(), LlamaCppPackageVersion(),
       ggml_type_name(static_cast<ggml_type>(spec_.type_k)),
       spec_.has_v ? ggml_type_name(static_cast<ggml_type>(spec_.type_v)) : "none (MLA)",
       options_.flash_attn ? "on" : "off", spec_.v_trans ? 1 : 0);
+  // A plain cache keeps the string it always had (its records stay valid).
+  if (n_swa_ > 0) {
+    absl::StrAppendFormat(&extra, ";memory=iswa;n_swa=%d;swa_layers=%d;swa_full=%d", n_swa_,
+                          spec_.n_layer_swa, options_.swa_full ? 1 : 0);
+  }
+  return extra;
 }
 
 NamespaceParams LlamaEngine::MakeNamespaceParams(uint32_t chunk_tokens) const {

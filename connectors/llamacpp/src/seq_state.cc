@@ -90,9 +90,11 @@ constexpr uint64_t kVTransLayerHeader = 4 + 4 + 4;
 
 absl::Status SeqStateSpec::Validate() const {
   if (!has_v) {
-    if (n_layer == 0 || k_row_bytes == 0 || v_row_bytes != 0 || n_embd_v_gqa != 0) {
+    if (n_layer == 0 || k_row_bytes == 0 || v_row_bytes != 0 || n_embd_v_gqa != 0 ||
+        n_layer_swa != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "SeqStateSpec without V needs n_layer, k_row_bytes > 0 and no V sizes: ", DebugString()));
+          "SeqStateSpec without V needs n_layer, k_row_bytes > 0, no V sizes and one section: ",
+          DebugString()));
     }
     return absl::OkStatus();
   }
@@ -112,72 +114,75 @@ absl::Status SeqStateSpec::Validate() const {
 std::string SeqStateSpec::DebugString() const {
   return absl::StrFormat(
       "{n_layer=%d type_k=%d type_v=%d k_row_bytes=%d v_row_bytes=%d n_embd_v_gqa=%d "
-      "v_elem_bytes=%d v_trans=%d has_v=%d}",
-      n_layer, type_k, type_v, k_row_bytes, v_row_bytes, n_embd_v_gqa, v_elem_bytes, v_trans,
-      has_v);
+      "v_elem_bytes=%d v_trans=%d has_v=%d n_layer_swa=%d}",
+      n_layer, type_k, type_v, k_row_bytes, v_row_bytes, n_embd_v_gqa, v_elem_bytes, v_trans, has_v,
+      n_layer_swa);
 }
 
 uint64_t SeqStateBytes(const SeqStateSpec& spec, uint32_t cell_count) {
   const uint64_t cells = cell_count;
-  uint64_t bytes = 4 + 4 + 4 + 4 + cells * kCellMetaBytes + 4 + 4;
-  bytes += uint64_t{spec.n_layer} * (kKLayerHeader + cells * spec.k_row_bytes);
+  const uint64_t sections = spec.n_layer_swa > 0 ? 2 : 1;
+  const uint64_t layers = spec.total_layers();
+  // magic, seq_id; per section n_stream, cell_count, cells, v_trans, n_layer.
+  uint64_t bytes = 4 + 4 + sections * (4 + 4 + cells * kCellMetaBytes + 4 + 4);
+  bytes += layers * (kKLayerHeader + cells * spec.k_row_bytes);
   if (spec.has_v) {
-    bytes += uint64_t{spec.n_layer} *
-             ((spec.v_trans ? kVTransLayerHeader : kVLayerHeader) + cells * spec.v_row_bytes);
+    bytes +=
+        layers * ((spec.v_trans ? kVTransLayerHeader : kVLayerHeader) + cells * spec.v_row_bytes);
   }
   return bytes;
 }
 
-absl::StatusOr<SeqStateView> ParseSeqState(std::span<const std::byte> blob,
-                                           const SeqStateSpec& expect) {
-  if (absl::Status s = expect.Validate(); !s.ok()) return s;
-  Reader r(blob);
-  SeqStateView view;
-  view.spec = expect;
-  view.blob = blob;
+namespace {
 
+// Parses one section of `view.blob` (from n_stream on; section 1 = an iSWA cache's
+// sliding-window layers) and appends its layers' offsets to `view`.
+absl::Status ParseSection(Reader& r, const SeqStateSpec& expect, int section, SeqStateView& view) {
+  const std::string sec = section == 0 ? "" : "swa.";
+  const uint32_t want_layers = section == 0 ? expect.n_layer : expect.n_layer_swa;
+  const uint32_t layer0 = section == 0 ? 0 : expect.n_layer;
   uint64_t at = r.pos();
-  KVT_ASSIGN_OR_RETURN(const uint32_t magic, r.Read<uint32_t>("magic"));
-  if (magic != kSeqStateMagic) {
-    return absl::DataLossError(
-        absl::StrFormat("llama.cpp seq state field magic at offset %d is 0x%08x, expected 0x%08x",
-                        at, magic, kSeqStateMagic));
-  }
-  KVT_ASSIGN_OR_RETURN(view.seq_id, r.Read<int32_t>("seq_id"));
-  at = r.pos();
   KVT_ASSIGN_OR_RETURN(const uint32_t n_stream, r.Read<uint32_t>("n_stream"));
   if (n_stream != 1) {
     return absl::DataLossError(absl::StrFormat(
-        "llama.cpp seq state field n_stream at offset %d is %d, expected 1", at, n_stream));
+        "llama.cpp seq state field %sn_stream at offset %d is %d, expected 1", sec, at, n_stream));
   }
   at = r.pos();
-  KVT_ASSIGN_OR_RETURN(view.cell_count, r.Read<uint32_t>("cell_count"));
-  if (view.cell_count == 0) {
+  KVT_ASSIGN_OR_RETURN(const uint32_t cell_count, r.Read<uint32_t>("cell_count"));
+  if (cell_count == 0) {
     return absl::DataLossError(absl::StrFormat(
-        "llama.cpp seq state field cell_count at offset %d is 0 (empty sequence)", at));
+        "llama.cpp seq state field %scell_count at offset %d is 0 (empty sequence)", sec, at));
+  }
+  if (section == 0) {
+    view.cell_count = cell_count;
+  } else if (cell_count != view.cell_count) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "llama.cpp seq state field %scell_count at offset %d is %d, the full-attention section "
+        "holds %d (kvtier restores a sliding-window cache only with every token's rows)",
+        sec, at, cell_count, view.cell_count));
   }
   // Cheap plausibility bound before looping over cells.
-  if (uint64_t{view.cell_count} * kCellMetaBytes > r.remaining()) {
+  if (uint64_t{cell_count} * kCellMetaBytes > r.remaining()) {
     return absl::DataLossError(absl::StrFormat(
-        "llama.cpp seq state field cell_count at offset %d is %d: the %d bytes left cannot hold "
-        "its cells",
-        at, view.cell_count, r.remaining()));
+        "llama.cpp seq state field %scell_count at offset %d is %d: the %d bytes left cannot "
+        "hold its cells",
+        sec, at, cell_count, r.remaining()));
   }
-  for (uint32_t i = 0; i < view.cell_count; ++i) {
+  for (uint32_t i = 0; i < cell_count; ++i) {
     at = r.pos();
     KVT_ASSIGN_OR_RETURN(const int32_t pos, r.Read<int32_t>("cell.pos"));
     if (pos != static_cast<int32_t>(i)) {
       return absl::DataLossError(absl::StrFormat(
-          "llama.cpp seq state field cell[%d].pos at offset %d is %d, expected %d (positions "
+          "llama.cpp seq state field %scell[%d].pos at offset %d is %d, expected %d (positions "
           "must be contiguous from 0)",
-          i, at, pos, i));
+          sec, i, at, pos, i));
     }
     at = r.pos();
     KVT_ASSIGN_OR_RETURN(const uint32_t n_seq_id, r.Read<uint32_t>("cell.n_seq_id"));
     if (n_seq_id != 1) {
       return absl::DataLossError(absl::StrFormat(
-          "llama.cpp seq state field cell[%d].n_seq_id at offset %d is %d, expected 1", i, at,
-          n_seq_id));
+          "llama.cpp seq state field %scell[%d].n_seq_id at offset %d is %d, expected 1", sec, i,
+          at, n_seq_id));
     }
     KVT_ASSIGN_OR_RETURN(const int32_t cell_seq, r.Read<int32_t>("cell.seq_id"));
     (void)cell_seq;
@@ -185,18 +190,27 @@ absl::StatusOr<SeqStateView> ParseSeqState(std::span<const std::byte> blob,
   at = r.pos();
   KVT_ASSIGN_OR_RETURN(const uint32_t v_trans, r.Read<uint32_t>("v_trans"));
   if (v_trans > 1) {
-    return absl::DataLossError(absl::StrFormat(
-        "llama.cpp seq state field v_trans at offset %d is %d, expected 0 or 1", at, v_trans));
+    return absl::DataLossError(
+        absl::StrFormat("llama.cpp seq state field %sv_trans at offset %d is %d, expected 0 or 1",
+                        sec, at, v_trans));
   }
-  if ((v_trans == 1) != expect.v_trans) return Mismatch("v_trans", at, v_trans, expect.v_trans);
+  if ((v_trans == 1) != expect.v_trans)
+    return Mismatch(sec + "v_trans", at, v_trans, expect.v_trans);
   at = r.pos();
   KVT_ASSIGN_OR_RETURN(const uint32_t n_layer, r.Read<uint32_t>("n_layer"));
-  if (n_layer != expect.n_layer) return Mismatch("n_layer", at, n_layer, expect.n_layer);
+  if (n_layer != want_layers) return Mismatch(sec + "n_layer", at, n_layer, want_layers);
+  if (uint64_t{n_layer} * kKLayerHeader > r.remaining()) {  // before sizing the offsets
+    return absl::DataLossError(absl::StrFormat(
+        "llama.cpp seq state field %sn_layer at offset %d is %d: the %d bytes left cannot hold "
+        "its layer headers",
+        sec, at, n_layer, r.remaining()));
+  }
 
-  const uint64_t cells = view.cell_count;
-  view.k_offset.resize(n_layer);
-  view.v_offset.resize(n_layer);
-  for (uint32_t l = 0; l < n_layer; ++l) {
+  const uint64_t cells = cell_count;
+  view.k_offset.resize(layer0 + n_layer);
+  view.v_offset.resize(layer0 + n_layer);
+  for (uint32_t i = 0; i < n_layer; ++i) {
+    const uint32_t l = layer0 + i;
     at = r.pos();
     KVT_ASSIGN_OR_RETURN(const int32_t k_type, r.Read<int32_t>("layer.k_type"));
     if (k_type != expect.type_k)
@@ -211,7 +225,8 @@ absl::StatusOr<SeqStateView> ParseSeqState(std::span<const std::byte> blob,
     if (absl::Status s = r.SkipRows(cells, k_row, absl::StrCat("layer[", l, "].k_rows")); !s.ok())
       return s;
   }
-  for (uint32_t l = 0; expect.has_v && l < n_layer; ++l) {
+  for (uint32_t i = 0; expect.has_v && i < n_layer; ++i) {
+    const uint32_t l = layer0 + i;
     at = r.pos();
     KVT_ASSIGN_OR_RETURN(const int32_t v_type, r.Read<int32_t>("layer.v_type"));
     if (v_type != expect.type_v)
@@ -242,6 +257,30 @@ absl::StatusOr<SeqStateView> ParseSeqState(std::span<const std::byte> blob,
         !s.ok()) {
       return s;
     }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<SeqStateView> ParseSeqState(std::span<const std::byte> blob,
+                                           const SeqStateSpec& expect) {
+  if (absl::Status s = expect.Validate(); !s.ok()) return s;
+  Reader r(blob);
+  SeqStateView view;
+  view.spec = expect;
+  view.blob = blob;
+
+  const uint64_t at = r.pos();
+  KVT_ASSIGN_OR_RETURN(const uint32_t magic, r.Read<uint32_t>("magic"));
+  if (magic != kSeqStateMagic) {
+    return absl::DataLossError(
+        absl::StrFormat("llama.cpp seq state field magic at offset %d is 0x%08x, expected 0x%08x",
+                        at, magic, kSeqStateMagic));
+  }
+  KVT_ASSIGN_OR_RETURN(view.seq_id, r.Read<int32_t>("seq_id"));
+  for (int section = 0; section < (expect.n_layer_swa > 0 ? 2 : 1); ++section) {
+    if (absl::Status s = ParseSection(r, expect, section, view); !s.ok()) return s;
   }
   if (r.remaining() != 0) {
     return absl::DataLossError(absl::StrFormat(
@@ -312,6 +351,32 @@ absl::StatusOr<SeqStateSpec> InferSeqStateSpec(std::span<const std::byte> blob) 
     KVT_ASSIGN_OR_RETURN(spec.n_embd_v_gqa, r.Read<uint32_t>("layer.n_embd_v_gqa"));
     spec.v_row_bytes = uint64_t{spec.v_elem_bytes} * spec.n_embd_v_gqa;
   }
+  // The rest of the V layers (assumed alike), then maybe a second section (iSWA).
+  uint64_t v_rows = 0, v_rest = 0;
+  if (__builtin_mul_overflow(uint64_t{cells}, spec.v_row_bytes, &v_rows) ||
+      __builtin_add_overflow(v_rows, kVLayerHeader, &v_rest) ||
+      __builtin_mul_overflow(v_rest, uint64_t{spec.n_layer} - 1, &v_rest) ||
+      __builtin_add_overflow(v_rest, v_rows, &v_rest)) {
+    return absl::DataLossError(absl::StrFormat(
+        "llama.cpp seq state field v_data: %d layers of %d cells x %d-byte V rows overflow 64 "
+        "bits",
+        spec.n_layer, cells, spec.v_row_bytes));
+  }
+  if (absl::Status s = r.Skip(v_rest, "v_layers"); !s.ok()) return s;
+  if (r.remaining() > 0) {
+    KVT_ASSIGN_OR_RETURN(const uint32_t n_stream2, r.Read<uint32_t>("swa.n_stream"));
+    (void)n_stream2;  // checked by ParseSeqState
+    KVT_ASSIGN_OR_RETURN(const uint32_t cells2, r.Read<uint32_t>("swa.cell_count"));
+    if (absl::Status s = r.SkipRows(cells2, kCellMetaBytes, "swa.cells"); !s.ok()) return s;
+    KVT_ASSIGN_OR_RETURN(const uint32_t v_trans2, r.Read<uint32_t>("swa.v_trans"));
+    (void)v_trans2;
+    KVT_ASSIGN_OR_RETURN(spec.n_layer_swa, r.Read<uint32_t>("swa.n_layer"));
+    if (spec.n_layer_swa == 0 || uint64_t{spec.n_layer_swa} * kKLayerHeader > r.remaining()) {
+      return absl::DataLossError(
+          absl::StrFormat("llama.cpp seq state field swa.n_layer is %d with %d bytes left",
+                          spec.n_layer_swa, r.remaining()));
+    }
+  }
   if (absl::Status s = spec.Validate(); !s.ok()) return absl::DataLossError(s.message());
   absl::StatusOr<SeqStateView> view = ParseSeqState(blob, spec);
   if (!view.ok()) return view.status();
@@ -333,7 +398,7 @@ absl::Status ExtractChunkPayload(const SeqStateView& view, uint32_t first, uint3
   }
   const PayloadLayout pl = PayloadOffsets(spec, count);
   const std::byte* src = view.blob.data();
-  for (uint32_t l = 0; l < spec.n_layer; ++l) {
+  for (uint32_t l = 0; l < spec.total_layers(); ++l) {
     std::byte* dst = payload.data() + l * pl.layer_bytes;
     std::memcpy(dst, src + view.k_offset[l] + uint64_t{first} * spec.k_row_bytes, pl.k_bytes);
     std::byte* vdst = dst + pl.k_bytes;
@@ -382,34 +447,38 @@ absl::StatusOr<SeqStateBuilder> SeqStateBuilder::Create(const SeqStateSpec& spec
   };
   put(kSeqStateMagic);
   put(seq_id);
-  put(uint32_t{1});  // n_stream
-  put(cell_count);
-  for (uint32_t i = 0; i < cell_count; ++i) {
-    put(static_cast<int32_t>(i));
-    put(uint32_t{1});
-    put(seq_id);
-  }
-  put(uint32_t{spec.v_trans ? 1u : 0u});
-  put(spec.n_layer);
   const uint64_t cells = cell_count;
-  b.k_offset_.resize(spec.n_layer);
-  b.v_offset_.resize(spec.n_layer);
-  for (uint32_t l = 0; l < spec.n_layer; ++l) {
-    put(spec.type_k);
-    put(spec.k_row_bytes);
-    b.k_offset_[l] = static_cast<uint64_t>(p - b.blob_.data());
-    p += cells * spec.k_row_bytes;
-  }
-  for (uint32_t l = 0; spec.has_v && l < spec.n_layer; ++l) {
-    put(spec.type_v);
-    if (!spec.v_trans) {
-      put(spec.v_row_bytes);
-    } else {
-      put(spec.v_elem_bytes);
-      put(spec.n_embd_v_gqa);
+  b.k_offset_.resize(spec.total_layers());
+  b.v_offset_.resize(spec.total_layers());
+  for (int section = 0; section < (spec.n_layer_swa > 0 ? 2 : 1); ++section) {
+    const uint32_t layer0 = section == 0 ? 0 : spec.n_layer;
+    const uint32_t n_layer = section == 0 ? spec.n_layer : spec.n_layer_swa;
+    put(uint32_t{1});  // n_stream
+    put(cell_count);
+    for (uint32_t i = 0; i < cell_count; ++i) {
+      put(static_cast<int32_t>(i));
+      put(uint32_t{1});
+      put(seq_id);
     }
-    b.v_offset_[l] = static_cast<uint64_t>(p - b.blob_.data());
-    p += cells * spec.v_row_bytes;
+    put(uint32_t{spec.v_trans ? 1u : 0u});
+    put(n_layer);
+    for (uint32_t l = layer0; l < layer0 + n_layer; ++l) {
+      put(spec.type_k);
+      put(spec.k_row_bytes);
+      b.k_offset_[l] = static_cast<uint64_t>(p - b.blob_.data());
+      p += cells * spec.k_row_bytes;
+    }
+    for (uint32_t l = layer0; spec.has_v && l < layer0 + n_layer; ++l) {
+      put(spec.type_v);
+      if (!spec.v_trans) {
+        put(spec.v_row_bytes);
+      } else {
+        put(spec.v_elem_bytes);
+        put(spec.n_embd_v_gqa);
+      }
+      b.v_offset_[l] = static_cast<uint64_t>(p - b.blob_.data());
+      p += cells * spec.v_row_bytes;
+    }
   }
   return b;
 }
@@ -428,7 +497,7 @@ absl::Status SeqStateBuilder::PutChunk(uint32_t first, uint32_t count,
   }
   const PayloadLayout pl = PayloadOffsets(spec_, count);
   std::byte* dst = blob_.data();
-  for (uint32_t l = 0; l < spec_.n_layer; ++l) {
+  for (uint32_t l = 0; l < spec_.total_layers(); ++l) {
     const std::byte* src = payload.data() + l * pl.layer_bytes;
     std::memcpy(dst + k_offset_[l] + uint64_t{first} * spec_.k_row_bytes, src, pl.k_bytes);
     const std::byte* vsrc = src + pl.k_bytes;
@@ -455,6 +524,7 @@ absl::Status SeqStateBuilder::CopyPrefixFrom(const SeqStateView& view, uint32_t 
   if (vs.n_layer != spec_.n_layer || vs.type_k != spec_.type_k || vs.type_v != spec_.type_v ||
       vs.k_row_bytes != spec_.k_row_bytes || vs.v_row_bytes != spec_.v_row_bytes ||
       vs.v_trans != spec_.v_trans || vs.has_v != spec_.has_v ||
+      vs.n_layer_swa != spec_.n_layer_swa ||
       (spec_.v_trans &&
        (vs.n_embd_v_gqa != spec_.n_embd_v_gqa || vs.v_elem_bytes != spec_.v_elem_bytes))) {
     return absl::FailedPreconditionError(
@@ -468,7 +538,7 @@ absl::Status SeqStateBuilder::CopyPrefixFrom(const SeqStateView& view, uint32_t 
   }
   const std::byte* src = view.blob.data();
   std::byte* dst = blob_.data();
-  for (uint32_t l = 0; l < spec_.n_layer; ++l) {
+  for (uint32_t l = 0; l < spec_.total_layers(); ++l) {
     std::memcpy(dst + k_offset_[l], src + view.k_offset[l], uint64_t{count} * spec_.k_row_bytes);
     if (!spec_.v_trans) {
       std::memcpy(dst + v_offset_[l], src + view.v_offset[l], uint64_t{count} * spec_.v_row_bytes);
@@ -497,6 +567,189 @@ absl::StatusOr<std::vector<std::byte>> SeqStateBuilder::Truncated(uint32_t cells
   if (!out.ok()) return out.status();
   if (absl::Status s = out->PutChunk(0, cells, payload); !s.ok()) return s;
   return std::move(*out).TakeBlob();
+}
+
+namespace {
+
+// Where one section of a whole-context state keeps each stream's rows, and which cell
+// holds each position of the wanted sequence.
+struct ContextSection {
+  struct Stream {
+    uint32_t cell_count = 0;
+    std::vector<uint64_t> k_offset;  // per layer of the section
+    std::vector<uint64_t> v_offset;
+  };
+  struct Where {
+    uint32_t stream = UINT32_MAX;  // UINT32_MAX: no cell holds the position
+    uint32_t index = 0;
+  };
+  std::vector<Stream> streams;
+  std::vector<Where> at;  // by position
+};
+
+absl::Status ParseContextSection(Reader& r, const SeqStateSpec& spec, int section, int32_t seq_id,
+                                 uint64_t max_cells, ContextSection& out) {
+  const std::string sec = section == 0 ? "" : "swa.";
+  const uint32_t want_layers = section == 0 ? spec.n_layer : spec.n_layer_swa;
+  KVT_ASSIGN_OR_RETURN(const uint32_t n_stream, r.Read<uint32_t>("n_stream"));
+  if (n_stream == 0 || uint64_t{n_stream} * 4 > r.remaining()) {
+    return absl::DataLossError(
+        absl::StrFormat("llama.cpp context state field %sn_stream is %d with %d bytes left", sec,
+                        n_stream, r.remaining()));
+  }
+  out.streams.resize(n_stream);
+  for (uint32_t s = 0; s < n_stream; ++s) {
+    ContextSection::Stream& st = out.streams[s];
+    uint64_t at = r.pos();
+    KVT_ASSIGN_OR_RETURN(st.cell_count, r.Read<uint32_t>("cell_count"));
+    if (st.cell_count == 0) continue;
+    if (uint64_t{st.cell_count} * kCellMetaBytes > r.remaining()) {
+      return absl::DataLossError(absl::StrFormat(
+          "llama.cpp context state field %scell_count at offset %d is %d: the %d bytes left "
+          "cannot hold its cells",
+          sec, at, st.cell_count, r.remaining()));
+    }
+    for (uint32_t i = 0; i < st.cell_count; ++i) {
+      KVT_ASSIGN_OR_RETURN(const int32_t pos, r.Read<int32_t>("cell.pos"));
+      at = r.pos();
+      KVT_ASSIGN_OR_RETURN(const uint32_t n_seq_id, r.Read<uint32_t>("cell.n_seq_id"));
+      if (uint64_t{n_seq_id} * 4 > r.remaining()) {
+        return absl::DataLossError(absl::StrFormat(
+            "llama.cpp context state field %scell[%d].n_seq_id at offset %d is %d with %d bytes "
+            "left",
+            sec, i, at, n_seq_id, r.remaining()));
+      }
+      bool mine = false;
+      for (uint32_t k = 0; k < n_seq_id; ++k) {
+        KVT_ASSIGN_OR_RETURN(const int32_t id, r.Read<int32_t>("cell.seq_id"));
+        mine = mine || id == seq_id;
+      }
+      // A run of positions from 0 is no longer than the cells of the state (12 bytes each):
+      // a larger position cannot be in it (and would only grow `at`).
+      if (!mine || pos < 0 || static_cast<uint64_t>(pos) >= max_cells) continue;
+      if (out.at.size() <= static_cast<size_t>(pos)) out.at.resize(static_cast<size_t>(pos) + 1);
+      if (out.at[static_cast<size_t>(pos)].stream != UINT32_MAX) {
+        return absl::DataLossError(
+            absl::StrFormat("llama.cpp context state: %sposition %d of seq %d is held by two cells",
+                            sec, pos, seq_id));
+      }
+      out.at[static_cast<size_t>(pos)] = {s, i};
+    }
+    at = r.pos();
+    KVT_ASSIGN_OR_RETURN(const uint32_t v_trans, r.Read<uint32_t>("v_trans"));
+    if (v_trans != (spec.v_trans ? 1u : 0u))
+      return Mismatch(sec + "v_trans", at, v_trans, spec.v_trans);
+    at = r.pos();
+    KVT_ASSIGN_OR_RETURN(const uint32_t n_layer, r.Read<uint32_t>("n_layer"));
+    if (n_layer != want_layers) return Mismatch(sec + "n_layer", at, n_layer, want_layers);
+    const uint64_t cells = st.cell_count;
+    st.k_offset.resize(n_layer);
+    st.v_offset.resize(n_layer);
+    for (uint32_t l = 0; l < n_layer; ++l) {
+      at = r.pos();
+      KVT_ASSIGN_OR_RETURN(const int32_t k_type, r.Read<int32_t>("layer.k_type"));
+      if (k_type != spec.type_k) return Mismatch(sec + "layer.k_type", at, k_type, spec.type_k);
+      at = r.pos();
+      KVT_ASSIGN_OR_RETURN(const uint64_t k_row, r.Read<uint64_t>("layer.k_row_bytes"));
+      if (k_row != spec.k_row_bytes) {
+        return Mismatch(sec + "layer.k_row_bytes", at, static_cast<int64_t>(k_row),
+                        static_cast<int64_t>(spec.k_row_bytes));
+      }
+      st.k_offset[l] = r.pos();
+      if (absl::Status x = r.SkipRows(cells, k_row, "layer.k_rows"); !x.ok()) return x;
+    }
+    for (uint32_t l = 0; spec.has_v && l < n_layer; ++l) {
+      at = r.pos();
+      KVT_ASSIGN_OR_RETURN(const int32_t v_type, r.Read<int32_t>("layer.v_type"));
+      if (v_type != spec.type_v) return Mismatch(sec + "layer.v_type", at, v_type, spec.type_v);
+      at = r.pos();
+      if (!spec.v_trans) {
+        KVT_ASSIGN_OR_RETURN(const uint64_t v_row, r.Read<uint64_t>("layer.v_row_bytes"));
+        if (v_row != spec.v_row_bytes) {
+          return Mismatch(sec + "layer.v_row_bytes", at, static_cast<int64_t>(v_row),
+                          static_cast<int64_t>(spec.v_row_bytes));
+        }
+      } else {
+        KVT_ASSIGN_OR_RETURN(const uint32_t v_el, r.Read<uint32_t>("layer.v_elem_bytes"));
+        if (v_el != spec.v_elem_bytes)
+          return Mismatch(sec + "layer.v_elem_bytes", at, v_el, spec.v_elem_bytes);
+        at = r.pos();
+        KVT_ASSIGN_OR_RETURN(const uint32_t n_embd, r.Read<uint32_t>("layer.n_embd_v_gqa"));
+        if (n_embd != spec.n_embd_v_gqa)
+          return Mismatch(sec + "layer.n_embd_v_gqa", at, n_embd, spec.n_embd_v_gqa);
+      }
+      st.v_offset[l] = r.pos();
+      if (absl::Status x = r.SkipRows(cells, spec.v_row_bytes, "layer.v_data"); !x.ok()) return x;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::byte>> SeqStateFromContextState(std::span<const std::byte> state,
+                                                                int32_t seq_id,
+                                                                const SeqStateSpec& spec) {
+  if (absl::Status s = spec.Validate(); !s.ok()) return s;
+  Reader r(state);
+  KVT_ASSIGN_OR_RETURN(const uint32_t arch_len, r.Read<uint32_t>("arch.length"));
+  if (absl::Status s = r.Skip(arch_len, "arch"); !s.ok()) return s;
+  const int n_sections = spec.n_layer_swa > 0 ? 2 : 1;
+  ContextSection sections[2];
+  for (int i = 0; i < n_sections; ++i) {
+    if (absl::Status s =
+            ParseContextSection(r, spec, i, seq_id, state.size() / kCellMetaBytes, sections[i]);
+        !s.ok())
+      return s;
+  }
+  if (r.remaining() != 0) {
+    return absl::DataLossError(absl::StrFormat(
+        "llama.cpp context state has %d bytes left over after its last section", r.remaining()));
+  }
+  uint32_t n = 0;
+  while (true) {
+    bool all = true;
+    for (int i = 0; i < n_sections; ++i) {
+      all = all && n < sections[i].at.size() && sections[i].at[n].stream != UINT32_MAX;
+    }
+    if (!all) break;
+    ++n;
+  }
+  if (n == 0) {
+    return absl::DataLossError(
+        absl::StrFormat("llama.cpp context state holds no position 0 of seq %d", seq_id));
+  }
+  std::vector<std::byte> payload(uint64_t{n} * spec.payload_bytes_per_token());
+  const PayloadLayout pl = PayloadOffsets(spec, n);
+  const std::byte* src = state.data();
+  for (uint32_t l = 0; l < spec.total_layers(); ++l) {
+    const ContextSection& sec = sections[l < spec.n_layer ? 0 : 1];
+    const uint32_t sl = l < spec.n_layer ? l : l - spec.n_layer;
+    std::byte* kdst = payload.data() + l * pl.layer_bytes;
+    std::byte* vdst = kdst + pl.k_bytes;
+    for (uint32_t t = 0; t < n; ++t) {
+      const ContextSection::Where w = sec.at[t];
+      const ContextSection::Stream& st = sec.streams[w.stream];
+      std::memcpy(kdst + uint64_t{t} * spec.k_row_bytes,
+                  src + st.k_offset[sl] + uint64_t{w.index} * spec.k_row_bytes, spec.k_row_bytes);
+      if (!spec.has_v) continue;
+      std::byte* vrow = vdst + uint64_t{t} * spec.v_row_bytes;
+      if (!spec.v_trans) {
+        std::memcpy(vrow, src + st.v_offset[sl] + uint64_t{w.index} * spec.v_row_bytes,
+                    spec.v_row_bytes);
+      } else {
+        const uint64_t es = spec.v_elem_bytes;
+        for (uint32_t j = 0; j < spec.n_embd_v_gqa; ++j) {
+          std::memcpy(vrow + j * es,
+                      src + st.v_offset[sl] + (uint64_t{j} * st.cell_count + w.index) * es, es);
+        }
+      }
+    }
+  }
+  absl::StatusOr<SeqStateBuilder> b = SeqStateBuilder::Create(spec, n, seq_id);
+  if (!b.ok()) return b.status();
+  if (absl::Status s = b->PutChunk(0, n, payload); !s.ok()) return s;
+  return std::move(*b).TakeBlob();
 }
 
 }  // namespace kvt::llamacpp

@@ -4,9 +4,11 @@
 //
 // Pinned engine: llama.cpp commit 0c1e57098 as carried by llama-cpp-python 0.3.36
 // (cmake/LlamaCpp.cmake). Supported models: decoder-only models whose memory is a plain
-// (non-SWA, non-recurrent) KV cache with one K and one V row per layer and token (K and V
-// may have different types, e.g. q8_0 / f16), or one K-only latent row (MLA, deepseek2),
-// without per-cell extension records (no M-RoPE) — e.g. the Llama family. Others fail
+// (non-recurrent) KV cache with one K and one V row per layer and token (K and V may have
+// different types, e.g. q8_0 / f16), or one K-only latent row (MLA, deepseek2), or an
+// iSWA cache (gemma3, gpt-oss) with a full-size sliding-window cache (swa_full: every
+// token's rows are kept, read from the whole-context state), without per-cell extension
+// records (no M-RoPE) — e.g. the Llama family. Others fail
 // Create with Unimplemented: CheckMemorySupported names the architecture and what kvtier
 // lacks for it (docs/models.md), or the state probe cannot be parsed.
 #ifndef LLAMACPP_LLAMA_ENGINE_H_
@@ -51,6 +53,10 @@ struct EngineOptions {
   std::string type_v = "f16";
   // Forward llama.cpp's log output to stderr (otherwise only errors are shown).
   bool verbose_llama_log = false;
+  // A full-size sliding-window cache (llama_context_params.swa_full, llama.cpp's default
+  // for a context; llama-server's --swa-full). Without it an iSWA model (gemma3, gpt-oss)
+  // is refused: llama.cpp then keeps only the window.
+  bool swa_full = true;
 
   absl::Status Validate() const;
 };
@@ -94,7 +100,10 @@ class LlamaEngine {
   // the last Prefill did not request logits.
   absl::StatusOr<std::vector<float>> Logits() const;
 
-  // llama_state_seq_get_data of seq 0 (format: seq_state.h).
+  // The state of seq 0 in the format of seq_state.h: llama_state_seq_get_data for a plain
+  // cache; for an iSWA cache, cut from the whole-context state (llama_state_get_data,
+  // SeqStateFromContextState) with every token's sliding-window rows. Internal when the
+  // cache no longer holds one of seq 0's tokens in every section.
   absl::StatusOr<std::vector<std::byte>> GetSeqState() const;
   // llama_state_seq_set_data into seq 0 after validating `blob` with ParseSeqState.
   // On error seq 0 is empty. DataLoss/FailedPrecondition from the parser; Internal when
@@ -121,8 +130,11 @@ class LlamaEngine {
   // fingerprint differs, updates model_fingerprint() and stays true from then on
   // (recreate the engine to serve the new model). Internal/NotFound on I/O errors.
   absl::StatusOr<bool> CheckModelFile();
-  // "llama.cpp=<commit>;llama-cpp-python=<ver>;type_k=..;type_v=..;flash_attn=on|off;v_trans=0|1".
+  // "llama.cpp=<commit>;llama-cpp-python=<ver>;type_k=..;type_v=..;flash_attn=on|off;v_trans=0|1",
+  // and for an iSWA cache ";memory=iswa;n_swa=<window>;swa_layers=<n>;swa_full=1".
   std::string engine_extra() const;
+  // The model's sliding window (llama_model_n_swa), 0 for none.
+  int32_t n_swa() const { return n_swa_; }
   // NamespaceParams for this engine: model_id "gguf-xxh3:<model_fingerprint()>", layout(),
   // chunk_tokens, engine_extra().
   NamespaceParams MakeNamespaceParams(uint32_t chunk_tokens) const;
@@ -133,11 +145,14 @@ class LlamaEngine {
  private:
   LlamaEngine() = default;
   absl::Status Probe();
+  // llama_state_seq_get_data of seq 0 as llama.cpp writes it.
+  absl::StatusOr<std::vector<std::byte>> GetSeqDataOfSeq0() const;
 
   EngineOptions options_;
   llama_model* model_ = nullptr;
   llama_context* ctx_ = nullptr;
   int32_t n_vocab_ = 0;
+  int32_t n_swa_ = 0;  // > 0: an iSWA cache (accepted only with options_.swa_full)
   bool logits_valid_ = false;
   SeqStateSpec spec_;
   KvLayout layout_;
@@ -150,15 +165,17 @@ class LlamaEngine {
 std::string ModelArchitecture(const llama_model* model);
 
 // OK when kvtier restores `model`'s memory exactly: one plain KV cache (every layer full
-// attention) with K and V rows per token, or K-only latent rows (MLA). Otherwise
-// Unimplemented with a message that names the architecture, its memory kind and the piece
-// kvtier lacks for it, e.g. "kvtier cannot restore 'gemma3' models exactly: their memory
-// is iSWA/SWA (a sliding window of 48 tokens on some or all layers; llama.cpp keeps only
-// the window) and kvtier's llama.cpp records hold only per-token KV rows (missing: a
-// snapshot of the sliding-window cache at each chunk boundary)". Checked from the model's
+// attention) with K and V rows per token, K-only latent rows (MLA), or an iSWA cache when
+// `swa_full` (the context's sliding-window cache is full-size). Otherwise Unimplemented
+// with a message that names the architecture, its memory kind and the piece kvtier lacks
+// for it, e.g. "kvtier cannot restore 'gemma3' models exactly: their memory is iSWA/SWA (a
+// sliding window of 48 tokens on some or all layers) and without a full-size SWA cache
+// llama.cpp keeps only the window, while kvtier's llama.cpp records hold only per-token KV
+// rows (missing: every token's sliding-window rows: run with --swa-full, or a snapshot of
+// the sliding-window cache at each chunk boundary)". Checked from the model's
 // hyperparameters (llama_model_is_recurrent / _is_hybrid / _n_swa) before any state is
 // read. docs/models.md lists every family.
-absl::Status CheckMemorySupported(const llama_model* model);
+absl::Status CheckMemorySupported(const llama_model* model, bool swa_full);
 
 // XXH3-128 fingerprint of a GGUF file as described at model_fingerprint().
 // NotFound / Internal on I/O errors.

@@ -18,6 +18,16 @@
 //     v_trans == 0: per layer: i32 v_type, u64 v_row_bytes, cell_count rows of V
 //     v_trans == 1: per layer: i32 v_type, u32 v_elem_bytes, u32 n_embd_v_gqa, then for
 //                   each of the n_embd_v_gqa elements, cell_count elements (V^T)
+//   An iSWA cache (llama-kv-cache-iswa.cpp) writes two such sections after the magic and
+//   seq_id: the full-attention layers' cache (from n_stream on), then the sliding-window
+//   layers' cache (n_stream, cells, v_trans, n_layer, layers). kvtier reads the second
+//   section only with the same cells as the first (every token: a full-size SWA cache,
+//   read from the whole-context state, SeqStateFromContextState) and the same row types.
+//
+// The whole-context state (llama_state_get_data) is: u32 length + the architecture name,
+// then the same sections with seq_id -1: every non-empty cell of every sequence, with
+// its n_seq_id sequence ids, in cell order, and no SWA masking (so a full-size SWA cache
+// gives every token's rows there, while llama_state_seq_get_data writes only the window).
 //
 // kvtier chunk payload for tokens [a, b) (codec order, kvstore/chunk_codec.h, layout kind
 // kLlamaCppRows): for each layer, the K rows of tokens a..b-1 (each k_row_bytes), then
@@ -56,9 +66,16 @@ struct SeqStateSpec {
   // then type_v = -1 and v_row_bytes = n_embd_v_gqa = v_elem_bytes = 0.
   bool has_v = true;
 
-  // Payload bytes of one token across all layers: n_layer * (k_row_bytes + v_row_bytes).
+  // Layers of a second section that follows the first (an iSWA cache's sliding-window
+  // layers; same row types and cells as the first); 0 = one section (a plain cache).
+  uint32_t n_layer_swa = 0;
+
+  // Layers of all sections; payload layer l < n_layer is in the first section.
+  uint32_t total_layers() const { return n_layer + n_layer_swa; }
+  // Payload bytes of one token across all layers:
+  // total_layers() * (k_row_bytes + v_row_bytes).
   uint64_t payload_bytes_per_token() const {
-    return uint64_t{n_layer} * (k_row_bytes + v_row_bytes);
+    return uint64_t{total_layers()} * (k_row_bytes + v_row_bytes);
   }
   // InvalidArgument naming the field (zero sizes; v_trans with v_row_bytes !=
   // n_embd_v_gqa * v_elem_bytes, i.e. a block-quantized transposed V).
@@ -86,7 +103,8 @@ struct SeqStateView {
 //    a cell whose pos != its index (positions must be contiguous from 0), n_seq_id != 1,
 //    v_trans not 0/1, bytes left over after the last layer.
 //  * FailedPrecondition: a well-formed field that does not match this engine: v_trans,
-//    n_layer, k/v type, k/v row bytes, V element size, n_embd_v_gqa.
+//    n_layer, k/v type, k/v row bytes, V element size, n_embd_v_gqa; a second section
+//    (n_layer_swa) whose cell count differs from the first's.
 absl::StatusOr<SeqStateView> ParseSeqState(std::span<const std::byte> blob,
                                            const SeqStateSpec& expect);
 
@@ -94,8 +112,19 @@ absl::StatusOr<SeqStateView> ParseSeqState(std::span<const std::byte> blob,
 // blob, assuming every layer is alike, then validates the whole blob with ParseSeqState.
 // For v_trans == 0 the blob does not carry n_embd_v_gqa / v_elem_bytes: they are set to
 // v_row_bytes and 1 (callers that know the ggml type may refine them). DataLoss as
-// ParseSeqState; FailedPrecondition when layers differ.
+// ParseSeqState; FailedPrecondition when layers differ. Bytes after the first section's
+// layers are read as a second section (n_layer_swa; an iSWA cache).
 absl::StatusOr<SeqStateSpec> InferSeqStateSpec(std::span<const std::byte> blob);
+
+// The blob of sequence `seq_id` with its tokens [0, n) in the format of `spec` (one
+// stream), cut from a whole-context state (llama_state_get_data; see the file comment).
+// n is the longest run of positions 0, 1, ... that every section holds for `seq_id`
+// (a cell the cache reused for another sequence ends it). Cells in any stream, in any
+// cell order. DataLoss for a malformed state, a position held twice, or no position 0;
+// FailedPrecondition when a section's layers do not match `spec`.
+absl::StatusOr<std::vector<std::byte>> SeqStateFromContextState(std::span<const std::byte> state,
+                                                                int32_t seq_id,
+                                                                const SeqStateSpec& spec);
 
 // Copies tokens [first, first + count) of `view` into `payload` in chunk codec order
 // (see the file comment). REQUIRES: payload.size() == count * payload_bytes_per_token().

@@ -224,16 +224,28 @@ void ServerKvtier::Flush() {
 
 bool ServerKvtier::OnContextReady(llama_context* ctx, const char* model_path) {
   // A memory kind kvtier cannot restore exactly: serve without kvtier (never wrong output).
-  if (absl::Status s = CheckMemorySupported(llama_get_model(ctx)); !s.ok()) {
-    refused_why_ = std::string(s.message());
+  auto refuse = [this](std::string why) {
+    refused_why_ = std::move(why);
     refused_.store(true, std::memory_order_release);
     spdlog::error(
         "kvtier: {}; kvtier-llama-server runs without kvtier (computes every prompt, stores "
         "nothing; docs/models.md)",
         refused_why_);
     return true;
+  };
+  const llama_model* model = llama_get_model(ctx);
+  if (absl::Status s = CheckMemorySupported(model, options_.swa_full); !s.ok()) {
+    return refuse(std::string(s.message()));
   }
+  iswa_ = llama_model_n_swa(model) > 0;
   absl::StatusOr<SeqStateSpec> probed = ProbeServerContext(ctx, &n_stream_);
+  if (iswa_ && n_stream_ != 1) {
+    // Each section of an iSWA state then has its own streams; kvtier reads one stream.
+    return refuse(
+        absl::StrCat("kvtier cannot restore '", ModelArchitecture(model),
+                     "' models with one KV stream per slot: their iSWA state is read as one stream "
+                     "(missing: run with --kv-unified, or -np 1)"));
+  }
   if (!probed.ok()) {
     spdlog::error("kvtier: cannot read this context's sequence state: {}",
                   probed.status().ToString());
@@ -285,7 +297,7 @@ bool ServerKvtier::OnContextReady(llama_context* ctx, const char* model_path) {
   const SeqStateSpec& es = (*engine)->state_spec();
   if (es.n_layer != probed->n_layer || es.type_k != probed->type_k || es.type_v != probed->type_v ||
       es.k_row_bytes != probed->k_row_bytes || es.v_row_bytes != probed->v_row_bytes ||
-      es.v_trans != probed->v_trans) {
+      es.v_trans != probed->v_trans || es.n_layer_swa != probed->n_layer_swa) {
     spdlog::error("kvtier: the server's state format {} differs from the adapter's {}",
                   probed->DebugString(), es.DebugString());
     return false;
@@ -480,6 +492,19 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
 
 absl::StatusOr<std::span<const std::byte>> ServerKvtier::ReadSingleStream(llama_context* ctx,
                                                                           int32_t seq_id) {
+  if (iswa_) {
+    // llama_state_seq_get_data writes only the sliding-window layers' window; the
+    // whole-context state has every token's rows of a full-size SWA cache (all slots').
+    state_scratch_.resize(llama_state_get_size(ctx));
+    const size_t got = llama_state_get_data(ctx, reinterpret_cast<uint8_t*>(state_scratch_.data()),
+                                            state_scratch_.size());
+    if (got != state_scratch_.size()) return absl::InternalError("llama_state_get_data short read");
+    absl::StatusOr<std::vector<std::byte>> seq =
+        SeqStateFromContextState(state_scratch_, seq_id, spec_);
+    if (!seq.ok()) return seq.status();
+    single_stream_ = std::move(*seq);
+    return std::span<const std::byte>(single_stream_);
+  }
   state_scratch_.resize(llama_state_seq_get_size_ext(ctx, seq_id, 0));
   const size_t got = llama_state_seq_get_data_ext(
       ctx, reinterpret_cast<uint8_t*>(state_scratch_.data()), state_scratch_.size(), seq_id, 0);

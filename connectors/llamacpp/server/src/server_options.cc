@@ -1,6 +1,7 @@
 #include "kvtier_server/server_options.h"
 
 #include <charconv>
+#include <cstdlib>
 #include <string_view>
 
 #include "absl/strings/match.h"
@@ -94,11 +95,16 @@ absl::Status ServerKvtierOptions::Validate() const {
 
 absl::StatusOr<ServerKvtierOptions> ExtractKvtierFlags(std::vector<std::string>& args) {
   ServerKvtierOptions o;
+  if (const char* env = std::getenv("LLAMA_ARG_SWA_FULL"); env != nullptr) {
+    const std::string v = env;
+    o.swa_full = v == "1" || v == "true" || v == "on" || v == "enabled";
+  }
   std::vector<std::string> rest;
   if (!args.empty()) rest.push_back(args[0]);
   for (size_t i = 1; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a.rfind("--kvtier-", 0) != 0) {
+      if (a == "--swa-full") o.swa_full = true;  // llama-server's flag: kept for it
       rest.push_back(a);
       continue;
     }

@@ -152,6 +152,9 @@ class ServerKvtier final : public KvtierServerHooks {
   std::string tiers_;  // "host+disk+kvtierd"
   SeqStateSpec spec_;
   uint32_t n_stream_ = 1;  // KV streams of the server's context (non-unified: one per slot)
+  // An iSWA model (accepted with --swa-full and one stream): its state is read from the
+  // whole-context state (SeqStateFromContextState).
+  bool iswa_ = false;
   std::string ns_hex_;
   std::unique_ptr<ModelFileWatch> model_watch_;  // set by OnContextReady; task-loop thread
   std::atomic<bool> model_changed_{false};
@@ -163,7 +166,7 @@ class ServerKvtier final : public KvtierServerHooks {
   // sequence state seen (at most n_ctx x bytes per token) and is kept.
   std::vector<std::byte> restore_blob_;
   std::vector<std::byte> state_scratch_;
-  std::vector<std::byte> single_stream_;  // n_stream_ > 1 only: the state as one stream
+  std::vector<std::byte> single_stream_;  // n_stream_ > 1 or iswa_: the state as one stream
 
   std::atomic<uint64_t> requests_{0};    // OnPromptStart calls with a chunk to gain
   std::atomic<uint64_t> hits_{0};        // requests that restored >= 1 chunk or a tail

@@ -56,6 +56,10 @@ struct ServerKvtierOptions {
   // least its bytes / X GB/s, a slow link in front of host memory. Needs the host tier
   // alone (no --kvtier-dir or --kvtier-daemon). 0 = off.
   double throttle_gbps = 0;
+  // llama-server's own --swa-full (or LLAMA_ARG_SWA_FULL=1|true|on|enabled): a full-size
+  // sliding-window cache, which kvtier needs for an iSWA model (gemma3, gpt-oss;
+  // docs/models.md). Seen by ExtractKvtierFlags, which leaves the flag for llama-server.
+  bool swa_full = false;
 
   // True when any tier is configured (daemon, dir or host_mib > 0).
   bool enabled() const;
