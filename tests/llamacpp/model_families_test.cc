@@ -9,10 +9,14 @@
 #include <string>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kvstore/chunk_codec.h"
+#include "kvstore/chunk_key.h"
 #include "llama_test_util.h"
 #include "llamacpp/gguf_generator.h"
 #include "llamacpp/kv_adapter.h"
+#include "store_test_util.h"
 
 namespace kvt::llamacpp {
 namespace {
@@ -23,6 +27,8 @@ using ::kvt::llamacpp::testing::MakeStore;
 using ::kvt::llamacpp::testing::MakeTempDir;
 using ::kvt::llamacpp::testing::RandomTokens;
 using ::kvt::llamacpp::testing::TinyEngineOptions;
+using ::kvt::testing::GetRecord;
+using ::kvt::testing::PutRecord;
 
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && !a.empty() &&
@@ -79,10 +85,8 @@ INSTANTIATE_TEST_SUITE_P(
                              "every token's sliding-window rows: run with "
                              "--swa-full",
                              /*swa_full=*/false},
-                      Family{"mamba2", "recurrent", "a snapshot of the recurrent state"},
-                      Family{"qwen35", "hybrid", "a snapshot of the recurrent state"},
-                      Family{"granitehybrid", "hybrid", "a snapshot of the recurrent state"},
-                      Family{"lfm2", "hybrid", "a snapshot of the recurrent state"}),
+                      // Gated delta net + attention with M-RoPE: per-cell records.
+                      Family{"qwen35", "M-RoPE", "the cells' M-RoPE extension records"}),
     [](const ::testing::TestParamInfo<Family>& i) {
       std::string n = i.param.arch;
       for (char& c : n) {
@@ -253,6 +257,96 @@ TEST(ModelFamiliesTest, IswaRecordsNeverHitAcrossWindowsOrFamilies) {
   EXPECT_NE(refused.status().message().find("--swa-full"), std::string_view::npos)
       << refused.status();
 }
+
+// Recurrent and hybrid models (mamba2; granitehybrid, lfm2): a chunk record is
+// its attention rows and the recurrent state at its last token (a boundary snapshot);
+// restoring k chunks = rows of chunks 1..k + snapshot k, logits bit for bit against a
+// recompute. A prompt sharing 2 chunks then differing loads only those (its own chunks
+// get their own snapshots). A chunk whose snapshot is corrupted on disk fails its
+// checksum: the chunks before it load, the rest is computed, same logits.
+class SnapshotFamilyTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SnapshotFamilyTest, RowsAndBoundarySnapshotRestoreBitForBit) {
+  const std::string arch = GetParam();
+  auto engine = LlamaEngine::Create(TinyEngineOptions(false, FamilyModel(arch)));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  ASSERT_TRUE((*engine)->has_snapshots());
+  EXPECT_GT((*engine)->snapshot_bytes(), 0u);
+  const bool recurrent = arch == "mamba2";
+  EXPECT_EQ((*engine)->memory_kind(), recurrent ? MemoryKind::kRecurrent : MemoryKind::kHybrid);
+  EXPECT_NE((*engine)->engine_extra().find(recurrent ? ";memory=recurrent;snapshot_bytes="
+                                                     : ";memory=hybrid;snapshot_bytes="),
+            std::string::npos)
+      << (*engine)->engine_extra();
+  auto store = MakeStore(MakeTempDir("snap-" + arch), /*with_host=*/false);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto connector = MakeConnector(**engine, *store);
+  ASSERT_TRUE(connector.ok()) << connector.status();
+  // Record = rows + snapshot, padded to whole tokens.
+  const uint64_t rows =
+      recurrent ? 0 : (*engine)->state_spec().payload_bytes_per_token() * kTestChunkTokens;
+  EXPECT_GE((*connector)->chunk_payload_bytes(), rows + (*engine)->snapshot_bytes());
+  EXPECT_LT((*connector)->chunk_payload_bytes(),
+            rows + (*engine)->snapshot_bytes() + 2 * kTestChunkTokens);
+  auto adapter = LlamaKvAdapter::Create(engine->get(), *connector);
+  ASSERT_TRUE(adapter.ok()) << adapter.status();
+  const int32_t n_vocab = (*engine)->n_vocab();
+  auto run = [&](const std::vector<TokenId>& p, const RunOptions& o) {
+    auto r = (*adapter)->Run(p, o);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : RunResult{};
+  };
+  auto cold = [](uint64_t m) {
+    RunOptions o;
+    o.use_kvtier = false;
+    if (m > 0) o.recompute_prefix_tokens = m;
+    return o;
+  };
+  const std::vector<TokenId> source = RandomTokens(2301, 4 * kTestChunkTokens + 9, n_vocab);
+  EXPECT_EQ(run(source, RunOptions{}).stored_chunks, 4u);
+  (*connector)->Flush();
+  for (uint64_t m : {kTestChunkTokens, 3 * kTestChunkTokens}) {
+    SCOPED_TRACE(m);
+    std::vector<TokenId> request(source.begin(), source.begin() + static_cast<int64_t>(m));
+    request.push_back(11);
+    const RunResult warm = run(request, RunOptions{});
+    EXPECT_EQ(warm.loaded_tokens, m);
+    EXPECT_EQ(warm.computed_tokens, 1u);
+    EXPECT_TRUE(SameBits(warm.logits, run(request, cold(m)).logits)) << arch;
+    EXPECT_TRUE(SameBits(warm.logits, run(request, cold(0)).logits)) << arch;
+  }
+  // Shares 2 chunks, then differs.
+  std::vector<TokenId> other = RandomTokens(2302, 4 * kTestChunkTokens + 9, n_vocab);
+  std::copy(source.begin(), source.begin() + 2 * kTestChunkTokens, other.begin());
+  const RunResult diverged = run(other, RunOptions{});
+  EXPECT_EQ(diverged.loaded_tokens, 2 * kTestChunkTokens);
+  EXPECT_EQ(diverged.stored_chunks, 2u);
+  EXPECT_TRUE(SameBits(diverged.logits, run(other, cold(0)).logits)) << arch;
+  (*connector)->Flush();
+  // Its own chunks 3 and 4 load with their own snapshots.
+  const RunResult again = run(other, RunOptions{});
+  EXPECT_EQ(again.loaded_tokens, 4 * kTestChunkTokens);
+  EXPECT_TRUE(SameBits(again.logits, diverged.logits)) << arch;
+
+  // Corrupt chunk 2's snapshot (the record's last payload bytes) on disk.
+  const std::vector<ChunkKey> keys =
+      ComputeChunkKeys((*connector)->ns(), source, ChunkKeyOptions{kTestChunkTokens, false});
+  ASSERT_EQ(keys.size(), 4u);
+  auto record = GetRecord(**store, keys[2], nullptr, GetOptions{.peek = true});
+  ASSERT_TRUE(record.ok()) << record.status();
+  std::vector<std::byte> bytes = *record;
+  bytes[kChunkHeaderBytes + rows + (*engine)->snapshot_bytes() / 2] ^= std::byte{0x40};
+  ASSERT_TRUE(PutRecord(**store, bytes).ok());
+  std::vector<TokenId> request(source.begin(), source.begin() + 4 * kTestChunkTokens);
+  request.push_back(12);
+  const RunResult warm = run(request, RunOptions{});
+  EXPECT_EQ(warm.loaded_tokens, 2 * kTestChunkTokens);
+  EXPECT_THAT(warm.failed_chunks, ::testing::Contains(2u));
+  EXPECT_TRUE(SameBits(warm.logits, run(request, cold(0)).logits)) << arch;
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, SnapshotFamilyTest,
+                         ::testing::Values("mamba2", "granitehybrid", "lfm2"));
 
 }  // namespace
 }  // namespace kvt::llamacpp

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <optional>
 
 #include "absl/strings/str_format.h"
@@ -39,10 +40,11 @@ absl::StatusOr<std::unique_ptr<LlamaKvAdapter>> LlamaKvAdapter::Create(
     LlamaEngine* engine, std::shared_ptr<KVConnector> connector) {
   if (engine == nullptr) return absl::InvalidArgumentError("LlamaKvAdapter: engine is null");
   if (connector != nullptr) {
-    if (!(connector->ns_params().layout == engine->layout())) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "connector layout %s differs from the engine's %s",
-          connector->ns_params().layout.DebugString(), engine->layout().DebugString()));
+    const KvLayout layout = engine->ChunkLayout(connector->chunk_tokens());
+    if (!(connector->ns_params().layout == layout)) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("connector layout %s differs from the engine's %s",
+                          connector->ns_params().layout.DebugString(), layout.DebugString()));
     }
     if (connector->chunk_tokens() == 0) {
       return absl::FailedPreconditionError("connector chunk_tokens is 0");
@@ -76,21 +78,33 @@ uint64_t LlamaKvAdapter::LoadPrefix(std::span<const TokenId> prompt, uint64_t to
                                     RunResult* result) {
   const uint32_t chunk = connector_->chunk_tokens();
   const SeqStateSpec& spec = engine_->state_spec();
+  const bool snap = engine_->has_snapshots();
+  const bool rows = engine_->memory_kind() != MemoryKind::kRecurrent;
   absl::StatusOr<SeqStateBuilder> builder =
-      SeqStateBuilder::Create(spec, static_cast<uint32_t>(tokens));
-  if (!builder.ok()) {
+      rows ? SeqStateBuilder::Create(spec, static_cast<uint32_t>(tokens))
+           : absl::StatusOr<SeqStateBuilder>(absl::FailedPreconditionError("no rows"));
+  if (rows && !builder.ok()) {
     spdlog::warn("kvtier llama.cpp: cannot build a {}-token state: {}", tokens,
                  builder.status().ToString());
     return 0;
   }
-  const uint64_t chunk_bytes = uint64_t{chunk} * spec.payload_bytes_per_token();
+  // A chunk's payload: its rows, then (recurrent/hybrid) the snapshot at its last token.
+  const uint64_t rows_bytes = rows ? uint64_t{chunk} * spec.payload_bytes_per_token() : 0;
+  const uint64_t chunk_bytes = connector_->chunk_payload_bytes();
+  std::vector<std::vector<std::byte>> snapshots(snap ? tokens / chunk : 0);
   absl::StatusOr<ConnectorLoadResult> load = connector_->LoadPayloads(
       prompt, tokens, [&](size_t chunk_index, std::span<const std::byte> payload) -> absl::Status {
         if (payload.size() != chunk_bytes) {
           return absl::DataLossError(absl::StrFormat("chunk %d payload is %d bytes, expected %d",
                                                      chunk_index, payload.size(), chunk_bytes));
         }
-        return builder->PutChunk(static_cast<uint32_t>(chunk_index * chunk), chunk, payload);
+        if (snap && chunk_index < snapshots.size()) {
+          const auto s = payload.subspan(rows_bytes, engine_->snapshot_bytes());
+          snapshots[chunk_index].assign(s.begin(), s.end());
+        }
+        if (!rows) return absl::OkStatus();
+        return builder->PutChunk(static_cast<uint32_t>(chunk_index * chunk), chunk,
+                                 payload.first(rows_bytes));
       });
   if (!load.ok()) {
     spdlog::warn("kvtier llama.cpp: LoadPayloads failed, recomputing: {}",
@@ -103,7 +117,15 @@ uint64_t LlamaKvAdapter::LoadPrefix(std::span<const TokenId> prompt, uint64_t to
   if (loaded == 0) return 0;
   absl::Status set;
   const auto t_set = Clock::now();
-  if (loaded == tokens) {
+  if (snap) {
+    // Rows of chunks 1..k and the snapshot of chunk k.
+    const std::vector<std::byte>& snapshot = snapshots[loaded / chunk - 1];
+    absl::StatusOr<std::vector<std::byte>> blob =
+        !rows              ? std::vector<std::byte>()
+        : loaded == tokens ? std::vector<std::byte>(builder->blob().begin(), builder->blob().end())
+                           : builder->Truncated(static_cast<uint32_t>(loaded));
+    set = blob.ok() ? engine_->SetSeqStateWithSnapshot(*blob, snapshot) : blob.status();
+  } else if (loaded == tokens) {
     set = engine_->SetSeqState(builder->blob());
   } else {
     absl::StatusOr<std::vector<std::byte>> blob = builder->Truncated(static_cast<uint32_t>(loaded));
@@ -116,8 +138,40 @@ uint64_t LlamaKvAdapter::LoadPrefix(std::span<const TokenId> prompt, uint64_t to
     return 0;
   }
   ObserveRestore(loaded, Since(t_set));
-  result->load_bytes = loaded * spec.payload_bytes_per_token();
+  result->load_bytes = loaded / chunk * chunk_bytes;
   return loaded;
+}
+
+absl::Status LlamaKvAdapter::PrefillAligned(std::span<const TokenId> tokens, uint32_t first_pos,
+                                            bool want_logits, const PrefillProgress& progress,
+                                            bool capture) {
+  if (!engine_->has_snapshots() || connector_ == nullptr) {
+    return engine_->Prefill(tokens, first_pos, want_logits, progress);
+  }
+  // Every prefill of such a model stops at chunk boundaries (a cold one too), so a
+  // restored run computes its rest in the very batches a recompute uses.
+  const uint32_t chunk = connector_->chunk_tokens();
+  absl::Status snapshot_error;
+  const PrefillProgress at_batch = [&](uint64_t done, uint64_t total) {
+    const uint64_t pos = first_pos + done;
+    if (capture && pos % chunk == 0 && snapshot_error.ok()) {
+      absl::StatusOr<std::vector<std::byte>> s = engine_->GetSnapshot();
+      if (s.ok()) {
+        if (snapshots_.size() < pos / chunk) snapshots_.resize(pos / chunk);
+        snapshots_[pos / chunk - 1] = std::move(*s);
+      } else {
+        snapshot_error = s.status();
+      }
+    }
+    if (progress) progress(done, total);
+  };
+  absl::Status s = engine_->Prefill(tokens, first_pos, want_logits, at_batch, chunk);
+  if (s.ok() && !snapshot_error.ok()) {
+    spdlog::warn("kvtier llama.cpp: boundary snapshot failed, not storing: {}",
+                 snapshot_error.ToString());
+    snapshots_.clear();
+  }
+  return s;
 }
 
 uint64_t LlamaKvAdapter::PickOverlapFront(const ConnectorLookup& lookup, uint64_t usable,
@@ -125,6 +179,7 @@ uint64_t LlamaKvAdapter::PickOverlapFront(const ConnectorLookup& lookup, uint64_
                                           RunResult* result) {
   const uint32_t chunk = connector_->chunk_tokens();
   if (options.overlap == OverlapMode::kOff || usable < 2 * uint64_t{chunk}) return 0;
+  if (engine_->has_snapshots()) return 0;  // a front would need its own snapshot
   if (options.overlap_front_tokens > 0) {
     return options.overlap_front_tokens < usable ? options.overlap_front_tokens : 0;
   }
@@ -250,8 +305,27 @@ size_t LlamaKvAdapter::StoreChunks(std::span<const TokenId> prompt) {
   std::optional<std::vector<std::byte>> blob;
   std::optional<SeqStateView> view;
   const uint32_t chunk = connector_->chunk_tokens();
+  const bool snap = engine_->has_snapshots();
+  const uint64_t rows_bytes =
+      engine_->memory_kind() == MemoryKind::kRecurrent
+          ? 0
+          : uint64_t{chunk} * engine_->state_spec().payload_bytes_per_token();
   absl::StatusOr<size_t> stored = connector_->StorePayloads(
       prompt, [&](size_t chunk_index, std::span<std::byte> payload) -> absl::Status {
+        if (snap) {
+          // [rows][the snapshot at the chunk's last token][zeros]; only chunks this run
+          // computed have one.
+          if (chunk_index >= snapshots_.size() || snapshots_[chunk_index].empty()) {
+            return absl::NotFoundError(
+                absl::StrFormat("no boundary snapshot of chunk %d in this run", chunk_index));
+          }
+          const std::vector<std::byte>& s = snapshots_[chunk_index];
+          std::memcpy(payload.data() + rows_bytes, s.data(), s.size());
+          std::fill(payload.begin() + static_cast<int64_t>(rows_bytes + s.size()), payload.end(),
+                    std::byte{0});
+          if (rows_bytes == 0) return absl::OkStatus();
+          payload = payload.first(rows_bytes);
+        }
         if (!view.has_value()) {
           absl::StatusOr<std::vector<std::byte>> b = engine_->GetSeqState();
           if (!b.ok()) return b.status();
@@ -299,6 +373,8 @@ absl::StatusOr<RunResult> LlamaKvAdapter::Run(std::span<const TokenId> prompt,
   r.prompt_tokens = prompt.size();
   const auto t0 = Clock::now();
   engine_->Clear();
+  snapshots_.clear();
+  const bool capture = kvtier && options.store && engine_->has_snapshots();
 
   uint64_t done = 0;
   if (kvtier && !ModelStillMatches()) {
@@ -347,8 +423,8 @@ absl::StatusOr<RunResult> LlamaKvAdapter::Run(std::span<const TokenId> prompt,
   const auto tp = Clock::now();
   if (options.recompute_prefix_tokens.has_value() && *options.recompute_prefix_tokens > 0) {
     const uint64_t m = *options.recompute_prefix_tokens;
-    if (absl::Status s =
-            engine_->Prefill(prompt.first(m), 0, /*want_logits=*/false, options.progress);
+    if (absl::Status s = PrefillAligned(prompt.first(m), 0, /*want_logits=*/false, options.progress,
+                                        /*capture=*/false);
         !s.ok()) {
       return s;
     }
@@ -362,8 +438,8 @@ absl::StatusOr<RunResult> LlamaKvAdapter::Run(std::span<const TokenId> prompt,
     };
   }
   const auto tt = Clock::now();
-  if (absl::Status s =
-          engine_->Prefill(rest, static_cast<uint32_t>(done), /*want_logits=*/true, progress);
+  if (absl::Status s = PrefillAligned(rest, static_cast<uint32_t>(done), /*want_logits=*/true,
+                                      progress, capture);
       !s.ok()) {
     return s;
   }

@@ -68,10 +68,24 @@ std::string ModelArchitecture(const llama_model* model) {
   return arch.empty() ? "?" : arch;
 }
 
-absl::Status CheckMemorySupported(const llama_model* model, bool swa_full) {
+absl::Status CheckMemorySupported(const llama_model* model, bool swa_full,
+                                  bool boundary_snapshots) {
   const std::string arch = ModelArchitecture(model);
   const std::string head = absl::StrCat("kvtier cannot restore '", arch, "' models exactly: ");
   constexpr const char* kRows = "kvtier's llama.cpp records hold only per-token KV rows";
+  if (const llama_rope_type rt = llama_model_rope_type(model);
+      rt == LLAMA_ROPE_TYPE_MROPE || rt == LLAMA_ROPE_TYPE_IMROPE) {
+    // llama.cpp then writes an extension record per cell (2D position, token id).
+    return absl::UnimplementedError(absl::StrCat(
+        head,
+        "their KV cells carry M-RoPE extension records (a 2D position and the token id per "
+        "cell) and ",
+        kRows, " (missing: the cells' M-RoPE extension records)"));
+  }
+  if (boundary_snapshots && (llama_model_is_recurrent(model) || llama_model_is_hybrid(model))) {
+    // Records carry the recurrent state at their last token (probed in LlamaEngine).
+    return absl::OkStatus();
+  }
   if (llama_model_is_recurrent(model)) {
     return absl::UnimplementedError(absl::StrCat(
         head,
@@ -170,8 +184,16 @@ absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Create(const EngineOpt
         "flash_attn=%d; a quantized V cache needs flash attention)",
         options.model_path, options.n_ctx, options.type_k, options.type_v, options.flash_attn));
   }
-  if (absl::Status s = CheckMemorySupported(e->model_, options.swa_full); !s.ok()) return s;
+  if (absl::Status s = CheckMemorySupported(e->model_, options.swa_full,
+                                            /*boundary_snapshots=*/true);
+      !s.ok()) {
+    return s;
+  }
   e->n_swa_ = std::max<int32_t>(llama_model_n_swa(e->model_), 0);
+  e->memory_kind_ = llama_model_is_recurrent(e->model_) ? MemoryKind::kRecurrent
+                    : llama_model_is_hybrid(e->model_)  ? MemoryKind::kHybrid
+                    : e->n_swa_ > 0                     ? MemoryKind::kIswa
+                                                        : MemoryKind::kKv;
   if (absl::Status s = e->Probe(); !s.ok()) return s;
   absl::StatusOr<bool> moved = e->watch_->StampMoved();
   if (!moved.ok()) return moved.status();
@@ -208,8 +230,17 @@ absl::Status LlamaEngine::Probe() {
   probe_decode_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // One token: an iSWA cache's window holds it too, so both sections have the same cell.
   absl::StatusOr<std::vector<std::byte>> blob = GetSeqDataOfSeq0();
-  Clear();
-  if (!blob.ok()) return blob.status();
+  if (!blob.ok()) {
+    Clear();
+    return blob.status();
+  }
+  if (has_snapshots()) {
+    if (absl::Status s = ProbeSnapshot(*blob); !s.ok()) return s;         // clears seq 0
+    if (memory_kind_ == MemoryKind::kRecurrent) return absl::OkStatus();  // no rows
+    blob->resize(blob->size() - snapshot_bytes_);                         // the attention rows
+  } else {
+    Clear();
+  }
   absl::StatusOr<SeqStateSpec> spec = InferSeqStateSpec(*blob);
   if (!spec.ok()) {
     return absl::UnimplementedError(absl::StrCat(
@@ -310,7 +341,8 @@ uint32_t LlamaEngine::seq_tokens() const {
 }
 
 absl::Status LlamaEngine::Prefill(std::span<const TokenId> tokens, uint32_t first_pos,
-                                  bool want_logits, const PrefillProgress& progress) {
+                                  bool want_logits, const PrefillProgress& progress,
+                                  uint32_t stop_every) {
   if (first_pos != seq_tokens()) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "Prefill at position %d but the sequence holds %d tokens", first_pos, seq_tokens()));
@@ -330,8 +362,9 @@ absl::Status LlamaEngine::Prefill(std::span<const TokenId> tokens, uint32_t firs
   const uint32_t n_batch = options_.n_batch;
   llama_batch batch = llama_batch_init(static_cast<int32_t>(n_batch), 0, 1);
   absl::Status status;
-  for (size_t start = 0; start < tokens.size(); start += n_batch) {
-    const size_t n = std::min<size_t>(n_batch, tokens.size() - start);
+  for (size_t start = 0, n = 0; start < tokens.size(); start += n) {
+    n = std::min<size_t>(n_batch, tokens.size() - start);
+    if (stop_every > 0) n = std::min<size_t>(n, stop_every - (first_pos + start) % stop_every);
     batch.n_tokens = static_cast<int32_t>(n);
     for (size_t i = 0; i < n; ++i) {
       batch.token[i] = tokens[start + i];
@@ -363,7 +396,121 @@ absl::StatusOr<std::vector<float>> LlamaEngine::Logits() const {
   return std::vector<float>(l, l + n_vocab_);
 }
 
+absl::Status LlamaEngine::ProbeSnapshot(std::span<const std::byte> full) {
+  // Seq 0 holds one token. Its partial state must be the full state's end (the recurrent
+  // part written after the attention KV) and keep its size at the next token.
+  absl::StatusOr<std::vector<std::byte>> part1 = GetPartialOfSeq0();
+  const TokenId next[1] = {0};
+  absl::Status s = part1.ok() ? Prefill(next, 1, /*want_logits=*/false) : part1.status();
+  absl::StatusOr<std::vector<std::byte>> part2 = s.ok() ? GetPartialOfSeq0() : s;
+  Clear();
+  if (!part2.ok()) return part2.status();
+  const std::string what =
+      absl::StrCat("kvtier cannot take boundary snapshots of '", ModelArchitecture(model_), "': ");
+  if (part1->size() <= 8 || part1->size() != part2->size()) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "%sits partial state is %d bytes after 1 token and %d after 2 (kvtier needs a "
+        "fixed-size one)",
+        what, part1->size(), part2->size()));
+  }
+  snapshot_bytes_ = part1->size() - 8;  // without magic and seq_id
+  if (full.size() < part1->size() || std::memcmp(full.data(), part1->data(), 8) != 0 ||
+      std::memcmp(full.data() + full.size() - snapshot_bytes_, part1->data() + 8,
+                  snapshot_bytes_) != 0) {
+    return absl::UnimplementedError(
+        absl::StrCat(what, "its partial state is not the end of its whole state"));
+  }
+  const bool rows = full.size() > part1->size();
+  if (rows != (memory_kind_ == MemoryKind::kHybrid)) {
+    return absl::UnimplementedError(
+        absl::StrFormat("%sits whole state has %d bytes besides the partial state", what,
+                        full.size() - part1->size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::byte>> LlamaEngine::GetPartialOfSeq0() const {
+  const size_t size = llama_state_seq_get_size_ext(ctx_, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY);
+  std::vector<std::byte> blob(size);
+  const size_t got = llama_state_seq_get_data_ext(ctx_, reinterpret_cast<uint8_t*>(blob.data()),
+                                                  size, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY);
+  if (size == 0 || got != size) {
+    return absl::InternalError(
+        absl::StrFormat("llama_state_seq_get_data_ext (partial) wrote %d of %d bytes", got, size));
+  }
+  return blob;
+}
+
+absl::StatusOr<std::vector<std::byte>> LlamaEngine::GetSnapshot() const {
+  if (!has_snapshots()) return absl::FailedPreconditionError("this model has no boundary snapshot");
+  absl::StatusOr<std::vector<std::byte>> part = GetPartialOfSeq0();
+  if (!part.ok()) return part.status();
+  if (part->size() != snapshot_bytes_ + 8) {
+    return absl::InternalError(
+        absl::StrFormat("partial state is %d bytes, probed %d", part->size(), snapshot_bytes_ + 8));
+  }
+  part->erase(part->begin(), part->begin() + 8);
+  return part;
+}
+
+absl::Status LlamaEngine::SetSeqStateWithSnapshot(std::span<const std::byte> rows,
+                                                  std::span<const std::byte> snapshot) {
+  Clear();
+  if (!has_snapshots() || snapshot.size() != snapshot_bytes_ ||
+      rows.empty() != (memory_kind_ == MemoryKind::kRecurrent)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "SetSeqStateWithSnapshot: %d row bytes and a %d-byte snapshot for a model whose "
+        "snapshot is %d bytes",
+        rows.size(), snapshot.size(), snapshot_bytes_));
+  }
+  std::vector<std::byte> full;
+  if (rows.empty()) {
+    full.resize(8);
+    std::memcpy(full.data(), &kSeqStateMagic, 4);  // seq_id 0
+  } else {
+    if (absl::StatusOr<SeqStateView> v = ParseSeqState(rows, spec_); !v.ok()) return v.status();
+    full.assign(rows.begin(), rows.end());
+  }
+  full.insert(full.end(), snapshot.begin(), snapshot.end());
+  const size_t read =
+      llama_state_seq_set_data(ctx_, reinterpret_cast<const uint8_t*>(full.data()), full.size(), 0);
+  if (read != full.size()) {
+    Clear();
+    return absl::InternalError(absl::StrFormat(
+        "llama_state_seq_set_data read %d of %d bytes (rows and snapshot)", read, full.size()));
+  }
+  return absl::OkStatus();
+}
+
+KvLayout LlamaEngine::ChunkLayout(uint32_t chunk_tokens) const {
+  if (!has_snapshots() || chunk_tokens == 0) return layout_;
+  // [rows of the chunk's tokens][snapshot][zero padding]: opaque bytes, an even number
+  // per token (kBytes, one "layer" of K|V halves).
+  const uint64_t rows = memory_kind_ == MemoryKind::kHybrid ? spec_.payload_bytes_per_token() : 0;
+  uint64_t per_token = rows + (snapshot_bytes_ + chunk_tokens - 1) / chunk_tokens;
+  per_token += per_token % 2;
+  KvLayout l;
+  l.kind = LayoutKind::kLlamaCppRows;
+  l.dtype = DType::kBytes;
+  l.num_layers = 1;
+  l.num_kv_heads = 1;
+  l.head_dim = static_cast<uint32_t>(per_token / 2);
+  return l;
+}
+
 absl::StatusOr<std::vector<std::byte>> LlamaEngine::GetSeqState() const {
+  if (memory_kind_ == MemoryKind::kRecurrent) {
+    return absl::FailedPreconditionError("a recurrent model's state has no per-token rows");
+  }
+  if (memory_kind_ == MemoryKind::kHybrid) {  // the attention rows, without the snapshot
+    absl::StatusOr<std::vector<std::byte>> full = GetSeqDataOfSeq0();
+    if (!full.ok()) return full.status();
+    if (full->size() <= snapshot_bytes_ + 8) {
+      return absl::InternalError("the hybrid state holds no attention rows");
+    }
+    full->resize(full->size() - snapshot_bytes_);
+    return full;
+  }
   if (n_swa_ == 0) return GetSeqDataOfSeq0();
   // iSWA: llama_state_seq_get_data writes only the window of the sliding-window layers;
   // the whole-context state (no SWA masking) has every token's rows in a full-size cache.
@@ -401,6 +548,10 @@ absl::StatusOr<std::vector<std::byte>> LlamaEngine::GetSeqDataOfSeq0() const {
 
 absl::Status LlamaEngine::SetSeqState(std::span<const std::byte> blob) {
   Clear();
+  if (has_snapshots()) {
+    return absl::FailedPreconditionError(
+        "a recurrent or hybrid state is restored with its snapshot (SetSeqStateWithSnapshot)");
+  }
   if (absl::StatusOr<SeqStateView> v = ParseSeqState(blob, spec_); !v.ok()) return v.status();
   const size_t read =
       llama_state_seq_set_data(ctx_, reinterpret_cast<const uint8_t*>(blob.data()), blob.size(), 0);
@@ -420,7 +571,11 @@ std::string LlamaEngine::engine_extra() const {
       spec_.has_v ? ggml_type_name(static_cast<ggml_type>(spec_.type_v)) : "none (MLA)",
       options_.flash_attn ? "on" : "off", spec_.v_trans ? 1 : 0);
   // A plain cache keeps the string it always had (its records stay valid).
-  if (n_swa_ > 0) {
+  if (has_snapshots()) {
+    absl::StrAppendFormat(&extra, ";memory=%s;snapshot_bytes=%d",
+                          memory_kind_ == MemoryKind::kHybrid ? "hybrid" : "recurrent",
+                          snapshot_bytes_);
+  } else if (n_swa_ > 0) {
     absl::StrAppendFormat(&extra, ";memory=iswa;n_swa=%d;swa_layers=%d;swa_full=%d", n_swa_,
                           spec_.n_layer_swa, options_.swa_full ? 1 : 0);
   }
@@ -430,7 +585,7 @@ std::string LlamaEngine::engine_extra() const {
 NamespaceParams LlamaEngine::MakeNamespaceParams(uint32_t chunk_tokens) const {
   NamespaceParams p;
   p.model_id = "gguf-xxh3:" + model_fingerprint();
-  p.layout = layout_;
+  p.layout = ChunkLayout(chunk_tokens);
   p.chunk_tokens = chunk_tokens;
   p.engine_extra = engine_extra();
   return p;

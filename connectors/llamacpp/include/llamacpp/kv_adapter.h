@@ -154,6 +154,11 @@ class LlamaKvAdapter {
                                                      uint64_t front, uint64_t end,
                                                      const RunOptions& options, RunResult* result);
   void ObserveRestore(uint64_t tokens, double seconds);
+  // Recurrent/hybrid models: prefills `tokens` from `first_pos` in batches that stop at
+  // every chunk boundary and keeps the snapshot taken there in snapshots_ (when
+  // `capture`); other models: Prefill as is.
+  absl::Status PrefillAligned(std::span<const TokenId> tokens, uint32_t first_pos, bool want_logits,
+                              const PrefillProgress& progress, bool capture);
   // False when the model file changed so the connector's namespace no longer names it
   // (or the file cannot be checked).
   bool ModelStillMatches();
@@ -161,6 +166,9 @@ class LlamaKvAdapter {
   LlamaEngine* engine_;
   std::shared_ptr<KVConnector> connector_;
   OverlapJoinCost join_cost_;
+  // Recurrent/hybrid models: the snapshot at the end of chunk i of the current Run's
+  // prompt, for the chunks it computed (empty where it loaded or did not capture).
+  std::vector<std::vector<std::byte>> snapshots_;
 };
 
 }  // namespace kvt::llamacpp

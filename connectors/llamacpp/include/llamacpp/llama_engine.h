@@ -64,6 +64,14 @@ struct EngineOptions {
 // Called during prefill with (tokens done, tokens total) after each batch.
 using PrefillProgress = std::function<void(uint64_t done, uint64_t total)>;
 
+// How kvtier restores the model's memory (docs/models.md).
+enum class MemoryKind : uint8_t {
+  kKv,         // one KV cache (also MLA, K and V of different types): rows per token
+  kIswa,       // full-attention + full-size sliding-window caches: rows per token
+  kHybrid,     // attention rows per token + a recurrent state: rows + boundary snapshot
+  kRecurrent,  // a recurrent state only: a boundary snapshot per chunk, no rows
+};
+
 // Not thread-safe: one caller at a time (a llama_context is single-threaded API-wise).
 class LlamaEngine {
  public:
@@ -94,8 +102,10 @@ class LlamaEngine {
   // tokens (the first batch starts at first_pos), requesting logits only for the last
   // token when `want_logits`. REQUIRES: first_pos == seq_tokens(). InvalidArgument for
   // ids outside [0, n_vocab) or a prompt past n_ctx; Internal when llama_decode fails.
+  // `stop_every` > 0: no batch crosses a multiple of it (positions), so progress is
+  // called at every such boundary (boundary snapshots of recurrent/hybrid models).
   absl::Status Prefill(std::span<const TokenId> tokens, uint32_t first_pos, bool want_logits,
-                       const PrefillProgress& progress = nullptr);
+                       const PrefillProgress& progress = nullptr, uint32_t stop_every = 0);
   // Next-token logits of the last decoded token (n_vocab floats). FailedPrecondition if
   // the last Prefill did not request logits.
   absl::StatusOr<std::vector<float>> Logits() const;
@@ -107,8 +117,32 @@ class LlamaEngine {
   absl::StatusOr<std::vector<std::byte>> GetSeqState() const;
   // llama_state_seq_set_data into seq 0 after validating `blob` with ParseSeqState.
   // On error seq 0 is empty. DataLoss/FailedPrecondition from the parser; Internal when
-  // llama.cpp rejects it.
+  // llama.cpp rejects it. FailedPrecondition for a recurrent/hybrid model (see
+  // SetSeqStateWithSnapshot).
   absl::Status SetSeqState(std::span<const std::byte> blob);
+
+  // Recurrent and hybrid models (has_snapshots()): the memory that cannot be cut per
+  // token (the recurrent state: llama_state_seq_get_data_ext with
+  // LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY, without its 8-byte header), snapshot_bytes()
+  // long, the same size at every length (probed at Create). GetSeqState() of a hybrid
+  // model is its attention rows only (the whole state without the snapshot at its end);
+  // a recurrent model has none (FailedPrecondition).
+  MemoryKind memory_kind() const { return memory_kind_; }
+  bool has_snapshots() const {
+    return memory_kind_ == MemoryKind::kHybrid || memory_kind_ == MemoryKind::kRecurrent;
+  }
+  uint64_t snapshot_bytes() const { return snapshot_bytes_; }
+  absl::StatusOr<std::vector<std::byte>> GetSnapshot() const;
+  // Restores seq 0 from attention rows (a GetSeqState-format blob of tokens [0, n);
+  // empty for a recurrent model) and the snapshot taken after token n - 1. On error
+  // seq 0 is empty: InvalidArgument for sizes that do not fit the model, the parser's
+  // errors for the rows, Internal when llama.cpp rejects the state.
+  absl::Status SetSeqStateWithSnapshot(std::span<const std::byte> rows,
+                                       std::span<const std::byte> snapshot);
+  // The layout of a chunk payload of `chunk_tokens` tokens: layout() for models restored
+  // from rows alone; for recurrent/hybrid models opaque bytes (kBytes, one layer) holding
+  // [the chunk's attention rows, codec order][its last token's snapshot][zero padding].
+  KvLayout ChunkLayout(uint32_t chunk_tokens) const;
 
   // The state format facts probed at Create.
   const SeqStateSpec& state_spec() const { return spec_; }
@@ -131,12 +165,13 @@ class LlamaEngine {
   // (recreate the engine to serve the new model). Internal/NotFound on I/O errors.
   absl::StatusOr<bool> CheckModelFile();
   // "llama.cpp=<commit>;llama-cpp-python=<ver>;type_k=..;type_v=..;flash_attn=on|off;v_trans=0|1",
-  // and for an iSWA cache ";memory=iswa;n_swa=<window>;swa_layers=<n>;swa_full=1".
+  // and for an iSWA cache ";memory=iswa;n_swa=<window>;swa_layers=<n>;swa_full=1", for a
+  // recurrent/hybrid one ";memory=recurrent|hybrid;snapshot_bytes=<n>".
   std::string engine_extra() const;
   // The model's sliding window (llama_model_n_swa), 0 for none.
   int32_t n_swa() const { return n_swa_; }
-  // NamespaceParams for this engine: model_id "gguf-xxh3:<model_fingerprint()>", layout(),
-  // chunk_tokens, engine_extra().
+  // NamespaceParams for this engine: model_id "gguf-xxh3:<model_fingerprint()>",
+  // ChunkLayout(chunk_tokens), chunk_tokens, engine_extra().
   NamespaceParams MakeNamespaceParams(uint32_t chunk_tokens) const;
 
   // Wall time of one llama_decode of a single token measured at Create (seconds).
@@ -145,14 +180,20 @@ class LlamaEngine {
  private:
   LlamaEngine() = default;
   absl::Status Probe();
-  // llama_state_seq_get_data of seq 0 as llama.cpp writes it.
+  // llama_state_seq_get_data of seq 0 as llama.cpp writes it; its partial part.
   absl::StatusOr<std::vector<std::byte>> GetSeqDataOfSeq0() const;
+  absl::StatusOr<std::vector<std::byte>> GetPartialOfSeq0() const;
+  // Seq 0 holds one token whose whole state is `full`: sets snapshot_bytes_, checks the
+  // partial state is its end and keeps its size; clears seq 0.
+  absl::Status ProbeSnapshot(std::span<const std::byte> full);
 
   EngineOptions options_;
   llama_model* model_ = nullptr;
   llama_context* ctx_ = nullptr;
   int32_t n_vocab_ = 0;
   int32_t n_swa_ = 0;  // > 0: an iSWA cache (accepted only with options_.swa_full)
+  MemoryKind memory_kind_ = MemoryKind::kKv;
+  uint64_t snapshot_bytes_ = 0;  // recurrent/hybrid
   bool logits_valid_ = false;
   SeqStateSpec spec_;
   KvLayout layout_;
@@ -175,7 +216,10 @@ std::string ModelArchitecture(const llama_model* model);
 // the sliding-window cache at each chunk boundary)". Checked from the model's
 // hyperparameters (llama_model_is_recurrent / _is_hybrid / _n_swa) before any state is
 // read. docs/models.md lists every family.
-absl::Status CheckMemorySupported(const llama_model* model, bool swa_full);
+// `boundary_snapshots`: recurrent and hybrid models are OK too (the caller restores them
+// from boundary snapshots, as LlamaEngine does; kvtier-llama-server does not yet).
+absl::Status CheckMemorySupported(const llama_model* model, bool swa_full,
+                                  bool boundary_snapshots = false);
 
 // XXH3-128 fingerprint of a GGUF file as described at model_fingerprint().
 // NotFound / Internal on I/O errors.
