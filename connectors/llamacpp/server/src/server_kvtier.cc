@@ -18,6 +18,7 @@
 #include "kvstore/store_factory.h"
 #include "kvstore/throttled_tier.h"
 #include "kvtier_server/seq_streams.h"
+#include "kvtier_server/slot_snapshots.h"
 #include "kvtier_server/tail_records.h"
 #include "llamacpp/llama_engine.h"
 #include "nlohmann/json.hpp"
@@ -41,8 +42,11 @@ void AddAtomic(std::atomic<double>& a, double v) {
 }
 
 // The sequence-state format of `ctx`: decode one token into seq 0 of the (empty) context,
-// read its state, clear it again.
-absl::StatusOr<SeqStateSpec> ProbeServerContext(llama_context* ctx, uint32_t* n_stream) {
+// read its state, clear it again. `snapshot_bytes` non-null (a recurrent or hybrid
+// model): the partial state is cut off the end first and its size set there; a
+// recurrent model's state then has no rows, returned as a spec with n_layer 0.
+absl::StatusOr<SeqStateSpec> ProbeServerContext(llama_context* ctx, uint32_t* n_stream,
+                                                uint64_t* snapshot_bytes) {
   llama_memory_t mem = llama_get_memory(ctx);
   if (llama_memory_seq_pos_max(mem, 0) >= 0) {
     return absl::FailedPreconditionError("seq 0 is not empty at start-up");
@@ -58,9 +62,25 @@ absl::StatusOr<SeqStateSpec> ProbeServerContext(llama_context* ctx, uint32_t* n_
   std::vector<std::byte> blob(llama_state_seq_get_size_ext(ctx, 0, 0));
   const size_t got =
       llama_state_seq_get_data_ext(ctx, reinterpret_cast<uint8_t*>(blob.data()), blob.size(), 0, 0);
+  absl::StatusOr<std::vector<std::byte>> snapshot =
+      snapshot_bytes != nullptr ? ReadSnapshot(ctx, 0) : std::vector<std::byte>();
   llama_memory_seq_rm(mem, 0, -1, -1);
   if (got != blob.size())
     return absl::InternalError("probe: llama_state_seq_get_data_ext short read");
+  if (snapshot_bytes != nullptr) {
+    if (!snapshot.ok()) return snapshot.status();
+    if (blob.size() < snapshot->size() + 8 ||
+        std::memcmp(blob.data() + blob.size() - snapshot->size(), snapshot->data(),
+                    snapshot->size()) != 0) {
+      return absl::UnimplementedError("the partial state is not the end of the whole state");
+    }
+    *snapshot_bytes = snapshot->size();
+    blob.resize(blob.size() - snapshot->size());
+    if (blob.size() == 8) {  // recurrent only: no rows
+      *n_stream = 1;
+      return SeqStateSpec{};
+    }
+  }
   absl::StatusOr<uint32_t> n = SeqStateStreamCount(blob);
   if (!n.ok()) return n.status();
   *n_stream = *n;
@@ -234,17 +254,21 @@ bool ServerKvtier::OnContextReady(llama_context* ctx, const char* model_path) {
     return true;
   };
   const llama_model* model = llama_get_model(ctx);
-  if (absl::Status s = CheckMemorySupported(model, options_.swa_full); !s.ok()) {
+  if (absl::Status s = CheckMemorySupported(model, options_.swa_full, /*boundary_snapshots=*/true);
+      !s.ok()) {
     return refuse(std::string(s.message()));
   }
   iswa_ = llama_model_n_swa(model) > 0;
-  absl::StatusOr<SeqStateSpec> probed = ProbeServerContext(ctx, &n_stream_);
-  if (iswa_ && n_stream_ != 1) {
-    // Each section of an iSWA state then has its own streams; kvtier reads one stream.
+  const bool snapshots = llama_model_is_recurrent(model) || llama_model_is_hybrid(model);
+  uint64_t snapshot_bytes = 0;
+  absl::StatusOr<SeqStateSpec> probed =
+      ProbeServerContext(ctx, &n_stream_, snapshots ? &snapshot_bytes : nullptr);
+  if ((iswa_ || snapshots) && n_stream_ != 1) {
+    // Each section of such a state then has its own streams; kvtier reads one stream.
     return refuse(
         absl::StrCat("kvtier cannot restore '", ModelArchitecture(model),
-                     "' models with one KV stream per slot: their iSWA state is read as one stream "
-                     "(missing: run with --kv-unified, or -np 1)"));
+                     "' models with one KV stream per slot: their ", snapshots ? "hybrid" : "iSWA",
+                     " state is read as one stream (missing: run with --kv-unified, or -np 1)"));
   }
   if (!probed.ok()) {
     spdlog::error("kvtier: cannot read this context's sequence state: {}",
@@ -288,6 +312,14 @@ bool ServerKvtier::OnContextReady(llama_context* ctx, const char* model_path) {
                   engine.status().ToString());
     return false;
   }
+  if ((*engine)->has_snapshots() != snapshots ||
+      (snapshots && (*engine)->snapshot_bytes() != snapshot_bytes)) {
+    spdlog::error(
+        "kvtier: the server's boundary snapshot ({} bytes) differs from the adapter's "
+        "({} bytes)",
+        snapshot_bytes, (*engine)->snapshot_bytes());
+    return false;
+  }
   if ((*engine)->model_fingerprint() != (*watch)->opened_fingerprint()) {
     spdlog::error("kvtier: model file '{}' changed while the server started; restart it",
                   model_path);
@@ -295,9 +327,12 @@ bool ServerKvtier::OnContextReady(llama_context* ctx, const char* model_path) {
   }
   model_watch_ = std::move(*watch);
   const SeqStateSpec& es = (*engine)->state_spec();
-  if (es.n_layer != probed->n_layer || es.type_k != probed->type_k || es.type_v != probed->type_v ||
-      es.k_row_bytes != probed->k_row_bytes || es.v_row_bytes != probed->v_row_bytes ||
-      es.v_trans != probed->v_trans || es.n_layer_swa != probed->n_layer_swa) {
+  // (A recurrent model's state has no rows: nothing to compare but the snapshot above.)
+  if (probed->n_layer > 0 &&
+      (es.n_layer != probed->n_layer || es.type_k != probed->type_k ||
+       es.type_v != probed->type_v || es.k_row_bytes != probed->k_row_bytes ||
+       es.v_row_bytes != probed->v_row_bytes || es.v_trans != probed->v_trans ||
+       es.n_layer_swa != probed->n_layer_swa)) {
     spdlog::error("kvtier: the server's state format {} differs from the adapter's {}",
                   probed->DebugString(), es.DebugString());
     return false;
@@ -316,7 +351,14 @@ bool ServerKvtier::OnContextReady(llama_context* ctx, const char* model_path) {
   ns_hex_ = connector_->ns().ToHex();
   n_ubatch_ = llama_n_ubatch(ctx);
   n_batch_ = llama_n_batch(ctx);
-  if (options_.tail) {
+  if (snapshots) {
+    // A chunk payload: [attention rows][snapshot][zeros] (docs/chunk-format.md). No tail
+    // records: a tail would need the snapshot at the prompt's last token but one.
+    const uint64_t rows =
+        probed->n_layer > 0 ? uint64_t{chunk} * spec_.payload_bytes_per_token() : 0;
+    snapshots_ = std::make_unique<SlotSnapshots>(chunk, rows, snapshot_bytes,
+                                                 connector_->chunk_payload_bytes());
+  } else if (options_.tail) {
     tails_ = std::make_unique<TailRecords>(store_, connector_->ns(), co.ns.layout, chunk);
   }
   ready_.store(true, std::memory_order_release);
@@ -328,6 +370,13 @@ bool ServerKvtier::OnContextReady(llama_context* ctx, const char* model_path) {
 int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const llama_token* tokens,
                                     size_t n_tokens, size_t n_have) {
   const Clock::time_point entered = Clock::now();
+  if (snapshots_ && n_have > 0 &&
+      llama_memory_seq_pos_max(llama_get_memory(ctx), seq_id) + 1 >
+          static_cast<llama_pos>(n_have)) {
+    // A recurrent state cannot be rolled back to the shared prefix: llama-server would
+    // compute the prompt from token 0, so kvtier may restore from 0 (replacing the state).
+    n_have = 0;
+  }
   prompt_start_[seq_id] = PromptStart{entered, n_have};
   // Everything kvtier does before the prefill (lookup, and a restore on a hit) is on this
   // request's path; a miss's share is what kvtier costs a prompt it cannot help.
@@ -335,6 +384,7 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
     AddAtomic(prompt_start_seconds_, std::chrono::duration<double>(Clock::now() - entered).count());
   };
   overlaps_.erase(seq_id);  // a front the slot never finished (e.g. a cancelled request)
+  if (snapshots_) snapshots_->Reset(seq_id);
   if (!connector_ || n_tokens < 2 || !ModelUnchanged()) return 0;
   const uint32_t chunk = connector_->chunk_tokens();
   // Complete chunks up to T (the last token is always computed), then the tail record of
@@ -363,6 +413,13 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
     // are a cold prefill's; only when the front is longer than what is dropped).
     const uint64_t usable = std::min<uint64_t>(lookup->cached_tokens, chunk_end) / chunk * chunk;
     const uint64_t begin = n_have % chunk == 0 ? n_have : 0;
+    if (snapshots_) {  // no load while computing: a front would need its own snapshot
+      if (want <= n_have) {
+        misses_.fetch_add(1, std::memory_order_relaxed);
+        return 0;
+      }
+      return RestoreWithSnapshot(ctx, seq_id, prompt, want, n_have);
+    }
     if (const uint64_t front = PickOverlapFront(*lookup, begin, usable, want);
         front > n_have && StartOverlap(seq_id, prompt, front, usable, lookup->lease)) {
       prompt_start_[seq_id] = PromptStart{entered, begin, /*overlapped=*/true};
@@ -490,6 +547,82 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
   return static_cast<int64_t>(loaded);
 }
 
+int64_t ServerKvtier::RestoreWithSnapshot(llama_context* ctx, int32_t seq_id,
+                                          std::span<const TokenId> prompt, uint64_t want,
+                                          uint64_t n_have) {
+  const auto t0 = Clock::now();
+  const uint32_t chunk = connector_->chunk_tokens();
+  const bool rows = snapshots_->rows_bytes() > 0;
+  std::optional<SeqStateBuilder> builder;
+  if (rows) {
+    absl::StatusOr<SeqStateBuilder> b =
+        SeqStateBuilder::Create(spec_, static_cast<uint32_t>(want), seq_id);
+    if (!b.ok()) {
+      spdlog::warn("kvtier: cannot build a {}-token state: {}", want, b.status().ToString());
+      misses_.fetch_add(1, std::memory_order_relaxed);
+      return 0;
+    }
+    builder.emplace(std::move(*b));
+  }
+  // Rows of chunks 1..k and the snapshot of chunk k.
+  std::vector<std::vector<std::byte>> snaps(want / chunk);
+  const uint64_t chunk_bytes = connector_->chunk_payload_bytes();
+  absl::StatusOr<ConnectorLoadResult> load = connector_->LoadPayloads(
+      prompt, want, [&](size_t chunk_index, std::span<const std::byte> payload) -> absl::Status {
+        if (payload.size() != chunk_bytes) {
+          return absl::DataLossError(absl::StrFormat("chunk %d payload is %d bytes, expected %d",
+                                                     chunk_index, payload.size(), chunk_bytes));
+        }
+        if (chunk_index < snaps.size()) {
+          const std::span<const std::byte> s = snapshots_->SnapshotOf(payload);
+          snaps[chunk_index].assign(s.begin(), s.end());
+        }
+        if (!rows) return absl::OkStatus();
+        return builder->PutChunk(static_cast<uint32_t>(chunk_index * chunk), chunk,
+                                 payload.first(snapshots_->rows_bytes()));
+      });
+  uint64_t loaded = load.ok() ? std::min<uint64_t>(load->loaded_tokens, want) : 0;
+  loaded -= loaded % chunk;
+  if (!load.ok() || !load->failed_chunks.empty()) {
+    load_failures_.fetch_add(1, std::memory_order_relaxed);
+    spdlog::warn("kvtier: {} of {} tokens delivered ({}); recomputing the rest", loaded, want,
+                 load.ok() ? load->first_error.ToString() : load.status().ToString());
+  }
+  if (loaded <= n_have || snaps[loaded / chunk - 1].size() != snapshots_->snapshot_bytes()) {
+    misses_.fetch_add(1, std::memory_order_relaxed);
+    return 0;
+  }
+  std::vector<std::byte> rows_blob;
+  if (rows && loaded == want) {
+    rows_blob.assign(builder->blob().begin(), builder->blob().end());
+  } else if (rows) {
+    absl::StatusOr<std::vector<std::byte>> t = builder->Truncated(static_cast<uint32_t>(loaded));
+    if (!t.ok()) {
+      misses_.fetch_add(1, std::memory_order_relaxed);
+      return 0;
+    }
+    rows_blob = std::move(*t);
+  }
+  const std::vector<std::byte> state =
+      snapshots_->Compose(rows_blob, snaps[loaded / chunk - 1], seq_id);
+  if (llama_state_seq_set_data_ext(ctx, reinterpret_cast<const uint8_t*>(state.data()),
+                                   state.size(), seq_id, 0) != state.size()) {
+    spdlog::warn("kvtier: llama.cpp refused a {}-token state for seq {}; recomputing", loaded,
+                 seq_id);
+    llama_memory_seq_rm(llama_get_memory(ctx), seq_id, -1, -1);
+    load_failures_.fetch_add(1, std::memory_order_relaxed);
+    misses_.fetch_add(1, std::memory_order_relaxed);
+    prompt_start_[seq_id].context_tokens = 0;
+    return -1;
+  }
+  hits_.fetch_add(1, std::memory_order_relaxed);
+  loaded_tokens_.fetch_add(loaded, std::memory_order_relaxed);
+  load_bytes_.fetch_add(loaded / chunk * chunk_bytes, std::memory_order_relaxed);
+  AddAtomic(load_seconds_, std::chrono::duration<double>(Clock::now() - t0).count());
+  prompt_start_[seq_id].context_tokens = loaded;
+  return static_cast<int64_t>(loaded);
+}
+
 absl::StatusOr<std::span<const std::byte>> ServerKvtier::ReadSingleStream(llama_context* ctx,
                                                                           int32_t seq_id) {
   if (iswa_) {
@@ -521,6 +654,12 @@ absl::StatusOr<std::span<const std::byte>> ServerKvtier::ReadSingleStream(llama_
 absl::StatusOr<SeqStateView> ServerKvtier::ReadSeqState(llama_context* ctx, int32_t seq_id) {
   absl::StatusOr<std::span<const std::byte>> blob = ReadSingleStream(ctx, seq_id);
   if (!blob.ok()) return blob.status();
+  if (snapshots_) {  // a hybrid state: the attention rows, then the recurrent state
+    if (blob->size() < snapshots_->snapshot_bytes()) {
+      return absl::DataLossError("hybrid state shorter than its snapshot");
+    }
+    return ParseSeqState(blob->first(blob->size() - snapshots_->snapshot_bytes()), spec_);
+  }
   return ParseSeqState(*blob, spec_);
 }
 
@@ -542,6 +681,11 @@ size_t ServerKvtier::StoreSeq(llama_context* ctx, int32_t seq_id, std::span<cons
   const uint32_t chunk = connector_->chunk_tokens();
   absl::StatusOr<size_t> stored = connector_->StorePayloads(
       tokens, [&](size_t chunk_index, std::span<std::byte> payload) -> absl::Status {
+        if (snapshots_) {
+          if (absl::Status s = snapshots_->Fill(seq_id, chunk_index, payload); !s.ok()) return s;
+          if (snapshots_->rows_bytes() == 0) return absl::OkStatus();
+          payload = payload.first(snapshots_->rows_bytes());
+        }
         if (!view.has_value()) {  // the state is read only when a chunk is wanted
           absl::StatusOr<SeqStateView> v = ReadSeqState(ctx, seq_id);
           if (!v.ok()) return v.status();
@@ -610,8 +754,9 @@ void ServerKvtier::OnPromptSave(llama_context* ctx, int32_t seq_id, const llama_
   if (!connector_) return;
   // Only the prompt's chunks: generated tokens were decoded one by one, and their KV can
   // differ in the last bits from a prefill of the same tokens.
+  // Recurrent/hybrid: OnPromptDone stored what has snapshots already.
   auto it = last_prompt_tokens_.find(seq_id);
-  if (it == last_prompt_tokens_.end() || !ModelUnchanged()) return;
+  if (snapshots_ || it == last_prompt_tokens_.end() || !ModelUnchanged()) return;
   StoreSeq(ctx, seq_id, Span(tokens, std::min<size_t>(n_tokens, it->second)));
 }
 

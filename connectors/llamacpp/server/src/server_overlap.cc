@@ -107,6 +107,9 @@ bool ServerKvtier::StartOverlap(int32_t seq_id, std::span<const TokenId> prompt,
 
 size_t ServerKvtier::OnPromptBatch(llama_context* ctx, int32_t seq_id, const llama_token* tokens,
                                    size_t n_tokens, size_t n_done, size_t* n_limit) {
+  // Recurrent/hybrid models: the batch stops at the next chunk boundary, where the
+  // snapshot of the chunk ending there is taken (before the next batch).
+  if (snapshots_) *n_limit = std::min(*n_limit, snapshots_->AtBatch(ctx, seq_id, n_done));
   auto it = overlaps_.find(seq_id);
   if (it == overlaps_.end()) return n_done;
   Overlap& ov = *it->second;

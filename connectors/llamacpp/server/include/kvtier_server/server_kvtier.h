@@ -60,6 +60,7 @@
 #include "kvstore/cost_model.h"
 #include "kvstore/tiered_store.h"
 #include "kvtier_server/server_options.h"
+#include "kvtier_server/slot_snapshots.h"
 #include "kvtier_server/tail_records.h"
 #include "llamacpp/model_file_watch.h"
 #include "llamacpp/overlap_load.h"
@@ -110,6 +111,10 @@ class ServerKvtier final : public KvtierServerHooks {
   // Restores a single-stream blob into `seq_id` (framed for n_stream_ > 1); false when
   // llama.cpp refused it.
   bool SetSeqState(llama_context* ctx, int32_t seq_id, std::span<const std::byte> blob);
+  // Recurrent/hybrid models: loads up to `want` leading tokens of `prompt` (chunk rows and
+  // the last chunk's snapshot) into `seq_id`; OnPromptStart's result.
+  int64_t RestoreWithSnapshot(llama_context* ctx, int32_t seq_id, std::span<const TokenId> prompt,
+                              uint64_t want, uint64_t n_have);
 
   // Load while computing (server_overlap.cc). The front of a split for this lookup (0 =
   // no split): chunk-aligned, > `begin` (where the slot's prefill starts) and < `usable`.
@@ -155,6 +160,8 @@ class ServerKvtier final : public KvtierServerHooks {
   // An iSWA model (accepted with --swa-full and one stream): its state is read from the
   // whole-context state (SeqStateFromContextState).
   bool iswa_ = false;
+  // A recurrent or hybrid model: boundary snapshots per slot (null otherwise).
+  std::unique_ptr<SlotSnapshots> snapshots_;
   std::string ns_hex_;
   std::unique_ptr<ModelFileWatch> model_watch_;  // set by OnContextReady; task-loop thread
   std::atomic<bool> model_changed_{false};

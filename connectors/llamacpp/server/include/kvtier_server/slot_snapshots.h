@@ -1,0 +1,69 @@
+// SlotSnapshots: boundary snapshots of recurrent and hybrid models in kvtier-llama-server
+// (docs/models.md "Boundary snapshots"). A chunk record of such a model is the attention
+// rows of its tokens, then the recurrent state after its last token (the
+// LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY state without its 8-byte header), then zeros
+// (docs/chunk-format.md). llama-server's prompt batches stop at chunk boundaries
+// (OnPromptBatch: BatchLimit), and each slot's snapshot is taken there.
+//
+// Task-loop thread only (as the hooks that call it). Not thread-safe.
+#ifndef KVTIER_SERVER_SLOT_SNAPSHOTS_H_
+#define KVTIER_SERVER_SLOT_SNAPSHOTS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "llama.h"
+
+namespace kvt::llamacpp {
+
+class SlotSnapshots {
+ public:
+  // `rows_bytes`: the attention rows of one chunk in its payload (0: recurrent only);
+  // `snapshot_bytes`: one snapshot; `payload_bytes`: a whole chunk payload (>= both).
+  SlotSnapshots(uint32_t chunk_tokens, uint64_t rows_bytes, uint64_t snapshot_bytes,
+                uint64_t payload_bytes);
+
+  // A new prompt in `seq_id`: forgets the snapshots of the one before.
+  void Reset(int32_t seq_id) { by_seq_.erase(seq_id); }
+  // Before llama-server adds `seq_id`'s next prompt tokens to a batch: the sequence holds
+  // the prompt's tokens [0, n_done). On a chunk boundary, takes the snapshot of the chunk
+  // ending there. Returns where this batch must stop adding the prompt's tokens (the next
+  // boundary).
+  size_t AtBatch(llama_context* ctx, int32_t seq_id, size_t n_done);
+  // Writes chunk `chunk_index`'s snapshot and the zero padding after the payload's rows.
+  // NotFound when this prompt's prefill did not stop on that chunk's end.
+  absl::Status Fill(int32_t seq_id, size_t chunk_index, std::span<std::byte> payload) const;
+  // The snapshot part of a loaded payload.
+  std::span<const std::byte> SnapshotOf(std::span<const std::byte> payload) const {
+    return payload.subspan(rows_bytes_, snapshot_bytes_);
+  }
+  // The state to restore into `seq_id`: the rows blob (a single-stream state of the
+  // attention rows; empty for a recurrent model) followed by `snapshot`.
+  std::vector<std::byte> Compose(std::span<const std::byte> rows_blob,
+                                 std::span<const std::byte> snapshot, int32_t seq_id) const;
+
+  uint64_t rows_bytes() const { return rows_bytes_; }
+  uint64_t snapshot_bytes() const { return snapshot_bytes_; }
+  uint64_t snapshots_taken() const { return taken_; }
+
+ private:
+  uint32_t chunk_;
+  uint64_t rows_bytes_;
+  uint64_t snapshot_bytes_;
+  uint64_t payload_bytes_;
+  uint64_t taken_ = 0;
+  std::map<int32_t, std::vector<std::vector<std::byte>>> by_seq_;  // [seq][chunk index]
+};
+
+// The size of `seq_id`'s partial state (LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY), and the
+// state itself without its 8-byte header. Internal on a short read.
+absl::StatusOr<std::vector<std::byte>> ReadSnapshot(llama_context* ctx, int32_t seq_id);
+
+}  // namespace kvt::llamacpp
+
+#endif  // KVTIER_SERVER_SLOT_SNAPSHOTS_H_
