@@ -1,4 +1,5 @@
-// Model families through kvtier-llama-server (issue 22), with curl, as a user runs them:
+// Model families through kvtier-llama-server (issue 22), with curl, as a user runs them
+// (recurrent and hybrid models: SnapshotFamilyServerTest below):
 //  * Families kvtier restores exactly (K and V caches of different types, -ctk q8_0
 //    -ctv f16; MLA, deepseek2; iSWA with --swa-full --kv-unified, gemma3 and gpt-oss
 //    with attention sinks): a prompt of 4 chunks and a tail is loaded from the host tier

@@ -30,6 +30,13 @@
 //    computed front with the loaded back (llama_state_seq_get_data of the front, Join,
 //    llama_state_seq_set_data on that seq id) and llama-server continues after K. A
 //    back load that fails only leaves the rest to compute.
+//  * Model families (docs/models.md): an iSWA model (with --swa-full, one KV stream) is
+//    read from the whole-context state (SeqStateFromContextState: llama_state_seq_get_data
+//    writes only the window of its sliding-window layers); a recurrent or hybrid model
+//    (one KV stream) stores and restores boundary snapshots (slot_snapshots.h): its
+//    batches stop at chunk boundaries (OnPromptBatch), where each slot's recurrent state
+//    is read; a record is the chunk's attention rows plus that snapshot. Other memory
+//    kinds are refused: the server runs as plain llama-server (GET /kvtier says why).
 //  * Counters for /metrics (kvtier_* lines) and GET /kvtier.
 //  * The model file (issue 21 item 1): OnContextReady opens a ModelFileWatch on the file
 //    the server loaded; before every lookup/load (OnPromptStart) and every store
