@@ -38,8 +38,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (kvt::llamacpp::SeqStateBytes(*spec, view->cell_count) != size) std::abort();
   for (uint32_t l = 0; l < spec->n_layer; ++l) {
     if (view->k_offset[l] + u128{view->cell_count} * spec->k_row_bytes > size) std::abort();
-    if (spec->has_v &&
-        view->v_offset[l] + u128{view->cell_count} * spec->v_row_bytes > size) {
+    if (spec->has_v && view->v_offset[l] + u128{view->cell_count} * spec->v_row_bytes > size) {
       std::abort();
     }
   }
