@@ -12,14 +12,16 @@
 # requests in flight. Each run prints the tool's own summary (TTFT, TPOT, throughput); a
 # table of the four at the end. The model is a generated demo-size GGUF
 # (kvtier-make-gguf); the prompts' words come from a word-level tokenizer
-# (python -m kvtier.make_model), which the server tokenizes with its own vocabulary.
+# (python -m kvtier.make_model), which the server tokenizes with its own vocabulary
+# (about 4 server tokens per word: the lengths below are the tool's, in words).
 #
 # Usage: bash bench/outside_clients.sh [--num-prompts N] [--prefix-len T] [--suffix-len T]
-#            [--num-prefixes N] [--output-len T] [--concurrency N] [--out DIR]
+#            [--num-prefixes N] [--output-len T] [--concurrency N] [--size demo|tiny]
+#            [--out DIR]
 set -euo pipefail
 src="$(cd "$(dirname "$0")/.." && pwd)"
 build="${KVT_BUILD_DIR:-$src/build/release}"
-num_prompts=48 prefix_len=1536 suffix_len=64 num_prefixes=4 output_len=8 concurrency=2 out=""
+num_prompts=24 prefix_len=256 suffix_len=16 num_prefixes=4 output_len=4 concurrency=2 size=demo out=""
 while [ $# -gt 0 ]; do
   case $1 in
     --num-prompts) num_prompts=$2; shift 2 ;;
@@ -28,6 +30,7 @@ while [ $# -gt 0 ]; do
     --num-prefixes) num_prefixes=$2; shift 2 ;;
     --output-len) output_len=$2; shift 2 ;;
     --concurrency) concurrency=$2; shift 2 ;;
+    --size) size=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     *) echo "outside_clients.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -48,10 +51,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$make_gguf" --size demo --out "$work/model.gguf" >/dev/null
+"$make_gguf" --size "$size" --out "$work/model.gguf" >/dev/null
 PYTHONPATH="$src/connectors/vllm" "$py" -m kvtier.make_model --out "$work/tokenizer" >/dev/null
 port=$((20000 + RANDOM % 20000))
-ctx=$(( (prefix_len * 2 + suffix_len * 2 + output_len + 64) * 2 ))
+# The tool's lengths count its tokenizer's words; the server's vocabulary splits a word
+# into about 4 tokens (a 512-word prefix is ~2,000 server tokens): 6 per word, 2 slots.
+ctx=$(( (prefix_len + suffix_len + output_len) * 6 * 2 + 256 ))
 
 start_server() {  # name, extra flags...
   local name=$1
@@ -89,6 +94,10 @@ args = p.parse_args([
     "--prefix-repetition-output-len", "$output_len", "--num-prompts", "$num_prompts",
     "--max-concurrency", "$concurrency", "--ignore-eos", "--temperature", "0", "--seed", "0",
     "--percentile-metrics", "ttft,tpot,e2el", "--metric-percentiles", "50,90,99",
+    # llama-server closes an idle keep-alive connection after 5 s while the tool's pool
+    # keeps it 60 s: a request sent on such a connection fails (ServerDisconnectedError,
+    # plain llama-server alike), so every request gets its own connection.
+    "--header", "Connection=close",
     "--disable-tqdm", "--save-result", "--result-dir", "$out",
     "--result-filename", sys.argv[1] + ".json"])
 serve.main(args)
@@ -124,6 +133,10 @@ for n, c, f, p50, p90, p99, mean, rps in rows:
     print(f"{n:15s} {c:5d} {f:6d} {p50:12.1f} {p90:7.1f} {p99:7.1f} {mean:8.1f} {rps:6.2f}")
 base = rows[0][6]
 for n, *_, mean, _rps in rows[1:]:
-    print(f"mean TTFT {n} / plain: {mean / base:.2f}")
+    if base > 0:
+        print(f"mean TTFT {n} / plain: {mean / base:.2f}")
+if any(r[2] for r in rows) or any(r[1] == 0 for r in rows):
+    print("FAIL: requests failed (server logs beside the results)")
+    sys.exit(1)
 print(f"results (the tool's JSON per setup, server logs): {out}")
 EOF
