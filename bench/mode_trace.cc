@@ -143,6 +143,10 @@ int RunTrace(int argc, char** argv) {
   std::string disk_base = std::filesystem::exists("/dev/shm") ? "/dev/shm" : "/tmp";
   int kvtierd_clients = 0;
   std::string kvtierd_bin;
+  bool no_flush = false;
+  app.add_flag("--no-flush", no_flush,
+               "two-tier store replay: do not flush the write-back after each request (its "
+               "queue then serves records beyond the tiers' capacities while it lags)");
   app.add_flag("--json", json, "one JSON object per (trace, capacity, policy) line");
   app.add_flag("--sweep", sweep, "capacities 1, 2, 5, 10, 20, 50 % of each trace's blocks");
   app.add_option("--traces-dir", traces_dir, "folder holding <trace>_trace.jsonl.gz");
@@ -337,6 +341,7 @@ int RunTrace(int argc, char** argv) {
           so.disk_records = disk;
           so.disk_dir = dir;
           so.record_bytes = record_bytes;
+          so.flush = !no_flush;
           auto st = ReplayThroughStore(*trace, so);
           std::error_code ec;
           std::filesystem::remove_all(dir, ec);

@@ -98,9 +98,9 @@ void RunClient(int c, const Trace& trace, const DaemonReplayOptions& o, const st
         }
         if (st->pending_write_bytes == 0) break;
         if (tries >= 60000) {  // 60 s: kvtierd's write-back is stuck
-          fail("drain", absl::DeadlineExceededError(absl::StrCat(
-                            "kvtierd's write-back still holds ", st->pending_write_bytes,
-                            " bytes after 60 s")));
+          fail("drain", absl::DeadlineExceededError(
+                            absl::StrCat("kvtierd's write-back still holds ",
+                                         st->pending_write_bytes, " bytes after 60 s")));
           break;
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
