@@ -91,6 +91,15 @@ CachePolicyOptions PolicyOptions(const std::string& name, bool below_another_tie
   return o;
 }
 
+// A host tier with no tier below (the host-only rows): OpenTieredStore's default stores
+// first-seen chunks there (first to go), as a chunk it declined would reach no tier. The
+// direct replay runs the same policy, so its rows and the store's measure one thing.
+CachePolicyOptions HostAloneOptions(const std::string& name) {
+  CachePolicyOptions o = PolicyOptions(name, false);
+  if (name == "default") o.adaptive_declines_first_seen = false;
+  return o;
+}
+
 // What the store replay passes: "default" as the name, which OpenTieredStore resolves for
 // the tier's place, so the replay runs the store factory's own defaults.
 CachePolicyOptions StoreOptionsFor(const std::string& name, bool below_another_tier) {
@@ -237,7 +246,7 @@ int RunTrace(int argc, char** argv) {
       opt.direct_ratio = opt.result.token_hit_ratio();
       std::vector<Row> group;
       for (const std::string& p : policies) {
-        auto policy = MakeCachePolicy(PolicyOptions(p, false), cap * record_bytes);
+        auto policy = MakeCachePolicy(HostAloneOptions(p), cap * record_bytes);
         if (!policy.ok()) {
           std::fprintf(stderr, "trace: %s\n", policy.status().ToString().c_str());
           return 1;

@@ -39,7 +39,7 @@ std::vector<nlohmann::json> RunBench(const std::string& args) {
 
 TEST(CachePolicyKvtierdTraceTest, TwoClientsOnOneKvtierdMatchTheInProcessReplay) {
   const auto lines = RunBench(
-      "--traces conversation --max-requests 2000 --capacities 0.01 --policies default,lru "
+      "--traces conversation --max-requests 1000 --capacities 0.01 --policies default,lru "
       "--host-disk 0.05,0.2 --record-bytes 8192 --kvtierd-clients 2");
   std::map<std::string, double> via_kvtierd, in_process;
   for (const auto& j : lines) {
@@ -50,13 +50,16 @@ TEST(CachePolicyKvtierdTraceTest, TwoClientsOnOneKvtierdMatchTheInProcessReplay)
     EXPECT_GT(j["disk_bytes_written"].get<uint64_t>(), 0u) << j.dump();
     // kvtierd's Stats carry its tiers' admission rejects: LRU admits everything; the
     // default host policy declines first-seen chunks beyond its budget, the disk below it
-    // stores them.
+    // stores them and declines only demotions of chunks it let go (far fewer).
     if (j["policy"] == "lru") {
       EXPECT_EQ(j["host_admission_rejects"], 0) << j.dump();
+      EXPECT_EQ(j["disk_admission_rejects"], 0) << j.dump();
     } else {
       EXPECT_GT(j["host_admission_rejects"].get<uint64_t>(), 0u) << j.dump();
+      EXPECT_LT(j["disk_admission_rejects"].get<uint64_t>(),
+                j["host_admission_rejects"].get<uint64_t>() / 4)
+          << j.dump();
     }
-    EXPECT_EQ(j["disk_admission_rejects"], 0) << j.dump();
     via_kvtierd[j["policy"]] = j["token_hit_ratio"].get<double>();
     in_process[j["policy"]] = j["in_process_token_hit_ratio"].get<double>();
   }
