@@ -91,6 +91,15 @@ CachePolicyOptions PolicyOptions(const std::string& name, bool below_another_tie
   return o;
 }
 
+// A host tier with no tier below (the host-only rows): OpenTieredStore's default stores
+// first-seen chunks there (first to go), as a chunk it declined would reach no tier. The
+// direct replay runs the same policy, so its rows and the store's measure one thing.
+CachePolicyOptions HostAloneOptions(const std::string& name) {
+  CachePolicyOptions o = PolicyOptions(name, false);
+  if (name == "default") o.adaptive_declines_first_seen = false;
+  return o;
+}
+
 // What the store replay passes: "default" as the name, which OpenTieredStore resolves for
 // the tier's place, so the replay runs the store factory's own defaults.
 CachePolicyOptions StoreOptionsFor(const std::string& name, bool below_another_tier) {
@@ -143,6 +152,10 @@ int RunTrace(int argc, char** argv) {
   std::string disk_base = std::filesystem::exists("/dev/shm") ? "/dev/shm" : "/tmp";
   int kvtierd_clients = 0;
   std::string kvtierd_bin;
+  bool no_flush = false;
+  app.add_flag("--no-flush", no_flush,
+               "two-tier store replay: do not flush the write-back after each request (its "
+               "queue then serves records beyond the tiers' capacities while it lags)");
   app.add_flag("--json", json, "one JSON object per (trace, capacity, policy) line");
   app.add_flag("--sweep", sweep, "capacities 1, 2, 5, 10, 20, 50 % of each trace's blocks");
   app.add_option("--traces-dir", traces_dir, "folder holding <trace>_trace.jsonl.gz");
@@ -233,7 +246,7 @@ int RunTrace(int argc, char** argv) {
       opt.direct_ratio = opt.result.token_hit_ratio();
       std::vector<Row> group;
       for (const std::string& p : policies) {
-        auto policy = MakeCachePolicy(PolicyOptions(p, false), cap * record_bytes);
+        auto policy = MakeCachePolicy(HostAloneOptions(p), cap * record_bytes);
         if (!policy.ok()) {
           std::fprintf(stderr, "trace: %s\n", policy.status().ToString().c_str());
           return 1;
@@ -337,6 +350,7 @@ int RunTrace(int argc, char** argv) {
           so.disk_records = disk;
           so.disk_dir = dir;
           so.record_bytes = record_bytes;
+          so.flush = !no_flush;
           auto st = ReplayThroughStore(*trace, so);
           std::error_code ec;
           std::filesystem::remove_all(dir, ec);

@@ -53,7 +53,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "httplib.h"
 #include "kvtierd_process.h"
 #include "nlohmann/json.hpp"
 #include "server_client.h"
@@ -68,6 +67,7 @@ namespace kvt::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using llamacpp::demo::Completion;
 using llamacpp::demo::KvtierdProcess;
 using llamacpp::demo::KvtierdProcessOptions;
 using llamacpp::demo::ServerClient;
@@ -178,55 +178,22 @@ std::vector<int> PromptOf(const Trace& trace, const TraceRequest& r, uint32_t bl
   return p;
 }
 
-// One streamed /completion: greedy, `n_predict` tokens, TTFT on the client.
+// One streamed /completion: greedy, `n_predict` tokens, TTFT on the client (the demo's
+// ServerClient, cpp-httplib).
 Answer Complete(int port, const std::vector<int>& prompt, int n_predict) {
   Answer a;
   a.prompt_tokens = static_cast<int>(prompt.size());
-  httplib::Client cli("127.0.0.1", port);
-  cli.set_read_timeout(600, 0);
-  cli.set_write_timeout(60, 0);
-  const nlohmann::json body = {{"prompt", prompt},   {"n_predict", n_predict},
-                               {"temperature", 0.0}, {"cache_prompt", true},
-                               {"stream", true},     {"return_tokens", true}};
-  std::string buf, error;
-  bool first = false;
-  httplib::Request req;
-  req.method = "POST";
-  req.path = "/completion";
-  req.headers = {{"Content-Type", "application/json"}};
-  req.body = body.dump();
-  const auto t0 = Clock::now();
-  req.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {
-    buf.append(data, len);
-    for (size_t pos; (pos = buf.find("\n\n")) != std::string::npos;) {
-      const std::string event = buf.substr(0, pos);
-      buf.erase(0, pos + 2);
-      if (event.rfind("data: ", 0) != 0) continue;
-      auto j = nlohmann::json::parse(event.substr(6), nullptr, false);
-      if (j.is_discarded()) continue;
-      if (j.contains("error")) error = j["error"].dump();
-      if (j.contains("tokens") && j["tokens"].is_array()) {
-        for (const auto& t : j["tokens"]) a.tokens.push_back(t.get<int>());
-        if (!first && !a.tokens.empty()) {
-          first = true;
-          a.ttft_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-        }
-      }
-      if (j.contains("timings")) a.prompt_n = j["timings"].value("prompt_n", 0);
-    }
-    return true;
-  };
-  httplib::Response res;
-  httplib::Error err = httplib::Error::Success;
-  if (!cli.send(req, res, err)) {
-    a.error = absl::StrCat("POST /completion: ", httplib::to_string(err));
-  } else if (res.status != 200) {
-    a.error = absl::StrCat("POST /completion: HTTP ", res.status, " ", error);
-  } else if (!first) {
-    a.error = absl::StrCat("POST /completion: no token in the stream ", error);
-  } else {
-    a.ok = true;
+  absl::StatusOr<Completion> c = ServerClient("127.0.0.1", port)
+                                     .Complete(prompt, /*cache_prompt=*/true, n_predict,
+                                               /*n_probs=*/0);
+  if (!c.ok()) {
+    a.error = std::string(c.status().message());
+    return a;
   }
+  a.ok = true;
+  a.ttft_ms = c->ttft_ms;
+  a.prompt_n = c->prompt_n;
+  a.tokens = std::move(c->tokens);
   return a;
 }
 

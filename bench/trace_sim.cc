@@ -235,9 +235,10 @@ TwoTierResult SimulateTwoTier(const Trace& trace, CachePolicy& host_policy, uint
     }
     for (size_t i = hits; i < n; ++i) {
       offer(host, r.blocks[i], AdmitReason::kPut);
-      // The write-through: TieredStore writes a record down only if tier 0 took it (it
-      // reads the bytes back from tier 0); what host memory evicts meanwhile is demoted.
-      if (host.held[r.blocks[i]]) offer(disk, r.blocks[i], AdmitReason::kPut);
+      // The write-through: TieredStore writes every store down, the ones host memory
+      // declined too (their bytes go with the write-through), so the disk's own policy
+      // decides; what host memory evicts meanwhile is demoted.
+      offer(disk, r.blocks[i], AdmitReason::kPut);
     }
   }
   res.host_records_written = host.written;

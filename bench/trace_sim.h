@@ -52,8 +52,8 @@ SimResult SimulatePolicy(const Trace& trace, CachePolicy& policy, uint64_t capac
                          uint64_t record_bytes);
 
 // Host memory over disk, each with its own policy and capacity, as TieredStore composes
-// them by default: a store is written through to disk if host memory took it (the store
-// reads the bytes back from tier 0); a host eviction is demoted to disk when disk does
+// them by default: every store is written through to disk (one host memory declined
+// too: the store sends its bytes down); a host eviction is demoted to disk when disk does
 // not hold it; a disk hit is promoted into host memory. Each tier's Admit decides
 // whether it stores what it is offered.
 struct TwoTierResult {

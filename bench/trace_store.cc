@@ -92,8 +92,9 @@ absl::StatusOr<StoreReplayResult> ReplayThroughStore(const Trace& trace,
 
   StoreReplayResult res;
   const auto start = std::chrono::steady_clock::now();
-  if (absl::Status s = ReplayRequests(**store, trace, options.record_bytes, ReplaySlice{}, &res);
-      !s.ok()) {
+  ReplaySlice slice;
+  slice.flush = options.flush;
+  if (absl::Status s = ReplayRequests(**store, trace, options.record_bytes, slice, &res); !s.ok()) {
     return s;
   }
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

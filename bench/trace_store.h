@@ -26,6 +26,9 @@ struct StoreReplayOptions {
   uint64_t disk_records = 0;     // 0 = no disk tier
   std::string disk_dir;          // REQUIRES (a fresh folder) when disk_records > 0
   uint64_t record_bytes = 4096;  // REQUIRES: a multiple of 4096, >= 4096
+  // Flush the write-back after each request (deterministic; the tiers alone serve hits).
+  // false: the queue, which serves what it holds, adds capacity while it lags.
+  bool flush = true;
 };
 
 struct StoreReplayResult {

@@ -47,6 +47,9 @@ struct kvt_fetched {
 
 namespace {
 
+// kvt_options.disk_capacity_bytes = 0: the size kvtierd gives its disk tier by default.
+constexpr uint64_t kDefaultDiskCapacityBytes = 8ull << 30;
+
 thread_local std::string g_last_error;
 
 int Fail(const absl::Status& s) {
@@ -183,7 +186,10 @@ int kvt_create(const kvt_options* o, kvt_connector** out) {
       kvt::DiskTierOptions& dopts = sopts.disk.emplace();
       dopts.cache_policy.name = "default";  // the measured default (docs/cache-policy.md)
       dopts.dir = o->disk_dir;
-      dopts.capacity_bytes = o->disk_capacity_bytes;
+      // 0 = kvtierd's default disk_capacity (daemon/include/daemon/config.h), so the
+      // embedded store and the daemon size a disk tier alike when the user says nothing.
+      dopts.capacity_bytes =
+          o->disk_capacity_bytes != 0 ? o->disk_capacity_bytes : kDefaultDiskCapacityBytes;
     }
     absl::StatusOr<std::unique_ptr<kvt::TieredStore>> store = kvt::OpenTieredStore(sopts);
     if (!store.ok()) return Fail(store.status());

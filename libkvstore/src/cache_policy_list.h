@@ -32,7 +32,7 @@ struct PolicyNode {
   uint8_t queue = 0;   // which of the policy's lists holds it (the policy's own numbering)
   uint8_t freq = 0;    // a small per-key counter (S3-FIFO's 0..3)
   uint8_t origin = 0;  // the list it was in before it was designated a victim
-  uint64_t count = 0;  // LFU's use count
+  uint64_t count = 0;  // LFU's use count; adaptive's epoch of the last counted access
   uint64_t seq = 0;    // LFU's tie-break: the order of last use
 };
 

@@ -2,8 +2,9 @@
 // "the same replay through kvtierd"): one real kvtierd with capacity-limited host and
 // disk tiers, two replay processes on their own connections. The kvtierd rows exist for
 // the default policy and LRU, carry hits and the daemon's admission rejects, and their
-// hit ratio is no lower than 0.9 x the in-process store's (the order of requests is the
-// trace's; the daemon writes down in the background).
+// hit ratio matches the in-process store's within 2 % (the order of requests is the
+// trace's; kvtierd's write-back is drained after each request, as the in-process
+// replay's is).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -38,7 +39,7 @@ std::vector<nlohmann::json> RunBench(const std::string& args) {
 
 TEST(CachePolicyKvtierdTraceTest, TwoClientsOnOneKvtierdMatchTheInProcessReplay) {
   const auto lines = RunBench(
-      "--traces conversation --max-requests 2000 --capacities 0.01 --policies default,lru "
+      "--traces conversation --max-requests 1000 --capacities 0.01 --policies default,lru "
       "--host-disk 0.05,0.2 --record-bytes 8192 --kvtierd-clients 2");
   std::map<std::string, double> via_kvtierd, in_process;
   for (const auto& j : lines) {
@@ -49,23 +50,28 @@ TEST(CachePolicyKvtierdTraceTest, TwoClientsOnOneKvtierdMatchTheInProcessReplay)
     EXPECT_GT(j["disk_bytes_written"].get<uint64_t>(), 0u) << j.dump();
     // kvtierd's Stats carry its tiers' admission rejects: LRU admits everything; the
     // default host policy declines first-seen chunks beyond its budget, the disk below it
-    // stores them.
+    // stores them and declines only demotions of chunks it let go (far fewer).
     if (j["policy"] == "lru") {
       EXPECT_EQ(j["host_admission_rejects"], 0) << j.dump();
+      EXPECT_EQ(j["disk_admission_rejects"], 0) << j.dump();
     } else {
       EXPECT_GT(j["host_admission_rejects"].get<uint64_t>(), 0u) << j.dump();
+      EXPECT_LT(j["disk_admission_rejects"].get<uint64_t>(),
+                j["host_admission_rejects"].get<uint64_t>() / 4)
+          << j.dump();
     }
-    EXPECT_EQ(j["disk_admission_rejects"], 0) << j.dump();
     via_kvtierd[j["policy"]] = j["token_hit_ratio"].get<double>();
     in_process[j["policy"]] = j["in_process_token_hit_ratio"].get<double>();
   }
   ASSERT_EQ(via_kvtierd.size(), 2u) << "expected kvtierd rows for default and lru";
-  // Sharing kvtierd loses no hits against the in-process store. (It gains some: on this
-  // slice kvtierd's ratio is 10-25 % above the in-process one, a gap docs/cache-policy.md
-  // reports as not explained yet; so no upper bound is asserted here.)
+  // Sharing kvtierd neither loses nor gains hits against the in-process store. (Before
+  // the replay drained kvtierd's write-back queue, the queue served records beyond the
+  // tiers' capacities and kvtierd read 10-50 % higher: docs/cache-policy.md.) LRU's
+  // replay is exact; the default's differs by the write-back's timing within a request.
   for (const auto& [policy, ratio] : via_kvtierd) {
     EXPECT_GT(ratio, 0.0) << policy;
-    EXPECT_GE(ratio, 0.9 * in_process[policy]) << policy;
+    EXPECT_GE(ratio, 0.98 * in_process[policy]) << policy;
+    EXPECT_LE(ratio, 1.02 * in_process[policy]) << policy;
   }
 }
 

@@ -1,5 +1,6 @@
 /* Test of the kvtier C ABI (connectors/kvtier_c.h), written in C. Exit code 0 when every
  * check passed; prints "N passed, N failed". */
+#define _POSIX_C_SOURCE 200809L /* mkdtemp */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -317,8 +318,51 @@ static void TestNamespaceAndDaemonCheck(void) {
   kvt_destroy(c);
 }
 
+/* An embedded disk tier with disk_capacity_bytes = 0 takes the default size (the vLLM
+ * connector's `disk_capacity` unset): chunks stored by one connector are found on disk by
+ * the next one over the same directory. A capacity that is not a multiple of 4096 is
+ * refused naming the field. */
+static void TestDiskDefaultCapacity(void) {
+  char dir[512];
+  const char* tmp = getenv("TMPDIR");
+  kvt_options o = Options();
+  kvt_connector* c = NULL;
+  int32_t tokens[3 * kChunk + 1];
+  FillState fs = {0};
+  size_t i, taken = 0;
+  uint64_t load = 0;
+  snprintf(dir, sizeof dir, "%s/kvt-c-api-disk-XXXXXX", tmp != NULL && tmp[0] ? tmp : "/tmp");
+  CHECK(mkdtemp(dir) != NULL);
+  for (i = 0; i < 3 * kChunk + 1; ++i) tokens[i] = (int32_t)(7000 + i);
+  o.disk_dir = dir;
+  o.disk_capacity_bytes = 4097;
+  CHECK(kvt_create(&o, &c) == KVT_INVALID_ARGUMENT);
+  CHECK(strstr(kvt_last_error(), "capacity_bytes") != NULL);
+  CHECK(c == NULL);
+  o.disk_capacity_bytes = 0;
+  o.async_store = 0;
+  CHECK(kvt_create(&o, &c) == KVT_OK);
+  if (c == NULL) return;
+  CHECK(kvt_store_payloads(c, tokens, 3 * kChunk + 1, Fill, &fs, &taken) == KVT_OK);
+  CHECK(taken == 3);
+  kvt_flush(c);
+  kvt_destroy(c);
+  c = NULL;
+  CHECK(kvt_create(&o, &c) == KVT_OK); /* a new process's store: an empty host tier */
+  if (c == NULL) return;
+  CHECK(kvt_lookup(c, tokens, 3 * kChunk + 1, 0, &load, NULL) == KVT_OK);
+  CHECK(load == 3 * kChunk);
+  kvt_destroy(c);
+  { /* the tier's first record file is 1 GiB (fallocated): don't leave it behind */
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+  }
+}
+
 int main(void) {
   TestParseByteSize();
+  TestDiskDefaultCapacity();
   TestNamespaceAndDaemonCheck();
   TestBadOptions();
   TestPayloadRoundTrip();

@@ -56,7 +56,10 @@ class FakeTier {
   }
 
   // Stores `key` (child of `parent`); false when the policy declined it.
-  bool Put(uint64_t key, uint64_t parent = 0) {
+  bool Put(uint64_t key, uint64_t parent = 0) { return Offer(key, parent, AdmitReason::kPut); }
+  // What the tier above evicted, offered to this one (TieredStore's demotion).
+  bool Demote(uint64_t key) { return Offer(key, 0, AdmitReason::kDemotion); }
+  bool Offer(uint64_t key, uint64_t parent, AdmitReason reason) {
     CacheEntryInfo info;
     info.key = K(key);
     if (parent != 0) info.parent = K(parent);
@@ -65,7 +68,7 @@ class FakeTier {
       policy_->OnInsert(info);
       return true;
     }
-    if (!policy_->Admit(info, AdmitReason::kPut)) return false;
+    if (!policy_->Admit(info, reason)) return false;
     while (held_.size() + 1 > capacity_) {
       std::vector<ChunkKey> victims;
       policy_->VisitVictims([&](const ChunkKey& k) {
@@ -238,6 +241,51 @@ TEST(CachePolicyTest, DefaultPassesFirstSeenChunksThroughAndEvictsThemFirst) {
   EXPECT_TRUE(t.Put(1));
   EXPECT_THAT(t.TakeEvicted(), ElementsAre(3));
   EXPECT_THAT(t.VictimOrder(), ElementsAre(4, 5, 6, 1));
+}
+
+TEST(CachePolicyTest, DefaultCountsALookupsPinAndLoadAsOneReference) {
+  // Capacity 1: the frequency sketch forgets (ages) after 10 references. 50 is referenced
+  // once (a miss); then three requests each read the held chunk 1. Read as an engine
+  // does (pin, then load, then its store), each request is two references and 50 is
+  // still remembered: it is stored (a declining tier stores only chunks seen before).
+  FakeTier one_each(Declining(), 1);
+  EXPECT_TRUE(one_each.Put(1));  // free room
+  EXPECT_FALSE(one_each.Get(50));
+  for (uint64_t i = 0; i < 3; ++i) {
+    EXPECT_TRUE(one_each.Get(1));         // the lookup's pin
+    EXPECT_TRUE(one_each.Get(1));         // its load: the same reference
+    EXPECT_FALSE(one_each.Put(100 + i));  // first seen, tier full: declined
+  }
+  EXPECT_TRUE(one_each.Put(50));
+  // The same reads split by a store are two references each: the sketch ages before 50
+  // comes back, and 50 reads as first seen.
+  FakeTier split(Declining(), 1);
+  EXPECT_TRUE(split.Put(1));
+  EXPECT_FALSE(split.Get(50));
+  for (uint64_t i = 0; i < 3; ++i) {
+    EXPECT_TRUE(split.Get(1));
+    EXPECT_FALSE(split.Put(100 + i));
+    EXPECT_TRUE(split.Get(1));
+  }
+  EXPECT_FALSE(split.Put(50));
+}
+
+TEST(CachePolicyTest, DefaultTakesNoDemotionOfAChunkItLetGo) {
+  // The default below another tier (stores first-seen chunks). TieredStore writes every
+  // put through to it, so a demotion of a chunk it has seen is one its own order evicted
+  // or declined: not written again. A chunk it never saw (a store without write-through)
+  // is stored as a put would be.
+  FakeTier t("default", 2);
+  EXPECT_TRUE(t.Put(1));
+  EXPECT_TRUE(t.Put(2));
+  EXPECT_TRUE(t.Put(3));
+  EXPECT_THAT(t.TakeEvicted(), ElementsAre(1));
+  EXPECT_FALSE(t.Demote(1));
+  EXPECT_FALSE(t.Holds(1));
+  EXPECT_TRUE(t.Demote(7));
+  EXPECT_TRUE(t.Holds(7));
+  EXPECT_THAT(t.TakeEvicted(), ElementsAre(2));
+  EXPECT_EQ(t.policy().size(), 2u);
 }
 
 TEST(CachePolicyTest, DefaultEvictsAPromptsChainTailFirst) {

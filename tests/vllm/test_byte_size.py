@@ -53,7 +53,11 @@ class ByteSizeTest(unittest.TestCase):
                     self.assertIn("disk_capacity", str(cm.exception))
                 else:
                     c = parse_extra_config({"disk_dir": "/tmp/d", "disk_capacity": text})
-                    self.assertEqual(c.disk_capacity_bytes, want)
+                    # 0 means the default size (kvtierd's), not an empty tier.
+                    self.assertEqual(c.disk_capacity_bytes, want or 8 << 30)
+        self.assertEqual(parse_extra_config({"disk_dir": "/tmp/d"}).disk_capacity_bytes, 8 << 30)
+        self.assertEqual(parse_extra_config({"disk_dir": "/tmp/d", "disk_capacity": 0})
+                         .disk_capacity_bytes, 8 << 30)
         # A fraction of a byte is refused, not dropped (was 1000 bytes).
         with self.assertRaises(ValueError):
             parse_extra_config({"host_capacity": "1.0000001K"})

@@ -87,7 +87,8 @@ typedef struct kvt_options {
   const char* engine_extra;
   /* Host-memory tier capacity in bytes (default 1 GiB). */
   uint64_t host_capacity_bytes;
-  /* Optional disk tier: directory (NULL or "" = none) and capacity in bytes. */
+  /* Optional disk tier: directory (NULL or "" = none) and capacity in bytes (a multiple of
+   * 4096; 0 = 8 GiB, kvtierd's default disk_capacity). */
   const char* disk_dir;
   uint64_t disk_capacity_bytes;
   /* 1 = apply the retrieve-vs-recompute cost model in lookup (default); 0 = load every

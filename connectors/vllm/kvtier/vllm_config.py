@@ -16,8 +16,8 @@ names the key, raised from the connector's constructor, so the engine does not s
                        sizes are read as kvtierd reads them (kvtier.parse_byte_size:
                        K/M/G/T and KiB..TiB are powers of 2, KB/MB/GB/TB powers of 10).
   disk_dir             embedded disk tier directory (default: none).
-  disk_capacity        embedded disk tier size (bytes or "8GiB"; default 0 = the disk
-                       tier's own default).
+  disk_capacity        embedded disk tier size (bytes or "8GiB", a multiple of 4096;
+                       default 8GiB, kvtierd's default; 0 also means the default).
   model_id             model identity override (e.g. "org/model@rev"); default: the
                        model path plus a fingerprint of its weights files.
   use_cost_model       true (default): load only when loading beats recomputing.
@@ -45,6 +45,10 @@ import json
 import os
 import re
 from dataclasses import dataclass
+
+# The embedded disk tier's size when disk_capacity is unset or 0: kvtierd's default
+# disk_capacity, so an embedded store and the daemon size a disk tier alike.
+DEFAULT_DISK_CAPACITY_BYTES = 8 << 30
 
 KEYS = {"kvtierd", "token", "token_file", "tenant", "chunk_tokens", "host_capacity",
         "disk_dir", "disk_capacity", "model_id", "use_cost_model", "daemon_deadline_ms",
@@ -104,7 +108,7 @@ class KVTierConfig:
     chunk_tokens: int = 256
     host_capacity_bytes: int = 1 << 30
     disk_dir: str | None = None
-    disk_capacity_bytes: int = 0
+    disk_capacity_bytes: int = DEFAULT_DISK_CAPACITY_BYTES
     model_id: str | None = None
     use_cost_model: bool = True
     daemon_deadline_ms: int = 2000
@@ -165,7 +169,8 @@ def parse_extra_config(extra: dict | None) -> KVTierConfig:
         if not c.disk_dir:
             raise _err("disk_dir", extra["disk_dir"], "a directory path")
     if "disk_capacity" in extra:
-        c.disk_capacity_bytes = _bytes("disk_capacity", extra["disk_capacity"])
+        c.disk_capacity_bytes = (_bytes("disk_capacity", extra["disk_capacity"])
+                                 or DEFAULT_DISK_CAPACITY_BYTES)
     if not c.embedded:
         for k in ("host_capacity", "disk_dir", "disk_capacity"):
             if k in extra:

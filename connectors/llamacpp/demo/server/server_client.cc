@@ -48,6 +48,9 @@ absl::StatusOr<Completion> ServerClient::Complete(const std::vector<int>& prompt
     if (j.is_discarded()) return;
     if (j.contains("error")) error = j["error"].dump();
     const bool has_token = j.contains("tokens") && j["tokens"].is_array() && !j["tokens"].empty();
+    if (has_token) {
+      for (const auto& t : j["tokens"]) c.tokens.push_back(t.get<int>());
+    }
     if (!got_token && has_token) {
       got_token = true;
       c.ttft_ms = -1;  // set by the caller's clock below

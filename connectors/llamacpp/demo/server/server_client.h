@@ -19,6 +19,7 @@ struct Completion {
   int cache_n = 0;          // timings.cache_n: prompt tokens reused (RAM cache or kvtier)
   double prompt_ms = -1;    // timings.prompt_ms: the server's compute of the prompt_n tokens
   int first_token = -1;     // id of the first generated token
+  std::vector<int> tokens;  // every generated token id, in order
   std::string first_probs;  // completion_probabilities[0] as JSON text (top-n probabilities)
 };
 
@@ -30,7 +31,7 @@ class ServerClient {
   // POST /tokenize. Internal with the server's answer on failure.
   absl::StatusOr<std::vector<int>> Tokenize(const std::string& text, bool add_special);
   // Streamed POST /completion with `prompt` token ids, greedy, `n_predict` tokens,
-  // `n_probs` probabilities per token. Unavailable when the server does not answer;
+  // `n_probs` probabilities per token (0: none). Unavailable when the server does not answer;
   // Internal for an HTTP error or a stream without a token.
   absl::StatusOr<Completion> Complete(const std::vector<int>& prompt, bool cache_prompt,
                                       int n_predict = 1, int n_probs = 8);
