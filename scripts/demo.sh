@@ -38,4 +38,10 @@ if [ ! -f "$model" ]; then
   ./build/release/connectors/llamacpp/kvtier-make-gguf --arch "$arch" --size "$size" --out "$model"
 fi
 ./build/release/connectors/llamacpp/kvtier-make-gguf --check "$model"
-exec "$demo" --model "$model" "$@"
+extra=()
+case $arch in
+  # Sliding-window models: kvtier restores them from a full-size SWA cache only
+  # (docs/models.md); every server of the run, plain ones too, gets the flag.
+  gemma3 | gpt-oss) extra=(--server-arg=--swa-full) ;;
+esac
+exec "$demo" --model "$model" "${extra[@]}" "$@"

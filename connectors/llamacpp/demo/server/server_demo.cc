@@ -72,6 +72,9 @@ struct Flags {
   bool no_kvtierd = false;
   bool json = false;
   bool check = false;
+  // Extra llama-server flags for every server of the run, plain ones included (e.g.
+  // --swa-full, which kvtier needs for sliding-window models: docs/models.md).
+  std::vector<std::string> server_args;
 };
 
 std::string DefaultDataDir() {
@@ -166,13 +169,15 @@ class Demo {
 
  private:
   std::vector<std::string> CommonArgs() const {
-    return {"-m",         model_,
-            "-t",         std::to_string(f_.threads),
-            "-tb",        std::to_string(f_.threads),
-            "-c",         "8192",
-            "-np",        "1",
-            "-ub",        std::to_string(f_.chunk),
-            "--no-warmup"};
+    std::vector<std::string> a = {"-m",         model_,
+                                  "-t",         std::to_string(f_.threads),
+                                  "-tb",        std::to_string(f_.threads),
+                                  "-c",         "8192",
+                                  "-np",        "1",
+                                  "-ub",        std::to_string(f_.chunk),
+                                  "--no-warmup"};
+    a.insert(a.end(), f_.server_args.begin(), f_.server_args.end());
+    return a;
   }
   std::vector<std::string> KvtierArgs(std::vector<std::string> more) const {
     std::vector<std::string> a = CommonArgs();
@@ -616,6 +621,10 @@ int main(int argc, char** argv) {
   app.add_flag("--json", f.json,
                "one JSON object per request on stdout (the table goes to stderr)");
   app.add_flag("--check", f.check, "exit 1 when a target is missed");
+  app.add_option("--server-arg", f.server_args,
+                 "an extra llama-server flag for every server (repeatable; "
+                 "--server-arg=--swa-full)")
+      ->allow_extra_args(false);
   app.footer(
       "Exit codes: 0 done; 1 a target missed (with --check) or a server could not start; 2 bad "
       "flags or data;\n"
