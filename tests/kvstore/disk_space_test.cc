@@ -14,10 +14,13 @@ TEST(DiskSpaceTest, NewFilesUpToCapacityThenNone) {
   EXPECT_EQ(f->id, 0u);
   EXPECT_EQ(f->bytes, 2 * 4096u);
   space.AddFile(f->id, f->bytes);
-  space.AddFile(1, 2 * 4096);
+  auto g = space.NextFile(4096);
+  ASSERT_TRUE(g.has_value());
+  EXPECT_EQ(g->id, 1u);
+  space.AddFile(g->id, g->bytes);
   auto last = space.NextFile(4096);  // one block of capacity left: a smaller last file
   ASSERT_TRUE(last.has_value());
-  EXPECT_EQ(last->id, 2u);  // ids go up even where a file was never added
+  EXPECT_EQ(last->id, 2u);
   EXPECT_EQ(last->bytes, 4096u);
   space.AddFile(last->id, last->bytes);
   EXPECT_FALSE(space.NextFile(4096).has_value());  // capacity reached: evict instead
