@@ -434,7 +434,7 @@ std::vector<ChunkStat> DiskTier::Impl::Stat(std::span<const ChunkKey> keys) {
   absl::MutexLock l(&mu_);
   for (size_t i = 0; i < keys.size(); ++i) {
     auto it = map_.find(keys[i]);
-    if (it != map_.end()) r[i] = ChunkStat{true, it->second.idx.record_bytes};
+    if (it != map_.end()) r[i] = ChunkStat{true, it->second.idx.record_bytes, it->second.idx.ns};
   }
   return r;
 }

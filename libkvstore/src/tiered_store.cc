@@ -393,7 +393,9 @@ LookupResult TieredStore::Impl::Lookup(std::span<const ChunkKey> keys,
   LookupResult result;
   std::vector<int> where(keys.size(), -1);
   std::vector<uint64_t> bytes(keys.size(), 0);
+  std::vector<NamespaceId> ns(keys.size());
   std::vector<bool> queued(keys.size(), false);
+  auto visible = [&](const NamespaceId& n) { return !options.visible || options.visible(n); };
   std::vector<size_t> unresolved(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) unresolved[i] = i;
   for (size_t t = 0; t < tiers_.size() && !unresolved.empty(); ++t) {
@@ -404,8 +406,11 @@ LookupResult TieredStore::Impl::Lookup(std::span<const ChunkKey> keys,
     std::vector<size_t> still;
     for (size_t j = 0; j < unresolved.size(); ++j) {
       if (j < present.size() && present[j].present) {
+        // Held under a namespace the caller may not see: a miss (not looked for below).
+        if (!visible(present[j].ns)) continue;
         where[unresolved[j]] = static_cast<int>(t);
         bytes[unresolved[j]] = present[j].record_bytes;
+        ns[unresolved[j]] = present[j].ns;
       } else {
         still.push_back(unresolved[j]);
       }
@@ -414,9 +419,10 @@ LookupResult TieredStore::Impl::Lookup(std::span<const ChunkKey> keys,
     if (t == 0 && !unresolved.empty()) {
       // Records waiting in the write-back queue are cached too (between tier 0 and below).
       std::vector<int> qwhere(keys.size(), -1);
-      queue_->Stat(keys, qwhere, bytes);
+      queue_->Stat(keys, qwhere, bytes, ns);
       std::vector<size_t> rest;
       for (size_t i : unresolved) {
+        if (qwhere[i] >= 0 && !visible(ns[i])) continue;  // a miss, as above
         if (qwhere[i] >= 0) {
           where[i] = qwhere[i];
           queued[i] = true;
@@ -470,6 +476,7 @@ LookupResult TieredStore::Impl::Lookup(std::span<const ChunkKey> keys,
     result.tier_index.push_back(hit ? MakeTierIndex(where[i]) : kNoTier);
     result.tier_kind.push_back(hit ? caps_[where[i]].kind : TierKind::kHost);
     result.record_bytes.push_back(hit ? bytes[i] : 0);
+    result.ns.push_back(hit ? ns[i] : NamespaceId{});
   }
   return result;
 }
