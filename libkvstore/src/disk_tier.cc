@@ -1,159 +1,152 @@
-// DiskTier data path: Put, Get, eviction, index bookkeeping. See docs/disk-tier.md.
+// DiskTier data path: Put, Get, eviction, and the index writes that go with each change
+// of the record table. See docs/disk-tier.md.
 #include "kvstore/disk_tier.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <chrono>
+#include <map>
+#include <new>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "disk_tier_impl.h"
 #include "kvstore/chunk_codec.h"
+#include "kvstore/record_buffer.h"
 #include "spdlog/spdlog.h"
 
 namespace kvt {
 
+using internal::DiskEntryTable;
 using internal::Extent;
 using internal::IndexEntry;
-using internal::IoRing;
+using internal::RecordFile;
 using internal::RoundUpToIoAlign;
 
-// ---------------------------------------------------------------- ring pool
+// ---------------------------------------------------------------- space
 
-class DiskTier::Impl::RingLease {
- public:
-  RingLease(Impl* impl, std::unique_ptr<IoRing> ring) : impl_(impl), ring_(std::move(ring)) {}
-  ~RingLease() { impl_->ReleaseRing(std::move(ring_)); }
-  IoRing* operator->() { return ring_.get(); }
-  IoRing& ring() { return *ring_; }
-
- private:
-  Impl* impl_;
-  std::unique_ptr<IoRing> ring_;
-};
-
-absl::StatusOr<std::unique_ptr<IoRing>> DiskTier::Impl::AcquireRing() {
-  {
-    absl::MutexLock l(&ring_mu_);
-    if (!rings_.empty()) {
-      auto r = std::move(rings_.back());
-      rings_.pop_back();
-      return r;
+absl::StatusOr<Extent> DiskTier::Impl::Reserve(uint64_t padded, std::vector<Victim>* out) {
+  while (true) {
+    // Free space needs no index write: do not wait behind one (a group commit).
+    if (auto ext = table_->Allocate(padded)) return *ext;
+    std::vector<DiskEntryTable::Detached> victims;
+    {
+      absl::MutexLock il(&index_mu_);
+      absl::StatusOr<DiskEntryTable::Room> room = table_->MakeRoom(padded);
+      if (!room.ok()) return room.status();
+      if (room->extent) return *room->extent;
+      if (room->new_file_bytes > 0) {
+        auto f = files_.Create(room->new_file_id, room->new_file_bytes);
+        if (f.ok()) {
+          files_.Add(*f);
+          table_->AddFile(room->new_file_id, room->new_file_bytes);
+          continue;
+        }
+        if (absl::IsResourceExhausted(f.status())) {
+          // The filesystem is full: live within the files we have, evicting as needed.
+          spdlog::warn("disk tier: {}; no more record files, evicting instead",
+                       f.status().ToString());
+          if (table_->StopNewFiles()) return f.status();
+          continue;
+        }
+        table_->CountIoError(f.status());
+        return f.status();
+      }
+      victims = std::move(room->victims);
+      std::vector<ChunkKey> keys;
+      keys.reserve(victims.size());
+      for (const auto& v : victims) keys.push_back(v.first);
+      // Synced: the deletion is durable before the extents are reused.
+      absl::Status s = index_->Delete(keys, /*sync=*/true);
+      if (!s.ok()) {
+        // Nothing was evicted: the victims stay (their index entries do), the put fails.
+        table_->Reattach(victims);
+        table_->CountIoError(s);
+        return absl::Status(s.code(), absl::StrCat("cannot evict ", keys.size(),
+                                                   " chunks to make room: ", s.message()));
+      }
+      table_->Evicted(keys);
     }
-  }
-  internal::IoRingOptions ro;
-  ro.queue_depth = options_.queue_depth;
-  ro.io_bytes = options_.io_bytes;
-  ro.force_pread = options_.force_pread || (index_ && backend_ == internal::IoBackend::kPread);
-  return IoRing::Create(ro);
-}
-
-void DiskTier::Impl::ReleaseRing(std::unique_ptr<IoRing> ring) {
-  if (!ring) return;
-  absl::MutexLock l(&ring_mu_);
-  rings_.push_back(std::move(ring));
-}
-
-// ---------------------------------------------------------------- bookkeeping
-
-DiskTier::Impl::Entry DiskTier::Impl::DetachLocked(
-    absl::flat_hash_map<ChunkKey, Entry>::iterator it, std::optional<RemoveReason> reason) {
-  Entry e = it->second;
-  if (!e.committed) --uncommitted_;
-  if (reason) policy_->OnRemove(it->first, *reason);
-  dirty_access_.erase(it->first);
-  used_bytes_ -= e.padded;
-  map_.erase(it);
-  return e;
-}
-
-void DiskTier::Impl::ReleaseExtentLocked(const Entry& e) {
-  const Extent ext{e.idx.file_id, e.idx.offset, e.padded};
-  if (e.readers > 0) {
-    doomed_[e.gen] = Doomed{ext, e.readers};
-  } else {
-    alloc_.Free(ext);
+    FinishEviction(std::move(victims), out);
   }
 }
 
-void DiskTier::Impl::FinishReadLocked(const ChunkKey& key, uint64_t gen) {
-  auto it = map_.find(key);
-  if (it != map_.end() && it->second.gen == gen) {
-    --it->second.readers;
-    return;
+void DiskTier::Impl::FinishEviction(std::vector<DiskEntryTable::Detached> victims,
+                                    std::vector<Victim>* out) {
+  if (out != nullptr) {
+    // Read each record once for the caller (demotion) before its extent can be reused.
+    // No tier lock is held: the extents stay reserved until the release below. No hash:
+    // the tier it is demoted to checks it as it checks every Put (verified once).
+    uint64_t reads = 0;
+    for (const auto& [key, e] : victims) {
+      std::shared_ptr<RecordFile> f = files_.Find(e.idx.file_id);
+      if (f == nullptr) continue;
+      RecordBuffer buf;
+      try {
+        buf = RecordBuffer::Make(e.idx.record_bytes);
+      } catch (const std::bad_alloc&) {
+        continue;  // evicted without its bytes: not demoted
+      }
+      ++reads;
+      if (!ReadRecord(key, e.idx, *f, buf.span(), /*raw=*/true).ok()) continue;
+      // A record whose header no longer decodes to its key is not handed on.
+      auto h = DecodeChunkHeader(buf.span());
+      if (!h.ok() || h->key != key || h->record_bytes() != e.idx.record_bytes) continue;
+      out->push_back(Victim{key, std::move(buf)});
+    }
+    table_->CountVictimReads(reads);
   }
-  if (auto ev = evicting_readers_.find(gen); ev != evicting_readers_.end()) {
-    if (--ev->second == 0) evicting_readers_.erase(ev);
-    return;
+  table_->ReleaseVictims(victims);
+}
+
+void DiskTier::Impl::DropExpired() {
+  if (!table_->AnyExpired()) return;  // the common case: no TTL, or nothing expired
+  absl::MutexLock il(&index_mu_);
+  std::vector<DiskEntryTable::Detached> dropped = table_->DetachExpired();
+  if (dropped.empty()) return;
+  std::vector<ChunkKey> keys;
+  std::vector<DiskEntryTable::Entry> entries;
+  for (auto& [key, e] : dropped) {
+    keys.push_back(key);
+    entries.push_back(e);
   }
-  auto d = doomed_.find(gen);
-  if (d != doomed_.end() && --d->second.readers == 0) {
-    alloc_.Free(d->second.extent);
-    doomed_.erase(d);
+  // Synced: the deletion is durable before the extents are reused.
+  absl::Status s = index_->Delete(keys, /*sync=*/true);
+  // On failure the index may still point at the extents: leaked until the next Open.
+  table_->Release(entries, s, /*expired=*/true);
+  if (!s.ok()) {
+    spdlog::error("disk tier: cannot drop {} expired index entries: {}", keys.size(), s.ToString());
   }
 }
 
 void DiskTier::Impl::DropEntry(const ChunkKey& key, uint64_t gen) {
   absl::MutexLock il(&index_mu_);
-  Entry e;
-  {
-    absl::MutexLock l(&mu_);
-    auto it = map_.find(key);
-    if (it == map_.end() || it->second.gen != gen) return;  // replaced or gone already
-    e = DetachLocked(it, RemoveReason::kErased);
-  }
+  std::optional<DiskEntryTable::Entry> e = table_->DetachIf(key, gen);
+  if (!e) return;  // replaced or gone already
   absl::Status s = index_->Delete(std::span<const ChunkKey>(&key, 1), /*sync=*/true);
-  absl::MutexLock l(&mu_);
-  if (s.ok()) {
-    ReleaseExtentLocked(e);
-  } else {
-    // The index may still point at the extent: leak it until the next Open.
-    ++counters_.io_errors;
+  // On failure the index may still point at the extent: leaked until the next Open.
+  table_->Release(std::span(&*e, 1), s, /*expired=*/false);
+  if (!s.ok()) {
     spdlog::error("disk tier: cannot drop index entry {}: {}", key.ToHex(), s.ToString());
   }
 }
 
-// ---------------------------------------------------------------- Put / Get
-
-void DiskTier::Impl::DropExpired() {
+void DiskTier::Impl::HandleLostFile(uint32_t file_id) {
+  std::vector<ChunkKey> dropped;
   {
-    absl::MutexLock l(&mu_);
-    bool any = false;
-    policy_->VisitExpired(ClockOrSystem(options_.clock).Now(),
-                          [&](const ChunkKey&) { any = true; });
-    if (!any) return;  // the common case: no TTL, or nothing expired
-  }
-  absl::MutexLock il(&index_mu_);
-  std::vector<ChunkKey> keys;
-  std::vector<Entry> dropped;
-  {
-    absl::MutexLock l(&mu_);
-    std::vector<ChunkKey> expired;
-    policy_->VisitExpired(ClockOrSystem(options_.clock).Now(),
-                          [&](const ChunkKey& key) { expired.push_back(key); });
-    for (const ChunkKey& key : expired) {
-      auto it = map_.find(key);
-      if (it == map_.end() || it->second.pins > 0 || it->second.readers > 0) continue;
-      keys.push_back(key);
-      dropped.push_back(DetachLocked(it, RemoveReason::kExpired));
+    absl::MutexLock il(&index_mu_);
+    if (!files_.Remove(file_id)) return;  // already handled
+    dropped = table_->DropFile(file_id);
+    if (absl::Status s = index_->Delete(dropped, /*sync=*/true); !s.ok()) {
+      spdlog::error("disk tier: cannot drop index entries of lost file {}: {}", file_id,
+                    s.ToString());
     }
   }
-  if (keys.empty()) return;
-  // Synced: the deletion is durable before the extents are reused.
-  absl::Status s = index_->Delete(keys, /*sync=*/true);
-  absl::MutexLock l(&mu_);
-  if (!s.ok()) {
-    // The index may still point at the extents: leak them until the next Open.
-    ++counters_.io_errors;
-    spdlog::error("disk tier: cannot drop {} expired index entries: {}", keys.size(), s.ToString());
-    return;
-  }
-  counters_.ttl_expired += dropped.size();
-  for (const Entry& e : dropped) ReleaseExtentLocked(e);
+  spdlog::warn("disk tier: record file {} was removed behind the tier's back; dropped {} chunks",
+               file_id, dropped.size());
 }
+
+// ---------------------------------------------------------------- Put / Get
 
 absl::StatusOr<PutResult> DiskTier::Impl::Put(std::span<const std::byte> record,
                                               const PutContext& context) {
@@ -171,42 +164,23 @@ absl::StatusOr<PutResult> DiskTier::Impl::Put(std::span<const std::byte> record,
   }
   PutResult result;
   result.key = hdr->key;
-  {
-    absl::MutexLock l(&mu_);
-    const CacheEntryInfo info{
-        .key = hdr->key, .parent = hdr->parent, .ns = hdr->ns, .record_bytes = record.size()};
-    if (!policy_->Admit(info, context.reason)) {
-      ++counters_.admission_rejects;
-      return result;
-    }
-  }
+  const CacheEntryInfo info{
+      .key = hdr->key, .parent = hdr->parent, .ns = hdr->ns, .record_bytes = record.size()};
+  if (!table_->Admit(info, context.reason)) return result;
   DropExpired();
   auto ext = Reserve(padded, context.keep_victims ? &result.victims : nullptr);
   if (!ext.ok()) return ext.status();
 
-  std::shared_ptr<RecordFile> file;
-  {
-    absl::MutexLock l(&mu_);
-    auto f = files_.find(ext->file_id);
-    if (f != files_.end()) file = f->second;
-  }
+  std::shared_ptr<RecordFile> file = files_.Find(ext->file_id);
   const bool grouped = options_.commit == DiskCommit::kGrouped;
   absl::Status s;
   uint64_t bounced = 0;
   if (!file) {
     s = absl::UnavailableError("record file removed during the write");
   } else {
-    auto ring = AcquireRing();
-    if (!ring.ok()) {
-      s = ring.status();
-    } else {
-      RingLease lease(this, std::move(*ring));
-      const uint64_t b0 = lease.ring().bounce_bytes();
-      s = fs_->Write(lease.ring(), Ref(*file), ext->offset, record);
-      bounced = lease.ring().bounce_bytes() - b0;
-    }
-    // kGrouped: the committer fdatasyncs the file before it writes the index entry.
-    if (s.ok() && !grouped) s = fs_->Sync(Ref(*file));
+    s = files_.Write(*file, ext->offset, record, &bounced);
+    // kGrouped: the group commit fdatasyncs the file before it writes the index entry.
+    if (s.ok() && !grouped) s = files_.Sync(*file);
   }
   if (s.ok()) {
     IndexEntry e;
@@ -218,178 +192,59 @@ absl::StatusOr<PutResult> DiskTier::Impl::Put(std::span<const std::byte> record,
     e.ns = hdr->ns;
     e.parent = hdr->parent;
     e.token_count = hdr->token_count;
-    // Publishes the entry in memory (readable from now on); REQUIRES mu_.
-    auto publish = [&](bool committed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      Entry en;
-      en.idx = e;
-      en.padded = padded;
-      en.gen = next_gen_++;
-      en.committed = committed;
-      if (auto old = map_.find(hdr->key); old != map_.end()) {
-        en.pins = old->second.pins;  // pins follow the key
-        Entry o = DetachLocked(old, RemoveReason::kReplaced);
-        if (!committed && o.committed) {
-          // The index still points at the old extent until the new entry is committed.
-          ++o.readers;
-          deferred_free_.emplace_back(hdr->key, o.gen);
-        }
-        ReleaseExtentLocked(o);
-      }
-      used_bytes_ += padded;
-      map_.emplace(hdr->key, en);
-      policy_->OnInsert(CacheEntryInfo{
-          .key = hdr->key, .parent = hdr->parent, .ns = hdr->ns, .record_bytes = record.size()});
-      ++counters_.puts;
-      counters_.bytes_in += record.size();
-      counters_.copy_bytes += bounced;
-      if (!committed) {
-        ++uncommitted_;
-        if (pending_.empty()) first_pending_ = ClockOrSystem(options_.clock).Now();
-        pending_.emplace_back(hdr->key, en.gen);
-        commit_cv_.Signal();
-      }
-    };
     if (grouped) {
-      absl::MutexLock l(&mu_);
-      if (files_.count(ext->file_id) == 0) {
-        s = absl::UnavailableError("record file removed during the write");
-      } else {
-        publish(/*committed=*/false);
-        result.stored = true;
-        return result;
-      }
+      // Readable from now on; durable once the group commit covering it is.
+      auto published = table_->Publish(hdr->key, e, padded, /*committed=*/false, bounced);
+      if (published.ok()) commit_->Add(hdr->key, published->gen, published->deferred_gen);
+      s = published.status();
     } else {
       absl::MutexLock il(&index_mu_);
-      {
-        absl::MutexLock l(&mu_);
-        if (files_.count(ext->file_id) == 0)
-          s = absl::UnavailableError("record file removed during the write");
+      if (!table_->HasFile(ext->file_id)) {
+        s = absl::UnavailableError("record file removed during the write");
       }
       // The record is durable; only now may the index point at it.
       if (s.ok()) s = index_->Put(hdr->key, e, /*sync=*/true);
-      if (s.ok()) {
-        absl::MutexLock l(&mu_);
-        publish(/*committed=*/true);
-        result.stored = true;
-        return result;
-      }
+      if (s.ok()) s = table_->Publish(hdr->key, e, padded, /*committed=*/true, bounced).status();
+    }
+    if (s.ok()) {
+      result.stored = true;
+      return result;
     }
   }
-  absl::MutexLock l(&mu_);
-  alloc_.Free(*ext);
-  ++counters_.io_errors;
-  if (absl::IsResourceExhausted(s)) ++extra_.enospc;
+  table_->PutFailed(*ext, s);
   spdlog::warn("disk tier: put {} failed: {}", hdr->key.ToHex(), s.ToString());
   return s;
 }
 
-absl::Status DiskTier::Impl::ReadRecord(const IndexEntry& e,
-                                        const std::shared_ptr<RecordFile>& file,
-                                        std::span<std::byte> out,
-                                        const internal::InOrderCallback& in_order) {
-  auto ring = AcquireRing();
-  if (!ring.ok()) return ring.status();
-  RingLease lease(this, std::move(*ring));
-  const uint64_t b0 = lease.ring().bounce_bytes();
-  absl::Status s = fs_->Read(lease.ring(), Ref(*file), e.offset, e.record_bytes, out, in_order);
+absl::Status DiskTier::Impl::ReadRecord(const ChunkKey& key, const IndexEntry& e,
+                                        const RecordFile& f, std::span<std::byte> out, bool raw) {
+  uint64_t bounced = 0;
+  absl::Status s = raw ? files_.Read(e, f, out, nullptr, &bounced)
+                       : files_.ReadVerified(key, e, f, out, &bounced);
   // The read itself (into memory) and its bounce copies (out not 4096-aligned).
-  absl::MutexLock l(&mu_);
-  ++extra_.record_reads;
-  counters_.copy_bytes += e.record_bytes + (lease.ring().bounce_bytes() - b0);
+  table_->CountRecordRead(e.record_bytes + bounced);
   return s;
-}
-
-absl::Status DiskTier::Impl::ReadVerified(const ChunkKey& key, const IndexEntry& e,
-                                          const std::shared_ptr<RecordFile>& file,
-                                          std::span<std::byte> out) {
-  // The payload's one hash (ChunkChecksum's fastest kernel), computed as the pieces
-  // arrive, while later pieces are still in flight: verifying costs no second pass.
-  ChunkChecksummer sum;
-  uint64_t seen = 0;
-  auto hash = [&](std::span<const std::byte> b) {
-    const uint64_t skip =
-        seen < kChunkHeaderBytes ? std::min<uint64_t>(kChunkHeaderBytes - seen, b.size()) : 0;
-    if (b.size() > skip) sum.Update(b.subspan(skip));
-    seen += b.size();
-  };
-  absl::Status s = ReadRecord(e, file, out, hash);
-  if (!s.ok()) return s;
-  auto h = DecodeChunkHeader(out.first(e.record_bytes));
-  if (!h.ok()) return absl::DataLossError(absl::StrCat("header: ", h.status().message()));
-  if (h->key != key || h->ns != e.ns || h->record_bytes() != e.record_bytes ||
-      h->payload_checksum != e.payload_checksum) {
-    return absl::DataLossError("record header does not match the index entry");
-  }
-  const uint64_t digest = sum.Digest();
-  if (digest != e.payload_checksum) {
-    return absl::DataLossError(
-        absl::StrCat("payload checksum ", digest, " != ", e.payload_checksum));
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<uint64_t> DiskTier::Impl::Get(const ChunkKey& key, std::span<std::byte> out,
                                              bool client_read) {
-  IndexEntry e;
-  uint64_t gen;
-  std::shared_ptr<RecordFile> file;
-  bool flush = false;
-  {
-    absl::MutexLock l(&mu_);
-    auto it = map_.find(key);
-    if (it == map_.end()) {
-      if (client_read) {
-        ++counters_.misses;
-        policy_->OnMiss(key);
-      }
-      return absl::NotFoundError(absl::StrCat("chunk ", key.ToHex(), " not on disk"));
-    }
-    Entry& en = it->second;
-    if (out.size() < en.idx.record_bytes) {
-      return absl::OutOfRangeError(absl::StrCat("chunk ", key.ToHex(), " needs ",
-                                                en.idx.record_bytes, " bytes, buffer has ",
-                                                out.size()));
-    }
-    if (client_read) {
-      en.idx.last_access_ms = ClockOrSystem(options_.clock).UnixMillis();
-      policy_->OnAccess(key);
-      dirty_access_.insert(key);
-      flush = dirty_access_.size() >= options_.access_flush_batch;
-    }
-    ++en.readers;
-    e = en.idx;
-    gen = en.gen;
-    if (auto f = files_.find(e.file_id); f != files_.end()) file = f->second;
-  }
+  absl::StatusOr<DiskEntryTable::Read> r = table_->BeginRead(key, out.size(), client_read);
+  if (!r.ok()) return r.status();
+  const IndexEntry& e = r->idx;
+  std::shared_ptr<RecordFile> file = files_.Find(e.file_id);
   absl::Status s;
-  bool lost = !file || !StillOnDisk(*file);
+  const bool lost = !file || !internal::DiskRecordFiles::StillOnDisk(*file);
   if (lost) {
     s = absl::DataLossError("record file is gone");
   } else {
-    s = ReadVerified(key, e, file, out);
+    s = ReadRecord(key, e, *file, out, /*raw=*/false);
     if (absl::IsOutOfRange(s)) {
       // The file ends inside the record: truncated behind the tier's back.
-      RepairTruncatedFile(file);
+      files_.RepairTruncated(*file);
       s = absl::DataLossError(s.message());
     }
   }
-  {
-    absl::MutexLock l(&mu_);
-    FinishReadLocked(key, gen);
-    if (s.ok()) {
-      if (client_read) {
-        ++counters_.hits;
-        counters_.bytes_out += e.record_bytes;
-      }
-    } else {
-      if (client_read) ++counters_.misses;
-      if (absl::IsDataLoss(s)) {
-        ++counters_.integrity_errors;
-      } else {
-        ++counters_.io_errors;
-      }
-    }
-  }
+  table_->EndRead(key, r->gen, s, client_read, e.record_bytes);
   if (!s.ok()) {
     if (!absl::IsDataLoss(s)) return s;  // e.g. Unavailable: keep the entry, retry later
     spdlog::warn("disk tier: chunk {} failed verification ({}); dropped", key.ToHex(),
@@ -397,12 +252,12 @@ absl::StatusOr<uint64_t> DiskTier::Impl::Get(const ChunkKey& key, std::span<std:
     if (lost && file) {
       HandleLostFile(e.file_id);
     } else {
-      DropEntry(key, gen);
+      DropEntry(key, r->gen);
     }
     return absl::DataLossError(absl::StrCat(
         "chunk ", key.ToHex(), " failed verification on disk and was dropped: ", s.message()));
   }
-  if (flush) {
+  if (r->flush_access) {
     if (absl::Status fs = FlushAccessTimes(); !fs.ok()) {
       spdlog::warn("disk tier: last-access flush failed: {}", fs.ToString());
     }
@@ -412,54 +267,28 @@ absl::StatusOr<uint64_t> DiskTier::Impl::Get(const ChunkKey& key, std::span<std:
 
 absl::Status DiskTier::Impl::FlushAccessTimes() {
   absl::MutexLock il(&index_mu_);
-  std::vector<std::pair<ChunkKey, IndexEntry>> batch;
-  {
-    absl::MutexLock l(&mu_);
-    batch.reserve(dirty_access_.size());
-    for (const ChunkKey& k : dirty_access_) {
-      auto it = map_.find(k);
-      // An uncommitted record's index entry is written by its commit, after its fdatasync.
-      if (it != map_.end() && it->second.committed) batch.emplace_back(k, it->second.idx);
-    }
-    dirty_access_.clear();
-  }
   // Not synced: a lost access time only makes LRU slightly less exact after a crash.
-  return index_->PutMany(batch, /*sync=*/false);
+  return index_->PutMany(table_->TakeDirtyAccess(), /*sync=*/false);
 }
 
 // ---------------------------------------------------------------- the rest of Tier
 
 std::vector<ChunkStat> DiskTier::Impl::Stat(std::span<const ChunkKey> keys) {
   std::vector<ChunkStat> r(keys.size());
-  absl::MutexLock l(&mu_);
-  for (size_t i = 0; i < keys.size(); ++i) {
-    auto it = map_.find(keys[i]);
-    if (it != map_.end()) r[i] = ChunkStat{true, it->second.idx.record_bytes, it->second.idx.ns};
-  }
+  table_->Find(keys, [&](size_t i, const IndexEntry& e) {
+    r[i] = ChunkStat{true, e.record_bytes, e.ns};
+  });
   return r;
 }
 
 absl::Status DiskTier::Impl::Erase(const ChunkKey& key) {
   absl::MutexLock il(&index_mu_);
-  Entry e;
-  {
-    absl::MutexLock l(&mu_);
-    auto it = map_.find(key);
-    if (it == map_.end()) return absl::OkStatus();
-    if (it->second.pins > 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("chunk ", key.ToHex(), " is pinned (", it->second.pins, " pins)"));
-    }
-    e = DetachLocked(it, RemoveReason::kErased);
-  }
+  absl::StatusOr<std::optional<DiskEntryTable::Entry>> e = table_->DetachForErase(key);
+  if (!e.ok()) return e.status();
+  if (!e->has_value()) return absl::OkStatus();
   absl::Status s = index_->Delete(std::span<const ChunkKey>(&key, 1), /*sync=*/true);
-  absl::MutexLock l(&mu_);
-  if (!s.ok()) {
-    ++counters_.io_errors;
-    return s;  // extent leaks until the next Open
-  }
-  ReleaseExtentLocked(e);
-  return absl::OkStatus();
+  table_->Release(std::span(&**e, 1), s, /*expired=*/false);
+  return s;  // on failure the extent leaks until the next Open
 }
 
 absl::StatusOr<ListPage> DiskTier::Impl::List(const ListOptions& options) {
@@ -479,7 +308,7 @@ absl::StatusOr<ListPage> DiskTier::Impl::List(const ListOptions& options) {
     start = internal::EncodeIndexKey(*k);
   }
   // The listing comes from the index: commit what is written first (kGrouped).
-  if (absl::Status c = CommitPending(); !c.ok()) return c;
+  if (absl::Status c = commit_->CommitPending(); !c.ok()) return c;
   ListPage page;
   bool more = false;
   absl::Status s = index_->Scan(
@@ -502,61 +331,24 @@ absl::StatusOr<ListPage> DiskTier::Impl::List(const ListOptions& options) {
         return true;
       });
   if (!s.ok()) return s;
-  {
-    // Batched access times live in memory until flushed.
-    absl::MutexLock l(&mu_);
-    for (auto& ci : page.chunks) {
-      if (auto it = map_.find(ci.key); it != map_.end())
-        ci.last_access_unix_ms = it->second.idx.last_access_ms;
-    }
-  }
+  // Batched access times live in memory until flushed.
+  std::vector<ChunkKey> keys;
+  for (const auto& ci : page.chunks) keys.push_back(ci.key);
+  table_->Find(keys, [&](size_t i, const IndexEntry& e) {
+    page.chunks[i].last_access_unix_ms = e.last_access_ms;
+  });
   if (more) page.next_page_token = page.chunks.back().key.ToHex();
   return page;
 }
 
-TierStats DiskTier::Impl::stats() const {
-  absl::MutexLock l(&mu_);
-  TierStats st = counters_;
-  st.capacity_bytes = options_.capacity_bytes;
-  st.used_bytes = used_bytes_;
-  st.chunks = map_.size();
-  st.pinned_bytes = 0;
-  for (const auto& [k, e] : map_) {
-    if (e.pins > 0) st.pinned_bytes += e.padded;
-  }
-  return st;
-}
-
 DiskTierExtraStats DiskTier::Impl::extra_stats() const {
-  absl::MutexLock l(&mu_);
-  DiskTierExtraStats x = extra_;
-  x.files = files_.size();
-  x.file_bytes_total = alloc_.total_bytes();
+  DiskTierExtraStats x = table_->extra_stats();
+  x.files = files_.count();
   const internal::DiskIndexStats is = index_->stats();
   x.index_write_stopped = is.write_stopped;
   x.index_reopens = is.reopens;
   x.index_low_space_refusals = is.low_space_refusals;
-  x.uncommitted = uncommitted_;
   return x;
-}
-
-PinHandle DiskTier::Impl::Pin(const ChunkKey& key) {
-  absl::MutexLock l(&mu_);
-  auto it = map_.find(key);
-  if (it == map_.end()) {
-    policy_->OnMiss(key);
-    return PinHandle();
-  }
-  ++it->second.pins;
-  policy_->OnAccess(key);  // a pin announces a read (tier.h)
-  return PinHandle(&DiskTier::Impl::Unpin, this, key, it->second.idx.record_bytes);
-}
-
-void DiskTier::Impl::Unpin(void* self_ptr, const ChunkKey& key) {
-  auto* self = static_cast<DiskTier::Impl*>(self_ptr);
-  absl::MutexLock l(&self->mu_);
-  auto it = self->map_.find(key);
-  if (it != self->map_.end() && it->second.pins > 0) --it->second.pins;
 }
 
 // ---------------------------------------------------------------- DiskTier
@@ -584,7 +376,7 @@ absl::StatusOr<uint64_t> DiskTier::CopyForWriteBack(const ChunkKey& key, std::sp
 std::vector<ChunkStat> DiskTier::Stat(std::span<const ChunkKey> keys) { return impl_->Stat(keys); }
 absl::Status DiskTier::Erase(const ChunkKey& key) { return impl_->Erase(key); }
 absl::StatusOr<ListPage> DiskTier::List(const ListOptions& options) { return impl_->List(options); }
-TierStats DiskTier::stats() const { return impl_->stats(); }
+TierStats DiskTier::stats() const { return impl_->table_->stats(); }
 TierCaps DiskTier::caps() const {
   return TierCaps{.name = "disk",
                   .kind = TierKind::kDisk,
@@ -595,14 +387,14 @@ TierCaps DiskTier::caps() const {
                   .pinnable = true,
                   .evicts = true};
 }
-PinHandle DiskTier::Pin(const ChunkKey& key) { return impl_->Pin(key); }
+PinHandle DiskTier::Pin(const ChunkKey& key) { return impl_->table_->Pin(key); }
 DiskIoBackend DiskTier::backend() const {
-  return impl_->backend_ == internal::IoBackend::kIoUring ? DiskIoBackend::kIoUring
-                                                          : DiskIoBackend::kPread;
+  return impl_->files_.backend() == internal::IoBackend::kIoUring ? DiskIoBackend::kIoUring
+                                                                  : DiskIoBackend::kPread;
 }
-bool DiskTier::direct_io() const { return impl_->direct_io_.load(); }
+bool DiskTier::direct_io() const { return impl_->files_.direct_io(); }
 DiskTierExtraStats DiskTier::extra_stats() const { return impl_->extra_stats(); }
 absl::Status DiskTier::FlushAccessTimes() { return impl_->FlushAccessTimes(); }
-absl::Status DiskTier::Sync() { return impl_->CommitPending(); }
+absl::Status DiskTier::Sync() { return impl_->Sync(); }
 
 }  // namespace kvt

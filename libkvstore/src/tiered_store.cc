@@ -1,5 +1,6 @@
 // TieredStore: Write, Get and Lookup (the data path) over the tiers, the write-back queue
-// (write_back_queue.cc) and the lease book (lease_book.cc); listing and eviction are in
+// (write_back_queue.cc), the buffer pool (buffer_pool.cc), the lookup's location and pins
+// (tier_lookup.cc) and the lease book (lease_book.cc); listing and eviction are in
 // tiered_store_admin.cc.
 #include "kvstore/tiered_store.h"
 
@@ -12,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "kvstore/chunk_codec.h"
 #include "spdlog/spdlog.h"
+#include "tier_lookup.h"
 #include "tiered_store_impl.h"
 
 namespace kvt {
@@ -46,10 +48,11 @@ absl::Status TieredStore::Impl::Init(std::vector<TierFactory> factories) {
     caps_.push_back((*tier)->caps());
     tiers_.push_back(std::move(*tier));
   }
+  placement_ = internal::PlaceWrites(caps_, options_.placement);
   internal::WriteBackOptions wb;
   wb.max_pending_write_bytes = options_.max_pending_write_bytes;
-  wb.buffer_pool_bytes = options_.buffer_pool_bytes;
-  wb.submit_last_tier = WriteThroughRange().second;
+  wb.pool = pool_;
+  wb.submit_last_tier = placement_.through_last;
   wb.period = std::clamp<Clock::Duration>(options_.lease_timeout / 4, std::chrono::milliseconds(1),
                                           std::chrono::milliseconds(100));
   wb.clock = options_.clock;
@@ -67,22 +70,6 @@ TieredStore::Impl::~Impl() {
   leases_->Clear();
   // Tiers are destroyed bottom-up (the queue, stopped, no longer reaches them).
   while (!tiers_.empty()) tiers_.pop_back();
-}
-
-size_t TieredStore::Impl::FirstDurableTier() const {
-  for (size_t t = 0; t < caps_.size(); ++t) {
-    if (caps_[t].durable) return t;
-  }
-  return caps_.size();
-}
-
-std::pair<size_t, size_t> TieredStore::Impl::WriteThroughRange() const {
-  if (options_.placement.write_through == WriteThrough::kNone) return {1, 0};
-  size_t last = tiers_.size() - 1;
-  if (options_.placement.write_through == WriteThrough::kLocal) {
-    while (last >= 1 && caps_[last].remote) --last;
-  }
-  return {1, last};
 }
 
 absl::StatusOr<ChunkKey> TieredStore::Impl::Write(WriteRequest r) {
@@ -120,10 +107,10 @@ absl::Status TieredStore::Impl::Put(std::span<const std::byte> record, PutAck ac
   absl::Status top = PutInto(0, record, AdmitReason::kPut);
   if (!top.ok() && (!absl::IsResourceExhausted(top) || tiers_.size() == 1)) return top;
 
-  auto [first, last] = WriteThroughRange();
+  size_t first = placement_.through_first, last = placement_.through_last;
   bool durable_written = false;
   if (ack == PutAck::kDurable) {
-    const size_t durable = FirstDurableTier();
+    const size_t durable = placement_.first_durable;
     if (durable > 0 && durable < tiers_.size()) {
       if (absl::Status s = PutDurable(durable, header->key, record, top.ok()); !s.ok()) return s;
       // Written down to `durable` already: the background covers the tiers below it.
@@ -177,7 +164,7 @@ absl::Status TieredStore::Impl::PutDurable(size_t durable, const ChunkKey& key,
 
 absl::StatusOr<ChunkKey> TieredStore::Impl::PutInPlace(uint64_t record_bytes,
                                                        const RecordFill& fill, PutAck ack) {
-  const size_t durable = FirstDurableTier();
+  const size_t durable = placement_.first_durable;
   const bool to_durable = ack == PutAck::kDurable && durable > 0 && durable < tiers_.size();
   bool filled = false;
   PutContext context = queue_->ContextFor(0, AdmitReason::kPut);
@@ -199,19 +186,19 @@ absl::StatusOr<ChunkKey> TieredStore::Impl::PutInPlace(uint64_t record_bytes,
             "TieredStore::Write: record_bytes = %d; a record has at least a %d-byte header",
             record_bytes, kChunkHeaderBytes));
       }
-      RecordBuffer buf = queue_->TakeBuffer(record_bytes);
+      RecordBuffer buf = pool_->Take(record_bytes);
       absl::Status s = fill(buf.span());
       absl::StatusOr<ChunkHeader> header = DecodeChunkHeader(buf.span());
       if (s.ok() && !header.ok()) s = header.status();
       if (s.ok()) s = Put(buf.span(), ack);
-      queue_->RecycleBuffer(std::move(buf));
+      pool_->Recycle(std::move(buf));
       if (!s.ok()) return s;
       return header->key;
     }
     return put.status();
   }
   queue_->Demote(0, std::move(put->victims));
-  auto [first, last] = WriteThroughRange();
+  size_t first = placement_.through_first, last = placement_.through_last;
   if (to_durable) {
     if (!put->view) {
       return absl::InternalError(absl::StrFormat(
@@ -291,20 +278,6 @@ absl::StatusOr<RecordView> TieredStore::Impl::View(const ChunkKey& key, GetInfo*
       absl::StrFormat("TieredStore: chunk %s is in no tier to view", key.ToHex()));
 }
 
-namespace {
-
-// A pooled buffer lent as a RecordView: returned to the pool when the view is dropped.
-struct PooledView {
-  internal::WriteBackQueue* queue;
-  RecordBuffer buffer;
-  static void Release(void* /*owner*/, void* token) {
-    std::unique_ptr<PooledView> self(static_cast<PooledView*>(token));
-    self->queue->RecycleBuffer(std::move(self->buffer));
-  }
-};
-
-}  // namespace
-
 absl::StatusOr<RecordView> TieredStore::Impl::ReadBelow(size_t t, const ChunkKey& key,
                                                         uint64_t record_bytes, GetInfo* info) {
   // Tier t's Get into memory tier 0 lends for the call (a host tier's arena: 4096-aligned
@@ -336,20 +309,15 @@ absl::StatusOr<RecordView> TieredStore::Impl::ReadBelow(size_t t, const ChunkKey
   }
   if (filled) return read.ok() ? put.status() : read;
   // Tier 0 cannot take it: into a pooled (aligned) buffer, lent until the view drops.
-  auto pooled =
-      std::make_unique<PooledView>(PooledView{queue_.get(), queue_->TakeBuffer(record_bytes)});
-  absl::StatusOr<uint64_t> n = tiers_[t]->Get(key, pooled->buffer.span());
+  RecordBuffer buffer = pool_->Take(record_bytes);
+  absl::StatusOr<uint64_t> n = tiers_[t]->Get(key, buffer.span());
+  if (n.ok() && *n != record_bytes) n = absl::AbortedError("record size changed");
   if (!n.ok()) {
-    queue_->RecycleBuffer(std::move(pooled->buffer));
+    pool_->Recycle(std::move(buffer));
     return n.status();
   }
-  if (*n != record_bytes) {
-    queue_->RecycleBuffer(std::move(pooled->buffer));
-    return absl::AbortedError("record size changed");
-  }
   CountHit(t, /*promoted=*/false, info, GetOptions{});
-  const std::span<const std::byte> bytes = pooled->buffer.span();
-  return RecordView(bytes, &PooledView::Release, nullptr, pooled.release());
+  return pool_->Lend(std::move(buffer), record_bytes);
 }
 
 void TieredStore::Impl::AfterHit(size_t t, std::span<const std::byte> record, GetInfo* info,
@@ -391,92 +359,19 @@ LookupResult TieredStore::Impl::Lookup(std::span<const ChunkKey> keys,
                                        const LookupOptions& options) {
   leases_->ReapExpired();
   LookupResult result;
-  std::vector<int> where(keys.size(), -1);
-  std::vector<uint64_t> bytes(keys.size(), 0);
-  std::vector<NamespaceId> ns(keys.size());
-  std::vector<bool> queued(keys.size(), false);
-  auto visible = [&](const NamespaceId& n) { return !options.visible || options.visible(n); };
-  std::vector<size_t> unresolved(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) unresolved[i] = i;
-  for (size_t t = 0; t < tiers_.size() && !unresolved.empty(); ++t) {
-    std::vector<ChunkKey> query;
-    query.reserve(unresolved.size());
-    for (size_t i : unresolved) query.push_back(keys[i]);
-    std::vector<ChunkStat> present = tiers_[t]->Stat(query);
-    std::vector<size_t> still;
-    for (size_t j = 0; j < unresolved.size(); ++j) {
-      if (j < present.size() && present[j].present) {
-        // Held under a namespace the caller may not see: a miss (not looked for below).
-        if (!visible(present[j].ns)) continue;
-        where[unresolved[j]] = static_cast<int>(t);
-        bytes[unresolved[j]] = present[j].record_bytes;
-        ns[unresolved[j]] = present[j].ns;
-      } else {
-        still.push_back(unresolved[j]);
-      }
-    }
-    unresolved = std::move(still);
-    if (t == 0 && !unresolved.empty()) {
-      // Records waiting in the write-back queue are cached too (between tier 0 and below).
-      std::vector<int> qwhere(keys.size(), -1);
-      queue_->Stat(keys, qwhere, bytes, ns);
-      std::vector<size_t> rest;
-      for (size_t i : unresolved) {
-        if (qwhere[i] >= 0 && !visible(ns[i])) continue;  // a miss, as above
-        if (qwhere[i] >= 0) {
-          where[i] = qwhere[i];
-          queued[i] = true;
-        } else {
-          rest.push_back(i);
-        }
-      }
-      unresolved = std::move(rest);
-    }
+  internal::KeyLocations loc = internal::LocateKeys(tiers_, *queue_, keys, options.visible);
+  if (options.pin && loc.leading > 0) {
+    result.lease = leases_->Grant(internal::PinLeading(tiers_, caps_, keys, loc));
   }
-  size_t leading = 0;
-  while (leading < keys.size() && where[leading] >= 0) ++leading;
-
-  if (options.pin && leading > 0) {
-    std::vector<internal::LeasePin> pins;
-    pins.reserve(leading);
-    // One PinMany per tier over the leading keys it holds (a remote tier answers it in
-    // one round trip), then the pins in prompt order.
-    std::vector<PinHandle> handles(leading);
-    for (size_t t = 0; t < tiers_.size(); ++t) {
-      if (!caps_[t].pinnable) continue;
-      std::vector<size_t> at;
-      std::vector<ChunkKey> query;
-      for (size_t i = 0; i < leading; ++i) {
-        if (where[i] == static_cast<int>(t) && !queued[i]) {
-          at.push_back(i);
-          query.push_back(keys[i]);
-        }
-      }
-      if (query.empty()) continue;
-      std::vector<PinHandle> got = tiers_[t]->PinMany(query);
-      for (size_t j = 0; j < at.size() && j < got.size(); ++j) handles[at[j]] = std::move(got[j]);
-    }
-    for (size_t i = 0; i < leading; ++i) {
-      const int t = where[i];
-      if (caps_[t].pinnable && !queued[i]) {
-        if (!handles[i]) {  // left that tier since Stat: stop here (later pins drop)
-          leading = i;
-          break;
-        }
-        bytes[i] = handles[i].record_bytes();
-      }
-      pins.push_back(internal::LeasePin{t, keys[i], bytes[i], std::move(handles[i])});
-    }
-    result.lease = leases_->Grant(std::move(pins));
-  }
-  result.num_leading_hits = leading;
-  const size_t answered = options.per_key ? keys.size() : leading;
+  result.num_leading_hits = loc.leading;
+  const size_t answered = options.per_key ? keys.size() : loc.leading;
   for (size_t i = 0; i < answered; ++i) {
-    const bool hit = i < leading || where[i] >= 0;
-    result.tier_index.push_back(hit ? MakeTierIndex(where[i]) : kNoTier);
-    result.tier_kind.push_back(hit ? caps_[where[i]].kind : TierKind::kHost);
-    result.record_bytes.push_back(hit ? bytes[i] : 0);
-    result.ns.push_back(hit ? ns[i] : NamespaceId{});
+    const int t = loc.where[i];
+    const bool hit = i < loc.leading || t >= 0;
+    result.tier_index.push_back(hit ? MakeTierIndex(t) : kNoTier);
+    result.tier_kind.push_back(hit ? caps_[t].kind : TierKind::kHost);
+    result.record_bytes.push_back(hit ? loc.bytes[i] : 0);
+    result.ns.push_back(hit ? loc.ns[i] : NamespaceId{});
   }
   return result;
 }

@@ -1,6 +1,6 @@
 // Private to libkvstore: TieredStore's implementation class, a facade over its named
 // parts: the tiers, the write-back queue (write_back_queue.h: queue, admission by bytes,
-// buffer pool, supervised thread) and the lease book (lease_book.h). Shared by
+// supervised thread), the buffer pool (buffer_pool.h) and the lease book (lease_book.h). Shared by
 // tiered_store.cc (Write, Get, Lookup) and tiered_store_admin.cc (List, Evict, stats).
 #ifndef KVSTORE_SRC_TIERED_STORE_IMPL_H_
 #define KVSTORE_SRC_TIERED_STORE_IMPL_H_
@@ -13,8 +13,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "buffer_pool.h"
 #include "kvstore/tiered_store.h"
 #include "lease_book.h"
+#include "store_placement.h"
 #include "write_back_queue.h"
 
 namespace kvt {
@@ -52,11 +54,6 @@ class TieredStore::Impl {
   // (PutInPlace).
   absl::Status Put(std::span<const std::byte> record, PutAck ack);
   absl::StatusOr<ChunkKey> PutInPlace(uint64_t record_bytes, const RecordFill& fill, PutAck ack);
-  // Tiers a put is written through to (placement policy over capabilities): the
-  // inclusive range [first, last]; empty when first > last.
-  std::pair<size_t, size_t> WriteThroughRange() const;
-  // Index of the first durable tier, or tiers_.size() when there is none.
-  size_t FirstDurableTier() const;
   // Promotes a hit from tier t > 0 into tier 0 (unless peeking) and counts it.
   void AfterHit(size_t t, std::span<const std::byte> record, GetInfo* info,
                 const GetOptions& options);
@@ -80,9 +77,13 @@ class TieredStore::Impl {
   void LogTierError(size_t t, const char* op, const absl::Status& s) const;
 
   std::vector<std::unique_ptr<Tier>> tiers_;
-  std::vector<TierCaps> caps_;  // captured at Init (capacity of a remote tier may drift)
+  std::vector<TierCaps> caps_;     // captured at Init (capacity of a remote tier may drift)
+  internal::Placement placement_;  // from caps_ and options_.placement, at Init
   const TieredStoreOptions options_;
 
+  // Record buffers: async writes' (the queue's) and View's when tier 0 has no room.
+  const std::shared_ptr<internal::BufferPool> pool_ =
+      std::make_shared<internal::BufferPool>(options_.buffer_pool_bytes);
   // Built in Init once the tiers are (it writes into them); stopped first in ~Impl.
   std::unique_ptr<internal::WriteBackQueue> queue_;
   // The one lease book (Lookup's pins); leases hold a weak_ptr to it.

@@ -1,5 +1,5 @@
-// WriteBackQueue: the store's one write queue, its admission by bytes, its buffer pool
-// and its supervised thread, and the lookups that let a queued record be found before it
+// WriteBackQueue: the store's one write queue, its admission by bytes and its
+// supervised thread, and the lookups that let a queued record be found before it
 // lands.
 #include "write_back_queue.h"
 
@@ -198,29 +198,6 @@ void WriteBackQueue::ForgetLocked(const WriteItem& item) {
   }
 }
 
-RecordBuffer WriteBackQueue::TakeBuffer(uint64_t bytes) {
-  {
-    absl::MutexLock lock(&pool_mu_);
-    for (size_t i = pool_.size(); i-- > 0;) {
-      if (pool_[i].size == bytes) {
-        RecordBuffer b = std::move(pool_[i]);
-        pool_.erase(pool_.begin() + static_cast<std::ptrdiff_t>(i));
-        pool_bytes_ -= bytes;
-        return b;
-      }
-    }
-  }
-  return RecordBuffer::Make(bytes);
-}
-
-void WriteBackQueue::RecycleBuffer(RecordBuffer buffer) {
-  if (buffer.empty()) return;
-  absl::MutexLock lock(&pool_mu_);
-  if (pool_bytes_ + buffer.size > options_.buffer_pool_bytes) return;  // freed on return
-  pool_bytes_ += buffer.size;
-  pool_.push_back(std::move(buffer));
-}
-
 absl::StatusOr<ChunkKey> WriteBackQueue::WriteAsync(WriteRequest request) {
   ChunkKey key;
   uint64_t bytes = 0;
@@ -258,13 +235,13 @@ absl::StatusOr<ChunkKey> WriteBackQueue::WriteAsync(WriteRequest request) {
           "TieredStore::Write: write-back queue full; chunk %s dropped", key.ToHex()));
   }
   auto item = std::make_shared<WriteItem>();
-  item->record = TakeBuffer(bytes);
+  item->record = options_.pool->Take(bytes);
   if (!request.record.empty()) {
     std::memcpy(item->record.data.get(), request.record.data(), bytes);
   } else if (absl::Status s = request.fill(item->record.span().subspan(kChunkHeaderBytes));
              !s.ok()) {
     CancelAdmission(key, bytes);
-    RecycleBuffer(std::move(item->record));
+    options_.pool->Recycle(std::move(item->record));
     return s;
   } else {
     // The header is encoded (the payload hashed) on the thread, off the engine's.
@@ -572,8 +549,8 @@ void WriteBackQueue::WriteOne(const ItemPtr& item_ptr) {
   ForgetLocked(item);
   inflight_item_.reset();
   // No reader holds it (readers take their reference under this lock): reuse its buffer
-  // (pool_mu_ is a leaf lock), before Flush can see the write finished.
-  if (item.submitted && item_ptr.use_count() == 1) RecycleBuffer(std::move(item.record));
+  // (the pool's lock is a leaf), before Flush can see the write finished.
+  if (item.submitted && item_ptr.use_count() == 1) options_.pool->Recycle(std::move(item.record));
   in_progress_ = false;
 }
 

@@ -1,6 +1,6 @@
 // Private to libkvstore: WriteBackQueue, the store's one write queue (TieredStore's
-// write-throughs, demotions and async writes), with its admission by bytes, its
-// record buffer pool and its supervised thread.
+// write-throughs, demotions and async writes), with its admission by bytes and its
+// supervised thread. Async writes take their buffers from the store's BufferPool.
 #ifndef KVSTORE_SRC_WRITE_BACK_QUEUE_H_
 #define KVSTORE_SRC_WRITE_BACK_QUEUE_H_
 
@@ -16,6 +16,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "buffer_pool.h"
 #include "kvstore/clock.h"
 #include "kvstore/health_registry.h"
 #include "kvstore/record_buffer.h"
@@ -26,9 +27,10 @@
 namespace kvt::internal {
 
 struct WriteBackOptions {
-  // TieredStoreOptions::max_pending_write_bytes and buffer_pool_bytes.
+  // TieredStoreOptions::max_pending_write_bytes.
   uint64_t max_pending_write_bytes = 0;
-  uint64_t buffer_pool_bytes = 0;
+  // The store's record buffers (async writes take theirs here). REQUIRES: not null.
+  std::shared_ptr<BufferPool> pool;
   // The last tier a submitted write (and every Put) is written through to (0 = tier 0
   // only).
   size_t submit_last_tier = 0;
@@ -45,7 +47,7 @@ struct WriteBackOptions {
 // thread dies (an exception escaped a tier), healthy() turns false, submitted records
 // are written on the caller's thread, others are dropped (counted).
 //
-// Locks: queue_mu_, then pool_mu_ (a leaf). No tier is called with queue_mu_ held, except
+// Locks: queue_mu_, then the buffer pool's (a leaf). No tier is called with queue_mu_ held, except
 // the in-memory Stat of a local next tier from Demote (lock order tier t -> tier t+1 ->
 // queue_mu_: no tier calls a higher one).
 class WriteBackQueue {
@@ -81,10 +83,6 @@ class WriteBackQueue {
   // (finished: the header encoded, on the thread). Written on the caller's thread when
   // the thread has died.
   absl::StatusOr<ChunkKey> WriteAsync(WriteRequest request);
-  // A pooled (faulted-in) buffer of exactly `bytes`, or a new one; and its return.
-  RecordBuffer TakeBuffer(uint64_t bytes);
-  void RecycleBuffer(RecordBuffer buffer);
-
   // Copies a queued record of `key` (one carrying bytes) into `out`, or into `*alloc`
   // when `out` is empty and alloc != nullptr. NotFound when no such item is queued;
   // OutOfRange when `out` is too small. Sets *target to the tier it is queued for.
@@ -170,11 +168,6 @@ class WriteBackQueue {
   bool stop_ ABSL_GUARDED_BY(queue_mu_) = false;
   bool healthy_ ABSL_GUARDED_BY(queue_mu_) = true;
   TieredStoreStats counters_ ABSL_GUARDED_BY(queue_mu_);
-
-  // Record buffer pool (a leaf lock: nothing is called with it held).
-  absl::Mutex pool_mu_;
-  std::vector<RecordBuffer> pool_ ABSL_GUARDED_BY(pool_mu_);
-  uint64_t pool_bytes_ ABSL_GUARDED_BY(pool_mu_) = 0;
 
   // Worker-thread only.
   struct FreeDeleter {
