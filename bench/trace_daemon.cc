@@ -168,9 +168,7 @@ absl::StatusOr<DaemonReplayResult> ReplayThroughKvtierd(const Trace& trace,
         << "\ndisk_file_bytes: " << std::min<uint64_t>(disk_bytes, 64ull << 20)
         << "\ndisk_direct_io: false\nmax_record_bytes: " << std::max<uint64_t>(o.record_bytes, 4096)
         << "\ndurability: async\ndisk_commit: grouped\nshm:\n  enabled: false\n"
-        << "log_level: warn\nmetrics:\n  listen: \"\"\ncatalog_max_keys: "
-        << std::max<uint64_t>(1024, 4 * (o.host_records + o.disk_records))
-        << "\nready_file: " << dir << "/ready.json\n";
+        << "log_level: warn\nmetrics:\n  listen: \"\"\nready_file: " << dir << "/ready.json\n";
     if (!o.host_policy.empty()) cfg << "host_cache_policy:\n  name: " << o.host_policy << "\n";
     if (!o.disk_policy.empty()) cfg << "disk_cache_policy:\n  name: " << o.disk_policy << "\n";
   }

@@ -1,20 +1,18 @@
-// Catalog: who owns what, for tenancy. Two maps:
-//  * namespace → tenant, claimed by the first Put of a namespace and persisted (fsync'd)
-//    in <data_dir>/namespaces.log before that Put is acknowledged, so ownership
-//    survives restarts. Lines: "<32 hex digits of the namespace>\t<tenant>\n"; a torn
-//    last line (crash while appending) is ignored.
-//  * chunk key → namespace, learnt from record headers on Put and rebuilt on start from
-//    the disk tier's index. A key is a prefix hash seeded by its namespace, so the
-//    mapping of a stored key never changes; entries of evicted chunks are dropped when
-//    a lookup misses them. The map holds at most `max_keys` entries: noting one more
-//    drops the oldest noted key (FIFO). A dropped key is unknown, so it reads as a miss
-//    (invisible to every tenant, never another tenant's chunk) until it is noted again.
+// Catalog: which tenant owns which namespace, for tenancy. A namespace is claimed by the
+// first Put into it and the claim is persisted (fsync'd) in <data_dir>/namespaces.log
+// before that Put is acknowledged, so ownership survives restarts. Lines:
+// "<32 hex digits of the namespace>\t<tenant>\n"; a torn last line (crash while
+// appending) is ignored.
+//
+// The catalog knows no chunk keys: which namespace a chunk belongs to is in its record
+// header, and every tier's index already holds it (ChunkStat::ns), so tenancy asks the
+// store (tenancy.h). A chunk any tier holds is therefore visible to its owner, whether it
+// was put before a restart, evicted from the host tier to disk, or put into a shared
+// tier by another kvtierd.
 #ifndef KVT_DAEMON_CATALOG_H_
 #define KVT_DAEMON_CATALOG_H_
 
 #include <cstdio>
-#include <deque>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,55 +27,29 @@ namespace kvt::daemon {
 // Thread-safe.
 class Catalog {
  public:
-  // REQUIRES: max_keys >= 1.
-  static absl::StatusOr<std::unique_ptr<Catalog>> Open(const std::string& log_path,
-                                                       uint64_t max_keys = 1ull << 20);
+  // `unowned_tenant`: the tenant that sees the namespaces nobody here owns (chunks another
+  // kvtierd put into a shared tier, or a disk whose log was lost); kvtierd sets "" when
+  // no tenants are configured (every caller is then the tenant ""). Unset: such
+  // namespaces are visible to nobody until a tenant claims them by a Put.
+  static absl::StatusOr<std::unique_ptr<Catalog>> Open(
+      const std::string& log_path, std::optional<std::string> unowned_tenant = std::nullopt);
   ~Catalog();
 
   // Registers `ns` to `tenant` if it has no owner (appends + fsyncs the log).
   // PermissionDenied when another tenant owns it; Internal on a write error.
   absl::Status Claim(const NamespaceId& ns, const std::string& tenant);
   std::optional<std::string> Owner(const NamespaceId& ns) const;
-  bool NsVisible(const NamespaceId& ns, const std::string& tenant) const;
-
-  // Records that `key` belongs to `ns` (replacing a stale entry); drops the oldest noted
-  // key when the catalog holds max_keys.
-  void NoteKey(const ChunkKey& key, const NamespaceId& ns);
-  std::optional<NamespaceId> NsOf(const ChunkKey& key) const;
-  void ForgetKey(const ChunkKey& key);
-  // The key's namespace is known and owned by `tenant`. An unknown key is looked up
-  // with the shared lookup, when set.
-  bool KeyVisible(const ChunkKey& key, const std::string& tenant);
-  // Set before serving. For a key this catalog does not know (a chunk another kvtierd
-  // put into a shared tier), `lookup` answers its namespace (nullopt: unknown); the key
-  // is then noted, and a namespace without an owner here is claimed for
-  // `adopt_tenant` when set (no tenants configured), else stays invisible.
-  void SetSharedLookup(std::function<std::optional<NamespaceId>(const ChunkKey&)> lookup,
-                       std::optional<std::string> adopt_tenant);
-  size_t num_keys() const;
-  // Keys dropped because the catalog was full, since Open.
-  uint64_t dropped_keys() const;
+  // `tenant` owns `ns`, or nobody does and `tenant` is the unowned_tenant.
+  bool Visible(const NamespaceId& ns, const std::string& tenant) const;
 
  private:
-  struct KeyEntry {
-    NamespaceId ns;
-    uint64_t seq = 0;  // when it was (last) noted: matches its place in order_
-  };
-  Catalog(std::FILE* log, uint64_t max_keys) : log_(log), max_keys_(max_keys) {}
-  void NoteKeyLocked(const ChunkKey& key, const NamespaceId& ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Catalog(std::FILE* log, std::optional<std::string> unowned_tenant)
+      : log_(log), unowned_tenant_(std::move(unowned_tenant)) {}
 
   mutable absl::Mutex mu_;
   std::FILE* log_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<NamespaceId, std::string> owners_ ABSL_GUARDED_BY(mu_);
-  const uint64_t max_keys_;
-  absl::flat_hash_map<ChunkKey, KeyEntry> keys_ ABSL_GUARDED_BY(mu_);
-  // Noting order, oldest first; an element whose seq no longer matches keys_ is stale
-  // (forgotten or noted again) and skipped. Compacted when it grows past 2 x max_keys.
-  std::deque<std::pair<ChunkKey, uint64_t>> order_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
-  std::function<std::optional<NamespaceId>(const ChunkKey&)> shared_lookup_;  // set before serving
-  std::optional<std::string> adopt_tenant_;
+  const std::optional<std::string> unowned_tenant_;
 };
 
 }  // namespace kvt::daemon

@@ -109,9 +109,6 @@ absl::Status DaemonConfig::Validate() const {
   if (lease_timeout.count() < 1 || lease_timeout > std::chrono::minutes(10))
     return bad("lease_timeout_ms",
                absl::StrFormat("%d, expected 1..600000", lease_timeout.count()));
-  if (catalog_max_keys < 1 || catalog_max_keys > (1ull << 30))
-    return bad("catalog_max_keys",
-               absl::StrFormat("%d, expected 1..%d", catalog_max_keys, 1ull << 30));
   if (cluster) {
     if (absl::Status s = cluster->Validate(); !s.ok())
       return absl::InvalidArgumentError("config " + std::string(s.message()));
@@ -267,7 +264,6 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
                             "ready_file",
                             "shutdown_grace_ms",
                             "lease_timeout_ms",
-                            "catalog_max_keys",
                             "host_cache_policy",
                             "disk_cache_policy",
                             "cluster"});
@@ -371,11 +367,6 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
         return s;
       c.lease_timeout = std::chrono::milliseconds(ms);
     }
-    if (root["catalog_max_keys"])
-      if (auto s = Get(root["catalog_max_keys"], "catalog_max_keys", "an integer 1..2^30",
-                       &c.catalog_max_keys);
-          !s.ok())
-        return s;
     if (const auto shm = root["shm"]) {
       if (auto s = CheckKeys(shm, "shm",
                              {"enabled", "max_region_bytes", "max_regions", "stall_timeout_ms"});

@@ -47,6 +47,11 @@ class Metrics {
   }
   void AddAuthFailure() { auth_failures_.fetch_add(1, std::memory_order_relaxed); }
   void AddPutConflict() { put_conflicts_.fetch_add(1, std::memory_order_relaxed); }
+  // A Get (not a peek) of a key answered "not found" without asking the store (another
+  // tenant's chunk, or gone from every tier): the store counts no miss for it, so Stats
+  // adds these to the store's misses.
+  void AddUnservedMiss() { unserved_misses_.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t unserved_misses() const { return unserved_misses_.load(std::memory_order_relaxed); }
   // Notes that the client with this id made a call now.
   void SeeClient(const std::string& client_id);
   // Clients that made a call in the last `window`.
@@ -65,7 +70,7 @@ class Metrics {
   std::array<Hist, static_cast<size_t>(Rpc::kCount)> hist_{};
   std::array<std::array<std::atomic<uint64_t>, kCodes>, static_cast<size_t>(Rpc::kCount)> calls_{};
   std::atomic<uint64_t> grpc_bytes_in_{0}, grpc_bytes_out_{0}, shm_bytes_in_{0}, shm_bytes_out_{0};
-  std::atomic<uint64_t> auth_failures_{0}, put_conflicts_{0};
+  std::atomic<uint64_t> auth_failures_{0}, put_conflicts_{0}, unserved_misses_{0};
   absl::Mutex clients_mu_;
   absl::flat_hash_map<std::string, std::chrono::steady_clock::time_point> clients_
       ABSL_GUARDED_BY(clients_mu_);

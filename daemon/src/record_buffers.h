@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 namespace kvt::daemon {
 
@@ -20,6 +21,11 @@ inline constexpr uint64_t kIdleRecordBufferBytes = 128ull << 20;
 std::byte* TakeRecordBuffer(uint64_t bytes);
 // Returns a buffer from TakeRecordBuffer (nullptr: no-op). Thread-safe.
 void GiveRecordBuffer(std::byte* buffer);
+// A buffer from TakeRecordBuffer, given back on destruction.
+struct RecordBufferGiver {
+  void operator()(std::byte* buffer) const { GiveRecordBuffer(buffer); }
+};
+using OwnedRecordBuffer = std::unique_ptr<std::byte, RecordBufferGiver>;
 // Bytes of idle buffers kept now.
 uint64_t IdleRecordBufferBytes();
 

@@ -175,9 +175,6 @@ class KvtierServer::Impl {
     one("kvtier_leases_expired_total", Type::kCounter,
         "Leases that reached lease_timeout_ms without a Get.", lc.expired);
     one("kvtier_leases_active", Type::kGauge, "", lc.active);
-    one("kvtier_catalog_keys", Type::kGauge, "", catalog->num_keys());
-    one("kvtier_catalog_dropped_keys_total", Type::kCounter,
-        "Keys dropped from the full key catalog.", catalog->dropped_keys());
     return out.Take();
   }
 
@@ -373,34 +370,19 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonCo
   if (!store.ok()) return store.status();
   impl->store = std::move(*store);
 
-  auto catalog = Catalog::Open(config.data_dir + "/namespaces.log", config.catalog_max_keys);
+  // Tenancy asks the store which namespace a chunk is in (tenancy.h); the catalog holds
+  // only who owns each namespace. Without tenants, a namespace nobody here owns (chunks
+  // another kvtierd put into a shared cluster tier) is the default tenant's.
+  auto catalog =
+      Catalog::Open(config.data_dir + "/namespaces.log",
+                    config.auth_enabled() ? std::nullopt : std::optional<std::string>(""));
   if (!catalog.ok()) return catalog.status();
   impl->catalog = std::move(*catalog);
-  if (cluster != nullptr) {
-    // Chunks put by another kvtierd: learn their namespace from the shared tier. Without
-    // tenants, a namespace nobody here owns belongs to the default tenant.
-    impl->catalog->SetSharedLookup(
-        [cluster](const ChunkKey& key) -> std::optional<NamespaceId> {
-          auto h = cluster->ReadChunkHeader(key);
-          if (!h.ok()) return std::nullopt;
-          return h->ns;
-        },
-        config.auth_enabled() ? std::nullopt : std::optional<std::string>(""));
-  }
-  {  // key → namespace for every chunk on disk (host and disk: not a cluster-wide scan)
-    StoreListOptions lo;
-    lo.page_size = 10000;
-    lo.through_tier = MakeTierIndex(1);
-    for (;;) {
-      auto page = impl->store->List(lo);
-      if (!page.ok()) return page.status();
-      for (const auto& c : page->chunks) impl->catalog->NoteKey(c.info.key, c.info.ns);
-      if (page->next_page_token.empty()) break;
-      lo.page_token = page->next_page_token;
-    }
+  {
+    const TieredStoreStats ss = impl->store->stats();
     spdlog::info(
         "kvtierd: {} chunks on disk in {} (durability {}, disk commit {}, shared memory {})",
-        impl->catalog->num_keys(), dopt.dir,
+        ss.tiers.size() > 1 ? ss.tiers[1].chunks : 0, dopt.dir,
         config.durability == Durability::kSync ? "sync" : "async",
         dopt.commit == DiskCommit::kGrouped
             ? absl::StrFormat("grouped within %d ms", dopt.commit_delay_ms)
@@ -408,11 +390,6 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonCo
         config.shm_enabled
             ? absl::StrFormat("on, regions up to %d bytes", config.shm_max_region_bytes)
             : std::string("off"));
-    if (impl->catalog->dropped_keys() > 0)
-      spdlog::warn(
-          "kvtierd: catalog_max_keys ({}) is below the chunks on disk: {} of them read as "
-          "misses until put again",
-          config.catalog_max_keys, impl->catalog->dropped_keys());
   }
 
   impl->pool = std::make_unique<WorkerPool>(config.workers, "worker", impl->health);

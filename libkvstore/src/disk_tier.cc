@@ -276,7 +276,7 @@ absl::Status DiskTier::Impl::FlushAccessTimes() {
 std::vector<ChunkStat> DiskTier::Impl::Stat(std::span<const ChunkKey> keys) {
   std::vector<ChunkStat> r(keys.size());
   table_->Find(keys, [&](size_t i, const IndexEntry& e) {
-    r[i] = ChunkStat{true, e.record_bytes};
+    r[i] = ChunkStat{true, e.record_bytes, e.ns};
   });
   return r;
 }

@@ -486,7 +486,7 @@ std::vector<ChunkStat> HostTier::Stat(std::span<const ChunkKey> keys) {
   absl::MutexLock lock(&mu_);
   for (size_t i = 0; i < keys.size(); ++i) {
     auto it = index_.find(keys[i]);
-    if (it != index_.end()) result[i] = ChunkStat{true, it->second->record_bytes};
+    if (it != index_.end()) result[i] = ChunkStat{true, it->second->record_bytes, it->second->ns};
   }
   return result;
 }

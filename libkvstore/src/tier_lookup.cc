@@ -6,10 +6,13 @@
 namespace kvt::internal {
 
 KeyLocations LocateKeys(std::span<const std::unique_ptr<Tier>> tiers, WriteBackQueue& queue,
-                        std::span<const ChunkKey> keys) {
+                        std::span<const ChunkKey> keys,
+                        const std::function<bool(const NamespaceId&)>& visible) {
   KeyLocations loc;
   loc.where.assign(keys.size(), -1);
   loc.bytes.assign(keys.size(), 0);
+  loc.ns.assign(keys.size(), NamespaceId{});
+  auto shown = [&](const NamespaceId& n) { return !visible || visible(n); };
   loc.queued.assign(keys.size(), false);
   std::vector<size_t> unresolved(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) unresolved[i] = i;
@@ -21,8 +24,11 @@ KeyLocations LocateKeys(std::span<const std::unique_ptr<Tier>> tiers, WriteBackQ
     std::vector<size_t> still;
     for (size_t j = 0; j < unresolved.size(); ++j) {
       if (j < present.size() && present[j].present) {
+        // Held under a namespace the caller may not see: a miss (not looked for below).
+        if (!shown(present[j].ns)) continue;
         loc.where[unresolved[j]] = static_cast<int>(t);
         loc.bytes[unresolved[j]] = present[j].record_bytes;
+        loc.ns[unresolved[j]] = present[j].ns;
       } else {
         still.push_back(unresolved[j]);
       }
@@ -30,9 +36,10 @@ KeyLocations LocateKeys(std::span<const std::unique_ptr<Tier>> tiers, WriteBackQ
     unresolved = std::move(still);
     if (t == 0 && !unresolved.empty()) {
       std::vector<int> qwhere(keys.size(), -1);
-      queue.Stat(keys, qwhere, loc.bytes);
+      queue.Stat(keys, qwhere, loc.bytes, loc.ns);
       std::vector<size_t> rest;
       for (size_t i : unresolved) {
+        if (qwhere[i] >= 0 && !shown(loc.ns[i])) continue;  // a miss, as above
         if (qwhere[i] >= 0) {
           loc.where[i] = qwhere[i];
           loc.queued[i] = true;

@@ -6,6 +6,7 @@
 #define KVSTORE_SRC_TIER_LOOKUP_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -19,14 +20,17 @@ namespace kvt::internal {
 struct KeyLocations {
   std::vector<int> where;       // per key: the first tier holding it; -1 = nowhere
   std::vector<uint64_t> bytes;  // its record size there
+  std::vector<NamespaceId> ns;  // its namespace there (ChunkStat::ns)
   std::vector<bool> queued;     // found in the write-back queue (where = its target tier)
   size_t leading = 0;           // keys [0, leading) are all found
 };
 
 // Asks tier 0, then the write-back queue (records waiting there are cached too, between
-// tier 0 and the tiers below), then each lower tier for the keys still not found.
+// tier 0 and the tiers below), then each lower tier for the keys still not found. A key
+// held under a namespace `visible` rejects (when set) is a miss, not looked for below.
 KeyLocations LocateKeys(std::span<const std::unique_ptr<Tier>> tiers, WriteBackQueue& queue,
-                        std::span<const ChunkKey> keys);
+                        std::span<const ChunkKey> keys,
+                        const std::function<bool(const NamespaceId&)>& visible);
 
 // Pins keys [0, loc.leading) where they were found (pinnable tiers; a queued record and
 // a key of a tier that cannot pin are leased unpinned), in prompt order. A key that left

@@ -359,7 +359,7 @@ LookupResult TieredStore::Impl::Lookup(std::span<const ChunkKey> keys,
                                        const LookupOptions& options) {
   leases_->ReapExpired();
   LookupResult result;
-  internal::KeyLocations loc = internal::LocateKeys(tiers_, *queue_, keys);
+  internal::KeyLocations loc = internal::LocateKeys(tiers_, *queue_, keys, options.visible);
   if (options.pin && loc.leading > 0) {
     result.lease = leases_->Grant(internal::PinLeading(tiers_, caps_, keys, loc));
   }
@@ -371,6 +371,7 @@ LookupResult TieredStore::Impl::Lookup(std::span<const ChunkKey> keys,
     result.tier_index.push_back(hit ? MakeTierIndex(t) : kNoTier);
     result.tier_kind.push_back(hit ? caps_[t].kind : TierKind::kHost);
     result.record_bytes.push_back(hit ? loc.bytes[i] : 0);
+    result.ns.push_back(hit ? loc.ns[i] : NamespaceId{});
   }
   return result;
 }

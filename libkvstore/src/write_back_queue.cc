@@ -333,7 +333,7 @@ absl::StatusOr<uint64_t> WriteBackQueue::Find(const ChunkKey& key, std::span<std
 }
 
 void WriteBackQueue::Stat(std::span<const ChunkKey> keys, std::vector<int>& where,
-                          std::vector<uint64_t>& bytes) {
+                          std::vector<uint64_t>& bytes, std::vector<NamespaceId>& ns) {
   absl::MutexLock lock(&queue_mu_);
   absl::flat_hash_map<ChunkKey, const WriteItem*> carrying;
   if (inflight_item_ != nullptr && !inflight_cancelled_ && !inflight_item_->record.empty()) {
@@ -347,8 +347,13 @@ void WriteBackQueue::Stat(std::span<const ChunkKey> keys, std::vector<int>& wher
     if (where[i] >= 0) continue;
     auto it = carrying.find(keys[i]);
     if (it == carrying.end()) continue;
-    where[i] = static_cast<int>(it->second->first_tier);
-    bytes[i] = it->second->record.size;
+    const WriteItem& item = *it->second;
+    where[i] = static_cast<int>(item.first_tier);
+    bytes[i] = item.record.size;
+    if (!item.submitted || item.finished) {
+      absl::StatusOr<ChunkHeader> h = DecodeChunkHeader(item.record.span());
+      if (h.ok()) ns[i] = h->ns;
+    }
   }
 }
 

@@ -89,8 +89,10 @@ class WriteBackQueue {
   absl::StatusOr<uint64_t> Find(const ChunkKey& key, std::span<std::byte> out,
                                 std::vector<std::byte>* alloc, size_t* target);
   // For each key not yet found (where[i] < 0), whether a queued item carries its bytes;
-  // sets where[i] to the item's target tier and bytes[i] to its size.
-  void Stat(std::span<const ChunkKey> keys, std::vector<int>& where, std::vector<uint64_t>& bytes);
+  // sets where[i] to the item's target tier, bytes[i] to its size and ns[i] to its
+  // header's namespace (left as it is while a submitted record's header is not encoded).
+  void Stat(std::span<const ChunkKey> keys, std::vector<int>& where, std::vector<uint64_t>& bytes,
+            std::vector<NamespaceId>& ns);
   // Drops queued writes of `key` (submitted ones get done(Cancelled)) and waits for one
   // in flight to finish.
   void Cancel(const ChunkKey& key);

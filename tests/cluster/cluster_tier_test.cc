@@ -122,6 +122,14 @@ TEST_F(ClusterTierTest, ContainsEraseAndListAcrossShards) {
   std::vector<bool> c = kvt::testing::Contains(*tier, keys);
   EXPECT_EQ(std::count(c.begin(), c.end(), true), 30);
   EXPECT_FALSE(c.back());
+  // Stat answers each key's size and namespace (from its record header) in one pipeline.
+  const std::vector<ChunkStat> st = tier->Stat(keys);
+  ASSERT_EQ(st.size(), keys.size());
+  for (size_t i = 0; i < chain.keys.size(); ++i) {
+    EXPECT_EQ(st[i].record_bytes, chain.records[i].size()) << i;
+    EXPECT_EQ(st[i].ns, testing::TestNamespace("spread")) << i;
+  }
+  EXPECT_TRUE(st.back().ns.is_zero());
   ASSERT_TRUE(tier->Erase(chain.keys[5]).ok());
   EXPECT_FALSE(kvt::testing::Contains(*tier, std::span(&chain.keys[5], 1))[0]);
   std::vector<std::byte> out(chain.records[5].size());

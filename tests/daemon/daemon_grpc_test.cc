@@ -1,9 +1,12 @@
 // kvtierd's gRPC path against a real daemon process: leases (Lookup with pin, released
 // by the Get or by timeout, counted), the outcome of a Put stream that fails part-way,
-// the bounded key catalog, and the ready file's removal on a clean shutdown.
+// tenancy of chunks on disk (after a host eviction, after a restart), and the ready
+// file's removal on a clean shutdown.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+
+#include <algorithm>
 
 #include "daemon_harness.h"
 #include "kvstore/remote_tier.h"
@@ -310,44 +313,82 @@ TEST_F(DaemonGrpcTest, PutStreamFailingHalfwayReportsHowManyRecordsWereStored) {
   EXPECT_EQ(stored, 0u);
 }
 
-TEST_F(DaemonGrpcTest, CatalogIsBoundedDropsTheOldestAndNeverAnswersForAnotherTenant) {
-  StartDaemon(
-      "catalog_max_keys: 8\ntenants:\n  - name: alice\n    tokens: [alice-token-1]\n"
-      "  - name: bob\n    tokens: [bob-token-12]\n");
+// Tenancy is answered from the tiers' own indexes (the record headers' namespaces), not
+// from a key list the daemon keeps: chunks the host tier evicted to disk, and chunks on
+// disk after a restart, are all visible to their tenant and to no other.
+TEST_F(DaemonGrpcTest, ChunksOnDiskAreVisibleToTheirTenantOnlyAfterHostEvictionAndRestart) {
+  const std::string tenants =
+      "host_capacity: 1MiB\ntenants:\n  - name: alice\n    tokens: [alice-token-1]\n"
+      "  - name: bob\n    tokens: [bob-token-12]\n";
+  StartDaemon(tenants);
+  const NamespaceId alice_ns = TestNamespace("m", "alice");
+  Chain a = MakeChain(alice_ns, 12, 256, 8);
+  Chain b = MakeChain(TestNamespace("m", "bob"), 4, 256, 9);
+  {
+    auto alice = Connect(daemon_->target(), "alice-token-1");
+    auto bob = Connect(daemon_->target(), "bob-token-12");
+    for (auto& r : a.records) ASSERT_TRUE(alice->Put(r).ok());
+    for (auto& r : b.records) ASSERT_TRUE(bob->Put(r).ok());
+    auto seen = alice->Lookup(a.keys, /*per_key=*/true);
+    ASSERT_TRUE(seen.ok()) << seen.status();
+    EXPECT_EQ(seen->num_leading_hits, 12u);
+    ASSERT_EQ(seen->tier.size(), 12u);
+    // 1 MiB of host memory holds at most 3 of them: the others are on disk only (evicted
+    // from the host tier, or never admitted there by its cache policy).
+    EXPECT_GE(std::count(seen->tier.begin(), seen->tier.end(), TierKind::kDisk), 9);
+    ASSERT_EQ(seen->ns.size(), 12u);
+    for (const NamespaceId& ns : seen->ns) EXPECT_EQ(ns, alice_ns);
+    EXPECT_EQ(bob->Lookup(a.keys, /*per_key=*/true)->num_leading_hits, 0u);
+    auto got = alice->Get(a.keys[0]);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ExpectVerifiedCopy(*got, a.records[0], a.keys[0]);
+    EXPECT_EQ(bob->Get(a.keys[1]).status().code(), absl::StatusCode::kNotFound);
+  }
+  ASSERT_EQ(daemon_->Kill(SIGTERM), 0);
+  StartDaemon(tenants);
   auto alice = Connect(daemon_->target(), "alice-token-1");
   auto bob = Connect(daemon_->target(), "bob-token-12");
-  Chain a = MakeChain(TestNamespace("m", "alice"), 12, 16, 8);
-  Chain b = MakeChain(TestNamespace("m", "bob"), 12, 16, 9);
-  for (auto& r : a.records) ASSERT_TRUE(alice->Put(r).ok());
-  for (auto& r : b.records) ASSERT_TRUE(bob->Put(r).ok());
-  EXPECT_EQ(Metric("kvtier_catalog_keys"), 8);
-  EXPECT_EQ(Metric("kvtier_catalog_dropped_keys_total"), 16);
-
-  std::vector<std::byte> buf(1 << 20);
-  auto check = [&](RemoteClient& owner, RemoteClient& other, const Chain& c, size_t i) -> bool {
-    // The other tenant never sees it; the owner gets the exact bytes or a clean miss.
-    EXPECT_EQ(other.Get(c.keys[i], buf).status().code(), absl::StatusCode::kNotFound);
-    EXPECT_EQ(other.Lookup(std::span<const ChunkKey>(&c.keys[i], 1))->num_leading_hits, 0u);
-    auto n = owner.Get(c.keys[i], buf);
-    if (!n.ok()) {
-      EXPECT_EQ(n.status().code(), absl::StatusCode::kNotFound);
-      return false;
-    }
-    EXPECT_TRUE(std::vector<std::byte>(buf.begin(), buf.begin() + *n) == c.records[i]);
-    return true;
-  };
-  size_t hits = 0;
-  for (size_t i = 0; i < 12; ++i) hits += check(*alice, *bob, a, i);
-  for (size_t i = 0; i < 12; ++i) {
-    const bool hit = check(*bob, *alice, b, i);
-    hits += hit;
-    EXPECT_EQ(hit, i >= 4) << "bob's key " << i << ": the 8 newest keys are known";
+  // The owner finds every chunk, pinned, in one Lookup, and reads the exact bytes.
+  auto pinned = alice->Lookup(a.keys, /*per_key=*/false, /*pin=*/true);
+  ASSERT_TRUE(pinned.ok()) << pinned.status();
+  EXPECT_EQ(pinned->num_leading_hits, 12u);
+  EXPECT_NE(pinned->lease_id, 0u);
+  for (size_t i = 0; i < a.keys.size(); ++i) {
+    auto got = alice->Get(a.keys[i]);
+    ASSERT_TRUE(got.ok()) << i << ": " << got.status();
+    ExpectVerifiedCopy(*got, a.records[i], a.keys[i]);
   }
-  EXPECT_EQ(hits, 8u);
-  EXPECT_LE(Metric("kvtier_catalog_keys"), 8);
-  // Put again: known again.
-  ASSERT_TRUE(alice->Put(a.records[0]).ok());
-  EXPECT_TRUE(check(*alice, *bob, a, 0));
+  // The other tenant sees none of them: not by Lookup, Get, List or Evict.
+  auto other = bob->Lookup(a.keys, /*per_key=*/true, /*pin=*/true);
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ(other->num_leading_hits, 0u);
+  EXPECT_EQ(other->lease_id, 0u);
+  for (auto t : other->tier) EXPECT_FALSE(t.has_value());
+  for (const ChunkKey& k : a.keys)
+    EXPECT_EQ(bob->Get(k).status().code(), absl::StatusCode::kNotFound);
+  auto listed = bob->List(alice_ns, "");
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_TRUE(listed->chunks.empty());
+  EvictSelector sel;
+  sel.keys = a.keys;
+  auto evicted = bob->Evict(sel);
+  ASSERT_TRUE(evicted.ok()) << evicted.status();
+  EXPECT_EQ(evicted->chunks, 0u);
+  // A batch mixing both tenants' keys: the leading run stops at the first foreign key,
+  // and only the caller's chunks are answered or pinned.
+  std::vector<ChunkKey> mixed = {a.keys[0], a.keys[1], b.keys[0], a.keys[2]};
+  auto m = alice->Lookup(mixed, /*per_key=*/true, /*pin=*/true);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->num_leading_hits, 2u);
+  ASSERT_EQ(m->tier.size(), 4u);
+  EXPECT_TRUE(m->tier[0].has_value());
+  EXPECT_FALSE(m->tier[2].has_value()) << "bob's chunk reads as a miss";
+  EXPECT_EQ(m->record_bytes[2], 0u);
+  EXPECT_TRUE(m->ns[2].is_zero());
+  EXPECT_TRUE(m->tier[3].has_value());
+  auto bobs = bob->Get(b.keys[0]);
+  ASSERT_TRUE(bobs.ok()) << bobs.status();
+  ExpectVerifiedCopy(*bobs, b.records[0], b.keys[0]);
 }
 
 TEST_F(DaemonGrpcTest, CleanShutdownRemovesTheReadyFile) {

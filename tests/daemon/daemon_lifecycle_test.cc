@@ -253,7 +253,11 @@ TEST(DaemonLifecycleTest, RemoteTierUnderTieredStoreWritesThroughAndServesAFresh
     auto store = *TieredStore::Create(std::move(tiers), TieredStoreOptions{});
     for (auto& r : chain.records) ASSERT_TRUE(PutRecord(*store, r).ok());
     store->Flush();
-    for (const ChunkStat& st : remote->Stat(chain.keys)) EXPECT_TRUE(st.present);
+    for (const ChunkStat& st : remote->Stat(chain.keys)) {
+      EXPECT_TRUE(st.present);
+      EXPECT_EQ(st.record_bytes, chain.records[0].size());
+      EXPECT_EQ(st.ns, TestNamespace("tiered")) << "the namespace comes over the wire";
+    }
   }
   RemoteTier* remote = nullptr;
   std::vector<TierFactory> tiers;

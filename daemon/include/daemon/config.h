@@ -91,10 +91,6 @@ struct DaemonConfig {
   std::chrono::milliseconds shutdown_grace{5000};
   // How long the pins of a Lookup with `pin` live when no Get releases them (1 ms .. 10 min).
   std::chrono::milliseconds lease_timeout{10000};
-  // Chunk keys the key -> namespace catalog remembers (1 .. 2^30). Beyond it the oldest
-  // noted key is dropped; a dropped key reads as a miss (never another tenant's chunk)
-  // until it is put again. ~64 bytes each.
-  uint64_t catalog_max_keys = 1ull << 20;
   // A Redis Cluster tier below the disk, shared with every kvtierd that names the same
   // cluster (docs/scale-out.md). Unset = no cluster tier.
   std::optional<ClusterTierOptions> cluster;
@@ -107,7 +103,7 @@ struct DaemonConfig {
   }
   // InvalidArgument naming the field: empty listen/data_dir, non-loopback address
   // without allow_remote, capacities, bad limits, duplicate tokens, empty token,
-  // negative shutdown_grace, lease_timeout, catalog_max_keys, metrics_listen not "host:port" with
+  // negative shutdown_grace, lease_timeout, metrics_listen not "host:port" with
   // port 0..65535. Pure: touches no file system (see CheckDaemonPaths).
   absl::Status Validate() const;
 };

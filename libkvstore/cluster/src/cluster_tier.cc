@@ -67,6 +67,19 @@ std::optional<PieceHeader> DecodePieceHeader(const redisReply* r) {
   return h;
 }
 
+// The chunk header of `key` from the replies to GET piece 0 and GETRANGE of the first
+// kChunkHeaderBytes of piece 1; nullopt unless both are there and agree with each other
+// and with `key`.
+std::optional<ChunkHeader> HeaderFromReplies(const ChunkKey& key, const redisReply* piece0,
+                                             const redisReply* head) {
+  std::optional<PieceHeader> ph = DecodePieceHeader(piece0);
+  if (!ph || head == nullptr || head->type != REDIS_REPLY_STRING || head->len != kChunkHeaderBytes)
+    return std::nullopt;
+  auto ch = DecodeChunkHeader(std::span(reinterpret_cast<const std::byte*>(head->str), head->len));
+  if (!ch.ok() || ch->key != key || ch->record_bytes() != ph->record_bytes) return std::nullopt;
+  return *ch;
+}
+
 std::string_view AsView(std::span<const std::byte> s) {
   return std::string_view(reinterpret_cast<const char*>(s.data()), s.size());
 }
@@ -269,25 +282,32 @@ absl::StatusOr<uint64_t> ClusterTier::Get(const ChunkKey& key, std::span<std::by
 }
 
 std::vector<ChunkStat> ClusterTier::Stat(std::span<const ChunkKey> keys) {
-  std::vector<std::string> names;
+  // Per key: piece 0 (the piece header) and the chunk header at the start of piece 1,
+  // for its namespace; both in the key's slot, every shard's commands in one pipeline.
+  const std::string last = std::to_string(kChunkHeaderBytes - 1);
+  std::vector<std::string> names;  // the commands' strings (cluster::Command views them)
+  names.reserve(2 * keys.size());
   std::vector<int> slots;
   std::vector<cluster::Command> cmds;
-  names.reserve(keys.size());
   for (const auto& k : keys) {
     names.push_back(PieceKey(k, 0));
-    slots.push_back(cluster::KeyHashSlot(names.back()));
+    names.push_back(PieceKey(k, 1));
+    const int slot = cluster::KeyHashSlot(names[names.size() - 2]);
+    cmds.push_back({"GET", names[names.size() - 2]});
+    cmds.push_back({"GETRANGE", names.back(), "0", last});
+    slots.push_back(slot);
+    slots.push_back(slot);
   }
-  for (const auto& n : names) cmds.push_back({"GET", n});
   std::vector<cluster::Reply> r = client_->ExecMany(slots, cmds);
   std::vector<ChunkStat> out(keys.size());
-  for (size_t i = 0; i < keys.size() && i < r.size(); ++i) {
-    if (r[i] == nullptr) {
+  for (size_t i = 0; i < keys.size() && 2 * i + 1 < r.size(); ++i) {
+    if (r[2 * i] == nullptr || r[2 * i + 1] == nullptr) {
       AtomicTierCounters::Add(counters_.io_errors, 1);
       continue;
     }
-    if (r[i]->type == REDIS_REPLY_NIL) continue;
-    std::optional<PieceHeader> ph = DecodePieceHeader(r[i].get());
-    if (ph) out[i] = ChunkStat{true, ph->record_bytes};
+    if (r[2 * i]->type == REDIS_REPLY_NIL) continue;
+    std::optional<ChunkHeader> h = HeaderFromReplies(keys[i], r[2 * i].get(), r[2 * i + 1].get());
+    if (h) out[i] = ChunkStat{true, h->record_bytes(), h->ns};
   }
   return out;
 }
@@ -370,19 +390,14 @@ absl::StatusOr<ListPage> ClusterTier::List(const ListOptions& options) {
 
 absl::StatusOr<ChunkHeader> ClusterTier::ReadChunkHeader(const ChunkKey& key) {
   const std::string k0 = PieceKey(key, 0), k1 = PieceKey(key, 1);
-  std::vector<cluster::Command> cmds{{"GET", k0},
-                                     {"GETRANGE", k1, "0", std::to_string(kChunkHeaderBytes - 1)}};
+  const std::string last = std::to_string(kChunkHeaderBytes - 1);  // outlives the views
+  std::vector<cluster::Command> cmds{{"GET", k0}, {"GETRANGE", k1, "0", last}};
   auto r = client_->Exec(cluster::KeyHashSlot(k0), cmds);
   if (!r.ok())
     return absl::UnavailableError("ClusterTier::ReadChunkHeader: " +
                                   std::string(r.status().message()));
-  std::optional<PieceHeader> ph = DecodePieceHeader((*r)[0].get());
-  const redisReply* h = (*r)[1].get();
-  if (!ph || h == nullptr || h->type != REDIS_REPLY_STRING || h->len != kChunkHeaderBytes)
-    return absl::NotFoundError("ClusterTier::ReadChunkHeader: miss");
-  auto ch = DecodeChunkHeader(std::span(reinterpret_cast<const std::byte*>(h->str), h->len));
-  if (!ch.ok() || ch->key != key || ch->record_bytes() != ph->record_bytes)
-    return absl::NotFoundError("ClusterTier::ReadChunkHeader: bad header");
+  std::optional<ChunkHeader> ch = HeaderFromReplies(key, (*r)[0].get(), (*r)[1].get());
+  if (!ch) return absl::NotFoundError("ClusterTier::ReadChunkHeader: miss or bad header");
   return *ch;
 }
 

@@ -122,6 +122,7 @@ struct TierCaps {
 struct ChunkStat {
   bool present = false;
   uint64_t record_bytes = 0;  // whole record (header + payload) when present
+  NamespaceId ns;             // the record header's namespace when present (tenancy)
 };
 
 // A pin on one chunk in one tier: while the handle lives, the tier does not evict the
@@ -299,8 +300,8 @@ class Tier {
   // `kvtier stats`). The default calls Get (tiers without hit counters or recency).
   virtual absl::StatusOr<uint64_t> CopyForWriteBack(const ChunkKey& key, std::span<std::byte> out);
 
-  // For each key, whether the tier holds it now and its record length (no data moves,
-  // no LRU touch). An unreachable tier reports keys as absent.
+  // For each key, whether the tier holds it now, its record length and its namespace (no
+  // data moves, no LRU touch). An unreachable tier reports keys as absent.
   virtual std::vector<ChunkStat> Stat(std::span<const ChunkKey> keys) = 0;
 
   // Removes `key`. OK if it was absent. FailedPrecondition if it is pinned.

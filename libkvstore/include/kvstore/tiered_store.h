@@ -123,6 +123,9 @@ struct LookupOptions {
   bool per_key = false;
   // Pin the leading hits under a lease (see Lookup).
   bool pin = false;
+  // Tenancy: a key whose namespace (ChunkStat::ns) this rejects is a miss, in every tier
+  // (never pinned; the leading run stops there). Null = every namespace.
+  std::function<bool(const NamespaceId&)> visible;
 };
 
 struct LookupResult {
@@ -133,6 +136,10 @@ struct LookupResult {
   std::vector<TierIndex> tier_index;
   std::vector<TierKind> tier_kind;
   std::vector<uint64_t> record_bytes;
+  // The namespace of each key answered (zero for a miss; for a record in the write-back
+  // queue whose header is not encoded yet, zero too, and such a record is then a miss
+  // under `visible`).
+  std::vector<NamespaceId> ns;
   // The pins on the leading hits, when pinning was requested and something was pinned
   // (kvstore/lease.h); an empty Lease otherwise. Dropping it releases them. Move-only.
   Lease lease;

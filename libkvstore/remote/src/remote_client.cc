@@ -81,6 +81,7 @@ absl::StatusOr<RemoteLookup> RemoteClient::Lookup(std::span<const ChunkKey> keys
   out.num_leading_hits = std::min<size_t>(resp.num_leading_hits(), keys.size());
   for (int t : resp.tier()) out.tier.push_back(TierFromProto(t));
   out.record_bytes.assign(resp.record_bytes().begin(), resp.record_bytes().end());
+  for (const pb::Key128& n : resp.ns()) out.ns.push_back(NamespaceId{n.lo(), n.hi()});
   out.lease_id = resp.lease_id();
   out.lease_timeout = std::chrono::milliseconds(resp.lease_timeout_ms());
   return out;

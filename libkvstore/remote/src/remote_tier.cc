@@ -284,7 +284,8 @@ std::vector<ChunkStat> RemoteTier::Stat(std::span<const ChunkKey> keys) {
     for (size_t j = 0; j < n && j < r->tier.size(); ++j) {
       if (!r->tier[j].has_value()) continue;
       const uint64_t bytes = j < r->record_bytes.size() ? r->record_bytes[j] : 0;
-      if (bytes > 0) out[i + j] = ChunkStat{true, bytes};
+      const NamespaceId ns = j < r->ns.size() ? r->ns[j] : NamespaceId{};
+      if (bytes > 0) out[i + j] = ChunkStat{true, bytes, ns};
     }
   }
   return out;

@@ -79,7 +79,8 @@ class ClusterTier final : public Tier {
   // record fails VerifyChunk; Unavailable when the shard cannot be reached;
   // OutOfRange when `out` is too small.
   absl::StatusOr<uint64_t> Get(const ChunkKey& key, std::span<std::byte> out) override;
-  // One pipelined round trip per shard (GET of each piece 0 for the record length);
+  // One pipelined round trip per shard (per key: GET of piece 0 for the record length,
+  // and the chunk header at the start of piece 1 for the namespace; the two must agree);
   // keys of an unreachable shard read as absent.
   std::vector<ChunkStat> Stat(std::span<const ChunkKey> keys) override;
   absl::Status Erase(const ChunkKey& key) override;

@@ -95,6 +95,9 @@ struct RemoteLookup {
   std::vector<std::optional<TierKind>> tier;
   // With per_key: record bytes of every key (0 for a miss).
   std::vector<uint64_t> record_bytes;
+  // The namespace of each key answered, as `tier` (zero for a miss; empty from a daemon
+  // that does not send it).
+  std::vector<NamespaceId> ns;
   // With pin: the lease holding the leading hits (0 = nothing pinned; an old daemon
   // that does not know `pin` also answers 0), to pass to Get, and its lifetime.
   uint64_t lease_id = 0;
