@@ -171,6 +171,12 @@ absl::Status CheckKeys(const YAML::Node& node, const std::string& where,
     return absl::InvalidArgumentError(absl::StrFormat("config %s: expected a mapping", where));
   for (const auto& kv : node) {
     std::string k = kv.first.as<std::string>();
+    if (k == "catalog_max_keys" && !allowed.count(k)) {  // an upgrade from an older kvtierd
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "config %s: key 'catalog_max_keys' was removed (kvtierd no longer keeps a bounded "
+          "key catalog: a chunk's tenant is read from the tiers, docs/daemon.md); delete it",
+          where));
+    }
     if (!allowed.count(k))
       return absl::InvalidArgumentError(absl::StrFormat("config %s: unknown key '%s'", where, k));
   }

@@ -228,10 +228,13 @@ TEST(DaemonConfigTest, LeaseTimeoutIsParsedAndRangeChecked) {
     ASSERT_TRUE(bad.ok()) << yaml;
     EXPECT_NE(bad->Validate().message().find("lease_timeout_ms"), std::string::npos) << yaml;
   }
-  // The key catalog and its bound are gone (tenancy asks the store): the key is unknown.
+  // The key catalog and its bound are gone (tenancy asks the store): an old config that
+  // sets the key is refused saying it was removed and what to do.
   auto gone = ParseDaemonConfig("catalog_max_keys: 64\n", DefaultDaemonConfig());
   ASSERT_FALSE(gone.ok());
-  EXPECT_NE(gone.status().message().find("catalog_max_keys"), std::string::npos) << gone.status();
+  EXPECT_NE(gone.status().message().find("'catalog_max_keys' was removed"), std::string::npos)
+      << gone.status();
+  EXPECT_NE(gone.status().message().find("delete it"), std::string::npos) << gone.status();
 }
 
 // The write-back queue's memory bound (issue 11 #4): parsed as a byte size, at least
