@@ -54,6 +54,8 @@ absl::Status DaemonConfig::Validate() const {
   }
   if (data_dir.empty()) return bad("data_dir", "must not be empty");
   if (host.capacity_bytes < (1ull << 20)) return bad("host_capacity", "must be at least 1 MiB");
+  if (host.capacity_bytes > (4ull << 40))  // the host tier's limit (HostTierOptions)
+    return bad("host_capacity", "must be at most 4 TiB");
   if (disk.capacity_bytes == 0 || disk.capacity_bytes % 4096 != 0)
     return bad("disk_capacity", "must be a positive multiple of 4096");
   if (disk.file_bytes == 0 || disk.file_bytes % 4096 != 0)
@@ -169,8 +171,16 @@ absl::Status CheckKeys(const YAML::Node& node, const std::string& where,
                        const std::set<std::string>& allowed) {
   if (!node.IsMap())
     return absl::InvalidArgumentError(absl::StrFormat("config %s: expected a mapping", where));
+  std::set<std::string> seen;
   for (const auto& kv : node) {
     std::string k = kv.first.as<std::string>();
+    // yaml-cpp keeps every duplicate and a lookup returns the first: a value appended
+    // at the end of a file to override an earlier one would be ignored without a word.
+    if (!seen.insert(k).second) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "config %s: key '%s' is given twice (keep one; a later value does not override)", where,
+          k));
+    }
     if (k == "catalog_max_keys" && !allowed.count(k)) {  // an upgrade from an older kvtierd
       return absl::InvalidArgumentError(absl::StrFormat(
           "config %s: key 'catalog_max_keys' was removed (kvtierd no longer keeps a bounded "

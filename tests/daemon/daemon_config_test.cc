@@ -228,6 +228,21 @@ TEST(DaemonConfigTest, LeaseTimeoutIsParsedAndRangeChecked) {
     ASSERT_TRUE(bad.ok()) << yaml;
     EXPECT_NE(bad->Validate().message().find("lease_timeout_ms"), std::string::npos) << yaml;
   }
+  // A key given twice is refused (yaml-cpp would silently use the first), also nested.
+  auto twice = ParseDaemonConfig("host_capacity: 16MiB\nworkers: 2\nhost_capacity: 8MiB\n",
+                                 DefaultDaemonConfig());
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.status().message().find("'host_capacity' is given twice"), std::string::npos)
+      << twice.status();
+  auto nested = ParseDaemonConfig("metrics:\n  listen: 127.0.0.1:9464\n  listen: 127.0.0.1:9465\n",
+                                  DefaultDaemonConfig());
+  ASSERT_FALSE(nested.ok());
+  EXPECT_NE(nested.status().message().find("'listen' is given twice"), std::string::npos)
+      << nested.status();
+  // A host tier larger than the host tier's limit is a config error naming the key.
+  auto huge = ParseDaemonConfig("host_capacity: 100000TiB\n", DefaultDaemonConfig());
+  ASSERT_TRUE(huge.ok()) << huge.status();
+  EXPECT_NE(huge->Validate().message().find("host_capacity"), std::string::npos);
   // The key catalog and its bound are gone (tenancy asks the store): an old config that
   // sets the key is refused saying it was removed and what to do.
   auto gone = ParseDaemonConfig("catalog_max_keys: 64\n", DefaultDaemonConfig());
