@@ -527,17 +527,7 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
     framed = std::move(*f);
     blob = *framed;
   }
-  const size_t set = llama_state_seq_set_data_ext(
-      ctx, reinterpret_cast<const uint8_t*>(blob.data()), blob.size(), seq_id, 0);
-  if (set != blob.size()) {
-    spdlog::warn("kvtier: llama.cpp refused a {}-token state for seq {}; recomputing", loaded,
-                 seq_id);
-    llama_memory_seq_rm(llama_get_memory(ctx), seq_id, -1, -1);
-    load_failures_.fetch_add(1, std::memory_order_relaxed);
-    misses_.fetch_add(1, std::memory_order_relaxed);
-    prompt_start_[seq_id].context_tokens = 0;
-    return -1;
-  }
+  if (!ApplyRestoredState(ctx, seq_id, blob, loaded)) return -1;
   hits_.fetch_add(1, std::memory_order_relaxed);
   if (tail_used) tail_hits_.fetch_add(1, std::memory_order_relaxed);
   loaded_tokens_.fetch_add(loaded, std::memory_order_relaxed);
@@ -605,16 +595,7 @@ int64_t ServerKvtier::RestoreWithSnapshot(llama_context* ctx, int32_t seq_id,
   }
   const std::vector<std::byte> state =
       snapshots_->Compose(rows_blob, snaps[loaded / chunk - 1], seq_id);
-  if (llama_state_seq_set_data_ext(ctx, reinterpret_cast<const uint8_t*>(state.data()),
-                                   state.size(), seq_id, 0) != state.size()) {
-    spdlog::warn("kvtier: llama.cpp refused a {}-token state for seq {}; recomputing", loaded,
-                 seq_id);
-    llama_memory_seq_rm(llama_get_memory(ctx), seq_id, -1, -1);
-    load_failures_.fetch_add(1, std::memory_order_relaxed);
-    misses_.fetch_add(1, std::memory_order_relaxed);
-    prompt_start_[seq_id].context_tokens = 0;
-    return -1;
-  }
+  if (!ApplyRestoredState(ctx, seq_id, state, loaded)) return -1;
   hits_.fetch_add(1, std::memory_order_relaxed);
   loaded_tokens_.fetch_add(loaded, std::memory_order_relaxed);
   load_bytes_.fetch_add(loaded / chunk * chunk_bytes, std::memory_order_relaxed);
@@ -674,6 +655,21 @@ bool ServerKvtier::SetSeqState(llama_context* ctx, int32_t seq_id,
   }
   return llama_state_seq_set_data_ext(ctx, reinterpret_cast<const uint8_t*>(blob.data()),
                                       blob.size(), seq_id, 0) == blob.size();
+}
+
+bool ServerKvtier::ApplyRestoredState(llama_context* ctx, int32_t seq_id,
+                                      std::span<const std::byte> state, uint64_t loaded) {
+  if (llama_state_seq_set_data_ext(ctx, reinterpret_cast<const uint8_t*>(state.data()),
+                                   state.size(), seq_id, 0) == state.size()) {
+    return true;
+  }
+  spdlog::warn("kvtier: llama.cpp refused a {}-token state for seq {}; recomputing", loaded,
+               seq_id);
+  llama_memory_seq_rm(llama_get_memory(ctx), seq_id, -1, -1);
+  load_failures_.fetch_add(1, std::memory_order_relaxed);
+  misses_.fetch_add(1, std::memory_order_relaxed);
+  prompt_start_[seq_id].context_tokens = 0;
+  return false;
 }
 
 size_t ServerKvtier::StoreSeq(llama_context* ctx, int32_t seq_id, std::span<const TokenId> tokens) {

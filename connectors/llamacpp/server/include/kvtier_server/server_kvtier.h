@@ -118,6 +118,11 @@ class ServerKvtier final : public KvtierServerHooks {
   // Restores a single-stream blob into `seq_id` (framed for n_stream_ > 1); false when
   // llama.cpp refused it.
   bool SetSeqState(llama_context* ctx, int32_t seq_id, std::span<const std::byte> blob);
+  // Writes a restored state (`loaded` tokens) into `seq_id`. When llama.cpp refuses it:
+  // warns, clears the sequence, counts a load failure and a miss, and returns false (the
+  // prompt is then computed from token 0).
+  bool ApplyRestoredState(llama_context* ctx, int32_t seq_id, std::span<const std::byte> state,
+                          uint64_t loaded);
   // Recurrent/hybrid models: loads up to `want` leading tokens of `prompt` (chunk rows and
   // the last chunk's snapshot) into `seq_id`; OnPromptStart's result.
   int64_t RestoreWithSnapshot(llama_context* ctx, int32_t seq_id, std::span<const TokenId> prompt,
