@@ -114,7 +114,7 @@ struct Answer {
 struct ConfigResult {
   std::string name;
   std::vector<Answer> answers;
-  uint64_t loaded_tokens = 0, kvtier_hits = 0, stored_chunks = 0;
+  uint64_t loaded_tokens = 0, kvtier_hits = 0, stored_chunks = 0, cost_skips = 0;
   double kvtierd_cpu_s = -1;
   uint64_t kvtierd_peak_rss_kib = 0;
   double seconds = 0;
@@ -324,6 +324,7 @@ class Replay {
         out.loaded_tokens += k->value("loaded_tokens", uint64_t{0});
         out.kvtier_hits += k->value("hits", uint64_t{0});
         out.stored_chunks += k->value("stored_chunks", uint64_t{0});
+        out.cost_skips += k->value("cost_skips", uint64_t{0});
       }
     }
     servers.clear();  // stop the servers before kvtierd
@@ -490,6 +491,7 @@ int Main(int argc, char** argv) {
                           {"kvtier_loaded_tokens", r.loaded_tokens},
                           {"kvtier_hits", r.kvtier_hits},
                           {"kvtier_stored_chunks", r.stored_chunks},
+                          {"kvtier_cost_skips", r.cost_skips},
                           {"errors", r.errors()},
                           {"late", r.late()},
                           {"answers_differing", diff},

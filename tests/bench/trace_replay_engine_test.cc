@@ -29,7 +29,7 @@ TEST(TraceReplayEngineTest, ConversationSliceThroughPlainAndKvtierServers) {
       KVT_KVTIERD_BIN + " --make-gguf " + KVT_MAKE_GGUF_BIN + " --dir " + dir + " --max-requests " +
       std::to_string(kRequests) +
       " --block-tokens 16 --chunk-tokens 16 --time-scale 1000 --concurrency 2 --servers 2"
-      " --slots 1 --n-predict 2 --cache-ram-mib 8 --kvtierd-host-mib 4 --kvtierd-disk-mib 16";
+      " --slots 1 --n-predict 2 --cache-ram-mib 8 --kvtierd-host-mib 64 --kvtierd-disk-mib 128";
   FILE* p = popen(cmd.c_str(), "r");
   ASSERT_NE(p, nullptr) << cmd;
   std::map<std::string, nlohmann::json> configs;
@@ -55,10 +55,14 @@ TEST(TraceReplayEngineTest, ConversationSliceThroughPlainAndKvtierServers) {
     EXPECT_LE(j["computed_tokens"].get<uint64_t>(), j["prompt_tokens"].get<uint64_t>()) << name;
   }
   // Random routing sends a conversation's later turns to the server that did not see
-  // the earlier ones: those prefixes can only come from kvtierd. (With affinity each
+  // the earlier ones: those prefixes can only come from kvtierd. kvtierd is sized to hold
+  // this slice (23 loads of 7,450 tokens measured): at 4 MiB its admission policy rightly
+  // declined nearly every first-seen chunk and the loads left (0 or 1) were luck; eviction
+  // under pressure is the full replay's and the cache-policy tests' subject. (With affinity each
   // server's own RAM prompt cache may serve every repeat on this tiny slice, so kvtier
   // loads are not required there; its stores are.)
-  EXPECT_GT(configs["kvtier-random"]["kvtier_hits"].get<uint64_t>(), 0u);
+  EXPECT_GT(configs["kvtier-random"]["kvtier_hits"].get<uint64_t>(), 0u)
+      << configs["kvtier-random"].dump() << " (logs in " << dir << ")";
   EXPECT_GT(configs["kvtier-random"]["kvtier_loaded_tokens"].get<uint64_t>(), 0u);
   for (const char* k : {"kvtier-affinity", "kvtier-random"}) {
     EXPECT_GT(configs[k]["kvtier_stored_chunks"].get<uint64_t>(), 0u) << k;
