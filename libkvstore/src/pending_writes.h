@@ -48,8 +48,8 @@ struct PendingWrite {
 // are counted: Enqueue blocks while the pending bytes would pass
 // max_pending_write_bytes, a demotion or an async write past the bound is refused.
 //
-// Locks: mu_, then the buffer pool's (a leaf). Nothing else is called with mu_ held
-// (the done callbacks run without it).
+// Locks: mu_, then the buffer pool's (a leaf) and, in Next, the clock's wait. Nothing
+// else is called with mu_ held (done and finish callbacks run without it).
 class PendingWrites {
  public:
   using WritePtr = std::shared_ptr<PendingWrite>;
