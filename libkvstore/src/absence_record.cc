@@ -60,8 +60,8 @@ void AbsenceRecord::NoteRejected(const ChunkKey& key, const NamespaceId& ns, Tie
   absl::MutexLock lock(&mu_);
   Entry& e = NoteLocked(key, ns);
   // Declines since the key last left a tier add up (host memory, then the disk below).
-  e.rejected_by = e.reason == AbsenceReason::kRejected ? static_cast<uint8_t>(e.rejected_by | bit)
-                                                       : bit;
+  e.rejected_by =
+      e.reason == AbsenceReason::kRejected ? static_cast<uint8_t>(e.rejected_by | bit) : bit;
   e.reason = AbsenceReason::kRejected;
   e.tier = kind;
 }

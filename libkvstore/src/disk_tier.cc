@@ -178,7 +178,8 @@ absl::StatusOr<PutResult> DiskTier::Impl::Put(std::span<const std::byte> record,
   const CacheEntryInfo info{
       .key = hdr->key, .parent = hdr->parent, .ns = hdr->ns, .record_bytes = record.size()};
   if (!table_->Admit(info, context.reason)) {
-    if (options_.absence != nullptr) options_.absence->NoteRejected(info.key, info.ns, TierKind::kDisk);
+    if (options_.absence != nullptr)
+      options_.absence->NoteRejected(info.key, info.ns, TierKind::kDisk);
     return result;
   }
   DropExpired();

@@ -96,7 +96,7 @@ TEST(AbsenceRecordTest, ForgetsTheOldestNoteOnceFullAndSaysSo) {
   r->NoteRemoved(Key(4), kNs, TierKind::kHost, RemoveReason::kEvicted);
   EXPECT_EQ(r->size(), 3u);
   EXPECT_EQ(r->forgotten(), 1u);
-  EXPECT_EQ(r->Find(Key(2), nullptr).reason, AbsenceReason::kNoRecord);  // forgotten
+  EXPECT_EQ(r->Find(Key(2), nullptr).reason, AbsenceReason::kNoRecord);   // forgotten
   EXPECT_EQ(r->Find(Key(99), nullptr).reason, AbsenceReason::kNoRecord);  // unknown now
   EXPECT_EQ(r->Find(Key(1), nullptr).reason, AbsenceReason::kEvicted);
   EXPECT_EQ(r->Find(Key(1), nullptr).tier, TierKind::kDisk);
@@ -170,9 +170,8 @@ std::vector<std::byte> Record(uint64_t i, const NamespaceId& ns = kNs) {
 Absence Explain(TieredStore& store, uint64_t i,
                 std::function<bool(const NamespaceId&)> visible = nullptr) {
   const ChunkKey k = Key(i);
-  LookupResult r = store.Lookup(std::span(&k, 1), {.per_key = true,
-                                                   .visible = std::move(visible),
-                                                   .explain_misses = true});
+  LookupResult r = store.Lookup(
+      std::span(&k, 1), {.per_key = true, .visible = std::move(visible), .explain_misses = true});
   EXPECT_EQ(r.absence.size(), 1u);
   EXPECT_EQ(r.tier_index.size(), 1u);
   if (r.absence.size() != 1 || r.tier_index.size() != 1) return {};
@@ -249,8 +248,8 @@ TEST(AbsenceRecordTest, StoreExplainsHostEvictionAndTtlExpiry) {
   h.clock = clock;
   std::vector<TierFactory> tiers;
   tiers.push_back(HostTier::Factory(h));
-  auto store = TieredStore::Create(std::move(tiers),
-                                   TieredStoreOptions{.clock = clock, .absence = absence});
+  auto store =
+      TieredStore::Create(std::move(tiers), TieredStoreOptions{.clock = clock, .absence = absence});
   ASSERT_TRUE(store.ok()) << store.status();
   ASSERT_TRUE(testing::PutRecord(**store, Record(1)).ok());
   ASSERT_TRUE(testing::PutRecord(**store, Record(2)).ok());  // evicts 1
