@@ -154,7 +154,7 @@ int RunTrace(int argc, char** argv) {
   int kvtierd_clients = 0;
   std::string kvtierd_bin;
   bool no_flush = false;
-  size_t miss_record_entries = 65536;
+  size_t miss_record_entries = AbsenceRecord::kDefaultEntries;  // as kvtierd
   app.add_flag("--no-flush", no_flush,
                "two-tier store replay: do not flush the write-back after each request (its "
                "queue then serves records beyond the tiers' capacities while it lags)");

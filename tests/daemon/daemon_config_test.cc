@@ -162,7 +162,7 @@ TEST(DaemonConfigTest, BadCachePolicyValuesNameTheKey) {
 }
 
 TEST(DaemonConfigTest, MissRecordEntriesIsReadAndBadValuesNameTheKey) {
-  EXPECT_EQ(DefaultDaemonConfig().miss_record_entries, 65536u);
+  EXPECT_EQ(DefaultDaemonConfig().miss_record_entries, AbsenceRecord::kDefaultEntries);
   auto ok = ParseDaemonConfig("miss_record_entries: 0\n", DefaultDaemonConfig());
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->miss_record_entries, 0u);  // 0 = no record

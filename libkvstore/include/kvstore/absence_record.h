@@ -23,7 +23,7 @@
 // Memory: one hash slot (40 bytes: key, namespace, ring position, reason, tier, mask;
 // plus 1 control byte) at a load of 7/16..7/8, plus a 16-byte ring slot per entry: at
 // most kMaxBytesPerEntry (128) bytes per entry, grown as keys are noted (about 100 at
-// kDefaultEntries = 65536: 6.4 MiB).
+// kDefaultEntries = 16384: 1.6 MiB).
 //
 // Thread-safe. Its lock is a leaf: tiers call Note* under their own locks, and nothing
 // is called with it held. A note is one hash update (O(1), no allocation once the
@@ -72,7 +72,7 @@ struct Absence {
 
 class AbsenceRecord {
  public:
-  static constexpr size_t kDefaultEntries = 65536;
+  static constexpr size_t kDefaultEntries = 16384;
   static constexpr size_t kMaxEntries = size_t{1} << 24;
   static constexpr size_t kMaxBytesPerEntry = 128;
 
