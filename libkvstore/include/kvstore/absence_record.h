@@ -26,8 +26,8 @@
 // kDefaultEntries = 16384: 1.6 MiB).
 //
 // Thread-safe. Its lock is a leaf: tiers call Note* under their own locks, and nothing
-// is called with it held. A note is one hash update (O(1), no allocation once the
-// table has grown to its bound).
+// is called with it held. A note is one hash update (amortized O(1); the table never
+// holds more than max_entries keys).
 #ifndef KVSTORE_ABSENCE_RECORD_H_
 #define KVSTORE_ABSENCE_RECORD_H_
 
