@@ -82,19 +82,22 @@ class DaemonBackend final : public CacheBackend {
     return out;
   }
 
-  absl::StatusOr<std::vector<std::optional<TierKind>>> Locate(
-      std::span<const ChunkKey> keys) override {
-    std::vector<std::optional<TierKind>> out;
+  absl::StatusOr<std::vector<Located>> Locate(std::span<const ChunkKey> keys) override {
+    std::vector<Located> out;
     out.reserve(keys.size());
     for (size_t at = 0; at < keys.size(); at += kKvtierMaxBatchKeys) {
       const size_t n = std::min<size_t>(kKvtierMaxBatchKeys, keys.size() - at);
-      auto r = client_->Lookup(keys.subspan(at, n), /*per_key=*/true);
+      auto r = client_->Inspect(keys.subspan(at, n));
       if (!r.ok()) return Explain(r.status(), "Lookup");
-      if (r->tier.size() != n) {
+      if (r->tier.size() != n || (r->explained && r->absence.size() != n)) {
         return absl::InternalError(absl::StrCat("Lookup on kvtierd ", options_.address, ": ",
                                                 r->tier.size(), " answers for ", n, " keys"));
       }
-      out.insert(out.end(), r->tier.begin(), r->tier.end());
+      for (size_t i = 0; i < n; ++i) {
+        Located l{.tier = r->tier[i]};
+        if (!l.tier && r->explained) l.why = r->absence[i];
+        out.push_back(l);
+      }
     }
     return out;
   }

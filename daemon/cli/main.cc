@@ -149,8 +149,8 @@ int main(int argc, char** argv) {
                      "With --chunks: the 'more' token of the previous page");
 
   kvt::cli::InspectFlags insp;
-  auto* insp_cmd =
-      app.add_subcommand("inspect", "Which leading chunks of a prompt are cached, and where");
+  auto* insp_cmd = app.add_subcommand(
+      "inspect", "Which leading chunks of a prompt are cached, where, and why the others are not");
   AddNamespaceFlags(insp_cmd, &insp.ns);
   AddPromptFlags(insp_cmd, &insp.prompt, "--tokens", "--text");
   insp_cmd->add_flag("--include-partial", insp.include_partial,

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "kvstore/absence_record.h"
 #include "kvstore/byte_size.h"
 #include "kvstore/cache_policy.h"
 #include "kvstore/daemon_address.h"
@@ -111,6 +112,9 @@ absl::Status DaemonConfig::Validate() const {
   if (lease_timeout.count() < 1 || lease_timeout > std::chrono::minutes(10))
     return bad("lease_timeout_ms",
                absl::StrFormat("%d, expected 1..600000", lease_timeout.count()));
+  if (miss_record_entries > AbsenceRecord::kMaxEntries)
+    return bad("miss_record_entries", absl::StrFormat("%d, expected 0..%d", miss_record_entries,
+                                                      AbsenceRecord::kMaxEntries));
   if (cluster) {
     if (absl::Status s = cluster->Validate(); !s.ok())
       return absl::InvalidArgumentError("config " + std::string(s.message()));
@@ -280,6 +284,7 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
                             "ready_file",
                             "shutdown_grace_ms",
                             "lease_timeout_ms",
+                            "miss_record_entries",
                             "host_cache_policy",
                             "disk_cache_policy",
                             "cluster"});
@@ -382,6 +387,12 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
           !s.ok())
         return s;
       c.lease_timeout = std::chrono::milliseconds(ms);
+    }
+    if (root["miss_record_entries"]) {
+      if (auto s = Get(root["miss_record_entries"], "miss_record_entries",
+                       "a count of keys 0..16777216", &c.miss_record_entries);
+          !s.ok())
+        return s;
     }
     if (const auto shm = root["shm"]) {
       if (auto s = CheckKeys(shm, "shm",

@@ -161,6 +161,24 @@ TEST(DaemonConfigTest, BadCachePolicyValuesNameTheKey) {
   EXPECT_NE(bad.Validate().message().find("fifo"), std::string::npos);
 }
 
+TEST(DaemonConfigTest, MissRecordEntriesIsReadAndBadValuesNameTheKey) {
+  EXPECT_EQ(DefaultDaemonConfig().miss_record_entries, AbsenceRecord::kDefaultEntries);
+  auto ok = ParseDaemonConfig("miss_record_entries: 0\n", DefaultDaemonConfig());
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->miss_record_entries, 0u);  // 0 = no record
+  auto bad = ParseDaemonConfig("miss_record_entries: lots\n", DefaultDaemonConfig());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("miss_record_entries"), std::string::npos) << bad.status();
+  // Out of range: refused before kvtierd starts (Validate), naming the key and the range.
+  auto big = ParseDaemonConfig("miss_record_entries: 16777217\n", DefaultDaemonConfig());
+  ASSERT_TRUE(big.ok()) << big.status();
+  const absl::Status v = big->Validate();
+  EXPECT_EQ(v.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(v.message().find("miss_record_entries"), std::string::npos) << v;
+  EXPECT_NE(v.message().find("16777216"), std::string::npos) << v;
+}
+
 TEST(DaemonConfigTest, NonLoopbackListenNeedsAllowRemote) {
   DaemonConfig c = DefaultDaemonConfig();
   c.listen = {"0.0.0.0:7470"};

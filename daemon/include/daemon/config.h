@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kvstore/absence_record.h"
 #include "kvstore/cluster_tier.h"
 #include "kvstore/disk_tier.h"
 #include "kvstore/host_tier.h"
@@ -91,6 +92,10 @@ struct DaemonConfig {
   std::chrono::milliseconds shutdown_grace{5000};
   // How long the pins of a Lookup with `pin` live when no Get releases them (1 ms .. 10 min).
   std::chrono::milliseconds lease_timeout{10000};
+  // Keys whose last reason for not being held (rejected, evicted, expired, erased) is
+  // kept for `kvtier inspect` (kvstore/absence_record.h): at most ~100 bytes each; the
+  // oldest is forgotten first. 0 = keep none (inspect shows a plain miss).
+  uint64_t miss_record_entries = AbsenceRecord::kDefaultEntries;  // 16384
   // A Redis Cluster tier below the disk, shared with every kvtierd that names the same
   // cluster (docs/scale-out.md). Unset = no cluster tier.
   std::optional<ClusterTierOptions> cluster;
