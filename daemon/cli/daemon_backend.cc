@@ -128,7 +128,7 @@ class DaemonBackend final : public CacheBackend {
 // connect went through or would block: gRPC then waits up to --timeout, e.g. for a
 // paused kvtierd). A path too long for sockaddr_un is left to gRPC.
 std::string UnixSocketProblem(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     if (errno == ENOENT) return "the socket file does not exist";
     if (errno == ENOTDIR) return "a directory in its path is a file, so the socket does not exist";
@@ -176,8 +176,9 @@ absl::StatusOr<std::unique_ptr<CacheBackend>> OpenDaemonBackend(
   }
   if (a->kind == DaemonAddress::Kind::kUnix) {
     if (std::string why = UnixSocketProblem(a->unix_path); !why.empty()) {
-      const std::string from =
-          options.address_source == "--daemon" ? "" : absl::StrCat(" (", options.address_source, ")");
+      const std::string from = options.address_source == "--daemon"
+                                   ? ""
+                                   : absl::StrCat(" (", options.address_source, ")");
       return absl::UnavailableError(
           absl::StrCat("no kvtierd at ", options.address, from, ": ", why,
                        "; is kvtierd running, and is this its listen address?"));

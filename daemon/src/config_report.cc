@@ -74,9 +74,7 @@ class Writer {
     out_ << YAML::Key << key << YAML::Value << YAML::Flow << values
          << YAML::Comment(Source(path.empty() ? key : path));
   }
-  void Begin(const std::string& key) {
-    out_ << YAML::Key << key << YAML::Value << YAML::BeginMap;
-  }
+  void Begin(const std::string& key) { out_ << YAML::Key << key << YAML::Value << YAML::BeginMap; }
   void End() { out_ << YAML::EndMap; }
   YAML::Emitter& out() { return out_; }
 
@@ -157,8 +155,7 @@ std::string EffectiveConfigYaml(const DaemonConfig& c, const ConfigOrigin& origi
     w.Put("ttl_s", cl.ttl_s, "cluster.ttl_s");
     w.Put("deadline_ms", static_cast<int64_t>(cl.client.deadline.count()), "cluster.deadline_ms");
     if (!cl.client.username.empty()) w.Put("username", cl.client.username, "cluster.username");
-    if (!cl.client.password.empty())
-      w.out() << YAML::Comment("password: set, not shown");
+    if (!cl.client.password.empty()) w.out() << YAML::Comment("password: set, not shown");
     w.End();
   }
   w.out() << YAML::EndMap;

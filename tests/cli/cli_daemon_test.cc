@@ -388,9 +388,8 @@ TEST(DaemonAddressCliTest, AddressFromTheEnvironmentIsNamedAsSuch) {
   EXPECT_THAT(malformed.err, HasSubstr("KVTIER_DAEMON '/tmp/kvtierd.sock': expected"));
   // An empty KVTIER_DAEMON counts as unset: --disk-dir alone opens the directory (which
   // holds no disk tier here: NotFound, exit 3, not a usage error).
-  RunResult cleared =
-      clitest::Run(KVTIER_BIN, {"--disk-dir", tmp.path() + "/none", "stats"}, 30,
-                   {{"KVTIER_DAEMON", ""}});
+  RunResult cleared = clitest::Run(KVTIER_BIN, {"--disk-dir", tmp.path() + "/none", "stats"}, 30,
+                                   {{"KVTIER_DAEMON", ""}});
   EXPECT_EQ(cleared.exit_code, 3) << cleared.err;
 }
 

@@ -49,12 +49,10 @@ class CheckConfigTest : public ::testing::Test {
   }
   // Runs kvtierd --check-config `args` (killed after 20 s).
   Result Check(const std::string& args) {
-    const std::string cmd =
-        absl::StrFormat("timeout 20 %s --check-config %s >%s/out 2>%s/err", KVTIERD_BIN, args,
-                        dir_, dir_);
+    const std::string cmd = absl::StrFormat("timeout 20 %s --check-config %s >%s/out 2>%s/err",
+                                            KVTIERD_BIN, args, dir_, dir_);
     const int rc = std::system(cmd.c_str());
-    return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, ReadFile(dir_ + "/out"),
-            ReadFile(dir_ + "/err")};
+    return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, ReadFile(dir_ + "/out"), ReadFile(dir_ + "/err")};
   }
   std::string dir_;
 };
@@ -62,12 +60,12 @@ class CheckConfigTest : public ::testing::Test {
 TEST_F(CheckConfigTest, ValidConfigPrintsTheEffectiveSettingsAndTouchesNothing) {
   const std::string sock = dir_ + "/kvtierd.sock";
   const std::string data = dir_ + "/data";
-  const std::string cfg = Write(
-      "kvtierd.yaml",
-      absl::StrFormat("listen: unix://%s\ndata_dir: %s\nhost_capacity: 64MiB\n"
-                      "disk_capacity: 1GiB\nworkers: 3\nmetrics:\n  listen: 127.0.0.1:0\n"
-                      "tenants:\n  - name: a\n    tokens: [secret-token-a]\n",
-                      sock, data));
+  const std::string cfg =
+      Write("kvtierd.yaml",
+            absl::StrFormat("listen: unix://%s\ndata_dir: %s\nhost_capacity: 64MiB\n"
+                            "disk_capacity: 1GiB\nworkers: 3\nmetrics:\n  listen: 127.0.0.1:0\n"
+                            "tenants:\n  - name: a\n    tokens: [secret-token-a]\n",
+                            sock, data));
   Result r = Check("--config " + cfg + " --workers 5 --no-direct-io");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("# kvtierd --check-config: valid (" + cfg + ")"), std::string::npos)
@@ -92,8 +90,8 @@ TEST_F(CheckConfigTest, UnknownKeyExitsTwoNamingTheKeyAndTheFile) {
 
 TEST_F(CheckConfigTest, BadValueIsNamedByWhereItCameFrom) {
   // From the file: the file and the key (not "with the command-line flags").
-  const std::string cfg =
-      Write("small.yaml", "disk_capacity: 64MiB\ndisk_file_bytes: 256MiB\nmax_record_bytes: 8MiB\n");
+  const std::string cfg = Write(
+      "small.yaml", "disk_capacity: 64MiB\ndisk_file_bytes: 256MiB\nmax_record_bytes: 8MiB\n");
   Result file = Check("--config " + cfg + " -d " + dir_ + "/data");
   EXPECT_EQ(file.exit_code, 2) << file.out;
   EXPECT_NE(file.err.find(cfg + ": config disk_capacity: 67108864 bytes is smaller than "

@@ -337,9 +337,10 @@ TEST(DaemonConfigTest, BareSocketPathSuggestsTheUnixAddress) {
 // A disk_file_bytes larger than disk_capacity could never hold one record file: refused,
 // naming both keys. Left unset, the record files shrink to disk_capacity (no error).
 TEST(DaemonConfigTest, DiskCapacityBelowOneRecordFileIsRefusedNamingBothKeys) {
-  auto c = ParseDaemonConfig("disk_capacity: 64MiB\ndisk_file_bytes: 256MiB\n"
-                             "max_record_bytes: 8MiB\n",
-                             DefaultDaemonConfig());
+  auto c = ParseDaemonConfig(
+      "disk_capacity: 64MiB\ndisk_file_bytes: 256MiB\n"
+      "max_record_bytes: 8MiB\n",
+      DefaultDaemonConfig());
   ASSERT_TRUE(c.ok()) << c.status();
   absl::Status s = c->Validate();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
@@ -348,9 +349,10 @@ TEST(DaemonConfigTest, DiskCapacityBelowOneRecordFileIsRefusedNamingBothKeys) {
             std::string::npos)
       << s;
   EXPECT_EQ(ConfigErrorKey(s), "disk_capacity");
-  auto equal = ParseDaemonConfig("disk_capacity: 64MiB\ndisk_file_bytes: 64MiB\n"
-                                 "max_record_bytes: 8MiB\n",
-                                 DefaultDaemonConfig());
+  auto equal = ParseDaemonConfig(
+      "disk_capacity: 64MiB\ndisk_file_bytes: 64MiB\n"
+      "max_record_bytes: 8MiB\n",
+      DefaultDaemonConfig());
   ASSERT_TRUE(equal.ok()) << equal.status();
   EXPECT_TRUE(equal->Validate().ok()) << equal->Validate();
   auto unset = ParseDaemonConfig("disk_capacity: 64MiB\n", DefaultDaemonConfig());
@@ -364,8 +366,8 @@ TEST(DaemonConfigTest, ParseReportsTheKeysTheFileSets) {
   auto c = ParseDaemonConfig("workers: 3\nshm:\n  enabled: false\nmetrics:\n  listen: ''\n",
                              DefaultDaemonConfig(), &keys);
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(keys, (std::set<std::string>{"workers", "shm", "shm.enabled", "metrics",
-                                         "metrics.listen"}));
+  EXPECT_EQ(keys,
+            (std::set<std::string>{"workers", "shm", "shm.enabled", "metrics", "metrics.listen"}));
 }
 
 // An error is worded by where the bad value came from: the flag, the file and its key, or
@@ -391,8 +393,7 @@ TEST(DaemonConfigTest, ErrorsNameTheFlagTheFileOrTheDefault) {
   c = DefaultDaemonConfig();
   c.disk.file_bytes = 16ull << 20;  // as if from a file that does not say so
   s = AttributeConfigError(c.Validate(), origin);
-  EXPECT_NE(s.message().find("config max_record_bytes (default value): "), std::string::npos)
-      << s;
+  EXPECT_NE(s.message().find("config max_record_bytes (default value): "), std::string::npos) << s;
   // A flag overrides the file, so the flag is named even when the file sets the key too.
   origin.flag_keys["workers"] = "--workers";
   c = DefaultDaemonConfig();

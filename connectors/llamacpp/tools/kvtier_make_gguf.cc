@@ -174,7 +174,8 @@ int Check(const std::string& path, int n_tokens) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Write a GGUF with seeded random weights, or check one against llama.cpp"};
+  CLI::App app{"Write a GGUF with seeded random weights, or check one against llama.cpp",
+               "kvtier-make-gguf"};  // usage names the tool, not the path it ran from
   std::string arch = "llama";
   std::string size = "tiny";
   std::string out;
