@@ -131,7 +131,7 @@ std::string UnixSocketProblem(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     if (errno == ENOENT) return "the socket file does not exist";
-    if (errno == ENOTDIR) return "a directory in its path is a file, so the socket does not exist";
+    if (errno == ENOTDIR) return "the socket file does not exist (part of its path is a file)";
     return absl::StrCat("the socket file cannot be reached: ", std::strerror(errno));
   }
   if (S_ISDIR(st.st_mode)) return "it is a directory, not a socket";
