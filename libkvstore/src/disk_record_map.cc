@@ -12,6 +12,7 @@ uint64_t DiskRecordMap::Insert(const ChunkKey& key, Entry en) {
 }
 
 void DiskRecordMap::Restore(const ChunkKey& key, const Entry& en) {
+  if (!en.committed) ++uncommitted_;  // Detach stopped counting it
   used_bytes_ += en.padded;
   map_.emplace(key, en);
 }

@@ -42,6 +42,11 @@ TEST(DiskRecordMapTest, EntriesKeepTheirBytesAndUncommittedCountInStep) {
   m.Restore(Key(1), e);  // an eviction undone: the same record again
   EXPECT_NE(m.FindCurrent(Key(1), g1), nullptr);
   EXPECT_EQ(m.used_bytes(), 2 * 4096u);
+  // Still awaiting its group commit: counted again, so the commit's CommitDone(1) brings
+  // the count to 0 rather than wrapping it.
+  EXPECT_EQ(m.uncommitted(), 1u);
+  m.CommitDone(1);
+  EXPECT_EQ(m.uncommitted(), 0u);
 }
 
 TEST(DiskRecordMapTest, AGenNamesOneRecordOfAKey) {
