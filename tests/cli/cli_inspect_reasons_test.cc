@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_format.h"
 #include "cli_test_util.h"
+#include "daemon_harness.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kvstore/remote_client.h"
@@ -63,34 +64,20 @@ class InspectReasonsTest : public ::testing::Test {
   }
 
   void SetUp() override {
-    target_ = "unix://" + tmp_.path() + "/kvtierd.sock";
-    const std::string cfg = tmp_.path() + "/kvtierd.yaml";
     // Host memory keeps recent chunks (lru); the disk declines chunks it sees for the
     // first time once its budget for them is spent ("adaptive", declines_first_seen).
-    std::ofstream(cfg) << absl::StrFormat(
-        "listen: %s\ndata_dir: %s/data\nhost_capacity: 1MiB\ndisk_capacity: %d\n"
-        "disk_file_bytes: %d\nmax_record_bytes: 256KiB\nmax_inflight_bytes: 16MiB\n"
-        "workers: 2\nlog_level: warn\nmetrics:\n  listen: ''\nready_file: %s/ready.json\n"
-        "host_cache_policy:\n  name: lru\n"
-        "disk_cache_policy:\n%s"
-        "tenants:\n  - name: a\n    tokens: [%s]\n  - name: b\n    tokens: [%s]\n",
-        target_, tmp_.path(), kDiskBytes, kDiskBytes, tmp_.path(), DiskPolicy(), kTokenA, kTokenB);
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      const std::string log = tmp_.path() + "/kvtierd.log";
-      FILE* f = std::freopen(log.c_str(), "w", stdout);
-      (void)f;
-      ::dup2(1, 2);
-      ::execl(KVTIERD_BIN, KVTIERD_BIN, "--config", cfg.c_str(), static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (!std::filesystem::exists(tmp_.path() + "/ready.json")) {
-      int st = 0;
-      ASSERT_NE(::waitpid(pid_, &st, WNOHANG), pid_) << "kvtierd exited: " << Log();
-      ASSERT_LT(std::chrono::steady_clock::now(), until) << "kvtierd not ready: " << Log();
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    daemon_ = std::make_unique<testing::Daemon>(
+        tmp_.path(),
+        absl::StrFormat("host_capacity: 1MiB\ndisk_capacity: %d\ndisk_file_bytes: %d\n"
+                        "max_record_bytes: 256KiB\nmax_inflight_bytes: 16MiB\nworkers: 2\n"
+                        "metrics:\n  listen: ''\nhost_cache_policy:\n  name: lru\n"
+                        "disk_cache_policy:\n%s"
+                        "tenants:\n  - name: a\n    tokens: [%s]\n  - name: b\n"
+                        "    tokens: [%s]\n",
+                        kDiskBytes, kDiskBytes, DiskPolicy(), kTokenA, kTokenB));
+    target_ = daemon_->target();
+    std::string error;
+    ASSERT_TRUE(daemon_->Start(&error)) << error;
     tokens_ = Tokens(kChunks * 16, 7);
     chunks_ = PromptChunks(Params("a"), tokens_);
     ASSERT_EQ(chunks_.size(), kChunks);
@@ -105,20 +92,10 @@ class InspectReasonsTest : public ::testing::Test {
   void TearDown() override { StopDaemon(); }
 
   void StopDaemon() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGTERM);
-      int st = 0;
-      ::waitpid(pid_, &st, 0);
-      pid_ = -1;
-    }
+    if (daemon_) daemon_->Kill(SIGTERM);
   }
 
-  std::string Log() const {
-    std::ifstream in(tmp_.path() + "/kvtierd.log");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  }
+  std::string Log() const { return daemon_ ? daemon_->Log() : ""; }
 
   std::unique_ptr<RemoteClient> Client(const char* token) {
     RemoteClientOptions o;
@@ -151,7 +128,7 @@ class InspectReasonsTest : public ::testing::Test {
   }
 
   TempDir tmp_;
-  pid_t pid_ = -1;
+  std::unique_ptr<testing::Daemon> daemon_;
   std::string target_, file_;
   std::vector<TokenId> tokens_;
   std::vector<PromptChunk> chunks_;
