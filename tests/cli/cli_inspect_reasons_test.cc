@@ -98,13 +98,7 @@ class InspectReasonsTest : public ::testing::Test {
   std::string Log() const { return daemon_ ? daemon_->Log() : ""; }
 
   std::unique_ptr<RemoteClient> Client(const char* token) {
-    RemoteClientOptions o;
-    o.target = target_;
-    o.token = token;
-    o.deadline = std::chrono::milliseconds(10000);
-    auto c = RemoteClient::Create(o);
-    EXPECT_TRUE(c.ok()) << c.status();
-    return c.ok() ? std::move(*c) : nullptr;
+    return testing::Connect(target_, token, std::chrono::milliseconds(10000));
   }
 
   // The daemon's answer for every key, as `token` sees it; the write-back settled
