@@ -833,6 +833,10 @@ std::string ServerKvtier::StatusJson() const {
       {"model_file", model_watch_ ? model_watch_->path() : ""},
       {"tiers", tiers_},
       {"namespace", ns_hex_},
+      {"memory", iswa_                          ? "iswa"
+                 : !snapshots_                  ? "kv"
+                 : snapshots_->rows_bytes() > 0 ? "hybrid"
+                                                : "recurrent"},
       {"chunk_tokens", options_.chunk_tokens},
       {"bytes_per_token", spec_.payload_bytes_per_token()},
       {"requests", requests_.load()},
