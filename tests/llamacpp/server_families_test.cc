@@ -189,6 +189,8 @@ TEST_P(ExactFamilyServerTest, RestoresExactlyFromDiskAndKvtierdAndNeverAcrossSha
     ExpectSameAnswer(r, ref[1].first);
     const json st = Status(*a);
     EXPECT_EQ(st["state"], "ready") << st.dump();
+    // How kvtier restores it (the demo picks its reference by this).
+    EXPECT_EQ(st["memory"], c.arch == "gemma3" || c.arch == "gpt-oss" ? "iswa" : "kv") << st.dump();
     EXPECT_EQ(a->Stop(), 0);  // queued stores are flushed before exit
   }
   // The restarted server's requests answered by plain llama-server with its flags. With
@@ -308,6 +310,7 @@ TEST_P(SnapshotFamilyServerTest, RestoresRowsAndSnapshotExactly) {
     ASSERT_TRUE(s);
     const json st = Status(*s);
     EXPECT_EQ(st["state"], "ready") << st.dump();
+    EXPECT_EQ(st["memory"], arch == "mamba2" ? "recurrent" : "hybrid") << st.dump();
     ExpectSameAnswer(Post(*s, "/completion", Completion(Prompt(1))), cold[1]);
     ExpectSameAnswer(Post(*s, "/completion", Completion(Prompt(2))), cold[2]);
     const json r = Post(*s, "/completion", Completion(Prompt(1)));
