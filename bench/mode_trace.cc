@@ -58,6 +58,7 @@ struct TwoTier {
   TwoTierResult result;
   std::string replayed = "direct";
   std::optional<DaemonReplayResult> kvtierd;  // the same run through kvtierd, when asked
+  double store_seconds_per_chunk = 0;         // the TieredStore replay's wall time per chunk
 };
 
 struct Row {
@@ -153,9 +154,14 @@ int RunTrace(int argc, char** argv) {
   int kvtierd_clients = 0;
   std::string kvtierd_bin;
   bool no_flush = false;
+  size_t miss_record_entries = AbsenceRecord::kDefaultEntries;  // as kvtierd
   app.add_flag("--no-flush", no_flush,
                "two-tier store replay: do not flush the write-back after each request (its "
                "queue then serves records beyond the tiers' capacities while it lags)");
+  app.add_option("--miss-record-entries", miss_record_entries,
+                 "two-tier store replay: keys of the store's record of why keys are not held "
+                 "(kvtierd's miss_record_entries; 0 = none)")
+      ->check(CLI::Range(size_t{0}, size_t{1} << 24));
   app.add_flag("--json", json, "one JSON object per (trace, capacity, policy) line");
   app.add_flag("--sweep", sweep, "capacities 1, 2, 5, 10, 20, 50 % of each trace's blocks");
   app.add_option("--traces-dir", traces_dir, "folder holding <trace>_trace.jsonl.gz");
@@ -351,6 +357,7 @@ int RunTrace(int argc, char** argv) {
           so.disk_dir = dir;
           so.record_bytes = record_bytes;
           so.flush = !no_flush;
+          so.miss_record_entries = miss_record_entries;
           auto st = ReplayThroughStore(*trace, so);
           std::error_code ec;
           std::filesystem::remove_all(dir, ec);
@@ -363,6 +370,7 @@ int RunTrace(int argc, char** argv) {
           t.result.disk_hit_tokens = st->disk_hit_tokens;
           t.result.host_records_written = st->host_bytes_written / record_bytes;
           t.result.disk_records_written = st->disk_bytes_written / record_bytes;
+          t.store_seconds_per_chunk = st->seconds_per_chunk();
         }
         if (kvtierd_clients > 0 && through_store(p, 0)) {
           std::string dir = "/tmp/kvtier-bench-trace-kvtierd-XXXXXX";
@@ -403,6 +411,8 @@ int RunTrace(int argc, char** argv) {
               {"disk_bytes_written", r.disk_records_written * record_bytes},
               {"seconds_per_chunk", r.seconds_per_chunk()},
               {"cpu_seconds_per_chunk", r.cpu_seconds_per_chunk()},
+              {"store_seconds_per_chunk", t.store_seconds_per_chunk},
+              {"miss_record_entries", t.replayed == "store" ? miss_record_entries : 0},
               {"replay", t.replayed},
           };
           std::printf("%s\n", j.dump().c_str());

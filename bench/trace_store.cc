@@ -87,6 +87,11 @@ absl::StatusOr<StoreReplayResult> ReplayThroughStore(const Trace& trace,
     d.cache_policy = options.disk_policy;
     so.disk = d;
   }
+  if (options.miss_record_entries > 0) {
+    auto absence = AbsenceRecord::Create(options.miss_record_entries);
+    if (!absence.ok()) return absence.status();
+    so.store.absence = *absence;
+  }
   auto store = OpenTieredStore(so);
   if (!store.ok()) return store.status();
 

@@ -29,6 +29,9 @@ struct StoreReplayOptions {
   // Flush the write-back after each request (deterministic; the tiers alone serve hits).
   // false: the queue, which serves what it holds, adds capacity while it lags.
   bool flush = true;
+  // Keys of the store's record of why keys are not held (kvstore/absence_record.h), as
+  // kvtierd's miss_record_entries; 0 = no record.
+  size_t miss_record_entries = 0;
 };
 
 struct StoreReplayResult {

@@ -1,8 +1,9 @@
 // kvtierd: the kvtier cache daemon. See docs/daemon.md.
 //   kvtierd --config /etc/kvtier/kvtierd.yaml [--listen unix:///run/kvtierd.sock] ...
+//   kvtierd --config /etc/kvtier/kvtierd.yaml --check-config   (validate, print, exit)
 // SIGTERM/SIGINT: graceful shutdown (every acknowledged put is on disk), exit 0.
-// Exit codes: 0 ok (and --help), 1 runtime failure (store, listener, ready file),
-// 2 bad command line or config.
+// Exit codes: 0 ok (and --help, and a valid --check-config), 1 runtime failure (store,
+// listener, ready file), 2 bad command line or config.
 #include <malloc.h>
 #include <signal.h>
 
@@ -12,6 +13,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "daemon/config.h"
+#include "daemon/config_report.h"
 #include "daemon/server.h"
 #include "kvstore/byte_size.h"
 #include "spdlog/spdlog.h"
@@ -32,7 +34,7 @@ int main(int argc, char** argv) {
       log_level;
   std::vector<std::string> listen;
   uint32_t workers = 0;
-  bool allow_remote = false, no_shm = false, no_direct_io = false;
+  bool allow_remote = false, no_shm = false, no_direct_io = false, check_config = false;
   app.add_option("-c,--config", config_path, "YAML config file (docs/daemon.md)");
   app.add_option("-l,--listen", listen,
                  "gRPC address(es): unix:///path.sock or host:port (overrides config)");
@@ -51,6 +53,9 @@ int main(int argc, char** argv) {
   app.add_flag("--allow-remote", allow_remote, "allow non-loopback TCP listen addresses");
   app.add_flag("--no-shm", no_shm, "disable the shared-memory fast path");
   app.add_flag("--no-direct-io", no_direct_io, "buffered disk I/O (e.g. on tmpfs)");
+  app.add_flag("--check-config", check_config,
+               "validate the config file and flags, print the effective settings and exit "
+               "(0 valid, 2 not); binds nothing and leaves the data dir alone");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -59,8 +64,10 @@ int main(int argc, char** argv) {
   }
 
   DaemonConfig config = kvt::daemon::DefaultDaemonConfig();
+  kvt::daemon::ConfigOrigin origin;
+  origin.file = config_path;
   if (!config_path.empty()) {
-    auto c = kvt::daemon::LoadDaemonConfig(config_path, config);
+    auto c = kvt::daemon::LoadDaemonConfig(config_path, config, &origin.file_keys);
     if (!c.ok()) {
       std::fprintf(stderr, "kvtierd: %s\n", c.status().ToString().c_str());
       return 2;
@@ -76,38 +83,47 @@ int main(int argc, char** argv) {
     *out = *b;
     return true;
   };
-  if (app.count("--listen") > 0) config.listen = listen;
-  if (app.count("--data-dir") > 0) config.data_dir = data_dir;
-  if (!host_cap.empty() && !bytes("--host-capacity", host_cap, &config.host.capacity_bytes))
+  // Each flag given overrides its key; origin remembers it so errors name the flag.
+  auto given = [&](const char* flag, const char* key) {
+    if (app.count(flag) == 0) return false;
+    origin.flag_keys[key] = flag;
+    return true;
+  };
+  if (given("--listen", "listen")) config.listen = listen;
+  if (given("--data-dir", "data_dir")) config.data_dir = data_dir;
+  if (given("--host-capacity", "host_capacity") &&
+      !bytes("--host-capacity", host_cap, &config.host.capacity_bytes))
     return 2;
-  if (!disk_cap.empty() && !bytes("--disk-capacity", disk_cap, &config.disk.capacity_bytes))
+  if (given("--disk-capacity", "disk_capacity") &&
+      !bytes("--disk-capacity", disk_cap, &config.disk.capacity_bytes))
     return 2;
-  if (app.count("--metrics-listen") > 0) {
+  if (given("--metrics-listen", "metrics.listen")) {
     config.metrics_listen = metrics_listen;
     config.metrics_listen_explicit = true;
   }
-  if (!durability.empty())
+  if (given("--durability", "durability"))
     config.durability =
         durability == "async" ? kvt::daemon::Durability::kAsync : kvt::daemon::Durability::kSync;
-  if (app.count("--workers") > 0) config.workers = workers;
-  if (app.count("--ready-file") > 0) config.ready_file = ready_file;
-  if (app.count("--log-level") > 0) config.log_level = log_level;
-  if (allow_remote) config.allow_remote = true;
-  if (no_shm) config.shm_enabled = false;
-  if (no_direct_io) config.disk.direct_io = false;
+  if (given("--workers", "workers")) config.workers = workers;
+  if (given("--ready-file", "ready_file")) config.ready_file = ready_file;
+  if (given("--log-level", "log_level")) config.log_level = log_level;
+  if (allow_remote && given("--allow-remote", "allow_remote")) config.allow_remote = true;
+  if (no_shm && given("--no-shm", "shm.enabled")) config.shm_enabled = false;
+  if (no_direct_io && given("--no-direct-io", "disk_direct_io")) config.disk.direct_io = false;
   // Flags and file go through the same checks; any failure here is a bad config: exit 2.
-  if (absl::Status s = config.Validate(); !s.ok()) {
-    // The values may come from the file, the flags or both: name the file when there is
-    // one, where the file's own errors name it (before the message).
-    if (!config_path.empty())
-      s = absl::Status(s.code(),
-                       absl::StrCat(config_path, " with the command-line flags: ", s.message()));
+  // The message names where the value came from: the flag, the file and key, or a default.
+  absl::Status s = config.Validate();
+  if (s.ok()) s = kvt::daemon::CheckDaemonPaths(config);
+  if (!s.ok()) {
+    s = kvt::daemon::AttributeConfigError(s, origin);
     std::fprintf(stderr, "kvtierd: %s\n", s.ToString().c_str());
     return 2;
   }
-  if (absl::Status s = kvt::daemon::CheckDaemonPaths(config); !s.ok()) {
-    std::fprintf(stderr, "kvtierd: %s\n", s.ToString().c_str());
-    return 2;
+  if (check_config) {
+    const std::string file = config_path.empty() ? "no config file" : config_path;
+    std::printf("# kvtierd --check-config: valid (%s)\n%s", file.c_str(),
+                kvt::daemon::EffectiveConfigYaml(config, origin).c_str());
+    return 0;
   }
   spdlog::set_level(spdlog::level::from_str(config.log_level));
 

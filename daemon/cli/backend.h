@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kvstore/absence_record.h"
 #include "kvstore/chunk_codec.h"
 #include "kvstore/evict_selector.h"
 #include "kvstore/tier.h"
@@ -60,6 +61,15 @@ struct ChunkListPage {
   std::string next_page_token;  // "" = last page
 };
 
+// Where one key is (CacheBackend::Locate).
+struct Located {
+  std::optional<TierKind> tier;  // the fastest tier holding it now; nullopt = a miss
+  // A miss: why it is not held, when the backend can say (a kvtierd keeps a record of
+  // recent declines and removals); nullopt when it cannot (a disk directory opened
+  // offline, or a kvtierd older than the record).
+  std::optional<Absence> why;
+};
+
 // Not thread-safe (one CLI command at a time).
 class CacheBackend {
  public:
@@ -75,10 +85,9 @@ class CacheBackend {
   // InvalidArgument for a bad page token.
   virtual absl::StatusOr<ChunkListPage> List(const ChunkListRequest& request) = 0;
 
-  // For each key, the fastest tier holding it now, or nullopt (no data moves, no LRU
-  // touch, no pin).
-  virtual absl::StatusOr<std::vector<std::optional<TierKind>>> Locate(
-      std::span<const ChunkKey> keys) = 0;
+  // For each key, the fastest tier holding it now, or why it is not held (no data moves,
+  // no LRU touch, no pin).
+  virtual absl::StatusOr<std::vector<Located>> Locate(std::span<const ChunkKey> keys) = 0;
 
   // The verified header of a cached chunk (layout, token count, parent), read as an
   // inspection: no promotion, not counted as a hit. NotFound on a miss.

@@ -21,7 +21,12 @@ int Fail(std::ostream& err, std::string_view command, const absl::Status& status
 
 absl::StatusOr<std::unique_ptr<CacheBackend>> OpenBackend(const GlobalFlags& flags) {
   if (!flags.daemon.empty() && !flags.disk_dir.empty()) {
-    return absl::InvalidArgumentError("give either --daemon or --disk-dir, not both");
+    if (flags.daemon_source == "--daemon")
+      return absl::InvalidArgumentError("give either --daemon or --disk-dir, not both");
+    return absl::InvalidArgumentError(absl::StrCat(
+        flags.daemon_source, " is set (", flags.daemon,
+        ") and --disk-dir is given: give one, not both (unset ", flags.daemon_source,
+        " to open --disk-dir, e.g. '", flags.daemon_source, "= kvtier --disk-dir ...')"));
   }
   if (!flags.disk_dir.empty()) {
     DiskBackendOptions o;
@@ -52,6 +57,7 @@ absl::StatusOr<std::unique_ptr<CacheBackend>> OpenBackend(const GlobalFlags& fla
 #ifdef KVT_CLI_HAVE_DAEMON
   DaemonBackendOptions o;
   o.address = address;
+  o.address_source = flags.daemon.empty() ? "the default address" : flags.daemon_source;
   o.token = flags.token;
   if (!(flags.timeout_s > 0 && flags.timeout_s <= 600)) {  // also refuses NaN
     return absl::InvalidArgumentError(

@@ -1,11 +1,13 @@
 // kvtier inspect: hash a prompt exactly as engines do (ComputeNamespace +
-// ComputeChunkKeys) and show which leading chunks are cached, in which tier.
+// ComputeChunkKeys) and show which leading chunks are cached, in which tier, and why
+// each missing chunk is not held (kvtierd's record, kvstore/absence_record.h).
 #include <optional>
 #include <ostream>
 #include <span>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "commands.h"
 #include "nlohmann/json.hpp"
 #include "server_namespace.h"
@@ -20,6 +22,39 @@ std::string DescribeParams(const NamespaceParams& p) {
       p.layout.num_layers, p.layout.num_kv_heads, p.layout.head_dim, DTypeName(p.layout.dtype),
       LayoutKindName(p.layout.kind), p.tp_rank, p.tp_world_size, p.chunk_tokens, p.tenant,
       p.engine_extra.empty() ? "" : absl::StrCat(", extra \"", p.engine_extra, "\""));
+}
+
+// The tiers in a rejected_by mask, fastest first ("host", "disk").
+std::vector<std::string> RejectedBy(const Absence& a) {
+  std::vector<std::string> out;
+  for (TierKind k : {TierKind::kHost, TierKind::kDisk, TierKind::kRemote}) {
+    if (a.rejected_by & (1u << static_cast<unsigned>(k))) out.emplace_back(TierName(k));
+  }
+  return out;
+}
+
+// The STATUS of a chunk no tier holds.
+std::string MissStatus(const std::optional<Absence>& why) {
+  if (!why) return "miss";  // the backend cannot say (offline, an older kvtierd)
+  switch (why->reason) {
+    case AbsenceReason::kNoRecord:
+      return "miss (no record)";
+    case AbsenceReason::kNotStored:
+      return "miss: not stored";
+    case AbsenceReason::kRejected: {
+      const std::vector<std::string> by = RejectedBy(*why);
+      return absl::StrCat(
+          "miss: rejected by ",
+          by.empty() ? std::string(TierName(why->tier)) : absl::StrJoin(by, " and "), " admission");
+    }
+    case AbsenceReason::kEvicted:
+      return absl::StrCat("miss: evicted (", std::string(TierName(why->tier)), ")");
+    case AbsenceReason::kExpired:
+      return absl::StrCat("miss: expired (", std::string(TierName(why->tier)), " TTL)");
+    case AbsenceReason::kErased:
+      return absl::StrCat("miss: erased (", std::string(TierName(why->tier)), ", kvtier evict)");
+  }
+  return "miss";
 }
 
 }  // namespace
@@ -53,10 +88,16 @@ int RunInspect(const InspectFlags& given, const GlobalFlags& global, std::ostrea
   const std::vector<ChunkKey> keys =
       ComputeChunkKeys(*ns, std::span<const TokenId>(tokens->data(), keyed), ko);
   std::vector<std::optional<TierKind>> where;
+  std::vector<std::optional<Absence>> why;
+  bool any_why = false;  // the backend said why for some miss (kvtierd)
   if (!keys.empty()) {
     auto located = (*backend)->Locate(keys);
     if (!located.ok()) return Fail(err, kCmd, located.status());
-    where = std::move(*located);
+    for (const Located& l : *located) {
+      where.push_back(l.tier);
+      why.push_back(l.why);
+      any_why = any_why || l.why.has_value();
+    }
   }
   size_t cached = 0, leading = 0;
   bool run = true;
@@ -127,6 +168,18 @@ int RunInspect(const InspectFlags& given, const GlobalFlags& global, std::ostrea
                              {"tier", where[i] ? nlohmann::json(std::string(TierName(*where[i])))
                                                : nlohmann::json(nullptr)},
                              {"leading", i < leading}});
+      nlohmann::json& c = j["chunks"].back();
+      // A miss: why (null when the backend cannot say, and for a hit).
+      c["miss_reason"] = nullptr;
+      c["miss_tier"] = nullptr;
+      if (!where[i] && why[i]) {
+        c["miss_reason"] = std::string(AbsenceReasonName(why[i]->reason));
+        if (why[i]->reason != AbsenceReason::kNoRecord &&
+            why[i]->reason != AbsenceReason::kNotStored) {
+          c["miss_tier"] = std::string(TierName(why[i]->tier));
+        }
+        if (why[i]->reason == AbsenceReason::kRejected) c["rejected_by"] = RejectedBy(*why[i]);
+      }
     }
     j["cached_chunks"] = cached;
     j["leading_chunks"] = leading;
@@ -154,8 +207,8 @@ int RunInspect(const InspectFlags& given, const GlobalFlags& global, std::ostrea
   for (size_t i = 0; i < keys.size(); ++i) {
     const size_t first = i * chunk_tokens;
     const size_t n = std::min<size_t>(chunk_tokens, keyed - first);
-    std::string status =
-        where[i] ? (i < leading ? "cached" : "cached (after a miss: not loadable)") : "miss";
+    std::string status = where[i] ? (i < leading ? "cached" : "cached (after a miss: not loadable)")
+                                  : MissStatus(why[i]);
     const bool tail = n < chunk_tokens;
     t.AddRow({tail ? "tail" : absl::StrCat(i), absl::StrCat(first, "-", first + n - 1),
               keys[i].ToHex(), where[i] ? std::string(TierName(*where[i])) : "-", status});
@@ -169,9 +222,13 @@ int RunInspect(const InspectFlags& given, const GlobalFlags& global, std::ostrea
                          leading, keys.size(), WithCommas(tokens_to_load));
   if (bytes_to_load) out << " (" << HumanBytes(*bytes_to_load) << ")";
   out << " and recompute " << WithCommas(recompute) << "\n";
+  if (cached < keys.size() && !any_why) {
+    out << "why: only a running kvtierd records why a chunk is not held (" << (*backend)->Describe()
+        << " cannot say)\n";
+  }
   if (cached < keys.size()) {
-    // Why a chunk is not held: the tiers do not remember it per key, but their cache
-    // policies count what they declined, evicted and dropped (docs/cache-policy.md).
+    // The tiers' counters of what their cache policies declined, evicted and dropped
+    // (docs/cache-policy.md), beside the per-chunk reasons.
     if (auto st = (*backend)->Stats(); st.ok()) {
       std::string why;
       for (const auto& tier : st->tiers) {

@@ -19,7 +19,9 @@ namespace kvt::cli {
 
 // Flags shared by every command.
 struct GlobalFlags {
-  std::string daemon;         // --daemon unix:/path | host:port (env KVTIER_DAEMON)
+  std::string daemon;  // --daemon unix:/path | host:port (env KVTIER_DAEMON)
+  // Where `daemon` came from, as errors name it: "--daemon" or "KVTIER_DAEMON".
+  std::string daemon_source = "--daemon";
   std::string token;          // --token (env KVTIER_TOKEN): tenant bearer token
   std::string disk_dir;       // --disk-dir: open a disk tier directory offline
   std::string disk_capacity;  // --disk-capacity: capacity to open it with ("" = files' size)

@@ -1,6 +1,13 @@
 #include "daemon_backend.h"
 
+#include <errno.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <cstring>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -82,19 +89,22 @@ class DaemonBackend final : public CacheBackend {
     return out;
   }
 
-  absl::StatusOr<std::vector<std::optional<TierKind>>> Locate(
-      std::span<const ChunkKey> keys) override {
-    std::vector<std::optional<TierKind>> out;
+  absl::StatusOr<std::vector<Located>> Locate(std::span<const ChunkKey> keys) override {
+    std::vector<Located> out;
     out.reserve(keys.size());
     for (size_t at = 0; at < keys.size(); at += kKvtierMaxBatchKeys) {
       const size_t n = std::min<size_t>(kKvtierMaxBatchKeys, keys.size() - at);
-      auto r = client_->Lookup(keys.subspan(at, n), /*per_key=*/true);
+      auto r = client_->Inspect(keys.subspan(at, n));
       if (!r.ok()) return Explain(r.status(), "Lookup");
-      if (r->tier.size() != n) {
+      if (r->tier.size() != n || (r->explained && r->absence.size() != n)) {
         return absl::InternalError(absl::StrCat("Lookup on kvtierd ", options_.address, ": ",
                                                 r->tier.size(), " answers for ", n, " keys"));
       }
-      out.insert(out.end(), r->tier.begin(), r->tier.end());
+      for (size_t i = 0; i < n; ++i) {
+        Located l{.tier = r->tier[i]};
+        if (!l.tier && r->explained) l.why = r->absence[i];
+        out.push_back(l);
+      }
     }
     return out;
   }
@@ -116,12 +126,48 @@ class DaemonBackend final : public CacheBackend {
   std::unique_ptr<RemoteClient> client_;
 };
 
+// Why nothing can answer at the unix socket `path`, found without waiting: the file is
+// missing or not a socket, or connect() is refused. "" when a daemon may be there (the
+// connect went through or would block: gRPC then waits up to --timeout, e.g. for a
+// paused kvtierd). A path too long for sockaddr_un is left to gRPC.
+std::string UnixSocketProblem(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return "the socket file does not exist";
+    if (errno == ENOTDIR) return "the socket file does not exist (part of its path is a file)";
+    return absl::StrCat("the socket file cannot be reached: ", std::strerror(errno));
+  }
+  if (S_ISDIR(st.st_mode)) return "it is a directory, not a socket";
+  if (!S_ISSOCK(st.st_mode)) return "the file is not a socket";
+  sockaddr_un a{};
+  if (path.size() >= sizeof(a.sun_path)) return "";
+  a.sun_family = AF_UNIX;
+  std::memcpy(a.sun_path, path.data(), path.size());
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return "";
+  const int rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof(a));
+  const int err = errno;
+  ::close(fd);
+  if (rc == 0 || err == EAGAIN || err == EINPROGRESS || err == EINTR) return "";
+  if (err == ECONNREFUSED) {
+    return "nothing listens on the socket (connection refused; a kvtierd that stopped "
+           "without cleaning up leaves its socket file behind)";
+  }
+  if (err == EACCES || err == EPERM) {
+    return "permission denied on the socket (kvtierd may run as another user; the CLI needs "
+           "write permission on the socket file)";
+  }
+  return absl::StrCat("cannot connect to the socket: ", std::strerror(err));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CacheBackend>> OpenDaemonBackend(
     const DaemonBackendOptions& options) {
-  if (auto a = ParseDaemonAddress(options.address); !a.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--daemon ", a.status().message()));
+  absl::StatusOr<DaemonAddress> a = ParseDaemonAddress(options.address);
+  if (!a.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(options.address_source, " ", a.status().message()));
   }
   if (options.timeout_ms <= 0) {
     return absl::InvalidArgumentError(
@@ -130,6 +176,16 @@ absl::StatusOr<std::unique_ptr<CacheBackend>> OpenDaemonBackend(
   if (options.timeout_ms > 600'000) {
     return absl::InvalidArgumentError(
         absl::StrCat("--timeout: expected at most 600 s, got ", options.timeout_ms / 1000.0, " s"));
+  }
+  if (a->kind == DaemonAddress::Kind::kUnix) {
+    if (std::string why = UnixSocketProblem(a->unix_path); !why.empty()) {
+      const std::string from = options.address_source == "--daemon"
+                                   ? ""
+                                   : absl::StrCat(" (", options.address_source, ")");
+      return absl::UnavailableError(
+          absl::StrCat("no kvtierd at ", options.address, from, ": ", why,
+                       "; is kvtierd running, and is this its listen address?"));
+    }
   }
   RemoteClientOptions o;
   o.target = options.address;

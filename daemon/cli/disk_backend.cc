@@ -72,12 +72,12 @@ class DiskBackend final : public CacheBackend {
     return out;
   }
 
-  absl::StatusOr<std::vector<std::optional<TierKind>>> Locate(
-      std::span<const ChunkKey> keys) override {
+  absl::StatusOr<std::vector<Located>> Locate(std::span<const ChunkKey> keys) override {
+    // Offline: no record of why a key is not held (kvtierd keeps it in memory only).
     LookupResult r = store_->Lookup(keys, LookupOptions{.per_key = true});
-    std::vector<std::optional<TierKind>> out(keys.size());
+    std::vector<Located> out(keys.size());
     for (size_t i = 0; i < keys.size() && i < r.tier_index.size(); ++i) {
-      if (r.tier_index[i] != kNoTier) out[i] = r.tier_kind[i];
+      if (r.tier_index[i] != kNoTier) out[i].tier = r.tier_kind[i];
     }
     return out;
   }

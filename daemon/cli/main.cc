@@ -92,6 +92,17 @@ std::string FirstCommandWord(int argc, char** argv) {
   return "";
 }
 
+// True when argv gives `flag` ("--daemon x" or "--daemon=x"), so a value CLI11 holds for
+// it came from the command line rather than from its environment variable.
+bool GivenOnCommandLine(int argc, char** argv, const std::string& flag) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--") return false;
+    if (a == flag || a.rfind(flag + "=", 0) == 0) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -149,8 +160,8 @@ int main(int argc, char** argv) {
                      "With --chunks: the 'more' token of the previous page");
 
   kvt::cli::InspectFlags insp;
-  auto* insp_cmd =
-      app.add_subcommand("inspect", "Which leading chunks of a prompt are cached, and where");
+  auto* insp_cmd = app.add_subcommand(
+      "inspect", "Which leading chunks of a prompt are cached, where, and why the others are not");
   AddNamespaceFlags(insp_cmd, &insp.ns);
   AddPromptFlags(insp_cmd, &insp.prompt, "--tokens", "--text");
   insp_cmd->add_flag("--include-partial", insp.include_partial,
@@ -223,6 +234,8 @@ int main(int argc, char** argv) {
     return kvt::cli::kExitUsage;
   }
   if (verbose) spdlog::set_level(spdlog::level::info);
+  if (!g.daemon.empty() && !GivenOnCommandLine(argc, argv, "--daemon"))
+    g.daemon_source = "KVTIER_DAEMON";
 
   std::ostream& out = std::cout;
   std::ostream& err = std::cerr;

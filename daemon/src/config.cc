@@ -6,15 +6,18 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "kvstore/absence_record.h"
 #include "kvstore/byte_size.h"
 #include "kvstore/cache_policy.h"
 #include "kvstore/daemon_address.h"
@@ -38,10 +41,26 @@ DaemonConfig DefaultDaemonConfig() {
   return c;
 }
 
+namespace {
+
+constexpr char kConfigKeyPayload[] = "type.kvtier.dev/config-key";
+
+// InvalidArgument "config KEY: why", carrying KEY for ConfigErrorKey.
+absl::Status BadKey(const std::string& key, const std::string& why) {
+  absl::Status s = absl::InvalidArgumentError(absl::StrFormat("config %s: %s", key, why));
+  s.SetPayload(kConfigKeyPayload, absl::Cord(key));
+  return s;
+}
+
+}  // namespace
+
+std::string ConfigErrorKey(const absl::Status& status) {
+  const auto key = status.GetPayload(kConfigKeyPayload);
+  return key ? std::string(*key) : std::string();
+}
+
 absl::Status DaemonConfig::Validate() const {
-  auto bad = [](const std::string& field, const std::string& why) {
-    return absl::InvalidArgumentError(absl::StrFormat("config %s: %s", field, why));
-  };
+  const auto bad = BadKey;
   if (listen.empty()) return bad("listen", "at least one address is required");
   for (const auto& a : listen) {
     if (a.empty()) return bad("listen", "empty address");
@@ -60,6 +79,12 @@ absl::Status DaemonConfig::Validate() const {
     return bad("disk_capacity", "must be a positive multiple of 4096");
   if (disk.file_bytes == 0 || disk.file_bytes % 4096 != 0)
     return bad("disk_file_bytes", "must be a positive multiple of 4096");
+  if (disk_file_bytes_explicit && disk.file_bytes > disk.capacity_bytes)
+    return bad("disk_capacity",
+               absl::StrFormat("%d bytes is smaller than disk_file_bytes (%d bytes), the size of "
+                               "one record file; raise disk_capacity to at least disk_file_bytes "
+                               "or lower disk_file_bytes",
+                               disk.capacity_bytes, disk.file_bytes));
   if (disk.commit != DiskCommit::kEachPut && disk.commit != DiskCommit::kGrouped)
     return bad("disk_commit", "expected each_put|grouped");
   if (disk.commit_delay_ms < 1 || disk.commit_delay_ms > 60000)
@@ -111,9 +136,15 @@ absl::Status DaemonConfig::Validate() const {
   if (lease_timeout.count() < 1 || lease_timeout > std::chrono::minutes(10))
     return bad("lease_timeout_ms",
                absl::StrFormat("%d, expected 1..600000", lease_timeout.count()));
+  if (miss_record_entries > AbsenceRecord::kMaxEntries)
+    return bad("miss_record_entries", absl::StrFormat("%d, expected 0..%d", miss_record_entries,
+                                                      AbsenceRecord::kMaxEntries));
   if (cluster) {
-    if (absl::Status s = cluster->Validate(); !s.ok())
-      return absl::InvalidArgumentError("config " + std::string(s.message()));
+    if (absl::Status s = cluster->Validate(); !s.ok()) {
+      absl::Status out = absl::InvalidArgumentError("config " + std::string(s.message()));
+      out.SetPayload(kConfigKeyPayload, absl::Cord("cluster"));
+      return out;
+    }
     if (cluster->max_record_bytes < max_record_bytes)
       return bad("cluster", "max_record_bytes is below the daemon's max_record_bytes");
   }
@@ -139,11 +170,9 @@ absl::Status CheckParentDir(const std::string& what, const std::string& path) {
   std::error_code ec;
   const auto st = std::filesystem::status(dir, ec);
   if (!std::filesystem::exists(st))
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "config %s: '%s': directory '%s' does not exist", what, path, dir.string()));
+    return BadKey(what, absl::StrFormat("'%s': directory '%s' does not exist", path, dir.string()));
   if (!std::filesystem::is_directory(st))
-    return absl::InvalidArgumentError(
-        absl::StrFormat("config %s: '%s': '%s' is not a directory", what, path, dir.string()));
+    return BadKey(what, absl::StrFormat("'%s': '%s' is not a directory", path, dir.string()));
   return absl::OkStatus();
 }
 
@@ -159,8 +188,7 @@ absl::Status CheckDaemonPaths(const DaemonConfig& c) {
     if (auto s = CheckParentDir("ready_file", c.ready_file); !s.ok()) return s;
     std::error_code ec;
     if (std::filesystem::is_directory(c.ready_file, ec))
-      return absl::InvalidArgumentError(
-          absl::StrFormat("config ready_file: '%s' is a directory", c.ready_file));
+      return BadKey("ready_file", absl::StrFormat("'%s' is a directory", c.ready_file));
   }
   return absl::OkStatus();
 }
@@ -247,7 +275,8 @@ absl::Status ParseCachePolicy(const YAML::Node& node, const std::string& where,
 
 }  // namespace
 
-absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, DaemonConfig c) {
+absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, DaemonConfig c,
+                                               std::set<std::string>* keys_set) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
@@ -280,11 +309,20 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
                             "ready_file",
                             "shutdown_grace_ms",
                             "lease_timeout_ms",
+                            "miss_record_entries",
                             "host_cache_policy",
                             "disk_cache_policy",
                             "cluster"});
         !s.ok())
       return s;
+    if (keys_set != nullptr) {
+      for (const auto& kv : root) {
+        const std::string k = kv.first.as<std::string>();
+        keys_set->insert(k);
+        if (kv.second.IsMap())
+          for (const auto& sub : kv.second) keys_set->insert(k + "." + sub.first.as<std::string>());
+      }
+    }
     auto bytes = [&](const char* key, uint64_t* out) -> absl::Status {
       if (!root[key]) return absl::OkStatus();
       auto v = ::kvt::ParseByteSize(root[key].as<std::string>());
@@ -315,6 +353,7 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
                             std::pair{"writeback_queue_bytes", &c.writeback_queue_bytes}}) {
       if (auto s = bytes(key, out); !s.ok()) return s;
     }
+    if (root["disk_file_bytes"]) c.disk_file_bytes_explicit = true;
     if (root["get_part_bytes"]) {
       uint64_t v = c.get_part_bytes;
       if (auto s = bytes("get_part_bytes", &v); !s.ok()) return s;
@@ -382,6 +421,12 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, Dae
           !s.ok())
         return s;
       c.lease_timeout = std::chrono::milliseconds(ms);
+    }
+    if (root["miss_record_entries"]) {
+      if (auto s = Get(root["miss_record_entries"], "miss_record_entries",
+                       "a count of keys 0..16777216", &c.miss_record_entries);
+          !s.ok())
+        return s;
     }
     if (const auto shm = root["shm"]) {
       if (auto s = CheckKeys(shm, "shm",
@@ -512,7 +557,8 @@ absl::StatusOr<ClusterTierOptions> ParseClusterConfig(const YAML::Node& cl) {
   return o;
 }
 
-absl::StatusOr<DaemonConfig> LoadDaemonConfig(const std::string& path, DaemonConfig base) {
+absl::StatusOr<DaemonConfig> LoadDaemonConfig(const std::string& path, DaemonConfig base,
+                                              std::set<std::string>* keys_set) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     return absl::InvalidArgumentError(
@@ -521,7 +567,7 @@ absl::StatusOr<DaemonConfig> LoadDaemonConfig(const std::string& path, DaemonCon
   if (!in) return absl::NotFoundError(absl::StrFormat("config file '%s' cannot be read", path));
   std::stringstream ss;
   ss << in.rdbuf();
-  auto c = ParseDaemonConfig(ss.str(), std::move(base));
+  auto c = ParseDaemonConfig(ss.str(), std::move(base), keys_set);
   if (!c.ok())
     return absl::Status(c.status().code(), absl::StrFormat("%s: %s", path, c.status().message()));
   return c;

@@ -364,6 +364,11 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const DaemonCo
   // through to it too (once: the durable ack already wrote the disk).
   so.store.placement.write_through = config.cluster ? WriteThrough::kAll : WriteThrough::kLocal;
   so.store.lease_timeout = config.lease_timeout;
+  if (config.miss_record_entries > 0) {
+    auto absence = AbsenceRecord::Create(config.miss_record_entries);
+    if (!absence.ok()) return absence.status();
+    so.store.absence = std::move(*absence);
+  }
   so.store.clock = impl->clock;
   so.store.health = impl->health;  // the disk tier's committer reports here too
   auto store = OpenTieredStore(so);

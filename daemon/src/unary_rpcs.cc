@@ -13,6 +13,21 @@ namespace kvt::daemon {
 
 namespace pb = ::kvtier::v1;
 
+namespace {
+
+void AbsenceToProto(const Absence& a, bool hit, pb::MissInfo* out) {
+  if (hit) return;  // MISS_UNSPECIFIED
+  // MissReason = AbsenceReason + 1 (kvtier.proto).
+  out->set_reason(static_cast<pb::MissReason>(static_cast<int>(a.reason) + 1));
+  if (a.reason == AbsenceReason::kNoRecord || a.reason == AbsenceReason::kNotStored) return;
+  out->set_tier(TierToProto(a.tier));
+  for (TierKind k : {TierKind::kHost, TierKind::kDisk, TierKind::kRemote}) {
+    if (a.rejected_by & (1u << static_cast<unsigned>(k))) out->add_rejected_by(TierToProto(k));
+  }
+}
+
+}  // namespace
+
 absl::Status UnaryRpcs::Lookup(const pb::LookupRequest& req, pb::LookupResponse* resp,
                                const std::string& tenant) {
   if (req.release_leases_size() > static_cast<int>(kKvtierMaxBatchKeys))
@@ -23,7 +38,10 @@ absl::Status UnaryRpcs::Lookup(const pb::LookupRequest& req, pb::LookupResponse*
   if (!keys.ok()) return keys.status();
   if (req.pin()) resp->set_lease_timeout_ms(static_cast<uint32_t>(d_.leases->timeout().count()));
   // Another tenant's chunk is a miss: not answered, not pinned, and it ends the leading run.
-  LookupResult r = d_.tenancy->Lookup(*keys, tenant, {.per_key = req.per_key(), .pin = req.pin()});
+  // Why a miss is not held: as the tenant sees it (another tenant's key reads as unknown).
+  const bool explain = req.per_key() && req.explain_misses();
+  LookupResult r = d_.tenancy->Lookup(
+      *keys, tenant, {.per_key = req.per_key(), .pin = req.pin(), .explain_misses = explain});
   if (r.lease)
     resp->set_lease_id(d_.leases->Add(
         std::move(r.lease), std::span<const ChunkKey>(keys->data(), r.num_leading_hits), tenant));
@@ -33,6 +51,7 @@ absl::Status UnaryRpcs::Lookup(const pb::LookupRequest& req, pb::LookupResponse*
     resp->add_tier(hit ? TierToProto(r.tier_kind[i]) : pb::TIER_NONE);
     if (req.per_key()) resp->add_record_bytes(r.record_bytes[i]);
     HashToProto(r.ns[i], resp->add_ns());
+    if (explain && i < r.absence.size()) AbsenceToProto(r.absence[i], hit, resp->add_miss());
   }
   return absl::OkStatus();
 }

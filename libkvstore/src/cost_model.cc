@@ -13,6 +13,10 @@ namespace {
 
 bool Finite(double v) { return std::isfinite(v); }
 
+// The most one transfer sample may exceed the current estimate (latency, or seconds per
+// byte) by before it enters the EWMA (cost_model.h).
+constexpr double kMaxSampleRatio = 4.0;
+
 // Attended (query, key) pairs of t new tokens after c context tokens: sum_{i=c}^{c+t-1}(i+1).
 double AttendedPairs(double t, double c) { return t * (c + (t + 1.0) / 2.0); }
 
@@ -130,14 +134,15 @@ void CostModel::ObserveTransfer(TierKind kind, uint64_t bytes, double seconds) {
   const double transfer_part = n / e.bandwidth_bytes_per_s;
   if (transfer_part < e.latency_s) {
     // Latency-dominated: what is left after the bandwidth part is latency.
-    double sample = std::max(0.0, seconds - transfer_part);
+    double sample = std::min(std::max(0.0, seconds - transfer_part), kMaxSampleRatio * e.latency_s);
     e.latency_s = (1 - alpha) * e.latency_s + alpha * sample;
   } else {
     // Bandwidth-dominated: EWMA of seconds per byte (so predicted times average
     // correctly), after removing the latency estimate. Never let the remainder fall
     // below 1% of the observed time (a latency estimate that is too high).
     double rest = std::max(seconds - e.latency_s, seconds * 0.01);
-    double spb = (1 - alpha) / e.bandwidth_bytes_per_s + alpha * (rest / n);
+    const double spb_now = 1.0 / e.bandwidth_bytes_per_s;
+    double spb = (1 - alpha) * spb_now + alpha * std::min(rest / n, kMaxSampleRatio * spb_now);
     e.bandwidth_bytes_per_s = 1.0 / spb;
   }
   spdlog::debug("kvt cost model: transfer tier={} bytes={} s={:.6g} -> bw={:.4g} B/s lat={:.4g} s",
@@ -301,6 +306,22 @@ CostModel::Decision CostModel::Decide(std::span<const TierKind> chunk_tiers, uin
       d = Decision{k, load, recompute, saving};
     }
   }
+  if (d.chunks_to_load == 0) {
+    // Recompute although chunks are cached: the estimates that said so are refreshed only
+    // by loads. Every (probe_after_recomputes + 1)-th such decision in a row probes.
+    const uint32_t every = options_.probe_after_recomputes;
+    if (every > 0 && recompute_streak_.fetch_add(1, std::memory_order_relaxed) + 1 > every) {
+      recompute_streak_.store(0, std::memory_order_relaxed);
+      const TierEstimate& e = tiers[std::min(static_cast<size_t>(chunk_tiers[first]), size_t{2})];
+      const double load = e.latency_s + static_cast<double>(chunk_bytes) / e.bandwidth_bytes_per_s;
+      const double recompute = saved(static_cast<double>(first + 1) * chunk_tokens) - already;
+      d = Decision{first + 1, load, recompute, recompute - options_.safety_factor * load,
+                   /*probe=*/true};
+      probes_.fetch_add(1, std::memory_order_relaxed);
+    }
+  } else {
+    recompute_streak_.store(0, std::memory_order_relaxed);
+  }
   chunks_considered_.fetch_add(n - first, std::memory_order_relaxed);
   chunks_chosen_.fetch_add(d.chunks_to_load == 0 ? 0 : d.chunks_to_load - first,
                            std::memory_order_relaxed);
@@ -412,6 +433,7 @@ CostModelStats CostModel::stats() const {
   s.decisions_load_partial = load_partial_.load(std::memory_order_relaxed);
   s.decisions_recompute = recompute_.load(std::memory_order_relaxed);
   s.decisions_no_hit = no_hit_.load(std::memory_order_relaxed);
+  s.decisions_probe = probes_.load(std::memory_order_relaxed);
   s.chunks_considered = chunks_considered_.load(std::memory_order_relaxed);
   s.chunks_chosen = chunks_chosen_.load(std::memory_order_relaxed);
   s.transfers_observed = transfers_.load(std::memory_order_relaxed);

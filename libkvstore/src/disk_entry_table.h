@@ -1,11 +1,11 @@
 // Private to libkvstore: the disk tier's in-memory record table (docs/disk-tier.md).
 //
-// One entry per stored record (its index entry, extent, pins and readers), the space of
-// the record files (DiskSpace), the cache policy's order, the last-access times not yet
-// flushed, which records are committed (DiskCommit::kGrouped), and the tier's counters.
-// It does no I/O and writes no index: DiskTier orders each index write with the table
-// change that goes with it (its index_mu_, taken before this table's lock), and
-// DiskGroupCommit makes published records durable.
+// Keeps the stored records (DiskRecordMap), the space of their files (DiskSpace) and the
+// cache policy's order in step under one lock, through each Put, read, eviction, expiry,
+// erase, lost file and group commit, and counts them (DiskTierCounters). It does no I/O
+// and writes no index: DiskTier orders each index write with the table change that goes
+// with it (its index_mu_, taken before this table's lock), and DiskGroupCommit makes
+// published records durable.
 #ifndef KVSTORE_SRC_DISK_ENTRY_TABLE_H_
 #define KVSTORE_SRC_DISK_ENTRY_TABLE_H_
 
@@ -20,12 +20,12 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "disk_record_map.h"
 #include "disk_space.h"
+#include "disk_tier_counters.h"
 #include "disk_tier_index.h"
 #include "kvstore/cache_policy.h"
 #include "kvstore/clock.h"
@@ -37,18 +37,8 @@ namespace kvt::internal {
 // Thread-safe; mu_ is taken after the tier's index_mu_ and before nothing else.
 class DiskEntryTable {
  public:
-  struct Entry {
-    IndexEntry idx;
-    uint64_t padded = 0;  // extent length on disk
-    uint64_t gen = 0;     // unique per stored record
-    uint32_t pins = 0;
-    uint32_t readers = 0;
-    // kGrouped: false until a commit has written (or is writing) its index entry. An
-    // uncommitted entry's index entry is never written by anything else (last-access
-    // flushes skip it), and an entry that replaces a committed one keeps the old extent
-    // reserved until the next commit.
-    bool committed = true;
-  };
+  // One stored record: its index entry, extent, gen, pins, readers, committed.
+  using Entry = DiskRecordMap::Entry;
   using Detached = std::pair<ChunkKey, Entry>;
 
   DiskEntryTable(const DiskTierOptions& options, std::unique_ptr<CachePolicy> policy);
@@ -144,7 +134,7 @@ class DiskEntryTable {
   std::vector<ChunkKey> DropFile(uint32_t file_id) ABSL_LOCKS_EXCLUDED(mu_);
 
   // --- group commit (DiskCommit::kGrouped); (key, gen) names one published record
-  using Gen = std::pair<ChunkKey, uint64_t>;
+  using Gen = DiskRecordMap::Gen;
   // The record files of the records still current among `pending`.
   std::set<uint32_t> FilesOf(std::span<const Gen> pending) const ABSL_LOCKS_EXCLUDED(mu_);
   struct CommitPlan {
@@ -181,10 +171,11 @@ class DiskEntryTable {
 
  private:
   static void Unpin(void* self, const ChunkKey& key);
-  // Unlinks an entry and tells the policy (OnRemove with `reason`); nullopt = eviction
-  // victims: the policy is told once their index entries are gone.
-  Entry DetachLocked(absl::flat_hash_map<ChunkKey, Entry>::iterator it,
-                     std::optional<RemoveReason> reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unlinks `key`'s entry (REQUIRES: present) and tells the policy (OnRemove with
+  // `reason`); nullopt = eviction victims: the policy is told once their index entries
+  // are gone.
+  Entry DetachLocked(const ChunkKey& key, std::optional<RemoveReason> reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Frees the extent of a detached entry now, or when its last reader finishes.
   void ReleaseExtentLocked(const Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishReadLocked(const ChunkKey& key, uint64_t gen) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -194,17 +185,11 @@ class DiskEntryTable {
   const std::shared_ptr<Clock> clock_;
 
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<ChunkKey, Entry> map_ ABSL_GUARDED_BY(mu_);
-  // Admission and victim order over map_'s keys.
+  DiskRecordMap records_ ABSL_GUARDED_BY(mu_);
+  // Admission and victim order over records_' keys.
   const std::unique_ptr<CachePolicy> policy_ ABSL_PT_GUARDED_BY(mu_);
-  absl::flat_hash_set<ChunkKey> dirty_access_ ABSL_GUARDED_BY(mu_);
   DiskSpace space_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_gen_ ABSL_GUARDED_BY(mu_) = 1;
-  uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  // Entries written but not yet durable (committed == false, or in a commit under way).
-  uint64_t uncommitted_ ABSL_GUARDED_BY(mu_) = 0;
-  TierStats counters_ ABSL_GUARDED_BY(mu_);
-  DiskTierExtraStats extra_ ABSL_GUARDED_BY(mu_);
+  DiskTierCounters counters_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kvt::internal

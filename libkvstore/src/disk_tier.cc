@@ -66,6 +66,11 @@ absl::StatusOr<Extent> DiskTier::Impl::Reserve(uint64_t padded, std::vector<Vict
                                                    " chunks to make room: ", s.message()));
       }
       table_->Evicted(keys);
+      if (options_.absence != nullptr) {
+        for (const auto& [key, e] : victims) {
+          options_.absence->NoteRemoved(key, e.idx.ns, TierKind::kDisk, RemoveReason::kEvicted);
+        }
+      }
     }
     FinishEviction(std::move(victims), out);
   }
@@ -114,6 +119,12 @@ void DiskTier::Impl::DropExpired() {
   absl::Status s = index_->Delete(keys, /*sync=*/true);
   // On failure the index may still point at the extents: leaked until the next Open.
   table_->Release(entries, s, /*expired=*/true);
+  if (s.ok() && options_.absence != nullptr) {
+    for (size_t i = 0; i < keys.size(); ++i) {
+      options_.absence->NoteRemoved(keys[i], entries[i].idx.ns, TierKind::kDisk,
+                                    RemoveReason::kExpired);
+    }
+  }
   if (!s.ok()) {
     spdlog::error("disk tier: cannot drop {} expired index entries: {}", keys.size(), s.ToString());
   }
@@ -166,7 +177,11 @@ absl::StatusOr<PutResult> DiskTier::Impl::Put(std::span<const std::byte> record,
   result.key = hdr->key;
   const CacheEntryInfo info{
       .key = hdr->key, .parent = hdr->parent, .ns = hdr->ns, .record_bytes = record.size()};
-  if (!table_->Admit(info, context.reason)) return result;
+  if (!table_->Admit(info, context.reason)) {
+    if (options_.absence != nullptr)
+      options_.absence->NoteRejected(info.key, info.ns, TierKind::kDisk);
+    return result;
+  }
   DropExpired();
   auto ext = Reserve(padded, context.keep_victims ? &result.victims : nullptr);
   if (!ext.ok()) return ext.status();
@@ -288,6 +303,9 @@ absl::Status DiskTier::Impl::Erase(const ChunkKey& key) {
   if (!e->has_value()) return absl::OkStatus();
   absl::Status s = index_->Delete(std::span<const ChunkKey>(&key, 1), /*sync=*/true);
   table_->Release(std::span(&**e, 1), s, /*expired=*/false);
+  if (s.ok() && options_.absence != nullptr) {
+    options_.absence->NoteRemoved(key, (*e)->idx.ns, TierKind::kDisk, RemoveReason::kErased);
+  }
   return s;  // on failure the extent leaks until the next Open
 }
 

@@ -112,7 +112,8 @@ HostTier::HostTier(const HostTierOptions& options, std::byte* arena, bool pinned
       pinned_host_memory_(pinned),
       alloc_(std::make_unique<internal::ExtentAllocator>(internal::ExtentAllocator::Fit::kBest)),
       policy_(std::move(policy)),
-      clock_(options.clock != nullptr ? options.clock : SystemClock()) {
+      clock_(options.clock != nullptr ? options.clock : SystemClock()),
+      absence_(options.absence) {
   absl::MutexLock lock(&mu_);
   alloc_->AddFile(0, usable_);  // the arena is the allocator's one "file"
 }
@@ -177,6 +178,7 @@ void HostTier::Unlink(Entry* e, RemoveReason reason) {
   auto it = index_.find(e->key);
   if (it != index_.end() && it->second == e) index_.erase(it);
   policy_->OnRemove(e->key, reason);
+  if (absence_ != nullptr) absence_->NoteRemoved(e->key, e->ns, TierKind::kHost, reason);
   e->state = State::kZombie;
   if (e->readers == 0) Destroy(e);
 }
@@ -237,6 +239,7 @@ bool HostTier::AdmitLocked(const ChunkHeader& header, uint64_t record_bytes, Adm
       .key = header.key, .parent = header.parent, .ns = header.ns, .record_bytes = record_bytes};
   if (policy_->Admit(info, reason)) return true;
   ++admission_rejects_;
+  if (absence_ != nullptr) absence_->NoteRejected(header.key, header.ns, TierKind::kHost);
   return false;
 }
 

@@ -52,6 +52,7 @@ absl::StatusOr<std::unique_ptr<TieredStore>> OpenTieredStore(const StoreOptions&
   if (options.host.capacity_bytes > 0) {
     HostTierOptions host = options.host;
     if (host.clock == nullptr) host.clock = options.store.clock;
+    if (host.absence == nullptr) host.absence = options.store.absence;
     const bool chosen = host.cache_policy.name != "default";
     ResolveDefaultPolicy(host.cache_policy, /*below_another_tier=*/false);
     // Without a tier below, or without write-through, a declined chunk would reach no
@@ -66,6 +67,7 @@ absl::StatusOr<std::unique_ptr<TieredStore>> OpenTieredStore(const StoreOptions&
     DiskTierOptions disk = *options.disk;
     if (disk.clock == nullptr) disk.clock = options.store.clock;
     if (disk.health == nullptr) disk.health = options.store.health;
+    if (disk.absence == nullptr) disk.absence = options.store.absence;
     ResolveDefaultPolicy(disk.cache_policy, disk_below_host);
     tiers.push_back(DiskTier::Factory(std::move(disk)));
   }

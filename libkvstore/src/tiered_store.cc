@@ -373,6 +373,16 @@ LookupResult TieredStore::Impl::Lookup(std::span<const ChunkKey> keys,
     result.record_bytes.push_back(hit ? loc.bytes[i] : 0);
     result.ns.push_back(hit ? loc.ns[i] : NamespaceId{});
   }
+  if (options.per_key && options.explain_misses) {
+    result.absence.resize(answered);
+    if (options_.absence != nullptr) {
+      for (size_t i = 0; i < answered; ++i) {
+        if (result.tier_index[i] == kNoTier) {
+          result.absence[i] = options_.absence->Find(keys[i], options.visible);
+        }
+      }
+    }
+  }
   return result;
 }
 

@@ -1,7 +1,8 @@
 // kvtier-trace-replay, short (issue 25): the first requests of the conversation trace
 // through 2 plain llama-servers and 2 kvtier-llama-servers sharing one kvtierd, tiny
 // model, every configuration on the same request stream. Checks what a user checks first:
-// no request failed, every answer (greedy tokens) equals plain-affinity's, kvtier loaded
+// no request failed, every kvtier answer (greedy tokens) equals the plain configuration's
+// with the same routing, kvtier loaded
 // chunks from kvtierd (hits > 0), and the CSV has a row per request and configuration.
 // No timing is asserted (TTFT targets are the replay's own PASS/FAIL lines).
 #include <gtest/gtest.h>
@@ -23,13 +24,15 @@ TEST(TraceReplayEngineTest, ConversationSliceThroughPlainAndKvtierServers) {
   const std::string dir =
       std::string(tmp ? tmp : "/tmp") + "/kvt-trace-replay-test-" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
-  constexpr int kRequests = 40;
+  // 200 requests: the conversation trace's repeats (beyond the system prompt every request
+  // shares) start after ~100 requests; 40 gave 0 or 1 loads.
+  constexpr int kRequests = 200;
   const std::string cmd =
       std::string(KVT_REPLAY_BIN) + " --json --server " + KVT_LLAMA_SERVER_BIN + " --kvtierd " +
       KVT_KVTIERD_BIN + " --make-gguf " + KVT_MAKE_GGUF_BIN + " --dir " + dir + " --max-requests " +
       std::to_string(kRequests) +
       " --block-tokens 16 --chunk-tokens 16 --time-scale 1000 --concurrency 2 --servers 2"
-      " --slots 1 --n-predict 2 --cache-ram-mib 8 --kvtierd-host-mib 4 --kvtierd-disk-mib 16";
+      " --slots 1 --n-predict 2 --cache-ram-mib 8 --kvtierd-host-mib 64 --kvtierd-disk-mib 128";
   FILE* p = popen(cmd.c_str(), "r");
   ASSERT_NE(p, nullptr) << cmd;
   std::map<std::string, nlohmann::json> configs;
@@ -50,22 +53,28 @@ TEST(TraceReplayEngineTest, ConversationSliceThroughPlainAndKvtierServers) {
   for (const auto& [name, j] : configs) {
     EXPECT_EQ(j["requests"], kRequests) << name;
     EXPECT_EQ(j["errors"], 0) << name << ": " << j.value("first_error", "");
-    EXPECT_EQ(j["answers_differing"], 0) << name;
+    if (name.rfind("kvtier-", 0) == 0) {  // against plain with the same routing
+      EXPECT_EQ(j["answers_reference"], "plain-" + name.substr(7));
+      EXPECT_EQ(j["answers_differing"], 0) << name;
+    }
     EXPECT_GT(j["prompt_tokens"].get<uint64_t>(), 0u) << name;
     EXPECT_LE(j["computed_tokens"].get<uint64_t>(), j["prompt_tokens"].get<uint64_t>()) << name;
   }
   // Random routing sends a conversation's later turns to the server that did not see
-  // the earlier ones: those prefixes can only come from kvtierd. (With affinity each
+  // the earlier ones: those prefixes can only come from kvtierd. kvtierd is sized to hold
+  // this slice (5 loads of 1,824 tokens measured, with either routing); eviction under
+  // pressure is the full replay's and the cache-policy tests' subject. (With affinity each
   // server's own RAM prompt cache may serve every repeat on this tiny slice, so kvtier
   // loads are not required there; its stores are.)
-  EXPECT_GT(configs["kvtier-random"]["kvtier_hits"].get<uint64_t>(), 0u);
+  EXPECT_GT(configs["kvtier-random"]["kvtier_hits"].get<uint64_t>(), 0u)
+      << configs["kvtier-random"].dump() << " (logs in " << dir << ")";
   EXPECT_GT(configs["kvtier-random"]["kvtier_loaded_tokens"].get<uint64_t>(), 0u);
   for (const char* k : {"kvtier-affinity", "kvtier-random"}) {
     EXPECT_GT(configs[k]["kvtier_stored_chunks"].get<uint64_t>(), 0u) << k;
     EXPECT_GT(configs[k]["kvtierd_peak_rss_kib"].get<uint64_t>(), 0u) << k;
   }
   EXPECT_TRUE(targets.at("no request fails"));
-  EXPECT_TRUE(targets.at("every answer equals plain-affinity's"));
+  EXPECT_TRUE(targets.at("every kvtier answer equals plain's with the same routing"));
   // The CSV: a header and one row per (configuration, request).
   std::ifstream csv(configs.begin()->second["csv"].get<std::string>());
   size_t rows = 0;

@@ -3,10 +3,13 @@
 // kvt::ChunkChainEncoder; the CLI runs as a subprocess.
 #include <httplib.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -302,15 +305,105 @@ TEST(DaemonAddressCliTest, MalformedAddressesExit2WithTheAcceptedForms) {
   }
 }
 
+// A unix socket bound to `path`; listening (connections queue in the kernel and are never
+// accepted: a client connects but nothing answers) or closed without unlinking its file
+// (a socket file nothing listens on: connect is refused).
+class UnixSocket {
+ public:
+  UnixSocket(const std::string& path, bool listening) {
+    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, path.c_str(), sizeof(a.sun_path) - 1);
+    ok_ = fd_ >= 0 && ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+          (!listening || ::listen(fd_, 16) == 0);
+    if (!listening && fd_ >= 0) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~UnixSocket() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  int fd_ = -1;
+  bool ok_ = false;
+};
+
+// A socket path where no kvtierd can answer is reported at once, with what is wrong
+// there, and exits 1 like every unreachable daemon; it does not wait for --timeout.
+TEST(DaemonAddressCliTest, MissingOrDeadSocketIsReportedAtOnceNamingTheProblem) {
+  TempDir tmp;
+  const std::string file = tmp.path() + "/plain.file";
+  std::ofstream(file) << "not a socket";
+  const std::string dead = tmp.path() + "/dead.sock";
+  UnixSocket stale(dead, /*listening=*/false);
+  ASSERT_TRUE(stale.ok()) << std::strerror(errno);
+  struct Case {
+    std::string address, why;
+  };
+  const Case cases[] = {
+      {"unix://" + tmp.path() + "/no/such.sock", "the socket file does not exist"},
+      {"unix:" + tmp.path() + "/nothing.sock", "the socket file does not exist"},
+      {"unix://" + file, "the file is not a socket"},
+      {"unix://" + tmp.path(), "it is a directory, not a socket"},
+      {"unix://" + dead, "nothing listens on the socket (connection refused"},
+  };
+  for (const Case& c : cases) {
+    const auto start = std::chrono::steady_clock::now();
+    RunResult r = clitest::Run(KVTIER_BIN, {"--daemon", c.address, "--timeout", "30", "stats"}, 45);
+    const auto waited = std::chrono::steady_clock::now() - start;
+    EXPECT_EQ(r.exit_code, 1) << c.address << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr("kvtier stats: no kvtierd at " + c.address + ": " + c.why))
+        << c.address;
+    EXPECT_LT(waited, std::chrono::seconds(30)) << c.address << ": waited for --timeout";
+  }
+  // The same from KVTIER_DAEMON names the variable.
+  RunResult env = clitest::Run(KVTIER_BIN, {"--timeout", "30", "stats"}, 45,
+                               {{"KVTIER_DAEMON", "unix:///no/such.sock"}});
+  EXPECT_EQ(env.exit_code, 1) << env.err;
+  EXPECT_THAT(env.err, HasSubstr("no kvtierd at unix:///no/such.sock (KVTIER_DAEMON): the socket "
+                                 "file does not exist"));
+}
+
+// Where the address comes from KVTIER_DAEMON, the errors name the variable, not a
+// --daemon flag the user never typed.
+TEST(DaemonAddressCliTest, AddressFromTheEnvironmentIsNamedAsSuch) {
+  TempDir tmp;
+  RunResult both = clitest::Run(KVTIER_BIN, {"--disk-dir", tmp.path(), "stats"}, 30,
+                                {{"KVTIER_DAEMON", "unix:///run/kvtierd.sock"}});
+  EXPECT_EQ(both.exit_code, 2) << both.err;
+  EXPECT_THAT(both.err, HasSubstr("KVTIER_DAEMON is set (unix:///run/kvtierd.sock) and "
+                                  "--disk-dir is given: give one, not both"));
+  EXPECT_THAT(both.err, ::testing::Not(HasSubstr("--daemon")));
+  RunResult flag = clitest::Run(
+      KVTIER_BIN, {"--daemon", "unix:///run/kvtierd.sock", "--disk-dir", tmp.path(), "stats"}, 30);
+  EXPECT_EQ(flag.exit_code, 2) << flag.err;
+  EXPECT_THAT(flag.err, HasSubstr("give either --daemon or --disk-dir, not both"));
+  RunResult malformed =
+      clitest::Run(KVTIER_BIN, {"stats"}, 30, {{"KVTIER_DAEMON", "/tmp/kvtierd.sock"}});
+  EXPECT_EQ(malformed.exit_code, 2) << malformed.err;
+  EXPECT_THAT(malformed.err, HasSubstr("KVTIER_DAEMON '/tmp/kvtierd.sock': expected"));
+  // An empty KVTIER_DAEMON counts as unset: --disk-dir alone opens the directory (which
+  // holds no disk tier here: NotFound, exit 3, not a usage error).
+  RunResult cleared = clitest::Run(KVTIER_BIN, {"--disk-dir", tmp.path() + "/none", "stats"}, 30,
+                                   {{"KVTIER_DAEMON", ""}});
+  EXPECT_EQ(cleared.exit_code, 3) << cleared.err;
+}
+
 TEST_F(DaemonCliTest, BadInputsFailWithAClearMessage) {
-  // --timeout is honoured when nothing listens: the CLI says it waited for it (not a
-  // fixed ~1 s). The wait itself is not timed here (no wall time in pass/fail tests).
-  RunResult nodaemon = clitest::Run(
-      KVTIER_BIN,
-      {"--daemon", "unix://" + tmp_.path() + "/nothing.sock", "--timeout", "1.5", "stats"});
+  // --timeout is honoured when a socket accepts connections but nothing answers (a
+  // paused or hung daemon): the CLI says it waited for it (not a fixed ~1 s). The wait
+  // itself is not timed here (no wall time in pass/fail tests).
+  const std::string hung = tmp_.path() + "/hung.sock";
+  UnixSocket silent(hung, /*listening=*/true);
+  ASSERT_TRUE(silent.ok()) << std::strerror(errno);
+  RunResult nodaemon =
+      clitest::Run(KVTIER_BIN, {"--daemon", "unix://" + hung, "--timeout", "1.5", "stats"});
   EXPECT_EQ(nodaemon.exit_code, 1);
-  EXPECT_THAT(nodaemon.err,
-              HasSubstr("no kvtierd reachable at unix://" + tmp_.path() + "/nothing.sock"));
+  EXPECT_THAT(nodaemon.err, HasSubstr("no kvtierd reachable at unix://" + hung));
   EXPECT_THAT(nodaemon.err, HasSubstr("nothing answered within 1.5 s"));
   RunResult badtimeout = clitest::Run(KVTIER_BIN, {"--daemon", target_, "--timeout", "0", "stats"});
   EXPECT_EQ(badtimeout.exit_code, 2);

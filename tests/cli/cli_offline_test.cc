@@ -481,5 +481,20 @@ TEST(TokenizerCliTest, GgufWithoutTokenizerExits2NamingTheFile) {
   EXPECT_THAT(r.err, HasSubstr("--tokens FILE"));
 }
 
+// --help shows the default vocabulary by what it is, not as a path of the machine the
+// binary was built on (the same binary runs elsewhere).
+TEST(MakeGgufCliTest, HelpNamesTheDefaultVocabWithoutABuildPath) {
+#ifdef KVTIER_MAKE_GGUF_BIN
+  RunResult r = clitest::Run(KVTIER_MAKE_GGUF_BIN, {"--help"}, 60);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("--vocab"));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("/models/ggml-vocab"))) << r.out;
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr(KVT_SOURCE_DIR))) << r.out;
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr(KVT_BINARY_DIR))) << r.out;
+#else
+  GTEST_SKIP() << "kvtier built without llama.cpp: no kvtier-make-gguf";
+#endif
+}
+
 }  // namespace
 }  // namespace kvt::clitest

@@ -160,7 +160,7 @@ TEST_F(ClusterDaemonTest, MasterKilledMidRunMissesThenRecoversWithoutRestart) {
   ASSERT_TRUE(redis_->Restart(victim));
   ASSERT_TRUE(redis_->WaitClusterOk(&error)) << error;
   for (auto& r : chain.records) ASSERT_TRUE(ca->Put(r).ok());
-  ASSERT_TRUE(InCluster("kill", chain.keys));
+  ASSERT_TRUE(InCluster("kill", chain.keys)) << a.Log();
   for (size_t i = 0; i < chain.keys.size(); ++i) {
     if (port_of(chain.keys[i]) != redis_->node(victim).port) continue;
     auto got = GetEventually(b.target(), chain.keys[i], std::chrono::seconds(10));

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_format.h"
 #include "daemon/config.h"
+#include "daemon/config_report.h"
 #include "daemon/server.h"
 
 namespace kvt::daemon {
@@ -159,6 +160,24 @@ TEST(DaemonConfigTest, BadCachePolicyValuesNameTheKey) {
   EXPECT_NE(bad.Validate().message().find("disk_cache_policy"), std::string::npos)
       << bad.Validate();
   EXPECT_NE(bad.Validate().message().find("fifo"), std::string::npos);
+}
+
+TEST(DaemonConfigTest, MissRecordEntriesIsReadAndBadValuesNameTheKey) {
+  EXPECT_EQ(DefaultDaemonConfig().miss_record_entries, AbsenceRecord::kDefaultEntries);
+  auto ok = ParseDaemonConfig("miss_record_entries: 0\n", DefaultDaemonConfig());
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->miss_record_entries, 0u);  // 0 = no record
+  auto bad = ParseDaemonConfig("miss_record_entries: lots\n", DefaultDaemonConfig());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("miss_record_entries"), std::string::npos) << bad.status();
+  // Out of range: refused before kvtierd starts (Validate), naming the key and the range.
+  auto big = ParseDaemonConfig("miss_record_entries: 16777217\n", DefaultDaemonConfig());
+  ASSERT_TRUE(big.ok()) << big.status();
+  const absl::Status v = big->Validate();
+  EXPECT_EQ(v.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(v.message().find("miss_record_entries"), std::string::npos) << v;
+  EXPECT_NE(v.message().find("16777216"), std::string::npos) << v;
 }
 
 TEST(DaemonConfigTest, NonLoopbackListenNeedsAllowRemote) {
@@ -331,6 +350,126 @@ TEST(DaemonConfigTest, BareSocketPathSuggestsTheUnixAddress) {
   EXPECT_EQ(s.message().find("allow_remote"), std::string::npos) << s;
   c.listen = {"unix:///tmp/kvtierd-test.sock", "127.0.0.1:0"};  // port 0: any free port
   EXPECT_TRUE(c.Validate().ok()) << c.Validate();
+}
+
+// A disk_file_bytes larger than disk_capacity could never hold one record file: refused,
+// naming both keys. Left unset, the record files shrink to disk_capacity (no error).
+TEST(DaemonConfigTest, DiskCapacityBelowOneRecordFileIsRefusedNamingBothKeys) {
+  auto c = ParseDaemonConfig(
+      "disk_capacity: 64MiB\ndisk_file_bytes: 256MiB\n"
+      "max_record_bytes: 8MiB\n",
+      DefaultDaemonConfig());
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::Status s = c->Validate();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("config disk_capacity: 67108864 bytes is smaller than "
+                             "disk_file_bytes (268435456 bytes)"),
+            std::string::npos)
+      << s;
+  EXPECT_EQ(ConfigErrorKey(s), "disk_capacity");
+  auto equal = ParseDaemonConfig(
+      "disk_capacity: 64MiB\ndisk_file_bytes: 64MiB\n"
+      "max_record_bytes: 8MiB\n",
+      DefaultDaemonConfig());
+  ASSERT_TRUE(equal.ok()) << equal.status();
+  EXPECT_TRUE(equal->Validate().ok()) << equal->Validate();
+  auto unset = ParseDaemonConfig("disk_capacity: 64MiB\n", DefaultDaemonConfig());
+  ASSERT_TRUE(unset.ok()) << unset.status();
+  EXPECT_FALSE(unset->disk_file_bytes_explicit);
+  EXPECT_TRUE(unset->Validate().ok()) << unset->Validate();
+}
+
+TEST(DaemonConfigTest, ParseReportsTheKeysTheFileSets) {
+  std::set<std::string> keys;
+  auto c = ParseDaemonConfig("workers: 3\nshm:\n  enabled: false\nmetrics:\n  listen: ''\n",
+                             DefaultDaemonConfig(), &keys);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(keys,
+            (std::set<std::string>{"workers", "shm", "shm.enabled", "metrics", "metrics.listen"}));
+}
+
+// An error is worded by where the bad value came from: the flag, the file and its key, or
+// the default.
+TEST(DaemonConfigTest, ErrorsNameTheFlagTheFileOrTheDefault) {
+  ConfigOrigin origin;
+  origin.file = "/etc/kvtierd.yaml";
+  origin.file_keys = {"workers", "shm", "shm.max_regions"};
+  origin.flag_keys = {{"disk_capacity", "--disk-capacity"}};
+  DaemonConfig c = DefaultDaemonConfig();
+  c.workers = 0;
+  absl::Status s = AttributeConfigError(c.Validate(), origin);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "/etc/kvtierd.yaml: config workers: 0, expected 1..256");
+  c = DefaultDaemonConfig();
+  c.shm_max_regions = 0;
+  EXPECT_EQ(AttributeConfigError(c.Validate(), origin).message(),
+            "/etc/kvtierd.yaml: config shm.max_regions: expected 1..4096");
+  c = DefaultDaemonConfig();
+  c.disk.capacity_bytes = 1000;
+  EXPECT_EQ(AttributeConfigError(c.Validate(), origin).message(),
+            "--disk-capacity: must be a positive multiple of 4096");
+  c = DefaultDaemonConfig();
+  c.disk.file_bytes = 16ull << 20;  // as if from a file that does not say so
+  s = AttributeConfigError(c.Validate(), origin);
+  EXPECT_NE(s.message().find("config max_record_bytes (default value): "), std::string::npos) << s;
+  // A flag overrides the file, so the flag is named even when the file sets the key too.
+  origin.flag_keys["workers"] = "--workers";
+  c = DefaultDaemonConfig();
+  c.workers = 0;
+  EXPECT_EQ(AttributeConfigError(c.Validate(), origin).message(), "--workers: 0, expected 1..256");
+  // Statuses that name no key pass unchanged.
+  const absl::Status other = absl::NotFoundError("config file 'x' cannot be read");
+  EXPECT_EQ(AttributeConfigError(other, origin), other);
+}
+
+// --check-config prints the effective settings as a config file: read back, it gives
+// the same configuration.
+TEST(DaemonConfigTest, EffectiveConfigYamlReadsBackAsTheSameConfig) {
+  ConfigOrigin origin;
+  origin.file = "/etc/kvtierd.yaml";
+  auto c = ParseDaemonConfig(
+      "listen: [unix:///tmp/a.sock, 127.0.0.1:7470]\ndata_dir: /tmp/d\nhost_capacity: 3GiB\n"
+      "disk_capacity: 1000MiB\ndisk_file_bytes: 100MiB\ndisk_commit: grouped\n"
+      "disk_commit_delay_ms: 25\ndurability: async\nworkers: 8\nmax_record_bytes: 12KiB\n"
+      "shm:\n  enabled: false\n  max_regions: 7\nmetrics:\n  listen: ''\n"
+      "host_cache_policy:\n  name: lru\n  ttl_s: 60\nlease_timeout_ms: 1234\n"
+      "tenants:\n  - name: alice\n    tokens: [secret-token-1]\n",
+      DefaultDaemonConfig(), &origin.file_keys);
+  ASSERT_TRUE(c.ok()) << c.status();
+  origin.flag_keys["workers"] = "--workers";
+  const std::string yaml = EffectiveConfigYaml(*c, origin);
+  EXPECT_EQ(yaml.find("secret-token-1"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("workers: 8  # --workers"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("disk_capacity: 1000MiB  # /etc/kvtierd.yaml"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("log_level: info  # default"), std::string::npos) << yaml;
+  // Read back without the tenants (their tokens are not printed).
+  const std::string no_tenants = yaml.substr(0, yaml.find("tenants:"));
+  auto back = ParseDaemonConfig(no_tenants, DefaultDaemonConfig());
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << yaml;
+  EXPECT_EQ(back->listen, c->listen);
+  EXPECT_EQ(back->data_dir, c->data_dir);
+  EXPECT_EQ(back->host.capacity_bytes, c->host.capacity_bytes);
+  EXPECT_EQ(back->disk.capacity_bytes, c->disk.capacity_bytes);
+  EXPECT_EQ(back->disk.file_bytes, c->disk.file_bytes);
+  EXPECT_EQ(back->disk.commit, DiskCommit::kGrouped);
+  EXPECT_EQ(back->disk.commit_delay_ms, 25u);
+  EXPECT_EQ(back->durability, Durability::kAsync);
+  EXPECT_EQ(back->workers, 8u);
+  EXPECT_EQ(back->max_record_bytes, 12u << 10);
+  EXPECT_EQ(back->max_inflight_bytes, c->max_inflight_bytes);
+  EXPECT_EQ(back->writeback_queue_bytes, c->writeback_queue_bytes);
+  EXPECT_EQ(back->get_part_bytes, c->get_part_bytes);
+  EXPECT_FALSE(back->shm_enabled);
+  EXPECT_EQ(back->shm_max_regions, 7u);
+  EXPECT_EQ(back->shm_max_region_bytes, c->shm_max_region_bytes);
+  EXPECT_EQ(back->metrics_listen, "");
+  EXPECT_EQ(back->host.cache_policy.name, "lru");
+  EXPECT_EQ(back->host.cache_policy.ttl, std::chrono::seconds(60));
+  EXPECT_EQ(back->disk.cache_policy.name, c->disk.cache_policy.name);
+  EXPECT_EQ(back->lease_timeout, std::chrono::milliseconds(1234));
+  EXPECT_EQ(back->shutdown_grace, c->shutdown_grace);
+  EXPECT_EQ(back->log_level, "info");
+  EXPECT_TRUE(back->Validate().ok()) << back->Validate();
 }
 
 TEST(DaemonConfigTest, MetricsListenIsExplicitOnlyWhenConfigured) {

@@ -42,13 +42,13 @@ TEST(DaemonLifecycleTest, BadFlagsAndConfigExitTwoWithAMessageNamingTheProblem) 
   }
   const Case cases[] = {
       {"--ready-file /nonexistent-kvt/dir/ready.json",
-       "ready_file: '/nonexistent-kvt/dir/ready.json'"},
+       "--ready-file: '/nonexistent-kvt/dir/ready.json'"},
       {"--config " + d, "is a directory"},
       {"--listen unix:///nonexistent-kvt/dir/d.sock",
        "directory '/nonexistent-kvt/dir' does not exist"},
-      {"--workers 0", "workers: 0, expected 1..256"},
-      {"--metrics-listen notanaddr", "metrics.listen: 'notanaddr'"},
-      {"--metrics-listen 127.0.0.1:99999", "metrics.listen: '127.0.0.1:99999'"},
+      {"--workers 0", "--workers: 0, expected 1..256"},
+      {"--metrics-listen notanaddr", "--metrics-listen: 'notanaddr'"},
+      {"--metrics-listen 127.0.0.1:99999", "--metrics-listen: '127.0.0.1:99999'"},
       {"--config " + d + "/workers.yaml", "workers: bad value 'abc'"},
       {"--config " + d + "/grace.yaml", "shutdown_grace_ms: -1"},
       {"--no-such-flag", "--no-such-flag"},

@@ -200,6 +200,54 @@ TEST(CostModelTest, EwmaConvergesToObservedBandwidthAndLatency) {
   EXPECT_EQ(learner.Decide(tiers, kChunkTokens, kChunkBytes).chunks_to_load, 0u);
 }
 
+// A stalled transfer (1 s for one small remote read) moves the latency estimate by at
+// most 4x the current one in the sample: 0.8 * 500 us + 0.2 * 2 ms = 800 us, not 200 ms.
+TEST(CostModelTest, OneStalledTransferDoesNotMakeATierLookHundredsOfTimesSlower) {
+  CostModel m(CostModelOptions{});
+  m.ObserveTransfer(TierKind::kRemote, 1024, 1.0);
+  EXPECT_NEAR(m.tier_estimate(TierKind::kRemote).latency_s, 800e-6, 1e-9);
+  // Bandwidth-dominated: one 32 MiB host read of 10 s enters as 4x the current s/B.
+  m.ObserveTransfer(TierKind::kHost, kChunkBytes, 10.0);
+  EXPECT_NEAR(m.tier_estimate(TierKind::kHost).bandwidth_bytes_per_s, 8e9 / 1.6, 1e3);
+  // A lasting shift is still followed: 30 transfers at 20 ms latency get there.
+  for (int i = 0; i < 30; ++i) m.ObserveTransfer(TierKind::kRemote, 1024, 20e-3);
+  EXPECT_NEAR(m.tier_estimate(TierKind::kRemote).latency_s, 20e-3, 0.2e-3);
+}
+
+// Remote at 1 s per chunk against 1e-4 s/token prefill (0.0256 s per chunk): recompute.
+// The model never sees a remote transfer while it recomputes, so every 33rd such
+// decision loads the first cached chunk to measure the tier again.
+TEST(CostModelTest, ProbesOneChunkAfterARunOfRecomputes) {
+  CostModelOptions o = LinearPrefill(1e-4);
+  o.tier_defaults[2] = {1.5e9, 1.0};
+  CostModel m(o);
+  std::vector<TierKind> tiers(4, TierKind::kRemote);
+  for (int i = 0; i < 32; ++i) {
+    CostModel::Decision d = m.Decide(tiers, kChunkTokens, kChunkBytes);
+    ASSERT_EQ(d.chunks_to_load, 0u) << i;
+    EXPECT_FALSE(d.probe);
+  }
+  CostModel::Decision probe = m.Decide(tiers, kChunkTokens, kChunkBytes);
+  EXPECT_TRUE(probe.probe);
+  EXPECT_EQ(probe.chunks_to_load, 1u);
+  EXPECT_LT(probe.saving_s, 0);  // a probe is a measured loss, bounded to one chunk
+  // A straddled chunk: the probe is the chunk after the computed tokens.
+  for (int i = 0; i < 32; ++i)
+    ASSERT_EQ(m.Decide(tiers, kChunkTokens, kChunkBytes, 300).chunks_to_load, 0u);
+  EXPECT_EQ(m.Decide(tiers, kChunkTokens, kChunkBytes, 300).chunks_to_load, 2u);
+  EXPECT_EQ(m.stats().decisions_probe, 2u);
+  // The probes' transfers teach the real latency (20 us): loads win again.
+  for (int i = 0; i < 40; ++i)
+    m.ObserveTransfer(TierKind::kRemote, kChunkBytes / 4, 20e-6 + kChunkBytes / 4 / 1.5e9);
+  EXPECT_EQ(m.Decide(tiers, kChunkTokens, kChunkBytes).chunks_to_load, 4u);
+  // A load resets the run; with probing off, no probe ever.
+  o.probe_after_recomputes = 0;
+  CostModel off(o);
+  for (int i = 0; i < 100; ++i)
+    ASSERT_EQ(off.Decide(tiers, kChunkTokens, kChunkBytes).chunks_to_load, 0u);
+  EXPECT_EQ(off.stats().decisions_probe, 0u);
+}
+
 TEST(CostModelTest, BadObservationsIgnoredAndCounted) {
   CostModel m(CostModelOptions{});
   m.ObserveTransfer(TierKind::kHost, 0, 1.0);

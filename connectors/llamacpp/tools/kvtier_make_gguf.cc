@@ -174,7 +174,8 @@ int Check(const std::string& path, int n_tokens) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Write a GGUF with seeded random weights, or check one against llama.cpp"};
+  CLI::App app{"Write a GGUF with seeded random weights, or check one against llama.cpp",
+               "kvtier-make-gguf"};  // usage names the tool, not the path it ran from
   std::string arch = "llama";
   std::string size = "tiny";
   std::string out;
@@ -197,8 +198,13 @@ int main(int argc, char** argv) {
                  "print its memory kind and state sizes (or the engine's error)");
   app.add_option("--check-tokens", check_tokens, "tokens --check decodes")
       ->check(CLI::Range(1, 480));
+  // The default is a path on the machine kvtier was built on: --help names the file by
+  // what it is, not by that path.
   app.add_option("--vocab", vocab, "vocab-only GGUF whose tokenizer is copied")
-      ->capture_default_str();
+      ->default_str(vocab.empty() ? "none: no tokenizer (llama.cpp's vocab file was not found "
+                                    "at build time)"
+                                  : "llama.cpp's models/ggml-vocab-llama-spm.gguf, from the "
+                                    "llama.cpp source kvtier was built with");
   app.add_flag("--no-vocab", no_vocab, "no tokenizer (tokenizer.ggml.model = none)");
   app.add_flag("--f32", f32, "F32 weight matrices instead of F16 (llama; the others are F32)");
   app.add_option_function<uint64_t>(

@@ -8,11 +8,13 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kvstore/absence_record.h"
 #include "kvstore/cluster_tier.h"
 #include "kvstore/disk_tier.h"
 #include "kvstore/host_tier.h"
@@ -50,6 +52,9 @@ struct DaemonConfig {
   // field keeps the tier's default.
   HostTierOptions host;                         // capacity_bytes default 1 GiB
   DiskTierOptions disk = DefaultDiskOptions();  // capacity_bytes default 8 GiB
+  // True when disk_file_bytes was configured: it must then fit in disk_capacity. Unset,
+  // the record files are min(1 GiB, disk_capacity) (the server's cap above).
+  bool disk_file_bytes_explicit = false;
   Durability durability = Durability::kSync;
   // Verify every record's payload checksum before storing it.
   bool verify_on_put = true;
@@ -91,6 +96,10 @@ struct DaemonConfig {
   std::chrono::milliseconds shutdown_grace{5000};
   // How long the pins of a Lookup with `pin` live when no Get releases them (1 ms .. 10 min).
   std::chrono::milliseconds lease_timeout{10000};
+  // Keys whose last reason for not being held (rejected, evicted, expired, erased) is
+  // kept for `kvtier inspect` (kvstore/absence_record.h): at most ~100 bytes each; the
+  // oldest is forgotten first. 0 = keep none (inspect shows a plain miss).
+  uint64_t miss_record_entries = AbsenceRecord::kDefaultEntries;  // 16384
   // A Redis Cluster tier below the disk, shared with every kvtierd that names the same
   // cluster (docs/scale-out.md). Unset = no cluster tier.
   std::optional<ClusterTierOptions> cluster;
@@ -102,11 +111,18 @@ struct DaemonConfig {
     return d;
   }
   // InvalidArgument naming the field: empty listen/data_dir, non-loopback address
-  // without allow_remote, capacities, bad limits, duplicate tokens, empty token,
-  // negative shutdown_grace, lease_timeout, metrics_listen not "host:port" with
-  // port 0..65535. Pure: touches no file system (see CheckDaemonPaths).
+  // without allow_remote, capacities (a configured disk_file_bytes above disk_capacity
+  // names both keys), bad limits, duplicate tokens, empty token, negative
+  // shutdown_grace, lease_timeout, metrics_listen not "host:port" with port 0..65535.
+  // The message reads "config KEY: why"; ConfigErrorKey(status) gives KEY. Pure: touches
+  // no file system (see CheckDaemonPaths).
   absl::Status Validate() const;
 };
+
+// The YAML key ("disk_capacity", "shm.max_regions", "metrics.listen") an error of
+// DaemonConfig::Validate or CheckDaemonPaths is about (a status payload); "" for any other
+// status.
+std::string ConfigErrorKey(const absl::Status& status);
 
 // Checks the file system before anything starts: the directory of every unix socket in
 // `listen` and of `ready_file` exists and is a directory, and `ready_file` is not a
@@ -118,11 +134,15 @@ absl::Status CheckDaemonPaths(const DaemonConfig& config);
 DaemonConfig DefaultDaemonConfig();
 
 // Parses YAML text over `base`. InvalidArgument naming the key for a bad value or an
-// unknown key.
-absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, DaemonConfig base);
-// Reads and parses a file. NotFound when it cannot be read; InvalidArgument when it is a
-// directory.
-absl::StatusOr<DaemonConfig> LoadDaemonConfig(const std::string& path, DaemonConfig base);
+// unknown key. When `keys_set` is given, the keys the text sets are added to it: the
+// top-level ones, and those of the shm, metrics, cluster and *_cache_policy maps dotted
+// ("shm.enabled").
+absl::StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& yaml_text, DaemonConfig base,
+                                               std::set<std::string>* keys_set = nullptr);
+// Reads and parses a file (keys_set as ParseDaemonConfig's). NotFound when it cannot be
+// read; InvalidArgument when it is a directory; parse errors are prefixed with `path`.
+absl::StatusOr<DaemonConfig> LoadDaemonConfig(const std::string& path, DaemonConfig base,
+                                              std::set<std::string>* keys_set = nullptr);
 
 // Parses the `cluster:` section (keys nodes, piece_bytes, ttl_s, password,
 // password_file, username, keyspace, deadline_ms) over defaults. InvalidArgument

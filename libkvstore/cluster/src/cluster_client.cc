@@ -174,8 +174,15 @@ class ClusterClient::Impl {
     if (n.idle.size() < opt.max_idle_per_node) n.idle.push_back(std::move(c));
   }
 
+  // Drops the idle connections to `a`: after one of them failed, the others were opened
+  // to the same server process and are as stale (a restarted node closed them all).
+  void DropIdle(const NodeAddr& a) {
+    absl::MutexLock l(&mu);
+    nodes[a.ToString()].idle.clear();
+  }
+
   // Pipeline on a pooled connection; a stale pooled connection (server restarted) is
-  // retried once on a fresh one.
+  // retried once on a fresh one (never on another pooled one, which would be as stale).
   absl::StatusOr<std::vector<Reply>> Run(const NodeAddr& a, std::span<const Command> cmds,
                                          bool asking, size_t window = 0) {
     for (int attempt = 0;; ++attempt) {
@@ -190,6 +197,7 @@ class ClusterClient::Impl {
         MarkDown(a);
         return r.status();
       }
+      DropIdle(a);
     }
   }
 

@@ -8,6 +8,13 @@
 //  * any other transfer updates the seconds per byte: 1/B <- (1-α)/B + α (s - L)/n.
 //  With fixed-size transfers only (every chunk the same size) the latency stays at its
 //  default and the bandwidth absorbs the rest, which predicts that size exactly.
+//  One sample moves an estimate by at most a factor kMaxSampleRatio (4) of the current
+//  one: a single stalled transfer (a page fault storm, a daemon restart) cannot make a
+//  tier look 100x slower, while a real shift is followed within ~10 transfers.
+// Estimates are only refreshed by loads, so a tier the model stopped loading from would
+// keep a stale (too slow) estimate forever; Decide therefore probes: after
+// probe_after_recomputes consecutive decisions that recompute although chunks are
+// cached, the next one loads the first cached chunk (see CostModelOptions).
 //
 // Recompute time of t new tokens on top of c context tokens (the engine's prefill):
 //     prefill(t, c) = f + a*t + b*x,   x = t * (c + (t + 1) / 2)
@@ -86,6 +93,12 @@ struct CostModelOptions {
   uint32_t max_prefill_samples = 256;
   // Load only if safety_factor * load_time < recompute_time (>= 1.0 favours recompute).
   double safety_factor = 1.0;
+  // After this many consecutive Decide calls that chose to recompute although chunks
+  // were cached, the next such call loads the first cached chunk anyway (a probe), so
+  // the tier estimate is measured again. Bounds what probing costs where recomputing
+  // really is faster: one chunk's load in probe_after_recomputes + 1 such prompts.
+  // 0 disables probing.
+  uint32_t probe_after_recomputes = 32;
 
   // InvalidArgument naming the field for: bandwidth <= 0 or latency < 0 (or NaN) in any
   // tier default, ewma_alpha outside (0, 1], negative prefill defaults, a and b both 0,
@@ -101,6 +114,7 @@ struct CostModelStats {
   uint64_t decisions_load_partial = 0;  // chose 0 < k < n
   uint64_t decisions_recompute = 0;     // chose k = 0 although n > 0
   uint64_t decisions_no_hit = 0;        // n == 0
+  uint64_t decisions_probe = 0;         // loaded one chunk to re-measure a tier (see options)
   uint64_t chunks_considered = 0;       // sum of n
   uint64_t chunks_chosen = 0;           // sum of k
   uint64_t transfers_observed = 0;      // accepted ObserveTransfer calls
@@ -163,13 +177,15 @@ class CostModel {
     double load_s = 0;       // predicted time to load chunks_to_load chunks (no safety factor)
     double recompute_s = 0;  // predicted time saved by not recomputing those tokens
                              // (tokens [computed_tokens, chunks_to_load * chunk_tokens))
-    double saving_s = 0;     // recompute_s - safety_factor * load_s (>= 0)
+    double saving_s = 0;     // recompute_s - safety_factor * load_s (>= 0 unless probe)
+    bool probe = false;      // a probe: one chunk loaded to re-measure its tier
   };
   // Given the tier of each leading cached chunk (chunk i covers tokens
   // [i*chunk_tokens, (i+1)*chunk_tokens)) and the payload bytes per chunk, returns the
   // number of leading chunks to load: the prefix length k maximising
   // saving(k) = recompute(0, k*chunk_tokens) - safety_factor * sum_{i<k} load(chunk i),
-  // when that saving is positive; else 0. Logs inputs and decision at spdlog debug.
+  // when that saving is positive; else 0 -- except for a probe (probe_after_recomputes),
+  // which loads the first cached chunk. Logs inputs and decision at spdlog debug.
   //
   // `computed_tokens`: tokens the engine already holds. Chunks ending at or before it
   // are neither loaded nor credited; a chunk straddling it costs a whole load but saves
@@ -218,7 +234,7 @@ class CostModel {
   PrefillModel model_ ABSL_GUARDED_BY(mu_);
 
   mutable std::atomic<uint64_t> decisions_{0}, load_all_{0}, load_partial_{0}, recompute_{0},
-      no_hit_{0}, chunks_considered_{0}, chunks_chosen_{0};
+      no_hit_{0}, chunks_considered_{0}, chunks_chosen_{0}, probes_{0}, recompute_streak_{0};
   std::atomic<uint64_t> transfers_{0}, prefills_{0}, rejected_{0};
 };
 

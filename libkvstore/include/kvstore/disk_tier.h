@@ -46,6 +46,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kvstore/absence_record.h"
 #include "kvstore/cache_policy.h"
 #include "kvstore/clock.h"
 #include "kvstore/health_registry.h"
@@ -115,6 +116,9 @@ struct DiskTierOptions {
   // Where the group committer thread ("disk-commit") reports; null =
   // HealthRegistry::Default().
   std::shared_ptr<HealthRegistry> health;
+  // Where the tier notes the records it declines, evicts, expires or erases
+  // (kvstore/absence_record.h, shared by a store's tiers); null = not noted.
+  std::shared_ptr<AbsenceRecord> absence;
 
   // OK, or InvalidArgument naming the field and the expected range.
   absl::Status Validate() const;

@@ -61,6 +61,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "kvstore/absence_record.h"
 #include "kvstore/cache_policy.h"
 #include "kvstore/clock.h"
 #include "kvstore/tier.h"
@@ -94,6 +95,9 @@ struct HostTierOptions {
   // Time of access stamps and of the policy's TTL (when cache_policy.clock is empty);
   // null = SystemClock().
   std::shared_ptr<Clock> clock;
+  // Where the tier notes the records it declines, evicts, expires or erases
+  // (kvstore/absence_record.h, shared by a store's tiers); null = not noted.
+  std::shared_ptr<AbsenceRecord> absence;
 
   // OK, or InvalidArgument naming the bad field and the expected range.
   absl::Status Validate() const;
@@ -236,6 +240,7 @@ class HostTier final : public Tier {
   // Admission and victim order over the live entries' keys.
   const std::unique_ptr<CachePolicy> policy_ ABSL_PT_GUARDED_BY(mu_);
   const std::shared_ptr<Clock> clock_;
+  const std::shared_ptr<AbsenceRecord> absence_;  // null = not noted
 
   uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t pinned_bytes_ ABSL_GUARDED_BY(mu_) = 0;

@@ -38,8 +38,8 @@ struct StoreOptions {
   std::optional<DiskTierOptions> disk;
   // Tiers below the disk tier, fastest first (e.g. RemoteTier::Factory(...)).
   std::vector<TierFactory> lower;
-  // The store's options; its clock and health registry also go to the host and disk
-  // tiers whose own are null.
+  // The store's options; its clock, health registry and absence record also go to the
+  // host and disk tiers whose own are null.
   TieredStoreOptions store;
 
   // InvalidArgument naming the field (host, disk, store) and the problem.

@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kvstore/absence_record.h"
 #include "kvstore/chunk_codec.h"
 #include "kvstore/clock.h"
 #include "kvstore/evict_selector.h"
@@ -68,6 +69,10 @@ struct TieredStoreOptions {
   // Where the write-back thread reports (kvstore/health_registry.h); null =
   // HealthRegistry::Default().
   std::shared_ptr<HealthRegistry> health;
+  // Why keys are not held (kvstore/absence_record.h): the record the tiers note into
+  // (HostTierOptions::absence, DiskTierOptions::absence; OpenTieredStore gives them
+  // this one), read by Lookup with explain_misses. Null = none (misses unexplained).
+  std::shared_ptr<AbsenceRecord> absence;
 
   absl::Status Validate() const;
 };
@@ -126,6 +131,9 @@ struct LookupOptions {
   // Tenancy: a key whose namespace (ChunkStat::ns) this rejects is a miss, in every tier
   // (never pinned; the leading run stops there). Null = every namespace.
   std::function<bool(const NamespaceId&)> visible;
+  // With per_key: say why each key no tier holds is absent (LookupResult::absence), from
+  // TieredStoreOptions::absence. One hash look-up per missed key; for inspection.
+  bool explain_misses = false;
 };
 
 struct LookupResult {
@@ -140,6 +148,10 @@ struct LookupResult {
   // queue whose header is not encoded yet, zero too, and such a record is then a miss
   // under `visible`).
   std::vector<NamespaceId> ns;
+  // With explain_misses and per_key: per key answered, why it is absent (a hit's entry
+  // is default, kNoRecord; every miss's kNoRecord when the store has no record). A key
+  // whose noted namespace `visible` rejects reads as one never noted.
+  std::vector<Absence> absence;
   // The pins on the leading hits, when pinning was requested and something was pinned
   // (kvstore/lease.h); an empty Lease otherwise. Dropping it releases them. Move-only.
   Lease lease;

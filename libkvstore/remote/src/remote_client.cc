@@ -60,6 +60,16 @@ uint64_t RemoteClient::rpcs() const { return impl_->rpcs(); }
 
 absl::StatusOr<RemoteLookup> RemoteClient::Lookup(std::span<const ChunkKey> keys, bool per_key,
                                                   bool pin, std::span<const uint64_t> release) {
+  return LookupWith(keys, per_key, pin, release, /*explain=*/false);
+}
+
+absl::StatusOr<RemoteLookup> RemoteClient::Inspect(std::span<const ChunkKey> keys) {
+  return LookupWith(keys, /*per_key=*/true, /*pin=*/false, {}, /*explain=*/true);
+}
+
+absl::StatusOr<RemoteLookup> RemoteClient::LookupWith(std::span<const ChunkKey> keys, bool per_key,
+                                                      bool pin, std::span<const uint64_t> release,
+                                                      bool explain) {
   if (keys.empty() || keys.size() > kKvtierMaxBatchKeys)
     return absl::InvalidArgumentError(
         absl::StrFormat("Lookup: %d keys, expected 1..%d", keys.size(), kKvtierMaxBatchKeys));
@@ -67,6 +77,7 @@ absl::StatusOr<RemoteLookup> RemoteClient::Lookup(std::span<const ChunkKey> keys
   req.set_protocol_version(kKvtierProtocolVersion);
   req.set_per_key(per_key);
   req.set_pin(pin);
+  req.set_explain_misses(explain);
   if (release.size() > kKvtierMaxBatchKeys)
     return absl::InvalidArgumentError(absl::StrFormat(
         "Lookup: %d leases to release, expected at most %d", release.size(), kKvtierMaxBatchKeys));
@@ -84,6 +95,21 @@ absl::StatusOr<RemoteLookup> RemoteClient::Lookup(std::span<const ChunkKey> keys
   for (const pb::Key128& n : resp.ns()) out.ns.push_back(NamespaceId{n.lo(), n.hi()});
   out.lease_id = resp.lease_id();
   out.lease_timeout = std::chrono::milliseconds(resp.lease_timeout_ms());
+  if (explain && resp.miss_size() > 0) {
+    out.explained = true;
+    for (const pb::MissInfo& m : resp.miss()) {
+      Absence a;
+      // MissReason = AbsenceReason + 1; MISS_UNSPECIFIED (a hit) and unknown values: default.
+      if (m.reason() >= pb::MISS_NO_RECORD && m.reason() <= pb::MISS_ERASED)
+        a.reason = static_cast<AbsenceReason>(m.reason() - 1);
+      a.tier = TierFromProto(m.tier()).value_or(TierKind::kHost);
+      for (int t : m.rejected_by()) {
+        if (auto k = TierFromProto(t))
+          a.rejected_by |= static_cast<uint8_t>(1u << static_cast<unsigned>(*k));
+      }
+      out.absence.push_back(a);
+    }
+  }
   return out;
 }
 

@@ -27,6 +27,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kvstore/absence_record.h"
 #include "kvstore/clock.h"
 #include "kvstore/evict_selector.h"
 #include "kvstore/shm_region.h"
@@ -102,6 +103,10 @@ struct RemoteLookup {
   // that does not know `pin` also answers 0), to pass to Get, and its lifetime.
   uint64_t lease_id = 0;
   std::chrono::milliseconds lease_timeout{0};
+  // RemoteClient::Inspect only: why each key is not held, as `tier` (a hit's entry is
+  // default); empty from a daemon older than this field (then `explained` is false).
+  std::vector<Absence> absence;
+  bool explained = false;
 };
 
 struct RemoteChunkInfo {
@@ -169,6 +174,9 @@ class RemoteClient {
   // by the daemon before it answers.
   absl::StatusOr<RemoteLookup> Lookup(std::span<const ChunkKey> keys, bool per_key = false,
                                       bool pin = false, std::span<const uint64_t> release = {});
+  // Lookup with per_key that also asks why each missed key is not held
+  // (RemoteLookup::absence; the daemon's view as this client's tenant). No pin.
+  absl::StatusOr<RemoteLookup> Inspect(std::span<const ChunkKey> keys);
   // Stores whole records (each verified by the daemon) in one Put stream, in order. OK
   // means every record was acknowledged. A record the daemon refuses ends the stream
   // with its error; the records before it stay stored, and *stored (when given) is
@@ -243,6 +251,9 @@ class RemoteClient {
  private:
   class Impl;
   absl::StatusOr<std::vector<std::byte>> GetRecord(const ChunkKey& key, bool peek);
+  // Lookup and Inspect: the one LookupRequest (explain: explain_misses).
+  absl::StatusOr<RemoteLookup> LookupWith(std::span<const ChunkKey> keys, bool per_key, bool pin,
+                                          std::span<const uint64_t> release, bool explain);
   explicit RemoteClient(const RemoteClientOptions& options, std::unique_ptr<Impl> impl);
   RemoteClientOptions options_;
   std::string client_id_;
