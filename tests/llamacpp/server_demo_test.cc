@@ -1,8 +1,10 @@
 // kvtier-server-demo end to end, quick: the tiny model and workload (--small --quick
 // --repeats 1 --json). Runs the real binary (KVT_SERVER_DEMO_BIN) with its real servers
 // and asserts what a user reads: the table and the targets with PASS/FAIL, the --json
-// rows with the keys, ttft.csv, ttft.png, evidence.jsonl, exit code 0 (every
-// answer through kvtier identical to plain llama-server's).
+// rows with their keys, ttft.csv, ttft.png, evidence.jsonl, exit code 0 (every answer
+// through kvtier identical to plain llama-server's). And on a sliding-window model
+// (gemma3, --swa-full): the exact-reuse reference is llama-server's slot-cache hit, said
+// in the output, and the document restored to its last token equals it bit for bit.
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -76,6 +78,8 @@ TEST(ServerDemoTest, QuickRunPrintsTableWritesCsvPngJsonAndExitsZero) {
       EXPECT_GT(j["prompt_tokens"].get<int>(), 400) << line;
       EXPECT_EQ(j["loaded_tokens"], j["prompt_tokens"].get<int>() - 1) << line;
       EXPECT_EQ(j["identical"], true) << line;
+      EXPECT_EQ(j["reference"], "server-cache") << line;  // a plain KV cache: the RAM cache
+      EXPECT_TRUE(j["ttft_slot_cache_ms"].is_number()) << line;
       EXPECT_TRUE(j["ttft_host_ms"].is_number()) << line;
       EXPECT_TRUE(j["ttft_disk_ms"].is_number()) << line;
     }
@@ -114,6 +118,55 @@ TEST(ServerDemoTest, QuickRunPrintsTableWritesCsvPngJsonAndExitsZero) {
       EXPECT_TRUE(e.contains("first_probs_xxh64")) << line;
     }
   }
+}
+
+TEST(ServerDemoTest, SlidingWindowModelIsComparedWithLlamaServersSlotCacheHit) {
+  const std::string dir = testing::MakeTempDir("server-demo-iswa");
+  const std::string model = dir + "/gemma3.gguf";
+  ASSERT_EQ(std::system((std::string(KVT_MAKE_GGUF_BIN) + " --arch gemma3 --size tiny --out '" +
+                         model + "' >/dev/null 2>&1")
+                            .c_str()),
+            0);
+  const std::string cmd = std::string(KVT_SERVER_DEMO_BIN) + " --model '" + model +
+                          "' --server-arg=--swa-full --quick --repeats 1 --threads 2 --json "
+                          "--no-kvtierd --dir '" +
+                          dir + "' >'" + dir + "/stdout.txt' 2>'" + dir + "/stderr.txt'";
+  const int status = std::system(cmd.c_str());
+  const std::string out = ReadAll(dir + "/stdout.txt");
+  const std::string err = ReadAll(dir + "/stderr.txt");
+  ASSERT_TRUE(WIFEXITED(status)) << err;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << err;  // 3 = an answer through kvtier differed
+  // The output names the reference and why.
+  EXPECT_NE(err.find("exact-reuse reference (model memory: iswa): llama-server's slot-cache hit"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("keeping only the window's cells"), std::string::npos) << err;
+  EXPECT_NE(err.find("identical first-token probabilities through kvtier (every repeat, vs that "
+                     "reference): yes"),
+            std::string::npos)
+      << err;
+  bool saw_doc = false;
+  for (const std::string& line : Lines(out)) {
+    const json j = json::parse(line);
+    EXPECT_EQ(j["reference"], "slot-cache") << line;
+    if (j["workload"] != "doc-qa") continue;
+    saw_doc = true;
+    // The ~600-token document (longer than the 48-token window) restored from the host
+    // tier up to its last token, and the same answer as the slot-cache hit.
+    EXPECT_EQ(j["loaded_tokens"], j["prompt_tokens"].get<int>() - 1) << line;
+    EXPECT_EQ(j["identical"], true) << line;
+  }
+  EXPECT_TRUE(saw_doc) << out;
+  // The evidence holds the slot-cache hits: all but the last token reused.
+  int slot_hits = 0;
+  for (const std::string& line : Lines(ReadAll(dir + "/run/evidence.jsonl"))) {
+    const json e = json::parse(line);
+    if (e["config"] == "slot-cache" && e["ok"] == true &&
+        e["cached_tokens"] == e["prompt_tokens"].get<int>() - 1) {
+      ++slot_hits;
+    }
+  }
+  EXPECT_GE(slot_hits, 2) << "chat and doc-qa";
 }
 
 }  // namespace

@@ -16,8 +16,8 @@
 namespace kvt::llamacpp::demo {
 namespace {
 
-constexpr Config kAll[] = {Config::kCold, Config::kServerCache, Config::kHost,
-                           Config::kDisk, Config::kKvtierd,     Config::kUpstream};
+constexpr Config kAll[] = {Config::kCold,    Config::kServerCache, Config::kHost,     Config::kDisk,
+                           Config::kKvtierd, Config::kUpstream,    Config::kSlotCache};
 
 template <typename T>
 std::optional<T> Median(std::vector<T> v) {
@@ -57,8 +57,25 @@ const char* ConfigName(Config c) {
       return "kvtierd";
     case Config::kUpstream:
       return "llama-server";
+    case Config::kSlotCache:
+      return "slot-cache";
   }
   return "?";
+}
+
+Config ExactReference(const std::string& memory) {
+  return memory == "iswa" ? Config::kSlotCache : Config::kServerCache;
+}
+
+std::string ExactReferenceWhy(const std::string& memory) {
+  if (ExactReference(memory) == Config::kSlotCache) {
+    return "this model has sliding-window layers, and llama-server's RAM cache saves a slot "
+           "keeping only the window's cells of those layers, so its hit restores another cache "
+           "than the prefill left; its slot-cache hit reuses the cache the prefill left, which "
+           "is what kvtier restores";
+  }
+  return "llama-server's RAM-cache hit restores the cache its prefill left, which is what "
+         "kvtier restores";
 }
 
 std::optional<double> Row::MedianTtft(Config c) const {
@@ -85,20 +102,20 @@ std::optional<int> Row::MedianKvtierLoaded(Config c) const {
   return Median(v);
 }
 
-std::optional<bool> Row::Identical() const {
+std::optional<bool> Row::Identical(Config reference) const {
   bool any = false;
   const int all_but_last = static_cast<int>(tokens.size()) - 1;
   for (Config c : kAll) {
     if (!IsKvtier(c)) continue;
     for (const Sample& s : samples[static_cast<int>(c)]) {
       if (!s.ok) continue;
-      // Restored up to the last token: plain llama-server's own RAM-cache hits on this
-      // prompt (any repeat: their last bits depend on where its cache placed the cells,
-      // so they can differ between repeats) must include this answer. Else: the cold
-      // answer of the same repeat.
+      // Restored up to the last token: plain llama-server's own cache hits (`reference`)
+      // on this prompt (any repeat: their last bits depend on where its cache placed the
+      // cells, so they can differ between repeats) must include this answer. Else: the
+      // cold answer of the same repeat.
       if (s.cache_n == all_but_last) {
         bool compared = false, match = false;
-        for (const Sample& ref : samples[static_cast<int>(Config::kServerCache)]) {
+        for (const Sample& ref : samples[static_cast<int>(reference)]) {
           if (!ref.ok || ref.cache_n != all_but_last) continue;
           compared = true;
           match = match || (s.first_token == ref.first_token && s.first_probs == ref.first_probs);
@@ -113,6 +130,23 @@ std::optional<bool> Row::Identical() const {
         if (s.first_token != ref.first_token || s.first_probs != ref.first_probs) return false;
       }
     }
+  }
+  if (!any) return std::nullopt;
+  return true;
+}
+
+std::optional<bool> Row::RamCacheEqualsSlotCache() const {
+  const int all_but_last = static_cast<int>(tokens.size()) - 1;
+  bool any = false;
+  for (const Sample& ram : samples[static_cast<int>(Config::kServerCache)]) {
+    if (!ram.ok || ram.cache_n != all_but_last) continue;
+    bool match = false;
+    for (const Sample& slot : samples[static_cast<int>(Config::kSlotCache)]) {
+      if (!slot.ok || slot.cache_n != all_but_last) continue;
+      any = true;
+      match = match || (ram.first_token == slot.first_token && ram.first_probs == slot.first_probs);
+    }
+    if (any && !match) return false;
   }
   if (!any) return std::nullopt;
   return true;
@@ -161,6 +195,7 @@ int Report::Print(const std::string& run_dir, bool json, bool check) const {
                "workload", "#", "prompt", "loaded", "cold ms", "llama-srv", "srv-cache", "host ms",
                "disk ms", "kvtierd ms", "x srv", "x host", "x disk", "x kvtierd", "same");
   bool any_different = false, noise = false, partial_miss = false;
+  const Config reference = ExactReference(memory);
   for (const Row& r : rows) {
     const auto cold = r.MedianTtft(Config::kCold);
     const int loaded = r.MedianKvtierLoaded(Config::kHost).value_or(0);
@@ -172,7 +207,7 @@ int Report::Print(const std::string& run_dir, bool json, bool check) const {
         partial_miss = true;
       }
     }
-    const auto same = r.Identical();
+    const auto same = r.Identical(reference);
     any_different = any_different || (same && !*same);
     std::string flag = same ? (*same ? "yes" : "NO") : "-";
     if (loaded == 0 && cold && r.MedianTtft(Config::kHost)) {
@@ -297,10 +332,23 @@ int Report::Print(const std::string& run_dir, bool json, bool check) const {
       std::fprintf(out, "host-tier hit %s #%d: kvtier's lookup + restore ms of the TTFT ms: %s\n",
                    r.workload.c_str(), r.index, per.c_str());
   }
+  // The exact-reuse reference, and whether llama-server's two cache hits agreed.
+  std::string agree;
+  for (const Row& r : rows) {
+    if (auto eq = r.RamCacheEqualsSlotCache())
+      absl::StrAppend(&agree, agree.empty() ? "" : ", ",
+                      absl::StrFormat("%s #%d %s", r.workload, r.index, *eq ? "yes" : "NO"));
+  }
   std::fprintf(out,
-               "identical first-token probabilities through kvtier (every repeat; vs plain "
-               "llama-server's RAM-cache hit when kvtier restored all but the last token, else "
-               "vs its cold answer): %s\n",
+               "exact-reuse reference (model memory: %s): llama-server's %s hit of the same "
+               "tokens when kvtier restored all but the last token, because %s; else its cold "
+               "answer of the same repeat. RAM-cache hit = slot-cache hit: %s\n",
+               memory.empty() ? "unknown" : memory.c_str(),
+               reference == Config::kSlotCache ? "slot-cache" : "RAM-cache",
+               ExactReferenceWhy(memory).c_str(), agree.empty() ? "not compared" : agree.c_str());
+  std::fprintf(out,
+               "identical first-token probabilities through kvtier (every repeat, vs that "
+               "reference): %s\n",
                any_different ? "NO (see evidence.jsonl)" : "yes");
   std::fprintf(out, "run took %.0f s; evidence: %s/evidence.jsonl\n", seconds, run_dir.c_str());
 
@@ -340,7 +388,7 @@ int Report::Print(const std::string& run_dir, bool json, bool check) const {
         auto m = r.MedianTtft(c);
         return m ? nlohmann::json(*m) : nlohmann::json(nullptr);
       };
-      const auto same = r.Identical();
+      const auto same = r.Identical(reference);
       nlohmann::json j = {{"workload", r.workload},
                           {"prompt_tokens", r.tokens.size()},
                           {"loaded_tokens", r.MedianKvtierLoaded(Config::kHost).value_or(0)},
@@ -350,7 +398,9 @@ int Report::Print(const std::string& run_dir, bool json, bool check) const {
                           {"ttft_disk_ms", ms(Config::kDisk)},
                           {"ttft_kvtierd_ms", ms(Config::kKvtierd)},
                           {"ttft_llama_server_ms", ms(Config::kUpstream)},
-                          {"identical", same ? nlohmann::json(*same) : nlohmann::json(nullptr)}};
+                          {"ttft_slot_cache_ms", ms(Config::kSlotCache)},
+                          {"identical", same ? nlohmann::json(*same) : nlohmann::json(nullptr)},
+                          {"reference", ConfigName(reference)}};
       std::printf("%s\n", j.dump().c_str());
     }
   }

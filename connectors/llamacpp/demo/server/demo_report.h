@@ -12,15 +12,30 @@ namespace kvt::llamacpp::demo {
 
 // kUpstream: llama.cpp's own `llama-server` binary from the same build (no kvtier code
 // linked), cold, to show the demo's cold column runs the engine at full speed.
+// kSlotCache: plain llama-server's slot-cache hit (the slot still holds the prompt as its
+// own prefill left it; all but the last token reused): the bit-exact reference for
+// iSWA models, whose RAM-cache hit restores another cache (ExactReference).
 enum class Config {
   kCold = 0,
   kServerCache = 1,
   kHost = 2,
   kDisk = 3,
   kKvtierd = 4,
-  kUpstream = 5
+  kUpstream = 5,
+  kSlotCache = 6
 };
-inline constexpr int kNumConfigs = 6;
+inline constexpr int kNumConfigs = 7;
+
+// Which of plain llama-server's own cache hits a kvtier restore of all but the last token
+// must equal bit for bit. `memory` is the model's memory kind as kvtier-llama-server's
+// GET /kvtier reports it ("kv", "iswa", "hybrid", "recurrent"; "" when unknown):
+// kSlotCache for "iswa" (llama-server's RAM cache saves a slot with
+// llama_state_seq_get_data, which keeps only the window's cells of the sliding-window
+// layers, so its hit restores a cache other than the one a prefill leaves), else
+// kServerCache (the RAM-cache hit: the same cache as the prefill left).
+Config ExactReference(const std::string& memory);
+// Why ExactReference chose that reference, in a user's words (one sentence).
+std::string ExactReferenceWhy(const std::string& memory);
 const char* ConfigName(Config c);
 
 struct Sample {
@@ -56,11 +71,15 @@ struct Row {
   // Median tokens restored by kvtier (0 for the configurations without kvtier).
   std::optional<int> MedianKvtierLoaded(Config c) const;
   // Every kvtier answer (host, disk, kvtierd) has the first token and top-n probabilities
-  // of plain llama-server's answer from the same restored prefix: one of its RAM-cache
-  // hits on this prompt (server-cache, any repeat) when kvtier restored all but the last
-  // token (chunks and tail), else its cold answer of the same repeat. nullopt when
-  // nothing compares.
-  std::optional<bool> Identical() const;
+  // of plain llama-server's answer from the same restored prefix: one of its cache hits
+  // `reference` (kServerCache or kSlotCache: ExactReference) on this prompt that reused
+  // all but the last token (any repeat) when kvtier restored all but the last token
+  // (chunks and tail), else its cold answer of the same repeat. nullopt when nothing
+  // compares.
+  std::optional<bool> Identical(Config reference) const;
+  // Whether plain llama-server's RAM-cache hits of all but the last token give the answer
+  // of one of its slot-cache hits of the same tokens; nullopt when either did not run.
+  std::optional<bool> RamCacheEqualsSlotCache() const;
   // Median over the repeats that ran both of TTFT(a) / TTFT(b) of the same repeat (each
   // pair ran back to back, so slow drifts of the machine cancel).
   std::optional<double> MedianPairedRatio(Config a, Config b) const;
@@ -76,11 +95,15 @@ struct Report {
   // (WaitForOtherProcessesIdle gave up): a sign that the machine was not quiet.
   int measured_requests = 0, started_busy = 0;
   int chunk_tokens = 256;  // what counts as loaded from kvtier: whole chunks
+  // The model's memory kind from kvtier-llama-server's GET /kvtier ("" = unknown): picks
+  // the exact-reuse reference (ExactReference).
+  std::string memory;
   double seconds = 0;
 
   // Prints the table and targets (stdout; stderr when `json`), writes <run_dir>/ttft.csv
   // and <run_dir>/ttft.png. Returns the exit code: 3 when an answer through kvtier
-  // differed from plain llama-server's (see Row::Identical), 1 when `check` and a target
+  // differed from plain llama-server's (Row::Identical with ExactReference(memory)), 1
+  // when `check` and a target
   // was missed (or not measured), else 0.
   int Print(const std::string& run_dir, bool json, bool check) const;
 };

@@ -11,13 +11,17 @@
 //   kvtierd       a fresh kvtier-llama-server process on kvtierd (started here, or joined
 //                 with --kvtierd-address)
 //   llama-server  llama.cpp's own llama-server binary from the same build, cold: the cold
-//                 column must be as fast (same model, threads, batch; issue 14)
+//                 column must be as fast (same model, threads, batch)
+//   slot-cache    plain llama-server's slot-cache hit (the prompt sent again while its slot
+//                 still holds it): the exact-reuse reference for iSWA models (evidence and
+//                 CSV only)
 // No-reuse prompts (new every repeat) run on plain llama-server and on the kvtier server
 // (a miss): their ratio shows what kvtier costs when nothing is cached.
 // Evidence: <dir>/run/evidence.jsonl holds each answer's first token and its top-n
 // probabilities (with a hash) and the tokens kvtier restored; "identical" compares them
-// with plain llama-server's answer from the same restored prefix (its RAM-cache hit when
-// kvtier restored all but the last token, else its cold answer).
+// with plain llama-server's answer from the same restored prefix (when kvtier restored all
+// but the last token: its RAM-cache hit, or for iSWA models its slot-cache hit, see
+// ExactReference; else its cold answer).
 // Output: a table (stdout, or stderr with --json), <dir>/run/ttft.csv, <dir>/run/ttft.png
 // (matplotlib, when python3 has it), and with --json one JSON object per request.
 #include <algorithm>
@@ -348,6 +352,15 @@ void Demo::Measure(size_t row, Config c, int rep, const std::vector<int>& tokens
         auto r = measured(*upstream_, false);
         return Record(row, c, rep, r, 0, -1, sched);
       }
+    case Config::kSlotCache:
+      if (!plain_) return Record(row, c, rep, absl::UnavailableError("plain server not running"));
+      // The slot holds the prompt as a prefill left it (the first request makes sure); the
+      // measured one reuses all but its last token from the slot, not the RAM cache.
+      (void)complete(*plain_, true);
+      {
+        auto r = measured(*plain_, true);
+        return Record(row, c, rep, r, 0, -1, sched);
+      }
     case Config::kServerCache:
       if (!plain_) return Record(row, c, rep, absl::UnavailableError("plain server not running"));
       (void)complete(*plain_,
@@ -523,6 +536,13 @@ int Demo::Run() {
     kvt_ = std::move(*kvt);
   else
     std::fprintf(stderr, "demo: kvtier server: %s\n", kvt.status().ToString().c_str());
+  if (kvt_) {  // the model's memory kind picks the exact-reuse reference (ExactReference)
+    auto j = ServerClient("127.0.0.1", kvt_->port()).GetJson("/kvtier");
+    if (j.ok()) report_.memory = j->value("memory", "");
+    std::fprintf(stderr, "demo: model memory %s; exact-reuse reference: llama-server's %s\n",
+                 report_.memory.empty() ? "unknown" : report_.memory.c_str(),
+                 ConfigName(ExactReference(report_.memory)));
+  }
 
   const Config rotating[] = {Config::kServerCache, Config::kHost, Config::kDisk, Config::kKvtierd};
   for (int rep = 0; rep < f_.repeats; ++rep) {
@@ -535,6 +555,7 @@ int Demo::Run() {
         const Config second = rep % 2 == 0 ? Config::kUpstream : Config::kCold;
         Measure(row, first, rep, report_.rows[row].tokens);
         Measure(row, second, rep, report_.rows[row].tokens);
+        Measure(row, Config::kSlotCache, rep, report_.rows[row].tokens);
         for (int k = 0; k < 4; ++k)
           Measure(row, rotating[(k + rep) % 4], rep, report_.rows[row].tokens);
       } else {

@@ -414,6 +414,10 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
     const uint64_t usable = std::min<uint64_t>(lookup->cached_tokens, chunk_end) / chunk * chunk;
     const uint64_t begin = n_have % chunk == 0 ? n_have : 0;
     if (snapshots_) {  // no load while computing: a front would need its own snapshot
+      // Only up to a boundary where a cold prefill's batches also stop (the rest is then
+      // computed in the same batches as there).
+      want = std::min<uint64_t>(want, SnapshotBoundaryLimit(n_tokens, n_batch_, n_ubatch_));
+      want -= want % chunk;
       if (want <= n_have) {
         misses_.fetch_add(1, std::memory_order_relaxed);
         return 0;
@@ -673,6 +677,8 @@ bool ServerKvtier::ApplyRestoredState(llama_context* ctx, int32_t seq_id,
 }
 
 size_t ServerKvtier::StoreSeq(llama_context* ctx, int32_t seq_id, std::span<const TokenId> tokens) {
+  // Recurrent/hybrid models: snapshots exist only up to SnapshotBoundaryLimit.
+  if (snapshots_) tokens = tokens.first(SnapshotBoundaryLimit(tokens.size(), n_batch_, n_ubatch_));
   std::optional<SeqStateView> view;
   const uint32_t chunk = connector_->chunk_tokens();
   absl::StatusOr<size_t> stored = connector_->StorePayloads(
@@ -833,6 +839,10 @@ std::string ServerKvtier::StatusJson() const {
       {"model_file", model_watch_ ? model_watch_->path() : ""},
       {"tiers", tiers_},
       {"namespace", ns_hex_},
+      {"memory", iswa_                          ? "iswa"
+                 : !snapshots_                  ? "kv"
+                 : snapshots_->rows_bytes() > 0 ? "hybrid"
+                                                : "recurrent"},
       {"chunk_tokens", options_.chunk_tokens},
       {"bytes_per_token", spec_.payload_bytes_per_token()},
       {"requests", requests_.load()},

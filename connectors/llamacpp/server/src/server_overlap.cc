@@ -108,8 +108,13 @@ bool ServerKvtier::StartOverlap(int32_t seq_id, std::span<const TokenId> prompt,
 size_t ServerKvtier::OnPromptBatch(llama_context* ctx, int32_t seq_id, const llama_token* tokens,
                                    size_t n_tokens, size_t n_done, size_t* n_limit) {
   // Recurrent/hybrid models: the batch stops at the next chunk boundary, where the
-  // snapshot of the chunk ending there is taken (before the next batch).
-  if (snapshots_) *n_limit = std::min(*n_limit, snapshots_->AtBatch(ctx, seq_id, n_done));
+  // snapshot of the chunk ending there is taken (before the next batch); not past
+  // SnapshotBoundaryLimit, where llama-server's own last two batches begin.
+  if (snapshots_) {
+    const size_t next = snapshots_->AtBatch(ctx, seq_id, n_done);
+    if (next <= SnapshotBoundaryLimit(n_tokens, n_batch_, n_ubatch_))
+      *n_limit = std::min(*n_limit, next);
+  }
   auto it = overlaps_.find(seq_id);
   if (it == overlaps_.end()) return n_done;
   Overlap& ov = *it->second;

@@ -22,6 +22,11 @@ absl::StatusOr<std::vector<std::byte>> ReadSnapshot(llama_context* ctx, int32_t 
   return blob;
 }
 
+size_t SnapshotBoundaryLimit(size_t n_tokens, uint32_t n_batch, uint32_t n_ubatch) {
+  const size_t split = std::min<size_t>(n_batch, size_t{4} + n_ubatch);
+  return n_tokens > split ? n_tokens - split : 0;
+}
+
 SlotSnapshots::SlotSnapshots(uint32_t chunk_tokens, uint64_t rows_bytes, uint64_t snapshot_bytes,
                              uint64_t payload_bytes)
     : chunk_(chunk_tokens),

@@ -60,6 +60,17 @@ class SlotSnapshots {
   std::map<int32_t, std::vector<std::vector<std::byte>>> by_seq_;  // [seq][chunk index]
 };
 
+// Where kvtier may stop a prompt's batches and restore it, for a prompt of `n_tokens`
+// on a server with `n_batch` / `n_ubatch`: chunk boundaries up to the returned token
+// count (inclusive). llama-server computes such a model's prompt in batches of n_batch
+// from token 0 (ubatches of n_ubatch: the grid kvtier's chunks sit on) up to
+// n_tokens - min(n_batch, 4 + n_ubatch), then in two batches of its own that end 4
+// tokens before the end and at the end (its context checkpoints). A boundary after that
+// point would split one of those two batches, and a ubatch's size changes the last bits
+// of what llama.cpp computes in it: the answer would no longer be plain llama-server's.
+// 0 for a prompt shorter than that split.
+size_t SnapshotBoundaryLimit(size_t n_tokens, uint32_t n_batch, uint32_t n_ubatch);
+
 // The size of `seq_id`'s partial state (LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY), and the
 // state itself without its 8-byte header. Internal on a short read.
 absl::StatusOr<std::vector<std::byte>> ReadSnapshot(llama_context* ctx, int32_t seq_id);
