@@ -13,10 +13,6 @@ namespace {
 
 bool Finite(double v) { return std::isfinite(v); }
 
-// The most one transfer sample may exceed the current estimate (latency, or seconds per
-// byte) by before it enters the EWMA (cost_model.h).
-constexpr double kMaxSampleRatio = 4.0;
-
 // Attended (query, key) pairs of t new tokens after c context tokens: sum_{i=c}^{c+t-1}(i+1).
 double AttendedPairs(double t, double c) { return t * (c + (t + 1.0) / 2.0); }
 
@@ -134,15 +130,14 @@ void CostModel::ObserveTransfer(TierKind kind, uint64_t bytes, double seconds) {
   const double transfer_part = n / e.bandwidth_bytes_per_s;
   if (transfer_part < e.latency_s) {
     // Latency-dominated: what is left after the bandwidth part is latency.
-    double sample = std::min(std::max(0.0, seconds - transfer_part), kMaxSampleRatio * e.latency_s);
+    double sample = std::max(0.0, seconds - transfer_part);
     e.latency_s = (1 - alpha) * e.latency_s + alpha * sample;
   } else {
     // Bandwidth-dominated: EWMA of seconds per byte (so predicted times average
     // correctly), after removing the latency estimate. Never let the remainder fall
     // below 1% of the observed time (a latency estimate that is too high).
     double rest = std::max(seconds - e.latency_s, seconds * 0.01);
-    const double spb_now = 1.0 / e.bandwidth_bytes_per_s;
-    double spb = (1 - alpha) * spb_now + alpha * std::min(rest / n, kMaxSampleRatio * spb_now);
+    double spb = (1 - alpha) / e.bandwidth_bytes_per_s + alpha * (rest / n);
     e.bandwidth_bytes_per_s = 1.0 / spb;
   }
   spdlog::debug("kvt cost model: transfer tier={} bytes={} s={:.6g} -> bw={:.4g} B/s lat={:.4g} s",

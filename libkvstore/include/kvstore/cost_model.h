@@ -8,11 +8,9 @@
 //  * any other transfer updates the seconds per byte: 1/B <- (1-α)/B + α (s - L)/n.
 //  With fixed-size transfers only (every chunk the same size) the latency stays at its
 //  default and the bandwidth absorbs the rest, which predicts that size exactly.
-//  One sample moves an estimate by at most a factor kMaxSampleRatio (4) of the current
-//  one: a single stalled transfer (a page fault storm, a daemon restart) cannot make a
-//  tier look 100x slower, while a real shift is followed within ~10 transfers.
-// Estimates are only refreshed by loads, so a tier the model stopped loading from would
-// keep a stale (too slow) estimate forever; Decide therefore probes: after
+// Estimates are only refreshed by loads, so a tier the model stopped loading from (after
+// one stalled transfer, say) would keep a stale, too-slow estimate forever; Decide
+// therefore probes: after
 // probe_after_recomputes consecutive decisions that recompute although chunks are
 // cached, the next one loads the first cached chunk (see CostModelOptions).
 //
