@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Outside clients (issue 25): vLLM's own load generator, `vllm bench serve` (the
+# Outside clients (issue 25). --tool vllm (default): vLLM's own load generator,
+# `vllm bench serve` (the
 # vllm.benchmarks.serve module of the pinned vLLM venv, scripts/install-vllm.sh; its `vllm`
 # console script cannot start in the CPU wheel, see docs/performance.md), against
 # kvtier-llama-server in three setups on the same request stream:
@@ -15,15 +16,31 @@
 # (python -m kvtier.make_model), which the server tokenizes with its own vocabulary
 # (about 4 server tokens per word: the lengths below are the tool's, in words).
 #
-# Usage: bash bench/outside_clients.sh [--num-prompts N] [--prefix-len T] [--suffix-len T]
-#            [--num-prefixes N] [--output-len T] [--concurrency N] [--size demo|tiny]
-#            [--out DIR]
+# --tool lmcache: LMCache's load generator, `lmcache bench engine` (lmcache 0.5.6 from
+# PyPI, client only, scripts/install-lmcache.sh) with --workload multi-round-chat (default:
+# --num-prefixes sessions, each a system prompt of --prefix-len words and a chat history
+# of 2 x --prefix-len, new questions of --suffix-len words at --qps for --duration s) or
+# long-doc-qa (--num-prefixes documents of --prefix-len words, each asked 2 questions,
+# --concurrency in flight). Chat completions (/v1/chat/completions), greedy, --no-warmup
+# (the first request of a prefix is cold: a restarted server has only what kvtier kept),
+# the same seed in every setup. The same four setups; the tool's JSON summary per setup
+# and a table at the end.
+#
+# Usage: bash bench/outside_clients.sh [--tool vllm|lmcache] [--num-prompts N]
+#            [--prefix-len T] [--suffix-len T] [--num-prefixes N] [--output-len T]
+#            [--concurrency N] [--size demo|tiny] [--out DIR]
+#            [--workload multi-round-chat|long-doc-qa] [--qps Q] [--duration S]
 set -euo pipefail
 src="$(cd "$(dirname "$0")/.." && pwd)"
 build="${KVT_BUILD_DIR:-$src/build/release}"
 num_prompts=24 prefix_len=256 suffix_len=16 num_prefixes=4 output_len=4 concurrency=2 size=demo out=""
+tool=vllm workload=multi-round-chat qps=0.5 duration=30
 while [ $# -gt 0 ]; do
   case $1 in
+    --tool) tool=$2; shift 2 ;;
+    --workload) workload=$2; shift 2 ;;
+    --qps) qps=$2; shift 2 ;;
+    --duration) duration=$2; shift 2 ;;
     --num-prompts) num_prompts=$2; shift 2 ;;
     --prefix-len) prefix_len=$2; shift 2 ;;
     --suffix-len) suffix_len=$2; shift 2 ;;
@@ -40,7 +57,17 @@ make_gguf="$build/connectors/llamacpp/kvtier-make-gguf"
 for b in "$server" "$make_gguf"; do
   [ -x "$b" ] || { echo "outside_clients.sh: $b missing: run scripts/build.sh" >&2; exit 1; }
 done
-py="$(bash "$src/scripts/install-vllm.sh" | tail -1)"
+case $tool/$workload in
+  vllm/*|lmcache/multi-round-chat|lmcache/long-doc-qa) ;;
+  *) echo "outside_clients.sh: --tool vllm|lmcache, --workload multi-round-chat|long-doc-qa" >&2
+     exit 2 ;;
+esac
+if [ "$tool" = vllm ]; then
+  py="$(bash "$src/scripts/install-vllm.sh" | tail -1)"
+else
+  lmcache="$(bash "$src/scripts/install-lmcache.sh" | tail -1)"
+  py="$(dirname "$lmcache")/python"
+fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/kvt-outside.XXXXXX")
 out=${out:-$work/results}
 mkdir -p "$out"
@@ -52,11 +79,17 @@ cleanup() {
 trap cleanup EXIT
 
 "$make_gguf" --size "$size" --out "$work/model.gguf" >/dev/null
-PYTHONPATH="$src/connectors/vllm" "$py" -m kvtier.make_model --out "$work/tokenizer" >/dev/null
+if [ "$tool" = vllm ]; then
+  PYTHONPATH="$src/connectors/vllm" "$py" -m kvtier.make_model --out "$work/tokenizer" >/dev/null
+fi
 port=$((20000 + RANDOM % 20000))
 # The tool's lengths count its tokenizer's words; the server's vocabulary splits a word
 # into about 4 tokens (a 512-word prefix is ~2,000 server tokens): 6 per word, 2 slots.
-ctx=$(( (prefix_len + suffix_len + output_len) * 6 * 2 + 256 ))
+# multi-round-chat's prompt is the system prompt, a 2 x --prefix-len history and the
+# questions and answers of the session so far.
+words=$((prefix_len + suffix_len + output_len))
+[ "$tool" = lmcache ] && words=$((prefix_len * 4 + 64 * (suffix_len + output_len)))
+ctx=$(( words * 6 * 2 + 256 ))
 
 start_server() {  # name, extra flags...
   local name=$1
@@ -77,7 +110,29 @@ stop_server() {
   kill "$pid" && wait "$pid" 2>/dev/null || true
   pid=""
 }
+bench_lmcache() {  # name
+  echo "=== lmcache bench engine ($workload): $1 ==="
+  local w=()
+  # Sessions (documents) = --kv-cache-volume x --tokens-per-gb-kvcache / their length.
+  if [ "$workload" = multi-round-chat ]; then
+    w=(--mrc-shared-prompt-length "$prefix_len" --mrc-chat-history-length $((2 * prefix_len))
+       --mrc-user-input-length "$suffix_len" --mrc-output-length "$output_len"
+       --mrc-qps "$qps" --mrc-duration "$duration"
+       --kv-cache-volume 1 --tokens-per-gb-kvcache $((3 * prefix_len * num_prefixes)))
+  else
+    w=(--ldqa-document-length "$prefix_len" --ldqa-query-per-document 2
+       --ldqa-num-inflight-requests "$concurrency" --ldqa-max-output-length "$output_len"
+       --kv-cache-volume 1 --tokens-per-gb-kvcache $((prefix_len * num_prefixes)))
+  fi
+  LMCACHE_DISABLE_BANNER=1 "$lmcache" bench engine --engine-url "http://127.0.0.1:$port" \
+    --workload "$workload" "${w[@]}" --seed 0 --no-warmup --no-interactive --ignore-eos -q \
+    --json --output-dir "$out/$1" 2>&1 | sed -n '/====== Engine Benchmark Result/,$p'
+  [ -f "$out/$1/bench_summary.json" ] ||
+    { echo "outside_clients.sh: lmcache wrote no summary for $1" >&2; exit 1; }
+  cp "$out/$1/bench_summary.json" "$out/$1.json"
+}
 bench() {  # name
+  if [ "$tool" = lmcache ]; then bench_lmcache "$1"; return; fi
   echo "=== vllm bench serve: $1 ==="
   "$py" - "$1" <<EOF
 import sys
@@ -125,6 +180,12 @@ rows = []
 for name in ("plain", "plain-restart", "kvtier", "kvtier-restart"):
     with open(os.path.join(out, name + ".json")) as f:
         r = json.load(f)
+    if "results" in r:  # lmcache bench engine's summary
+        x = r["results"]
+        rows.append((name, x["successful_requests"], x["failed_requests"], x["p50_ttft_ms"],
+                     x["p90_ttft_ms"], x["p99_ttft_ms"], x["mean_ttft_ms"],
+                     x["successful_requests"] / max(x["elapsed_time"], 1e-9)))
+        continue
     rows.append((name, r["completed"], r.get("failed", 0), r["median_ttft_ms"],
                  r["p90_ttft_ms"], r["p99_ttft_ms"], r["mean_ttft_ms"],
                  r["request_throughput"]))

@@ -23,11 +23,20 @@
 //                    --kvtierd-host-mib / --kvtierd-disk-mib, small enough to evict), the
 //                    same --cache-ram, the same routing as plain-affinity;
 //   kvtier-random    the same with random routing: sharing through kvtierd is what
-//                    makes random routing work.
+//                    makes random routing work;
+//   vllm-prefix      N vLLM OpenAI servers (python -m vllm.entrypoints.openai.api_server
+//                    of --vllm-python), each with its own prefix cache, affinity routing;
+//   vllm-kvtier      the same with KVTierConnector (kv_role kv_both) on one kvtierd,
+//                    vLLM's prefix cache on above it; vllm-prefix-random and
+//                    vllm-kvtier-random route at random (trace_replay_vllm.h).
+// vLLM gets the prompt as token ids on its streamed /v1/completions (return_token_ids,
+// usage in the stream); TTFT is measured on the client alike, and the reused tokens are
+// usage.prompt_tokens_details.cached_tokens (vLLM's prefix cache and kvtier's loads).
 // Reported per configuration: TTFT p50/p90/p99, prompt tokens computed (timings.prompt_n)
 // against reused (the rest of the prompt), kvtier's loaded tokens and hits (each server's
 // /kvtier), kvtierd's CPU seconds and peak RSS, errors and late requests. Every answer
-// (its greedy tokens) is compared with plain-affinity's answer to the same request.
+// (its greedy tokens) is compared with its reference's answer to the same request: a
+// kvtier configuration's is the one without kvtier on the same engine and routing.
 // Targets (issue 25), printed PASS/FAIL: kvtier reuses no fewer prompt tokens than plain
 // with the same routing; kvtier-random's p50 TTFT <= 0.6 x plain-affinity's; no errors;
 // identical answers. Exit 0 unless a configuration could not run (a benchmark reports).
@@ -58,6 +67,7 @@
 #include "server_client.h"
 #include "server_process.h"
 #include "trace_file.h"
+#include "trace_replay_vllm.h"
 
 #ifndef KVT_BENCH_TRACES_DIR
 #define KVT_BENCH_TRACES_DIR "bench/traces"
@@ -94,6 +104,11 @@ struct Flags {
   std::string server_bin;
   std::string kvtierd_bin;
   std::string make_gguf_bin;
+  std::string vllm_python;   // the vLLM venv's python (vllm-* configurations)
+  std::string vllm_model;    // model directory ("" = a tiny one made here)
+  int vllm_kv_blocks = 0;    // --num-gpu-blocks-override (0: vLLM sizes its KV cache)
+  int vllm_kvcache_gib = 1;  // VLLM_CPU_KVCACHE_SPACE
+  int vllm_start_timeout_s = 600;
   std::string dir;  // run folder (kept): logs, CSV
   std::string csv;  // per-request CSV ("" = <dir>/replay.csv)
   bool json = false;
@@ -115,6 +130,7 @@ struct ConfigResult {
   std::string name;
   std::vector<Answer> answers;
   uint64_t loaded_tokens = 0, kvtier_hits = 0, stored_chunks = 0, cost_skips = 0;
+  uint64_t load_bytes = 0, stored_bytes = 0;  // stored_bytes: llama-server only
   double kvtierd_cpu_s = -1;
   uint64_t kvtierd_peak_rss_kib = 0;
   double seconds = 0;
@@ -197,6 +213,40 @@ Answer Complete(int port, const std::vector<int>& prompt, int n_predict) {
   return a;
 }
 
+// One streamed /v1/completions to vLLM (trace_replay_vllm.h): the prompt tokens computed
+// are those not reported as cached.
+Answer CompleteVllm(int port, const std::string& model, const std::vector<int>& prompt,
+                    int n_predict) {
+  Answer a;
+  a.prompt_tokens = static_cast<int>(prompt.size());
+  absl::StatusOr<VllmCompletion> c = VllmComplete(port, model, prompt, n_predict);
+  if (!c.ok()) {
+    a.error = std::string(c.status().message());
+    return a;
+  }
+  a.ok = true;
+  a.ttft_ms = c->ttft_ms;
+  a.prompt_n = std::max(0, c->prompt_tokens - c->cached_tokens);
+  a.tokens = std::move(c->tokens);
+  return a;
+}
+
+// kvtier's counters on a vLLM server's /metrics (vllm:kvtier_*_total, summed over its
+// label sets). vLLM publishes the connector's stats after engine steps, so they are read
+// until two reads a second apart agree (at most ~15 s).
+std::map<std::string, double> VllmKvtierCounters(int port) {
+  std::map<std::string, double> last;
+  for (int i = 0; i < 15; ++i) {
+    auto t = GetText(port, "/metrics");
+    if (!t.ok()) return last;
+    auto now = SumPrometheusSamples(*t);
+    if (i > 0 && now == last) return now;
+    last = std::move(now);
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  return last;
+}
+
 uint64_t ProcStatusKiB(pid_t pid, const char* field) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   std::string line;
@@ -221,8 +271,11 @@ class Replay {
   Replay(Flags f, Trace trace) : f_(std::move(f)), trace_(std::move(trace)) {}
 
   absl::StatusOr<ConfigResult> Run(const std::string& config) {
-    const bool kvtier = config.rfind("kvtier", 0) == 0;
-    const bool random = config.find("random") != std::string::npos;
+    absl::StatusOr<ConfigKind> kind = ParseConfigName(config);
+    if (!kind.ok()) return kind.status();
+    const bool kvtier = kind->kvtier;
+    const bool random = kind->random;
+    const bool vllm = kind->engine == Engine::kVllm;
     ConfigResult out;
     out.name = config;
     std::unique_ptr<KvtierdProcess> daemon;
@@ -240,7 +293,22 @@ class Replay {
       daemon = std::move(*d);
     }
     std::vector<std::unique_ptr<ServerProcess>> servers;
-    for (int s = 0; s < f_.servers; ++s) {
+    for (int s = 0; vllm && s < f_.servers; ++s) {
+      VllmServerOptions vo;
+      vo.model = f_.vllm_model;
+      vo.max_model_len = MaxPromptTokens();
+      vo.max_num_seqs = f_.slots;
+      vo.chunk_tokens = f_.chunk_tokens;
+      vo.kv_blocks = f_.vllm_kv_blocks;
+      vo.kvtierd = kvtier ? daemon->target() : "";
+      vo.seed = f_.seed;
+      auto p = ServerProcess::Start(f_.vllm_python, VllmServerArgs(vo),
+                                    absl::StrFormat("%s/%s-server-%d.log", f_.dir, config, s),
+                                    std::chrono::seconds(f_.vllm_start_timeout_s));
+      if (!p.ok()) return p.status();
+      servers.push_back(std::move(*p));
+    }
+    for (int s = 0; !vllm && s < f_.servers; ++s) {
       std::vector<std::string> args = {"-m",          f_.model,
                                        "-t",          std::to_string(f_.threads),
                                        "-tb",         std::to_string(f_.threads),
@@ -262,7 +330,16 @@ class Replay {
       if (!p.ok()) return p.status();
       servers.push_back(std::move(*p));
     }
-    if (vocab_n_ == 0) {
+    int& vocab_lo = vocab_[vllm].first;
+    int& vocab_n = vocab_[vllm].second;
+    if (vocab_n == 0 && vllm) {
+      std::ifstream in(f_.vllm_model + "/config.json");
+      const auto cfg = nlohmann::json::parse(in, nullptr, false);
+      const int n_vocab = cfg.is_object() ? cfg.value("vocab_size", 1024) : 1024;
+      vocab_lo = std::min(100, n_vocab / 4);
+      vocab_n = std::max(1, n_vocab - vocab_lo - 16);
+    }
+    if (vocab_n == 0) {
       auto m = ServerClient("127.0.0.1", servers[0]->port()).GetJson("/v1/models");
       int n_vocab = 32000;
       if (m.ok() && m->contains("data") && !(*m)["data"].empty() &&
@@ -270,8 +347,8 @@ class Replay {
         n_vocab = (*m)["data"][0]["meta"].value("n_vocab", n_vocab);
       }
       // Ids well inside the vocabulary, past the special tokens at its start.
-      vocab_lo_ = std::min(100, n_vocab / 4);
-      vocab_n_ = std::max(1, n_vocab - vocab_lo_ - 16);
+      vocab_lo = std::min(100, n_vocab / 4);
+      vocab_n = std::max(1, n_vocab - vocab_lo - 16);
     }
     // Routing, fixed before the run so every configuration of a kind routes alike.
     std::mt19937 rng(f_.seed);
@@ -305,9 +382,10 @@ class Replay {
           std::this_thread::sleep_until(due);
           const double delay =
               std::chrono::duration<double, std::milli>(Clock::now() - due).count();
+          std::vector<int> prompt = PromptOf(trace_, r, f_.block_tokens, vocab_lo, vocab_n);
           Answer a =
-              Complete(servers[route[i]]->port(),
-                       PromptOf(trace_, r, f_.block_tokens, vocab_lo_, vocab_n_), f_.n_predict);
+              vllm ? CompleteVllm(servers[route[i]]->port(), f_.vllm_model, prompt, f_.n_predict)
+                   : Complete(servers[route[i]]->port(), prompt, f_.n_predict);
           a.start_delay_ms = delay;
           a.server = route[i];
           out.answers[i] = std::move(a);
@@ -322,7 +400,15 @@ class Replay {
       out.kvtierd_cpu_s = ProcCpuSeconds(daemon->pid()) - cpu0;
       out.kvtierd_peak_rss_kib = peak_rss.load();
     }
-    if (kvtier) {
+    if (kvtier && vllm) {
+      for (auto& s : servers) {
+        auto m = VllmKvtierCounters(s->port());
+        out.loaded_tokens += static_cast<uint64_t>(m["vllm:kvtier_lookup_load_tokens_total"]);
+        out.kvtier_hits += static_cast<uint64_t>(m["vllm:kvtier_load_chunks_ok_total"]);
+        out.stored_chunks += static_cast<uint64_t>(m["vllm:kvtier_store_chunks_put_total"]);
+        out.load_bytes += static_cast<uint64_t>(m["vllm:kvtier_load_bytes_total"]);
+      }
+    } else if (kvtier) {
       for (auto& s : servers) {
         auto k = ServerClient("127.0.0.1", s->port()).GetJson("/kvtier");
         if (!k.ok()) continue;
@@ -330,6 +416,10 @@ class Replay {
         out.kvtier_hits += k->value("hits", uint64_t{0});
         out.stored_chunks += k->value("stored_chunks", uint64_t{0});
         out.cost_skips += k->value("cost_skips", uint64_t{0});
+        out.load_bytes += k->value("load_bytes", uint64_t{0});
+        out.stored_bytes += k->value("stored_chunks", uint64_t{0}) *
+                            k->value("chunk_tokens", uint64_t{0}) *
+                            k->value("bytes_per_token", uint64_t{0});
       }
     }
     servers.clear();  // stop the servers before kvtierd
@@ -345,7 +435,7 @@ class Replay {
 
   Flags f_;
   Trace trace_;
-  int vocab_lo_ = 0, vocab_n_ = 0;
+  std::map<bool, std::pair<int, int>> vocab_;  // vLLM? -> (lowest id, ids) of prompts
 };
 
 int Main(int argc, char** argv) {
@@ -376,11 +466,24 @@ int Main(int argc, char** argv) {
   app.add_option("--kvtierd-disk-mib", f.kvtierd_disk_mib, "kvtierd's disk tier, MiB")
       ->check(CLI::Range(1, 1 << 24));
   app.add_option("--configs", f.configs,
-                 "comma-separated: plain-affinity, plain-random, kvtier-affinity, kvtier-random");
+                 "comma-separated: plain-affinity, plain-random, kvtier-affinity, kvtier-random, "
+                 "vllm-prefix, vllm-prefix-random, vllm-kvtier, vllm-kvtier-random");
   app.add_option("--model", f.model, "GGUF model (default: a tiny one made here)");
-  app.add_option("--server", f.server_bin, "kvtier-llama-server binary")->required();
+  app.add_option("--server", f.server_bin, "kvtier-llama-server binary (llama configurations)");
   app.add_option("--kvtierd", f.kvtierd_bin, "kvtierd binary");
   app.add_option("--make-gguf", f.make_gguf_bin, "kvtier-make-gguf binary (for the tiny model)");
+  app.add_option("--vllm-python", f.vllm_python,
+                 "python of the vLLM venv (bash scripts/install-vllm.sh | tail -1), for vllm-*");
+  app.add_option("--vllm-model", f.vllm_model,
+                 "vLLM model directory (default: a tiny one, python -m kvtier.make_model)");
+  app.add_option("--vllm-kv-blocks", f.vllm_kv_blocks,
+                 "vLLM's KV cache in blocks (--num-gpu-blocks-override; 0 = vLLM's sizing)")
+      ->check(CLI::Range(0, 1 << 24));
+  app.add_option("--vllm-kvcache-gib", f.vllm_kvcache_gib, "VLLM_CPU_KVCACHE_SPACE, GiB")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--vllm-start-timeout", f.vllm_start_timeout_s,
+                 "seconds a vLLM server may take to start")
+      ->check(CLI::Range(10, 3600));
   app.add_option("--dir", f.dir, "run folder, kept (default: a new one in /tmp)");
   app.add_option("--csv", f.csv, "per-request CSV (default <dir>/replay.csv)");
   app.add_flag("--json", f.json, "one JSON object per configuration, then the targets");
@@ -388,17 +491,36 @@ int Main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   std::vector<std::string> configs = absl::StrSplit(f.configs, ',', absl::SkipEmpty());
+  bool any_vllm = false;
   for (const auto& c : configs) {
-    if (c != "plain-affinity" && c != "plain-random" && c != "kvtier-affinity" &&
-        c != "kvtier-random") {
-      std::fprintf(stderr, "kvtier-trace-replay: --configs: unknown configuration '%s'\n",
-                   c.c_str());
+    absl::StatusOr<ConfigKind> kind = ParseConfigName(c);
+    if (!kind.ok()) {
+      std::fprintf(stderr, "kvtier-trace-replay: --configs: %s\n",
+                   std::string(kind.status().message()).c_str());
       return 2;
     }
-    if (c.rfind("kvtier", 0) == 0 && f.kvtierd_bin.empty()) {
+    if (kind->engine == Engine::kLlama && f.server_bin.empty()) {
+      std::fprintf(stderr, "kvtier-trace-replay: %s needs --server\n", c.c_str());
+      return 2;
+    }
+    if (kind->kvtier && f.kvtierd_bin.empty()) {
       std::fprintf(stderr, "kvtier-trace-replay: %s needs --kvtierd\n", c.c_str());
       return 2;
     }
+    if (kind->engine == Engine::kVllm) {
+      any_vllm = true;
+      if (f.vllm_python.empty()) {
+        std::fprintf(stderr,
+                     "kvtier-trace-replay: %s needs --vllm-python (the vLLM venv's python: "
+                     "bash scripts/install-vllm.sh | tail -1)\n",
+                     c.c_str());
+        return 2;
+      }
+    }
+  }
+  if (configs.empty()) {
+    std::fprintf(stderr, "kvtier-trace-replay: --configs is empty\n");
+    return 2;
   }
   if (f.dir.empty()) {
     std::string t = "/tmp/kvtier-trace-replay-XXXXXX";
@@ -407,7 +529,49 @@ int Main(int argc, char** argv) {
   } else {
     std::filesystem::create_directories(f.dir);
   }
-  if (f.model.empty()) {
+  const std::string path =
+      f.trace_file.empty() ? std::string(KVT_BENCH_TRACES_DIR) + "/" + f.trace + "_trace.jsonl.gz"
+                           : f.trace_file;
+  auto trace = LoadTrace(path, f.trace, f.max_requests);
+  if (!trace.ok()) {
+    std::fprintf(stderr, "kvtier-trace-replay: %s\n", trace.status().ToString().c_str());
+    return 2;
+  }
+  if (any_vllm) {
+    // The vLLM servers' environment (they inherit it): offline, CPU KV cache size, one
+    // engine process per server, kvtier's Python package and libkvtier.so.
+    setenv("HF_HUB_OFFLINE", "1", 0);
+    setenv("TOKENIZERS_PARALLELISM", "false", 0);
+    setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0", 0);
+    setenv("VLLM_CPU_KVCACHE_SPACE", std::to_string(f.vllm_kvcache_gib).c_str(), 1);
+    setenv("OMP_NUM_THREADS", std::to_string(f.threads).c_str(), 0);
+    const char* pp = std::getenv("PYTHONPATH");
+    const std::string pythonpath =
+        std::string(KVT_VLLM_PYTHONPATH) + (pp != nullptr && *pp ? std::string(":") + pp : "");
+    setenv("PYTHONPATH", pythonpath.c_str(), 1);
+    if (std::getenv("KVTIER_LIB") == nullptr && std::string(KVT_KVTIER_LIB).size() > 0 &&
+        std::filesystem::exists(KVT_KVTIER_LIB)) {
+      setenv("KVTIER_LIB", KVT_KVTIER_LIB, 1);
+    }
+    if (f.vllm_model.empty()) {
+      // A prompt, its answer and some slack must fit the model's positions.
+      size_t blocks = 0;
+      for (const auto& r : trace->requests) blocks = std::max(blocks, r.blocks.size());
+      const size_t max_len = std::max<size_t>(4096, blocks * f.block_tokens + f.n_predict + 64);
+      f.vllm_model = f.dir + "/vllm-tiny";
+      const std::string cmd = f.vllm_python + " -m kvtier.make_model --preset tiny --out " +
+                              f.vllm_model + " --max-len " + std::to_string(max_len) +
+                              " > /dev/null";
+      if (std::system(cmd.c_str()) != 0) {
+        std::fprintf(stderr, "kvtier-trace-replay: '%s' failed\n", cmd.c_str());
+        return 1;
+      }
+    }
+  }
+  const bool any_llama = std::any_of(configs.begin(), configs.end(), [](const std::string& c) {
+    return ParseConfigName(c)->engine == Engine::kLlama;
+  });
+  if (f.model.empty() && any_llama) {
     if (f.make_gguf_bin.empty()) {
       std::fprintf(stderr, "kvtier-trace-replay: give --model or --make-gguf\n");
       return 2;
@@ -418,14 +582,6 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr, "kvtier-trace-replay: '%s' failed\n", cmd.c_str());
       return 1;
     }
-  }
-  const std::string path =
-      f.trace_file.empty() ? std::string(KVT_BENCH_TRACES_DIR) + "/" + f.trace + "_trace.jsonl.gz"
-                           : f.trace_file;
-  auto trace = LoadTrace(path, f.trace, f.max_requests);
-  if (!trace.ok()) {
-    std::fprintf(stderr, "kvtier-trace-replay: %s\n", trace.status().ToString().c_str());
-    return 2;
   }
   const double span_s =
       trace->requests.empty()
@@ -461,12 +617,13 @@ int Main(int argc, char** argv) {
   // routings may differ on a few near-ties with or without kvtier: with -np > 1 the last
   // bits of the KV follow the batch a prompt shared with other slots' tokens.
   auto reference_of = [&](const ConfigResult& r) -> const ConfigResult& {
-    if (r.name.rfind("kvtier-", 0) == 0) {
-      const std::string plain = "plain-" + r.name.substr(7);
+    if (const std::string ref = ReferenceConfigName(r.name); !ref.empty()) {
       for (const auto& c : results)
-        if (c.name == plain) return c;
+        if (c.name == ref) return c;
     }
-    return results.front();
+    for (const auto& c : results)  // else the first configuration on the same engine
+      if (ParseConfigName(c.name)->engine == ParseConfigName(r.name)->engine) return c;
+    return r;
   };
   auto differing = [&](const ConfigResult& r) {
     const ConfigResult& ref = reference_of(r);
@@ -515,6 +672,10 @@ int Main(int argc, char** argv) {
                           {"kvtier_hits", r.kvtier_hits},
                           {"kvtier_stored_chunks", r.stored_chunks},
                           {"kvtier_cost_skips", r.cost_skips},
+                          {"kvtier_load_bytes", r.load_bytes},
+                          {"kvtier_stored_bytes", r.stored_bytes},
+                          {"block_tokens", f.block_tokens},
+                          {"chunk_tokens", f.chunk_tokens},
                           {"errors", r.errors()},
                           {"late", r.late()},
                           {"answers_differing", diff},
@@ -568,6 +729,15 @@ int Main(int argc, char** argv) {
             k->reused_tokens() >= p->reused_tokens(),
             absl::StrFormat("%d vs %d tokens", k->reused_tokens(), p->reused_tokens()));
   }
+  for (const char* routing : {"", "-random"}) {
+    const ConfigResult* p = find(absl::StrCat("vllm-prefix", routing));
+    const ConfigResult* k = find(absl::StrCat("vllm-kvtier", routing));
+    if (p == nullptr || k == nullptr) continue;
+    verdict(
+        absl::StrCat("vllm-kvtier", routing, " reuses >= vllm-prefix", routing, "'s prompt tokens"),
+        k->reused_tokens() >= p->reused_tokens(),
+        absl::StrFormat("%d vs %d tokens", k->reused_tokens(), p->reused_tokens()));
+  }
   if (const ConfigResult* p = find("plain-affinity"), *k = find("kvtier-random"); p && k) {
     const double x =
         p->TtftPercentile(0.5) > 0 ? k->TtftPercentile(0.5) / p->TtftPercentile(0.5) : 0;
@@ -575,18 +745,27 @@ int Main(int argc, char** argv) {
             absl::StrFormat("%.1f ms vs %.1f ms (%.2f x)", k->TtftPercentile(0.5),
                             p->TtftPercentile(0.5), x));
   }
-  size_t errors = 0, diffs = 0, compared = 0;
+  size_t errors = 0;
+  // [engine] -> (differing answers, compared answers) of its kvtier configurations.
+  std::map<Engine, std::pair<size_t, size_t>> diffs;
   for (const auto& r : results) {
     errors += r.errors();
-    if (r.name.rfind("kvtier-", 0) == 0 && &reference_of(r) != &r) {
-      diffs += differing(r);
-      compared += r.answers.size();
+    const std::string ref = ReferenceConfigName(r.name);
+    if (!ref.empty() && reference_of(r).name == ref) {
+      auto& d = diffs[ParseConfigName(r.name)->engine];
+      d.first += differing(r);
+      d.second += r.answers.size();
     }
   }
   verdict("no request fails", errors == 0, absl::StrFormat("%d errors", errors));
-  if (compared > 0) {
-    verdict("every kvtier answer equals plain's with the same routing", diffs == 0,
-            absl::StrFormat("%d of %d answers differ", diffs, compared));
+  if (auto it = diffs.find(Engine::kLlama); it != diffs.end()) {
+    verdict("every kvtier answer equals plain's with the same routing", it->second.first == 0,
+            absl::StrFormat("%d of %d answers differ", it->second.first, it->second.second));
+  }
+  if (auto it = diffs.find(Engine::kVllm); it != diffs.end()) {
+    verdict("every vllm-kvtier answer equals vllm-prefix's with the same routing",
+            it->second.first == 0,
+            absl::StrFormat("%d of %d answers differ", it->second.first, it->second.second));
   }
   return 0;
 }
