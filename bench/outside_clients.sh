@@ -125,7 +125,7 @@ bench_lmcache() {  # name
        --kv-cache-volume 1 --tokens-per-gb-kvcache $((prefix_len * num_prefixes)))
   fi
   LMCACHE_DISABLE_BANNER=1 "$lmcache" bench engine --engine-url "http://127.0.0.1:$port" \
-    --workload "$workload" "${w[@]}" --seed 0 --no-warmup --no-interactive --ignore-eos -q \
+    --workload "$workload" "${w[@]}" --seed 0 --no-warmup --no-interactive --ignore-eos \
     --json --output-dir "$out/$1" 2>&1 | sed -n '/====== Engine Benchmark Result/,$p'
   [ -f "$out/$1/bench_summary.json" ] ||
     { echo "outside_clients.sh: lmcache wrote no summary for $1" >&2; exit 1; }

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Plots the per-request CSV of `kvtier-trace-replay` (bench/trace_replay.cc): the CDF of
-TTFT, one line per configuration (plain/kvtier llama-servers, affinity/random routing).
+TTFT, one line per configuration (plain/kvtier llama-servers, vLLM with its prefix cache or
+KVTierConnector; affinity/random routing).
 
 Usage (matplotlib is not a project dependency; a throwaway venv outside the repo does):
   python3 -m venv /tmp/plotvenv && /tmp/plotvenv/bin/pip install matplotlib
@@ -30,7 +31,7 @@ def main(src, dst):
     ax.set_xscale("log")
     ax.set_xlabel("TTFT (ms, client side)")
     ax.set_ylabel("fraction of requests")
-    ax.set_title("Mooncake trace through llama-servers: TTFT CDF")
+    ax.set_title("Mooncake trace through the engines: TTFT CDF")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()

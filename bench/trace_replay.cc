@@ -104,10 +104,11 @@ struct Flags {
   std::string server_bin;
   std::string kvtierd_bin;
   std::string make_gguf_bin;
-  std::string vllm_python;   // the vLLM venv's python (vllm-* configurations)
-  std::string vllm_model;    // model directory ("" = a tiny one made here)
-  int vllm_kv_blocks = 0;    // --num-gpu-blocks-override (0: vLLM sizes its KV cache)
-  int vllm_kvcache_gib = 1;  // VLLM_CPU_KVCACHE_SPACE
+  bool model_generated = false;  // --model was made here (the tiny GGUF)
+  std::string vllm_python;       // the vLLM venv's python (vllm-* configurations)
+  std::string vllm_model;        // model directory ("" = a tiny one made here)
+  int vllm_kv_blocks = 0;        // --num-gpu-blocks-override (0: vLLM sizes its KV cache)
+  int vllm_kvcache_gib = 1;      // VLLM_CPU_KVCACHE_SPACE
   int vllm_start_timeout_s = 600;
   std::string dir;  // run folder (kept): logs, CSV
   std::string csv;  // per-request CSV ("" = <dir>/replay.csv)
@@ -321,6 +322,13 @@ class Replay {
       // llama-server's default -ub (512) computes other greedy tokens on near-ties (a
       // tiny random model has many), with or without kvtier.
       args.insert(args.end(), {"-ub", std::to_string(f_.chunk_tokens)});
+      // The generated tiny model says it was trained on 8,192 positions, and llama-server
+      // caps a slot's context there; at the trace's 512-token blocks a prompt is longer.
+      // Its weights are random: later positions are as meaningful as any.
+      if (f_.model_generated && MaxPromptTokens() > 8192) {
+        args.insert(args.end(), {"--override-kv",
+                                 absl::StrCat("llama.context_length=int:", MaxPromptTokens())});
+      }
       if (kvtier) {
         args.insert(args.end(), {"--kvtier-daemon", daemon->target(), "--kvtier-chunk-tokens",
                                  std::to_string(f_.chunk_tokens)});
@@ -577,6 +585,7 @@ int Main(int argc, char** argv) {
       return 2;
     }
     f.model = f.dir + "/tiny.gguf";
+    f.model_generated = true;
     const std::string cmd = f.make_gguf_bin + " --size tiny --out " + f.model + " > /dev/null";
     if (std::system(cmd.c_str()) != 0) {
       std::fprintf(stderr, "kvtier-trace-replay: '%s' failed\n", cmd.c_str());

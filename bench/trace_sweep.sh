@@ -11,7 +11,7 @@
 #
 # Usage: bash bench/trace_sweep.sh [--chunks "64 128 256"] [--configs LIST] [--out DIR]
 #            [any other kvtier-trace-replay flag, e.g. --max-requests 40]
-# Defaults: --configs plain-random,kvtier-random, the tiny generated model, 2 servers of
+# Defaults: --configs plain-random,kvtier-random, the tiny generated model (or --model), 2 servers of
 # 1 slot, kvtierd host 256 MiB + disk 1 GiB (override with the replayer's own flags; a
 # later flag wins). Exit 1 when a run fails; the runs' PASS/FAIL targets are in the JSON.
 set -euo pipefail
@@ -41,12 +41,12 @@ for c in $chunks; do
 done
 out=${out:-$(mktemp -d "${TMPDIR:-/tmp}/kvt-trace-sweep.XXXXXX")}
 mkdir -p "$out"
-# One model for every run, so the chunk size is the only difference.
-[ -f "$out/tiny.gguf" ] || "$make_gguf" --size tiny --out "$out/tiny.gguf" >/dev/null
 
 for c in $chunks; do
   echo "=== chunk $c tokens ===" >&2
-  if ! "$replay" --json --server "$server" --kvtierd "$kvtierd" --model "$out/tiny.gguf" \
+  # Each run makes the same seeded tiny model (kvtier-make-gguf), whose training context
+  # the replayer raises to the prompts' length (512-token blocks make long prompts).
+  if ! "$replay" --json --server "$server" --kvtierd "$kvtierd" --make-gguf "$make_gguf" \
       --configs "$configs" --servers 2 --slots 1 --concurrency 2 \
       --kvtierd-host-mib 256 --kvtierd-disk-mib 1024 "${pass[@]}" \
       --block-tokens 512 --chunk-tokens "$c" --dir "$out/chunk-$c" >"$out/chunk-$c.jsonl"; then
