@@ -546,11 +546,10 @@ int Main(int argc, char** argv) {
     return 2;
   }
   if (any_vllm) {
-    // The vLLM servers' environment (they inherit it): offline, CPU KV cache size, one
-    // engine process per server, kvtier's Python package and libkvtier.so.
+    // The vLLM servers' environment (they inherit it): offline, CPU KV cache size, threads,
+    // kvtier's Python package and libkvtier.so.
     setenv("HF_HUB_OFFLINE", "1", 0);
     setenv("TOKENIZERS_PARALLELISM", "false", 0);
-    setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0", 0);
     setenv("VLLM_CPU_KVCACHE_SPACE", std::to_string(f.vllm_kvcache_gib).c_str(), 1);
     setenv("OMP_NUM_THREADS", std::to_string(f.threads).c_str(), 0);
     const char* pp = std::getenv("PYTHONPATH");
