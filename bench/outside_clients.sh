@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Outside clients (issue 25). --tool vllm (default): vLLM's own load generator,
-# `vllm bench serve` (the
-# vllm.benchmarks.serve module of the pinned vLLM venv, scripts/install-vllm.sh; its `vllm`
-# console script cannot start in the CPU wheel, see docs/performance.md), against
-# kvtier-llama-server in three setups on the same request stream:
+# Outside clients (issue 25). --tool vllm (default): vLLM's own load generator, `vllm
+# bench serve` (the vllm.benchmarks.serve module of the pinned vLLM venv,
+# scripts/install-vllm.sh; its `vllm` console script cannot start in the CPU wheel, see
+# docs/performance.md), against kvtier-llama-server in three setups on the same request
+# stream:
 #   plain           no kvtier flag: llama-server with its own RAM prompt cache (--cache-ram)
 #   kvtier          --kvtier-dir (embedded host + disk tier), fresh
 #   kvtier-restart  the same server restarted on the same --kvtier-dir (a fresh process)
@@ -34,7 +34,7 @@ set -euo pipefail
 src="$(cd "$(dirname "$0")/.." && pwd)"
 build="${KVT_BUILD_DIR:-$src/build/release}"
 num_prompts=24 prefix_len=256 suffix_len=16 num_prefixes=4 output_len=4 concurrency=2 size=demo out=""
-tool=vllm workload=multi-round-chat qps=0.5 duration=30
+tool=vllm workload=multi-round-chat qps=0.25 duration=40
 while [ $# -gt 0 ]; do
   case $1 in
     --tool) tool=$2; shift 2 ;;
