@@ -121,6 +121,9 @@ class ReqMeta:
     async_load: bool = False  # load in the background; report through get_finished
     # Every group's block ids, vLLM's group order (multi-group layouts only, else None).
     group_block_ids: list[list[int]] | None = None
+    # State groups: (group, n, block) = block holds the state after token_ids[:n] once
+    # this step's forward ran (vLLM's boundary-state hand-offs); stored after it.
+    state_saves: list[tuple[int, int, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -149,11 +152,12 @@ class KVTierConnector(KVConnectorBase_V1, SupportsHMA):
     """kvtier's vLLM connector (both halves; see the module docstring).
 
     Hybrid KV cache manager (SupportsHMA): vLLM's KV cache groups (full attention,
-    sliding window) each get their own kvtier namespace and native connector
-    (GroupStores); a prompt's chunks load only when every group holds them, and a
-    sliding-window group stores and loads only the blocks vLLM keeps. A layout with a
-    group kvtier does not handle (Mamba / linear-attention state...) runs cold: no
-    lookups, no stores (docs/vllm.md, "Hybrid models")."""
+    sliding window, Mamba / linear-attention state in vLLM's "align" mode) each get their
+    own kvtier namespace and native connector (GroupStores); a prompt's chunks load only
+    when every group holds them, a sliding-window group stores and loads only the blocks
+    vLLM keeps, and a state group the states vLLM keeps at chunk boundaries. A layout
+    with a group kvtier does not handle (a state group without vLLM's prefix caching...)
+    runs cold: no lookups, no stores (docs/vllm.md, "Hybrid models")."""
 
     def __init__(self, vllm_config: "VllmConfig", role: KVConnectorRole,
                  kv_cache_config: "KVCacheConfig | None" = None):
@@ -174,6 +178,9 @@ class KVTierConnector(KVConnectorBase_V1, SupportsHMA):
                           True)
         self._multi = bool(self._groups) and not is_plain_layout(self._groups)
         self._inert = any(g.kind == "unsupported" or not g.transfer for g in self._groups)
+        self._state = not self._inert and any(g.kind == "state" for g in self._groups)
+        if self._state:
+            self._fit_chunk_tokens(ktc.kv_connector_extra_config or {})
         # A layout kvtier does not store may have blocks of any size (Mamba hybrids align
         # attention blocks to the state's page: 384 tokens, 2048...).
         self._ns = derive_namespace(vllm_config, self._cfg, tp_rank=tp_rank,
@@ -223,6 +230,7 @@ class KVTierConnector(KVConnectorBase_V1, SupportsHMA):
         self._no_reload: set[str] = set()       # reqs whose async load failed: no retry
         self._failed_recving: set[str] = set()  # multi-group: async loads that failed
         self._storing: set[str] = set()         # reqs with a store (worker reports them)
+        self._prompts: dict[str, list[int]] = {}  # state layouts: prompts, for state saves
         # The store's pins on each looked-up prefix (kvt_lookup_pinned), so the chunks a
         # lookup promised cannot be evicted before the worker loads them: held from the
         # lookup until the request is scheduled again after the step that loaded it
@@ -274,6 +282,25 @@ class KVTierConnector(KVConnectorBase_V1, SupportsHMA):
         self._daemon_watch_stop = threading.Event()
         if role == KVConnectorRole.SCHEDULER and not self._cfg.embedded:
             self._watch_daemon()
+
+    def _fit_chunk_tokens(self, extra: dict) -> None:
+        """State layouts: every group's block size must divide chunk_tokens (a state is
+        kept at block boundaries only). Unset chunk_tokens becomes the smallest multiple
+        of the block sizes >= the default (Qwen3.5's 384-token blocks: 384); a set one
+        that does not fit is a ValueError naming the sizes."""
+        import math
+        lcm = math.lcm(*(g.block_size for g in self._groups))
+        if self._cfg.chunk_tokens % lcm == 0:
+            return
+        if "chunk_tokens" in extra:
+            raise ValueError(
+                f"kv_connector_extra_config.chunk_tokens = {self._cfg.chunk_tokens}: this "
+                f"model's KV cache groups have block sizes "
+                f"{sorted({g.block_size for g in self._groups})} (a Mamba / linear-attention "
+                f"state is kept at block boundaries only); use a multiple of {lcm}")
+        self._cfg.chunk_tokens = -(-self._cfg.chunk_tokens // lcm) * lcm
+        logger.info("kvtier: chunk_tokens %d (a multiple of the state group's block size)",
+                    self._cfg.chunk_tokens)
 
     def _watch_daemon(self) -> None:
         """Says at start-up whether kvtierd answers (issue 21 item 11). When it does not:
@@ -328,7 +355,9 @@ class KVTierConnector(KVConnectorBase_V1, SupportsHMA):
         # prompt: vLLM then recomputes only its last token (the scheduler's
         # _update_waiting_for_remote_kv), so the lookup sees one token more (chunk keys
         # depend on the complete chunks' tokens only).
-        probe = tokens + tokens[-1:] if self._cfg.loads_async else tokens
+        # A state layout never loads the whole prompt: the state after the last token
+        # cannot be rewound to recompute it.
+        probe = tokens + tokens[-1:] if self._cfg.loads_async and not self._state else tokens
         t0 = time.perf_counter()
         try:
             load, _, lease = self._native.lookup_pinned(probe, num_computed_tokens)
@@ -385,10 +414,14 @@ class KVTierConnector(KVConnectorBase_V1, SupportsHMA):
             rm.store = (self._stores_on and done >= len(tokens) and
                         len(tokens) >= self._cfg.chunk_tokens)
             meta.requests.append(rm)
+            if self._state and self._stores_on:
+                self._prompts[nr.req_id] = tokens
             if self._stores_on and not rm.store and done < len(tokens):
                 self._tracked[nr.req_id] = ReqMeta(
                     nr.req_id, tokens, list(rm.block_ids),
                     group_block_ids=[list(x) for x in lists] if self._multi else None)
+        if self._state and self._stores_on:
+            self._state_saves(scheduler_output, meta)
         cached = scheduler_output.scheduled_cached_reqs
         for i, req_id in enumerate(cached.req_ids):
             new_blocks = cached.new_block_ids[i]
@@ -432,6 +465,28 @@ class KVTierConnector(KVConnectorBase_V1, SupportsHMA):
         self._storing.update(rm.req_id for rm in meta.requests if rm.store)
         return meta
 
+    def _state_saves(self, scheduler_output: "SchedulerOutput",
+                     meta: KVTierConnectorMetadata) -> None:
+        """State layouts: the states vLLM keeps this step (its boundary-state hand-offs,
+        SchedulerOutput.kv_connector_block_state: (group, block, tokens) = the block holds
+        the state after that many tokens once this step's forward ran) that end on one
+        of the prompt's chunk boundaries become saves for the worker, after the forward.
+        vLLM frees such a block at a later step without telling the connector: the
+        worker copies it before the next forward (handle_preemptions)."""
+        state = getattr(scheduler_output, "kv_connector_block_state", None)
+        offers = getattr(state, "boundary_state_offloads", None) or {}
+        C = self._cfg.chunk_tokens
+        for rid, entries in offers.items():
+            tokens = self._prompts.get(rid)
+            if tokens is None:
+                continue
+            saves = [(g, n, b) for g, b, n in entries
+                     if g < len(self._groups) and self._groups[g].kind == "state"
+                     and b != NULL_BLOCK and n > 0 and n % C == 0 and n <= len(tokens)]
+            if saves:
+                meta.requests.append(ReqMeta(rid, tokens, [], state_saves=saves))
+                self._storing.add(rid)
+
     def _null_freed(self, lists: list[list[int]], num_computed_tokens: int) -> None:
         """Marks, in a running request's per-group block lists, the blocks a sliding-window
         group may have freed by now (vLLM only sends new block ids): at this step's
@@ -460,6 +515,7 @@ class KVTierConnector(KVConnectorBase_V1, SupportsHMA):
                          block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
         rid = request.request_id
         self._tracked.pop(rid, None)
+        self._prompts.pop(rid, None)
         self._pending_loads.pop(rid, None)
         _release(self._leases.pop(rid, None))
         _release(self._loading.pop(rid, None))
@@ -530,6 +586,9 @@ class KVTierConnector(KVConnectorBase_V1, SupportsHMA):
             if missing:
                 raise ValueError(f"kvtier: KV group {grp.index} names layers vLLM did not "
                                  f"register: {missing}")
+            if grp.kind == "state":
+                self._register_state_group(grp, native, kv_caches)
+                continue
             tensors = [kv_caches[n] for n in grp.layer_names]
             layout, num_blocks = detect_layout(tensors[0], ns.num_kv_heads, ns.head_dim,
                                                grp.block_size)
@@ -552,6 +611,27 @@ class KVTierConnector(KVConnectorBase_V1, SupportsHMA):
                                                  + (f" window {g.window}" if g.window else "")
                                                  for g in self._groups),
                     len(self._layer_names))
+
+    def _register_state_group(self, grp, native, kv_caches: dict) -> None:
+        """A state group's layers as a block view: vLLM's CPU runner hands each Mamba /
+        gated-DeltaNet layer one tensor [num_blocks, ...] whose block b is the page at
+        base + b * page_bytes (its conv and recurrent states inside); a list of state
+        tensors (other runners) must share that page stride and base."""
+        ptrs, num_blocks = [], None
+        for n in grp.layer_names:
+            t = kv_caches[n]
+            parts = list(t) if isinstance(t, (list, tuple)) else [t]
+            if t is None or not parts or any(p.is_cuda for p in parts):
+                raise ValueError(f"kvtier: state layer {n}: kvtier handles state groups on "
+                                 "vLLM's CPU backend only")
+            strides = {p.stride(0) * p.element_size() for p in parts}
+            if strides != {grp.page_bytes}:
+                raise ValueError(f"kvtier: state layer {n}: block stride {sorted(strides)} B, "
+                                 f"not vLLM's page of {grp.page_bytes} B")
+            ptrs.append(min(p.data_ptr() for p in parts))
+            nb = min(p.shape[0] for p in parts)
+            num_blocks = nb if num_blocks is None else min(num_blocks, nb)
+        native.register_block_view(ptrs, grp.block_size, num_blocks, grp.page_bytes)
 
     def _slots(self, block_ids: list[int], n: int) -> list[int]:
         B = self._block_size
@@ -594,6 +674,13 @@ class KVTierConnector(KVConnectorBase_V1, SupportsHMA):
     def _store(self, rm: ReqMeta) -> None:
         C = self._cfg.chunk_tokens
         n = len(rm.token_ids) // C * C
+        for g, bn, block in rm.state_saves:
+            try:
+                self._native.store_state(g, rm.token_ids, bn, block)
+            except (KvtError, ValueError) as e:
+                logger.warning("kvtier: state store for request %s failed (%s)", rm.req_id, e)
+        if not rm.store:
+            return
         try:
             if rm.group_block_ids is not None:
                 if not self._native.store(rm.token_ids[:n], rm.group_block_ids):
@@ -753,7 +840,7 @@ class KVTierConnector(KVConnectorBase_V1, SupportsHMA):
         self._waited_layers = set()
         failed, self._load_failed_reqs = self._load_failed_reqs, set()
         for rm in meta.requests:
-            if not rm.store:
+            if not rm.store and not rm.state_saves:
                 continue
             if rm.req_id in failed:  # never store blocks that were not loaded
                 f = Future()
