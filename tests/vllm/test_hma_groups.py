@@ -39,7 +39,17 @@ def engine_config(model, hma=True, extra=None, **kw):
     if not hma:
         args["disable_hybrid_kv_cache_manager"] = True
     args.update(kw)
-    return EngineArgs(**args).create_engine_config()
+    vc = EngineArgs(**args).create_engine_config()
+    if kw.get("enable_prefix_caching"):
+        # What vLLM's executor does before the engine core starts: the hybrid models'
+        # attention block size aligned to the state page (384 tokens on the Qwen
+        # hybrids), and the state group's block size to it ("align" mode).
+        # (update_block_size_for_backend finds the backend on the model's built layers;
+        # there are none here: the CPU attention backend is named.)
+        from vllm.platforms import current_platform
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+        current_platform._align_hybrid_block_size(vc, CPUAttentionBackend)
+    return vc
 
 
 def layer_specs(vc) -> dict:
