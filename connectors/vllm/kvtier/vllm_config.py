@@ -11,7 +11,8 @@ names the key, raised from the connector's constructor, so the engine does not s
   token / token_file   bearer token for kvtierd (a file: its first line).
   tenant               tenant name, part of the namespace ("" = default tenant).
   chunk_tokens         kvtier chunk size in tokens (default 256); vLLM's block size
-                       must divide it.
+                       must divide it. A layout with a Mamba / linear-attention state
+                       group: unset, the smallest multiple of its block sizes >= 256.
   host_capacity        embedded host tier size: bytes or "512MiB", "4G" (default 1GiB);
                        sizes are read as kvtierd reads them (kvtier.parse_byte_size:
                        K/M/G/T and KiB..TiB are powers of 2, KB/MB/GB/TB powers of 10).
