@@ -213,10 +213,14 @@ class KVTierConnector(KVConnectorBase_V1, SupportsHMA):
         if self._inert:
             logger.warning(
                 "kvtier: KV cache group(s) %s are not handled by kvtier (%s): this model "
-                "runs cold (no loads, no stores)",
+                "runs cold (no loads, no stores)%s",
                 [g.index for g in self._groups if g.kind == "unsupported" or not g.transfer],
                 ", ".join(sorted({g.spec for g in self._groups if g.kind == "unsupported"}))
-                or "no KV transfer")
+                or "no KV transfer",
+                "; kvtier stores a Mamba / linear-attention state only where vLLM keeps it "
+                "at block boundaries, with prefix caching on (--enable-prefix-caching)"
+                if any(g.spec == "MambaSpec" and g.kind == "unsupported" for g in self._groups)
+                else "")
         # vLLM's kv_role: kv_consumer only loads, kv_producer only stores, kv_both does both.
         self._loads_on, self._stores_on = ktc.is_kv_consumer, ktc.is_kv_producer
         if self._inert:
