@@ -11,14 +11,17 @@ Enable it with
 runs in libkvtier (kvtier._native, ctypes, GIL released); this module only maps vLLM's
 requests and blocks onto kvtier's token chunks.
 
-Flow per engine step:
+Flow per engine step (scheduler half: KVTierScheduler in kvtier/vllm_scheduler.py;
+worker half: KVTierConnector below):
   scheduler  get_num_new_matched_tokens -> kvtier Lookup (cost model): tokens to load, and
                                            whether the load is asynchronous (load_async)
              update_state_after_alloc   -> remembers the request's load and, for an async
                                            load, its blocks
              build_connector_meta       -> per request: tokens, block ids, what to load
                                            (sync or async), whether its prefill completes
-                                           this step (store); the step's preempted requests
+                                           this step (store), the Mamba / linear-attention
+                                           states vLLM kept this step (state saves); the
+                                           step's preempted requests
              request_finished           -> True (blocks stay allocated) while the request's
                                            store may still be copying its blocks
   worker     handle_preemptions         -> waits until stores of preempted requests copied
