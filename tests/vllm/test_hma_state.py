@@ -14,6 +14,9 @@ another engine loads them. Per family, engine processes run in two waves:
   E2         a fresh engine on E1's disk directory (a restart): loads E1's records
 Prompts of 1200 tokens: vLLM computes 1152 (3 blocks) in the first step and keeps the
 state after 1152 tokens; kvtier's chunks are 384 tokens, so 3 chunks + that state load.
+B and E2 also run a 1000-token prompt sharing the first 800 tokens of the first one:
+kvtier holds its first 2 chunks but not the state after them (vLLM never kept it), so
+it loads nothing and computes the prompt cold.
 
 Granite 4 hybrid (Mamba2 + attention) is run cold: vLLM 0.32's CPU Mamba2 path fails
 with prefix caching on, and without it vLLM keeps no state kvtier could store (its
@@ -40,6 +43,8 @@ class HmaStateFamiliesTest(unittest.TestCase):
         cls.dir = tempfile.mkdtemp(prefix="kvt-vllm-hma-state-")
         cls.daemon = harness.Kvtierd(cls.dir).start()
         cls.prompts = [harness.prompt(80 + i, PROMPT_TOKENS) for i in range(2)]
+        cls.no_state = cls.prompts[0][:800] + harness.prompt(90, 200)
+        loaders = cls.prompts + [cls.no_state]
         cls.out = {}
         for fam in FAMILIES:
             d = os.path.join(cls.dir, fam)
@@ -49,13 +54,13 @@ class HmaStateFamiliesTest(unittest.TestCase):
             emb = {"disk_dir": os.path.join(d, "disk"), "host_capacity": "32MiB",
                    "disk_capacity": "256MiB", "use_cost_model": False}
             base = dict(model=family_model(fam), prompts=cls.prompts, prefix_caching=True)
-            ref = harness.run_engine(dict(base, connector=None, prefix_hit_tokens=LOADABLE),
-                                     d, "reference")
+            ref = harness.run_engine(dict(base, connector=None, prefix_hit_tokens=LOADABLE,
+                                          prompts=loaders), d, "reference")
             a = harness.run_engine(dict(base, connector=conn), d, "A")
             e1 = harness.run_engine(dict(base, connector=emb), d, "E1")
             r = {"A": harness.engine_result(a), "E1": harness.engine_result(e1)}
-            b = harness.run_engine(dict(base, connector=conn), d, "B")
-            e2 = harness.run_engine(dict(base, connector=emb), d, "E2")
+            b = harness.run_engine(dict(base, connector=conn, prompts=loaders), d, "B")
+            e2 = harness.run_engine(dict(base, connector=emb, prompts=loaders), d, "E2")
             r["reference"] = harness.engine_result(ref)
             r["B"] = harness.engine_result(b)
             r["E2"] = harness.engine_result(e2)
@@ -87,24 +92,28 @@ class HmaStateFamiliesTest(unittest.TestCase):
                     # Per prompt: 3 chunks of the attention group + 1 state record.
                     self.assertEqual(r["kvtier"]["store_chunks_taken"], 4 * len(self.prompts))
 
+    def assertLoads(self, fam, name):
+        r, ref = self.out[fam][name], self.out[fam]["reference"]
+        n = len(self.prompts)
+        for i, row in enumerate(r["rows"][:n]):
+            self.assertEqual(row["num_cached_tokens"], LOADABLE, f"prompt {i}")
+            self.assertSame(row, ref["hit_rows"][i])
+        # 3 chunks + 1 state per prompt; nothing for the prompt without its state.
+        self.assertEqual(r["kvtier"]["load_chunks_ok"], 4 * n)
+        self.assertEqual(r["kvtier"]["load_chunks_failed"], 0)
+        row = r["rows"][n]
+        self.assertEqual(row["num_cached_tokens"], 0, "no state after its 2 held chunks")
+        self.assertSame(row, ref["rows"][n])
+
     def test_load_through_kvtierd_is_vllms_own_prefix_hit(self):
         for fam in FAMILIES:
             with self.subTest(family=fam):
-                r, ref = self.out[fam]["B"], self.out[fam]["reference"]
-                for i, row in enumerate(r["rows"]):
-                    self.assertEqual(row["num_cached_tokens"], LOADABLE, f"prompt {i}")
-                    self.assertSame(row, ref["hit_rows"][i])
-                self.assertEqual(r["kvtier"]["load_chunks_ok"], 4 * len(self.prompts))
-                self.assertEqual(r["kvtier"]["load_chunks_failed"], 0)
+                self.assertLoads(fam, "B")
 
     def test_load_from_embedded_store_after_restart(self):
         for fam in FAMILIES:
             with self.subTest(family=fam):
-                r, ref = self.out[fam]["E2"], self.out[fam]["reference"]
-                for i, row in enumerate(r["rows"]):
-                    self.assertEqual(row["num_cached_tokens"], LOADABLE, f"prompt {i}")
-                    self.assertSame(row, ref["hit_rows"][i])
-                self.assertEqual(r["kvtier"]["load_chunks_ok"], 4 * len(self.prompts))
+                self.assertLoads(fam, "E2")
 
     def test_granite4_runs_cold_and_exact_with_kvtier(self):
         ref, kv = self.granite
