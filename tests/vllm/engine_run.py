@@ -10,12 +10,14 @@ SPEC: {"model": dir, "connector": extra_config | null, "prompts": [[ids...], ...
        "connector_module": "kvtier.vllm", "connector_class": "KVTierConnector",
        "batch_first": [[ids...], ...] (run together first, "batch_max_tokens" each),
        "hooks": [names of hooked_connector counters to report],
+       "prefix_caching": true (vLLM's own prefix cache on, e.g. for a Mamba / linear-
+       attention hybrid, whose states vLLM keeps at block boundaries only then),
        "prefix_hit_tokens": k (a reference process, no connector: vLLM's prefix cache on,
        and for every prompt longer than k also "hit_rows"[i], the output when vLLM's own
        prefix cache holds exactly its first k tokens: the reference for a kvtier load of
        k tokens, docs/vllm.md "Exactness"; null for shorter prompts)}
-Greedy sampling with logprobs=1; enable_prefix_caching=False (unless prefix_hit_tokens)
-so every hit is kvtier's.
+Greedy sampling with logprobs=1; enable_prefix_caching=False (unless prefix_hit_tokens
+or prefix_caching) so every hit is kvtier's.
 """
 
 import json
@@ -34,7 +36,8 @@ def build_llm(spec):
               "kv_connector_module_path": spec.get("connector_module", "kvtier.vllm"),
               "kv_role": spec.get("kv_role", "kv_both"),
               "kv_connector_extra_config": spec["connector"]}
-    args = dict(model=spec["model"], enable_prefix_caching=bool(spec.get("prefix_hit_tokens")),
+    pc = bool(spec.get("prefix_hit_tokens") or spec.get("prefix_caching"))
+    args = dict(model=spec["model"], enable_prefix_caching=pc,
                 max_model_len=spec.get("max_model_len", 2048), dtype=spec.get("dtype", "bfloat16"),
                 enforce_eager=True, kv_transfer_config=kv, seed=0)
     if spec.get("block_size"):

@@ -6,11 +6,14 @@ shapes from the model class's own get_mamba_state_shape_from_config), and the
 KVCacheConfig vLLM's get_kv_cache_configs groups them into.
 
 Checked: vLLM keeps its hybrid KV cache manager on with kvtier's connector (SupportsHMA);
-the groups kvtier derives; a state (Mamba / linear-attention) group makes the connector
-run cold (no lookups, no stores); a record stored under one group layout never hits
-under another (a different window, a different group split, HMA on vs off) through a
-real kvtierd; a sliding-window group's load writes only the blocks vLLM allocated for it
-(bytes checked), and a store is refused when a group's blocks were already freed.
+the groups kvtier derives; a state (Mamba / linear-attention) group is handled with
+vLLM's prefix caching on ("align" mode) and makes the connector run cold without it
+(no lookups, no stores); a record stored under one group layout never hits under
+another (a different window, a different group split, HMA on vs off, another state
+layout) through a real kvtierd; a sliding-window group's load writes only the blocks
+vLLM allocated for it (bytes checked), and a store is refused when a group's blocks
+were already freed; a state group stores and loads exactly the state block of a chunk
+boundary (bytes checked), and a load needs that state.
 """
 
 import os
@@ -36,7 +39,17 @@ def engine_config(model, hma=True, extra=None, **kw):
     if not hma:
         args["disable_hybrid_kv_cache_manager"] = True
     args.update(kw)
-    return EngineArgs(**args).create_engine_config()
+    vc = EngineArgs(**args).create_engine_config()
+    if kw.get("enable_prefix_caching"):
+        # What vLLM's executor does before the engine core starts: the hybrid models'
+        # attention block size aligned to the state page (384 tokens on the Qwen
+        # hybrids), and the state group's block size to it ("align" mode).
+        # (update_block_size_for_backend finds the backend on the model's built layers;
+        # there are none here: the CPU attention backend is named.)
+        from vllm.platforms import current_platform
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+        current_platform._align_hybrid_block_size(vc, CPUAttentionBackend)
+    return vc
 
 
 def layer_specs(vc) -> dict:
@@ -62,7 +75,9 @@ def layer_specs(vc) -> dict:
                 cls, _ = ModelRegistry.resolve_model_cls(mc.architectures, mc)
                 state = MambaSpec(shapes=tuple(cls.get_mamba_state_shape_from_config(vc)),
                                   dtypes=tuple(cls.get_mamba_state_dtype_from_config(vc)),
-                                  block_size=cc.mamba_block_size or cc.block_size)
+                                  block_size=cc.mamba_block_size or cc.block_size,
+                                  page_size_padded=cc.mamba_page_size_padded,
+                                  mamba_cache_mode=cc.mamba_cache_mode)
             specs[f"model.layers.{i}.mixer"] = state
     return specs
 
@@ -127,7 +142,35 @@ class HmaGroupsTest(unittest.TestCase):
                     self.assertIn("unsupported", kinds, "the state group")
                     self.assertIn("full", kinds)
 
-    def test_state_groups_run_cold(self):
+    def test_state_groups_with_prefix_caching(self):
+        """With vLLM's prefix caching on, Qwen3.5 / Qwen3-Next's linear-attention group is
+        a "state" group in vLLM's align mode, with the attention group's block size;
+        kvtier's chunk_tokens follows it when unset and must fit it when set."""
+        for fam in ("qwen3_next", "qwen3_5"):
+            with self.subTest(family=fam):
+                vc = engine_config(self.models[fam], enable_prefix_caching=True,
+                                   extra={"host_capacity": "16MiB"})
+                self.assertEqual(vc.cache_config.mamba_cache_mode, "align")
+                kcc = kv_cache_config(vc)
+                from kvtier.vllm_config import kv_groups
+                groups = kv_groups(kcc)
+                self.assertEqual(sorted(g.kind for g in groups), ["full", "state"])
+                st = [g for g in groups if g.kind == "state"][0]
+                self.assertEqual(st.block_size, vc.cache_config.block_size)
+                self.assertGreater(st.page_bytes, 0)
+                c = connector(vc, kcc, "scheduler")
+                try:
+                    self.assertFalse(c._inert)
+                    self.assertEqual(c._cfg.chunk_tokens % st.block_size, 0)
+                    self.assertGreaterEqual(c._cfg.chunk_tokens, 256)
+                finally:
+                    c.shutdown()
+                vc = engine_config(self.models[fam], enable_prefix_caching=True,
+                                   extra={"host_capacity": "16MiB", "chunk_tokens": 256})
+                with self.assertRaisesRegex(ValueError, "chunk_tokens = 256.*multiple of"):
+                    connector(vc, kv_cache_config(vc), "scheduler")
+
+    def test_state_groups_without_prefix_caching_run_cold(self):
         for fam in STATE_FAMILIES:
             with self.subTest(family=fam):
                 vc = engine_config(self.models[fam], extra={"host_capacity": "16MiB"})
@@ -233,6 +276,106 @@ class HmaGroupsTest(unittest.TestCase):
             self.assertEqual(w._native.lookup(other)[1], 0)
         finally:
             w.shutdown()
+
+
+    def _state_worker(self, model, extra, kcc=None):
+        vc = engine_config(model, enable_prefix_caching=True, extra=extra)
+        kcc = kcc or kv_cache_config(vc)
+        w = connector(vc, kcc, "worker")
+        caches = {}
+        for g in kcc.kv_cache_groups:
+            s = g.kv_cache_spec
+            for n in g.layer_names:
+                if hasattr(s, "shapes"):  # vLLM's CPU runner: one int8 page per block
+                    raw = torch.randint(-128, 127, (16, s.page_size_bytes), dtype=torch.int8)
+                    caches[n] = raw
+                else:
+                    caches[n] = torch.randn(16, s.num_kv_heads, s.block_size,
+                                            2 * s.head_size).to(torch.bfloat16)
+        w.register_kv_caches(caches)
+        return w, kcc, caches
+
+    def test_state_group_stores_and_loads_the_boundary_state(self):
+        """A load of k chunks writes the attention blocks of chunks 1..k and the state
+        stored for chunk k's boundary into block k*C/B - 1 of the state group's list
+        (the block vLLM reads the state of a request with k*C computed tokens from), and
+        nothing else of the state group; no state stored at that boundary: no load."""
+        w, kcc, caches = self._state_worker(self.models["qwen3_5"], {
+            "host_capacity": "32MiB", "use_cost_model": False})
+        try:
+            gs = w._native
+            st = gs.state_groups[0]
+            C = gs.chunk_tokens
+            B = w._groups[st].block_size
+            self.assertEqual(C, B)
+            tokens = harness.prompt(11, 3 * C + 50)
+            lists = [[1, 2, 3, 4] for _ in w._groups]
+            lists[st] = [0, 0, 5, 6]  # vLLM's list after one step of 3 blocks
+            self.assertTrue(gs.store(tokens, lists))
+            self.assertEqual(gs.lookup(tokens)[0], 0, "no state stored yet: no load")
+            self.assertEqual(gs.store_state(st, tokens, 3 * C, 5), 1)
+            with self.assertRaises(ValueError):
+                gs.store_state(st, tokens, C + 1, 5)
+            w.flush()
+            self.assertEqual(gs.lookup(tokens), (3 * C, 3 * C))
+            self.assertEqual(gs.lookup(tokens[:3 * C]), (0, 0), "the last token is computed")
+            before = {n: t.clone() for n, t in caches.items()}
+            dst = [[7, 8, 9, 10] for _ in w._groups]
+            dst[st] = [0, 0, 11, 12]
+            self.assertEqual(gs.load(tokens, 3 * C, dst, 0), 3 * C)
+            for g in kcc.kv_cache_groups:
+                for n in g.layer_names:
+                    t, old = caches[n], before[n]
+                    if n in w._groups[st].layer_names:
+                        self.assertTrue(torch.equal(t[11], old[5]), "the boundary state")
+                        for b in (0, 7, 8, 9, 10, 12):
+                            self.assertTrue(torch.equal(t[b], old[b]), f"block {b} untouched")
+                    else:
+                        for d, sb in zip((7, 8, 9), (1, 2, 3)):
+                            self.assertTrue(torch.equal(t[d], old[sb]))
+            # A list without a real block at the boundary: refused, nothing written.
+            bad = [list(x) for x in dst]
+            bad[st] = [0, 0, 0, 12]
+            self.assertEqual(gs.load(tokens, 3 * C, bad, 0), 0)
+            # Another prompt sharing 2 chunks: its attention chunks 1..2 are held, the
+            # state after 2 chunks is not: no load.
+            other = tokens[:2 * C] + harness.prompt(12, C + 50)
+            self.assertEqual(gs.lookup(other)[0], 0)
+        finally:
+            w.shutdown()
+
+    def test_another_state_layout_never_hits(self):
+        """A prompt stored under Qwen3.5's layout hits there, not under the same model
+        with another linear-attention state (conv kernel 3: other state shapes)."""
+        other = family_model("qwen3_5", "hma-qwen3_5-conv3", linear_conv_kernel_dim=3)
+        extra = {"kvtierd": self.daemon.address, "use_cost_model": False,
+                 "model_id": "qwen3_5-tiny"}
+        w, _, _ = self._state_worker(self.models["qwen3_5"], extra)
+        tokens = harness.prompt(13, 1200)
+        try:
+            gs = w._native
+            st = gs.state_groups[0]
+            C = gs.chunk_tokens
+            lists = [[1, 2, 3] for _ in w._groups]
+            lists[st] = [0, 0, 4]
+            self.assertTrue(gs.store(tokens, lists))
+            self.assertEqual(gs.store_state(st, tokens, 3 * C, 4), 1)
+            w.flush()
+        finally:
+            w.shutdown()
+
+        def lookup(model):
+            vc = engine_config(model, enable_prefix_caching=True, extra=extra)
+            c = connector(vc, kv_cache_config(vc), "scheduler")
+            try:
+                return c._native.lookup(tokens)[1], c.namespace_hex
+            finally:
+                c.shutdown()
+        hit, ns = lookup(self.models["qwen3_5"])
+        self.assertEqual(hit, 3 * C, "control: the layout that stored hits")
+        hit2, ns2 = lookup(other)
+        self.assertEqual(hit2, 0)
+        self.assertNotEqual(ns, ns2)
 
 
 if __name__ == "__main__":

@@ -11,14 +11,17 @@ Enable it with
 runs in libkvtier (kvtier._native, ctypes, GIL released); this module only maps vLLM's
 requests and blocks onto kvtier's token chunks.
 
-Flow per engine step:
+Flow per engine step (scheduler half: KVTierScheduler in kvtier/vllm_scheduler.py;
+worker half: KVTierConnector below):
   scheduler  get_num_new_matched_tokens -> kvtier Lookup (cost model): tokens to load, and
                                            whether the load is asynchronous (load_async)
              update_state_after_alloc   -> remembers the request's load and, for an async
                                            load, its blocks
              build_connector_meta       -> per request: tokens, block ids, what to load
                                            (sync or async), whether its prefill completes
-                                           this step (store); the step's preempted requests
+                                           this step (store), the Mamba / linear-attention
+                                           states vLLM kept this step (state saves); the
+                                           step's preempted requests
              request_finished           -> True (blocks stay allocated) while the request's
                                            store may still be copying its blocks
   worker     handle_preemptions         -> waits until stores of preempted requests copied
@@ -43,9 +46,7 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -66,7 +67,6 @@ from kvtier._native import (
     STAT_FIELDS,
     KvtError,
 )
-from kvtier.pd_handoff import producer_handoff
 from kvtier.vllm_support import (
     _CLOSED,
     _SCHEDULER_STATS,
@@ -74,8 +74,6 @@ from kvtier.vllm_support import (
     _SHARED_LOCK,
     KVTierPromMetrics,
     KVTierStats,
-    _add_time,
-    NULL_BLOCK,
     GroupStores,
     _LayeredLoad,
     _open_groups,
@@ -83,6 +81,11 @@ from kvtier.vllm_support import (
     _timed,
     detect_layout,
     timing,
+)
+from kvtier.vllm_scheduler import (  # noqa: F401 - the metadata classes are public here
+    KVTierConnectorMetadata,
+    KVTierScheduler,
+    ReqMeta,
 )
 from kvtier.vllm_config import (
     derive_namespace,
@@ -110,50 +113,25 @@ __all__ = ["KVTierConnector", "KVTierConnectorMetadata", "KVTierStats", "detect_
            "timing"]
 
 
-@dataclass
-class ReqMeta:
-    req_id: str
-    token_ids: list[int]
-    block_ids: list[int]   # group 0's (the only group of a plain layout)
-    load_tokens: int = 0   # leading tokens to load from kvtier (0 = none)
-    skip_tokens: int = 0   # leading tokens vLLM already holds (its prefix cache)
-    store: bool = False    # the prompt's prefill completes in this step: store its chunks
-    async_load: bool = False  # load in the background; report through get_finished
-    # Every group's block ids, vLLM's group order (multi-group layouts only, else None).
-    group_block_ids: list[list[int]] | None = None
-
-
-@dataclass
-class KVTierConnectorMetadata(KVConnectorMetadata):
-    requests: list[ReqMeta] = field(default_factory=list)
-    preempted: set[str] = field(default_factory=set)  # requests vLLM preempted this step
-
-
-def _release(lease) -> None:
-    """Drops a lookup's pins (kvt_lease_release); None is ignored."""
-    if lease is not None:
-        lease.close()
-
-
 def _layer_index(name: str) -> int:
     m = re.search(r"layers\.(\d+)\.", name)
     return int(m.group(1)) if m else -1
 
 
-def _group_lists(block_ids) -> list[list[int]]:
-    """vLLM's per-group block ids (a tuple of lists, or None) as lists."""
-    return [list(ids) for ids in (block_ids or ())]
-
-
 class KVTierConnector(KVConnectorBase_V1, SupportsHMA):
-    """kvtier's vLLM connector (both halves; see the module docstring).
+    """kvtier's vLLM connector, the class vLLM instantiates for both roles (see the module
+    docstring): on a worker it is the worker half (loads, stores, per-layer waits); on
+    the scheduler it hands vLLM's scheduler-side calls to its KVTierScheduler
+    (kvtier/vllm_scheduler.py). Both roles share the configuration, the namespace(s)
+    and the native store set up here.
 
     Hybrid KV cache manager (SupportsHMA): vLLM's KV cache groups (full attention,
-    sliding window) each get their own kvtier namespace and native connector
-    (GroupStores); a prompt's chunks load only when every group holds them, and a
-    sliding-window group stores and loads only the blocks vLLM keeps. A layout with a
-    group kvtier does not handle (Mamba / linear-attention state...) runs cold: no
-    lookups, no stores (docs/vllm.md, "Hybrid models")."""
+    sliding window, Mamba / linear-attention state in vLLM's "align" mode) each get their
+    own kvtier namespace and native connector (GroupStores); a prompt's chunks load only
+    when every group holds them, a sliding-window group stores and loads only the blocks
+    vLLM keeps, and a state group the states vLLM keeps at chunk boundaries. A layout
+    with a group kvtier does not handle (a state group without vLLM's prefix caching...)
+    runs cold: no lookups, no stores (docs/vllm.md, "Hybrid models")."""
 
     def __init__(self, vllm_config: "VllmConfig", role: KVConnectorRole,
                  kv_cache_config: "KVCacheConfig | None" = None):
@@ -174,6 +152,9 @@ class KVTierConnector(KVConnectorBase_V1, SupportsHMA):
                           True)
         self._multi = bool(self._groups) and not is_plain_layout(self._groups)
         self._inert = any(g.kind == "unsupported" or not g.transfer for g in self._groups)
+        self._state = not self._inert and any(g.kind == "state" for g in self._groups)
+        if self._state:
+            self._fit_chunk_tokens(ktc.kv_connector_extra_config or {})
         # A layout kvtier does not store may have blocks of any size (Mamba hybrids align
         # attention blocks to the state's page: 384 tokens, 2048...).
         self._ns = derive_namespace(vllm_config, self._cfg, tp_rank=tp_rank,
@@ -206,30 +187,26 @@ class KVTierConnector(KVConnectorBase_V1, SupportsHMA):
         if self._inert:
             logger.warning(
                 "kvtier: KV cache group(s) %s are not handled by kvtier (%s): this model "
-                "runs cold (no loads, no stores)",
+                "runs cold (no loads, no stores)%s",
                 [g.index for g in self._groups if g.kind == "unsupported" or not g.transfer],
                 ", ".join(sorted({g.spec for g in self._groups if g.kind == "unsupported"}))
-                or "no KV transfer")
+                or "no KV transfer",
+                "; kvtier stores a Mamba / linear-attention state only where vLLM keeps it "
+                "at block boundaries, with prefix caching on (--enable-prefix-caching)"
+                if any(g.spec == "MambaSpec" and g.kind == "unsupported" for g in self._groups)
+                else "")
         # vLLM's kv_role: kv_consumer only loads, kv_producer only stores, kv_both does both.
         self._loads_on, self._stores_on = ktc.is_kv_consumer, ktc.is_kv_producer
         if self._inert:
             self._loads_on = self._stores_on = False
-        # Scheduler state.
-        # req -> (tokens to load, tokens vLLM holds, prompt tokens), from the lookup
-        self._pending_loads: dict[str, tuple[int, int, list[int]]] = {}
-        self._tracked: dict[str, ReqMeta] = {}                 # req -> tokens/blocks so far
-        self._async_out: list[ReqMeta] = []     # async loads for the next metadata
-        self._async_blocks: dict[str, set[int]] = {}  # req -> blocks of its async load
-        self._no_reload: set[str] = set()       # reqs whose async load failed: no retry
-        self._failed_recving: set[str] = set()  # multi-group: async loads that failed
-        self._storing: set[str] = set()         # reqs with a store (worker reports them)
-        # The store's pins on each looked-up prefix (kvt_lookup_pinned), so the chunks a
-        # lookup promised cannot be evicted before the worker loads them: held from the
-        # lookup until the request is scheduled again after the step that loaded it
-        # (sync), its load is reported (async), or it is not scheduled / finishes.
-        self._leases: dict[str, Any] = {}       # req -> lease, until its load is sent
-        self._loading: dict[str, Any] = {}      # req -> lease of a sync load sent out
+        # The scheduler half (vllm_scheduler.KVTierScheduler); None on a worker.
+        self._scheduler: KVTierScheduler | None = None
+        if role == KVConnectorRole.SCHEDULER:
+            self._scheduler = KVTierScheduler(self._cfg, self._ns, self._groups, self._native,
+                                              self._multi, self._state, self._loads_on,
+                                              self._stores_on)
         # Worker state (the engine thread only; futures run on the two pools).
+        self._failed_recving: set[str] = set()  # multi-group: async loads that failed
         self._view: str | None = None
         self._failed_blocks: set[int] = set()
         self._load_failed_reqs: set[str] = set()
@@ -275,6 +252,25 @@ class KVTierConnector(KVConnectorBase_V1, SupportsHMA):
         if role == KVConnectorRole.SCHEDULER and not self._cfg.embedded:
             self._watch_daemon()
 
+    def _fit_chunk_tokens(self, extra: dict) -> None:
+        """State layouts: every group's block size must divide chunk_tokens (a state is
+        kept at block boundaries only). Unset chunk_tokens becomes the smallest multiple
+        of the block sizes >= the default (Qwen3.5's 384-token blocks: 384); a set one
+        that does not fit is a ValueError naming the sizes."""
+        import math
+        lcm = math.lcm(*(g.block_size for g in self._groups))
+        if self._cfg.chunk_tokens % lcm == 0:
+            return
+        if "chunk_tokens" in extra:
+            raise ValueError(
+                f"kv_connector_extra_config.chunk_tokens = {self._cfg.chunk_tokens}: this "
+                f"model's KV cache groups have block sizes "
+                f"{sorted({g.block_size for g in self._groups})} (a Mamba / linear-attention "
+                f"state is kept at block boundaries only); use a multiple of {lcm}")
+        self._cfg.chunk_tokens = -(-self._cfg.chunk_tokens // lcm) * lcm
+        logger.info("kvtier: chunk_tokens %d (a multiple of the state group's block size)",
+                    self._cfg.chunk_tokens)
+
     def _watch_daemon(self) -> None:
         """Says at start-up whether kvtierd answers (issue 21 item 11). When it does not:
         one warning now, then a thread asks every second and logs once when it answers.
@@ -319,158 +315,21 @@ class KVTierConnector(KVConnectorBase_V1, SupportsHMA):
     # ---------------------------------------------------------------- scheduler half
     def get_num_new_matched_tokens(self, request: "Request",
                                    num_computed_tokens: int) -> tuple[int | None, bool]:
-        rid = request.request_id
-        if rid in self._no_reload or not self._loads_on:  # a failed async load; a producer
-            return 0, False
-        tokens = list(request.prompt_token_ids or [])
-        # kvtier's Lookup leaves the last prompt token to compute, so a prompt that ends
-        # on a chunk boundary loads one chunk less. An async load may cover the whole
-        # prompt: vLLM then recomputes only its last token (the scheduler's
-        # _update_waiting_for_remote_kv), so the lookup sees one token more (chunk keys
-        # depend on the complete chunks' tokens only).
-        probe = tokens + tokens[-1:] if self._cfg.loads_async else tokens
-        t0 = time.perf_counter()
-        try:
-            load, _, lease = self._native.lookup_pinned(probe, num_computed_tokens)
-        except KvtError as e:  # a broken cache never fails a request: it is a miss
-            logger.warning("kvtier: lookup failed (%s); computing request %s", e, rid)
-            load, lease = 0, None
-        _add_time("native_lookup", time.perf_counter() - t0)
-        _release(self._leases.pop(rid, None))  # an earlier lookup of a request not scheduled
-        if lease is not None:
-            if load > num_computed_tokens:
-                self._leases[rid] = lease
-            else:
-                _release(lease)
-        if load <= num_computed_tokens:
-            self._pending_loads.pop(rid, None)
-            return 0, False
-        self._pending_loads[rid] = (load, num_computed_tokens, tokens)
-        return load - num_computed_tokens, self._cfg.loads_async
+        return self._scheduler.get_num_new_matched_tokens(request, num_computed_tokens)
 
     def update_state_after_alloc(self, request: "Request", blocks: "KVCacheBlocks",
                                  num_external_tokens: int):
-        rid = request.request_id
-        if num_external_tokens == 0:
-            self._pending_loads.pop(rid, None)
-            _release(self._leases.pop(rid, None))
-            return
-        if self._cfg.loads_async and rid in self._pending_loads:
-            # The request waits (WAITING_FOR_REMOTE_KVS) with these blocks allocated and
-            # is not scheduled: its load goes out with the next metadata on its own.
-            load, local, tokens = self._pending_loads.pop(rid)
-            lists = _group_lists(blocks.get_block_ids())
-            ids = lists[0]
-            self._async_out.append(ReqMeta(rid, tokens, ids, load_tokens=load,
-                                           skip_tokens=local, async_load=True,
-                                           group_block_ids=lists if self._multi else None))
-            self._async_blocks[rid] = set(ids[local // self._block_size:
-                                              load // self._block_size])
+        return self._scheduler.update_state_after_alloc(request, blocks, num_external_tokens)
 
     def build_connector_meta(self, scheduler_output: "SchedulerOutput") -> KVConnectorMetadata:
-        meta = KVTierConnectorMetadata(requests=self._async_out,
-                                       preempted=set(scheduler_output.preempted_req_ids or ()))
-        self._async_out = []
-        n_sched = scheduler_output.num_scheduled_tokens
-        # A request scheduled again has run the step that loaded it: its pins can go.
-        for req_id in scheduler_output.scheduled_cached_reqs.req_ids:
-            _release(self._loading.pop(req_id, None))
-        for nr in scheduler_output.scheduled_new_reqs:
-            tokens = list(nr.prompt_token_ids or [])
-            load, local, _ = self._pending_loads.pop(nr.req_id, (0, 0, None))
-            lists = _group_lists(nr.block_ids)
-            rm = ReqMeta(nr.req_id, tokens, lists[0], load_tokens=load, skip_tokens=local,
-                         group_block_ids=lists if self._multi else None)
-            done = nr.num_computed_tokens + n_sched.get(nr.req_id, 0)
-            rm.store = (self._stores_on and done >= len(tokens) and
-                        len(tokens) >= self._cfg.chunk_tokens)
-            meta.requests.append(rm)
-            if self._stores_on and not rm.store and done < len(tokens):
-                self._tracked[nr.req_id] = ReqMeta(
-                    nr.req_id, tokens, list(rm.block_ids),
-                    group_block_ids=[list(x) for x in lists] if self._multi else None)
-        cached = scheduler_output.scheduled_cached_reqs
-        for i, req_id in enumerate(cached.req_ids):
-            new_blocks = cached.new_block_ids[i]
-            if req_id in cached.resumed_req_ids and req_id in self._pending_loads:
-                # A preempted request resumes with new blocks and its own lookup: load
-                # into those (its blocks are the whole list again after a preemption).
-                load, local, tokens = self._pending_loads.pop(req_id)
-                lists = _group_lists(new_blocks) or [[]]
-                meta.requests.append(ReqMeta(req_id, tokens, lists[0], load_tokens=load,
-                                             skip_tokens=local,
-                                             group_block_ids=lists if self._multi else None))
-            t = self._tracked.get(req_id)
-            if t is None:
-                continue
-            if req_id in cached.resumed_req_ids:
-                t.block_ids = list(new_blocks[0]) if new_blocks else []
-                if self._multi:
-                    t.group_block_ids = _group_lists(new_blocks) or [[] for _ in self._groups]
-            elif new_blocks:
-                t.block_ids.extend(new_blocks[0])
-                if self._multi:
-                    for g, ids in enumerate(new_blocks):
-                        t.group_block_ids[g].extend(ids)
-            if self._multi:
-                self._null_freed(t.group_block_ids, cached.num_computed_tokens[i])
-            done = cached.num_computed_tokens[i] + n_sched.get(req_id, 0)
-            if done >= len(t.token_ids):
-                del self._tracked[req_id]
-                if len(t.token_ids) >= self._cfg.chunk_tokens:
-                    meta.requests.append(ReqMeta(
-                        req_id, t.token_ids, list(t.block_ids), store=True,
-                        group_block_ids=t.group_block_ids))
-        # The pins of this metadata's sync loads last until the request's next step (or its
-        # end); async loads keep theirs until reported (update_connector_output).
-        for rm in meta.requests:
-            if rm.load_tokens > 0 and not rm.async_load and rm.req_id in self._leases:
-                _release(self._loading.pop(rm.req_id, None))
-                self._loading[rm.req_id] = self._leases.pop(rm.req_id)
-        # Every store handed to the worker is reported back by it (finished_sending)
-        # once the request finished and the store copied its blocks.
-        self._storing.update(rm.req_id for rm in meta.requests if rm.store)
-        return meta
-
-    def _null_freed(self, lists: list[list[int]], num_computed_tokens: int) -> None:
-        """Marks, in a running request's per-group block lists, the blocks a sliding-window
-        group may have freed by now (vLLM only sends new block ids): at this step's
-        allocation vLLM freed the blocks wholly below num_computed_tokens - window + 1
-        (SlidingWindowManager.get_num_skipped_tokens; it counts only processed tokens,
-        so this marks at least as many). A store never copies a block marked so."""
-        for grp, ids in zip(self._groups, lists):
-            if grp.kind != "sliding_window" or not grp.window:
-                continue
-            skipped = max(0, num_computed_tokens - grp.window + 1) // grp.block_size
-            for j in range(min(skipped, len(ids))):
-                ids[j] = NULL_BLOCK
+        return self._scheduler.build_connector_meta(scheduler_output)
 
     def update_connector_output(self, connector_output) -> None:
-        for rid in getattr(connector_output, "failed_recving", None) or ():
-            self._async_blocks.pop(rid, None)
-            self._no_reload.add(rid)  # a fresh lookup could promise the same load
-        bad = connector_output.invalid_block_ids or set()
-        for rid in connector_output.finished_recving or ():
-            _release(self._leases.pop(rid, None))
-            blocks = self._async_blocks.pop(rid, None)
-            if blocks and bad & blocks:
-                self._no_reload.add(rid)  # a fresh lookup could promise the same load
+        return self._scheduler.update_connector_output(connector_output)
 
     def request_finished(self, request: "Request",
                          block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
-        rid = request.request_id
-        self._tracked.pop(rid, None)
-        self._pending_loads.pop(rid, None)
-        _release(self._leases.pop(rid, None))
-        _release(self._loading.pop(rid, None))
-        self._no_reload.discard(rid)
-        # A store copies the request's blocks on the worker's store thread: vLLM keeps
-        # them allocated until the worker reports the request in finished_sending.
-        if rid in self._storing:
-            self._storing.discard(rid)
-            # A kv_producer tells a PD proxy where its chunks go (kvtier.pd_handoff).
-            return True, (producer_handoff(self._ns, self._cfg) if not self._loads_on else None)
-        return False, None
+        return self._scheduler.request_finished(request, block_ids)
 
     def request_finished_all_groups(
             self, request: "Request",
@@ -530,6 +389,9 @@ class KVTierConnector(KVConnectorBase_V1, SupportsHMA):
             if missing:
                 raise ValueError(f"kvtier: KV group {grp.index} names layers vLLM did not "
                                  f"register: {missing}")
+            if grp.kind == "state":
+                self._register_state_group(grp, native, kv_caches)
+                continue
             tensors = [kv_caches[n] for n in grp.layer_names]
             layout, num_blocks = detect_layout(tensors[0], ns.num_kv_heads, ns.head_dim,
                                                grp.block_size)
@@ -552,6 +414,27 @@ class KVTierConnector(KVConnectorBase_V1, SupportsHMA):
                                                  + (f" window {g.window}" if g.window else "")
                                                  for g in self._groups),
                     len(self._layer_names))
+
+    def _register_state_group(self, grp, native, kv_caches: dict) -> None:
+        """A state group's layers as a block view: vLLM's CPU runner hands each Mamba /
+        gated-DeltaNet layer one tensor [num_blocks, ...] whose block b is the page at
+        base + b * page_bytes (its conv and recurrent states inside); a list of state
+        tensors (other runners) must share that page stride and base."""
+        ptrs, num_blocks = [], None
+        for n in grp.layer_names:
+            t = kv_caches[n]
+            parts = list(t) if isinstance(t, (list, tuple)) else [t]
+            if t is None or not parts or any(p.is_cuda for p in parts):
+                raise ValueError(f"kvtier: state layer {n}: kvtier handles state groups on "
+                                 "vLLM's CPU backend only")
+            strides = {p.stride(0) * p.element_size() for p in parts}
+            if strides != {grp.page_bytes}:
+                raise ValueError(f"kvtier: state layer {n}: block stride {sorted(strides)} B, "
+                                 f"not vLLM's page of {grp.page_bytes} B")
+            ptrs.append(min(p.data_ptr() for p in parts))
+            nb = min(p.shape[0] for p in parts)
+            num_blocks = nb if num_blocks is None else min(num_blocks, nb)
+        native.register_block_view(ptrs, grp.block_size, num_blocks, grp.page_bytes)
 
     def _slots(self, block_ids: list[int], n: int) -> list[int]:
         B = self._block_size
@@ -594,6 +477,13 @@ class KVTierConnector(KVConnectorBase_V1, SupportsHMA):
     def _store(self, rm: ReqMeta) -> None:
         C = self._cfg.chunk_tokens
         n = len(rm.token_ids) // C * C
+        for g, bn, block in rm.state_saves:
+            try:
+                self._native.store_state(g, rm.token_ids, bn, block)
+            except (KvtError, ValueError) as e:
+                logger.warning("kvtier: state store for request %s failed (%s)", rm.req_id, e)
+        if not rm.store:
+            return
         try:
             if rm.group_block_ids is not None:
                 if not self._native.store(rm.token_ids[:n], rm.group_block_ids):
@@ -753,7 +643,7 @@ class KVTierConnector(KVConnectorBase_V1, SupportsHMA):
         self._waited_layers = set()
         failed, self._load_failed_reqs = self._load_failed_reqs, set()
         for rm in meta.requests:
-            if not rm.store:
+            if not rm.store and not rm.state_saves:
                 continue
             if rm.req_id in failed:  # never store blocks that were not loaded
                 f = Future()
@@ -828,10 +718,9 @@ class KVTierConnector(KVConnectorBase_V1, SupportsHMA):
         for pool in (self._load_pool, self._store_pool, self._layer_pool):
             if pool is not None:
                 pool.shutdown(wait=True)  # in-flight copies finish before the store closes
-        for lease in list(self._leases.values()) + list(self._loading.values()):
-            _release(lease)  # every lease before its store closes (kvt_lookup_pinned)
-        self._leases.clear()
-        self._loading.clear()
+        if self._scheduler is not None:
+            self._scheduler.release_leases()  # before its store closes (kvt_lookup_pinned)
+            self._scheduler.native = _CLOSED
         native, self._native = self._native, _CLOSED
         if native is _CLOSED:
             return None

@@ -11,7 +11,8 @@ names the key, raised from the connector's constructor, so the engine does not s
   token / token_file   bearer token for kvtierd (a file: its first line).
   tenant               tenant name, part of the namespace ("" = default tenant).
   chunk_tokens         kvtier chunk size in tokens (default 256); vLLM's block size
-                       must divide it.
+                       must divide it. A layout with a Mamba / linear-attention state
+                       group: unset, the smallest multiple of its block sizes >= 256.
   host_capacity        embedded host tier size: bytes or "512MiB", "4G" (default 1GiB);
                        sizes are read as kvtierd reads them (kvtier.parse_byte_size:
                        K/M/G/T and KiB..TiB are powers of 2, KB/MB/GB/TB powers of 10).
@@ -312,10 +313,15 @@ class KVGroup:
 
     kind: "full" (full attention: every block of the prompt), "sliding_window" (vLLM
     keeps only the blocks inside the last `window` tokens; the others are its null
-    block, id 0), or "unsupported" (Mamba / linear-attention state, chunked-local,
-    MLA-sliding... : kvtier neither stores nor loads such a model, it runs cold).
-    `spec`: the vLLM KVCacheSpec class name; `window`: tokens (sliding_window only,
-    also the window vLLM merged into a full-attention group when HMA is off)."""
+    block, id 0), "state" (Mamba / linear-attention state, vLLM's MambaSpec in its
+    "align" cache mode, i.e. with vLLM's prefix caching on: block j of a request holds,
+    if anything, the state after exactly (j + 1) * block_size tokens, one page of
+    `page_bytes` per layer and block), or "unsupported" (a state group in another
+    mode, chunked-local, MLA-sliding... : kvtier neither stores nor loads such a
+    model, it runs cold). `spec`: the vLLM KVCacheSpec class name; `window`: tokens
+    (sliding_window only, also the window vLLM merged into a full-attention group when
+    HMA is off); `state`: a state group's shapes and dtypes per layer, as vLLM declares
+    them (part of the namespace: another state layout never hits)."""
     index: int
     kind: str
     spec: str
@@ -325,12 +331,17 @@ class KVGroup:
     head_dim: int = 0
     window: int | None = None
     transfer: bool = True   # vLLM's KVCacheGroupSpec.enable_kv_transfer
+    page_bytes: int = 0     # "state": bytes of one (layer, block) page (vLLM's page size)
+    state: str | None = None  # "state": "shapes=...;dtypes=...;mode=align"
 
     def describe(self) -> dict:
         """The group as it enters the namespace (layer names in vLLM's order)."""
-        return {"kind": self.kind, "spec": self.spec, "layers": list(self.layer_names),
-                "block_size": self.block_size, "kv_heads": self.num_kv_heads,
-                "head_dim": self.head_dim, "window": self.window, "transfer": self.transfer}
+        d = {"kind": self.kind, "spec": self.spec, "layers": list(self.layer_names),
+             "block_size": self.block_size, "kv_heads": self.num_kv_heads,
+             "head_dim": self.head_dim, "window": self.window, "transfer": self.transfer}
+        if self.state is not None:
+            d.update(state=self.state, page_bytes=self.page_bytes)
+        return d
 
 
 def kv_groups(kv_cache_config) -> list[KVGroup]:
@@ -340,6 +351,7 @@ def kv_groups(kv_cache_config) -> list[KVGroup]:
     its specs agree on heads and head size."""
     from vllm.v1.kv_cache_interface import (
         FullAttentionSpec,
+        MambaSpec,
         SlidingWindowSpec,
         UniformTypeKVCacheSpecs,
     )
@@ -359,13 +371,25 @@ def kv_groups(kv_cache_config) -> list[KVGroup]:
         window = getattr(spec, "sliding_window", None) if kind != "unsupported" else None
         if kind == "sliding_window" and getattr(spec, "extra_retained_tokens", 0):
             kind = "unsupported"  # spec-decode retention changes which blocks vLLM keeps
+        state, page = None, 0
+        if type(spec) is MambaSpec:
+            # Only "align" mode keeps states at block boundaries (prefix caching on);
+            # speculative blocks move states between columns.
+            # A page must be whole rows of the record layout (group_namespaces).
+            if (spec.mamba_cache_mode == "align" and not spec.num_speculative_blocks
+                    and spec.page_size_bytes % (2 * spec.block_size) == 0):
+                kind = "state"
+                page = int(spec.page_size_bytes)
+                state = (f"shapes={[list(x) for x in spec.shapes]};"
+                         f"dtypes={[str(d) for d in spec.dtypes]};mode={spec.mamba_cache_mode}")
         out.append(KVGroup(
             index=i, kind=kind, spec=name, layer_names=tuple(g.layer_names),
             block_size=int(spec.block_size),
             num_kv_heads=int(getattr(spec, "num_kv_heads", 0) or 0),
             head_dim=int(getattr(spec, "head_size", 0) or 0),
             window=int(window) if window else None,
-            transfer=bool(getattr(g, "enable_kv_transfer", True))))
+            transfer=bool(getattr(g, "enable_kv_transfer", True)),
+            page_bytes=page, state=state))
     return out
 
 
@@ -392,6 +416,17 @@ def group_namespaces(base: Namespace, groups: list[KVGroup], hma: bool) -> list[
         extra = json.loads(base.engine_extra)
         extra.update({"kv_groups": layout, "kv_group": g.index, "hma": bool(hma),
                       "block_size": g.block_size})
+        if g.kind == "state":
+            # One record = one page per layer: an opaque "mla" row of page_bytes per
+            # block (bfloat16 elements), one block per record (state_chunk_tokens).
+            out.append(Namespace(
+                model_id=base.model_id, num_layers=max(1, len(g.layer_names)),
+                num_kv_heads=1, head_dim=g.page_bytes // (2 * g.block_size),
+                dtype="bfloat16", layout="mla", block_size=g.block_size,
+                packing=base.packing, tp_rank=base.tp_rank,
+                tp_world_size=base.tp_world_size,
+                engine_extra=json.dumps(extra, sort_keys=True)))
+            continue
         out.append(Namespace(
             model_id=base.model_id, num_layers=max(1, len(g.layer_names)),
             num_kv_heads=g.num_kv_heads or base.num_kv_heads,

@@ -6,7 +6,11 @@ per-group stores of a hybrid (HMA) KV cache layout."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
+import struct
+import sys
+from array import array
 import threading
 import time
 from concurrent.futures import Future
@@ -200,6 +204,30 @@ class GroupLease:
             lease.close()
 
 
+def prefix_digests(tokens: list[int], ends: list[int]) -> dict[int, bytes]:
+    """BLAKE2b-512 of tokens[:n] (int32 little-endian) for every n in `ends`, in one pass."""
+    h = hashlib.blake2b(digest_size=64)
+    out, pos = {}, 0
+    for e in sorted(set(ends)):
+        a = array("i", tokens[pos:e])
+        if sys.byteorder == "big":
+            a.byteswap()
+        h.update(a.tobytes())
+        pos = e
+        out[e] = h.copy().digest()
+    return out
+
+
+def boundary_tokens(digest: bytes, n: int, block_size: int) -> list[int]:
+    """The token ids a state group's record of the state after n prompt tokens is keyed
+    by (one block of `block_size` ids): the prefix's BLAKE2b-512 digest (prefix_digests)
+    as 16 ids of 31 bits, then n, then zeros. A state depends on every token before it,
+    as a chunk's chained key does; unlike chunks, vLLM keeps a state only at some block
+    boundaries, so each boundary is a record of its own, found without the others."""
+    ids = [w >> 1 for w in struct.unpack("<16I", digest)] + [n & 0x7FFFFFFF]
+    return ids + [0] * (block_size - len(ids))
+
+
 class GroupStores:
     """The native connectors of a KV layout with several groups (vLLM's hybrid KV cache
     manager, HMA): one per group, each with its group's layers and namespace
@@ -211,7 +239,14 @@ class GroupStores:
     per group (vLLM's order). A sliding-window group stores a prompt only when vLLM
     still holds every block of its complete chunks, and loads only the blocks vLLM
     allocated for it (those inside the window; the others are the null block, never
-    written)."""
+    written).
+
+    A state group (Mamba / gated-DeltaNet, vLLM's "align" mode) holds one record per
+    state boundary vLLM kept: the state after n tokens (n a multiple of chunk_tokens),
+    one page per layer, keyed by the prefix (boundary_tokens); its native connector's
+    chunk is one block. A load of n tokens takes the other groups' chunks of tokens
+    [0, n) and the state at n, written into the block vLLM reads a request's state from
+    when it starts with n computed tokens (block n / block_size - 1 of its list)."""
 
     def __init__(self, groups: list[KVGroup], natives: list[Connector], chunk_tokens: int):
         if len(groups) != len(natives) or not groups:
@@ -219,6 +254,7 @@ class GroupStores:
         self.groups = groups
         self.natives = natives
         self.chunk_tokens = chunk_tokens
+        self.state_groups = [i for i, g in enumerate(groups) if g.kind == "state"]
         self.stores_skipped = 0   # stores not made: a group's blocks were already freed
         self.loads_refused = 0    # loads not made: vLLM's blocks do not match the records
 
@@ -226,34 +262,69 @@ class GroupStores:
     def lookup(self, tokens: list[int], num_computed_tokens: int = 0) -> tuple[int, int]:
         """(tokens to load, tokens cached): the least over the groups, so a prompt loads
         only the chunks every group holds (a sliding-window group whose chunks are
-        missing makes the request recompute rather than load a partial window)."""
-        load, cached = None, None
-        for n in self.natives:
-            lg, cg = n.lookup(tokens, num_computed_tokens)
-            load = lg if load is None else min(load, lg)
-            cached = cg if cached is None else min(cached, cg)
-            if load == 0:
-                break  # the rest cannot raise it
-        return load or 0, cached or 0
+        missing makes the request recompute rather than load a partial window); with a
+        state group, the longest of those prefixes whose end state is held too."""
+        load, cached, lease = self._lookup(tokens, num_computed_tokens, pinned=False)
+        return load, cached
 
     def lookup_pinned(self, tokens: list[int],
                       num_computed_tokens: int = 0) -> tuple[int, int, "GroupLease | None"]:
         """lookup() with every group's chunks pinned (kvt_lookup_pinned per group): the
         leases are held together and dropped together (GroupLease.close)."""
+        return self._lookup(tokens, num_computed_tokens, pinned=True)
+
+    def _lookup(self, tokens, num_computed_tokens, pinned):
         load, cached, leases = None, None, []
-        for n in self.natives:
-            lg, cg, lease = n.lookup_pinned(tokens, num_computed_tokens)
-            if lease is not None:
-                leases.append(lease)
+        for g, n in enumerate(self.natives):
+            if g in self.state_groups:
+                continue
+            if pinned:
+                lg, cg, lease = n.lookup_pinned(tokens, num_computed_tokens)
+                if lease is not None:
+                    leases.append(lease)
+            else:
+                lg, cg = n.lookup(tokens, num_computed_tokens)
             load = lg if load is None else min(load, lg)
             cached = cg if cached is None else min(cached, cg)
             if load == 0:
                 break  # the rest cannot raise it
+        load, cached = load or 0, cached or 0
+        if self.state_groups and load > num_computed_tokens:
+            load, state_leases = self._state_lookup(tokens, load, num_computed_tokens, pinned)
+            leases += state_leases
+            cached = min(cached, load)
+        elif self.state_groups:
+            load = 0
         group_lease = GroupLease(leases) if leases else None
         if not load and group_lease is not None:
             group_lease.close()
             group_lease = None
-        return load or 0, cached or 0, group_lease
+        return load, cached, group_lease
+
+    def _state_lookup(self, tokens, limit, num_computed_tokens, pinned):
+        """(n, leases): the largest n <= limit, a multiple of chunk_tokens above
+        num_computed_tokens, whose state every state group holds; (0, []) if none."""
+        C = self.chunk_tokens
+        ends = list(range((num_computed_tokens // C + 1) * C, limit + 1, C))
+        digests = prefix_digests(tokens, ends)
+        for n in reversed(ends):
+            leases, held = [], True
+            for g in self.state_groups:
+                probe = boundary_tokens(digests[n], n, self.groups[g].block_size) + [0]
+                if pinned:
+                    _, cg, lease = self.natives[g].lookup_pinned(probe, 0)
+                    if lease is not None:
+                        leases.append(lease)
+                else:
+                    _, cg = self.natives[g].lookup(probe, 0)
+                if cg < self.groups[g].block_size:
+                    held = False
+                    break
+            if held:
+                return n, leases
+            for lease in leases:
+                lease.close()
+        return 0, []
 
     def stats(self) -> dict[str, int]:
         """The groups' counters summed (a chunk of a 4-group model counts 4 records)."""
@@ -299,22 +370,43 @@ class GroupStores:
             return None
         return max(skip_tokens, first * B)
 
+    def state_block(self, g: int, block_ids: list[int], n: int) -> int | None:
+        """The block of state group g that holds (or is to hold) the state after n tokens:
+        block n / block_size - 1 of vLLM's list; None when the list has no real block
+        there."""
+        i = n // self.groups[g].block_size - 1
+        if n <= 0 or n % self.groups[g].block_size or i >= len(block_ids):
+            return None
+        return None if block_ids[i] == NULL_BLOCK else block_ids[i]
+
     def load(self, tokens: list[int], load_tokens: int, block_lists: list[list[int]],
              skip_tokens: int) -> int:
         """Loads [skip, load_tokens) of every group into its blocks (a sliding-window group
-        only the blocks vLLM kept); returns the leading tokens every group now holds
-        (load_tokens, or less: the request's load failed and vLLM recomputes it)."""
+        only the blocks vLLM kept; a state group the state at load_tokens); returns the
+        leading tokens every group now holds (load_tokens, or less: the request's load
+        failed and vLLM recomputes it)."""
         if len(block_lists) != len(self.groups):
             self.loads_refused += 1
             return 0
-        skips = [self.load_window(g, ids, load_tokens, skip_tokens)
+        skips = [None if g in self.state_groups else
+                 self.load_window(g, ids, load_tokens, skip_tokens)
                  for g, ids in enumerate(block_lists)]
-        if any(s is None for s in skips):
+        states = {g: self.state_block(g, block_lists[g], load_tokens) for g in self.state_groups}
+        if (any(s is None for g, s in enumerate(skips) if g not in self.state_groups)
+                or any(b is None for b in states.values())):
             self.loads_refused += 1
             return 0
+        if states:
+            digest = prefix_digests(tokens, [load_tokens])[load_tokens]
+            for g, b in states.items():
+                B = self.groups[g].block_size
+                got = self.natives[g].load_blocks(boundary_tokens(digest, load_tokens, B), B,
+                                                  [b], 0)
+                if got < B:
+                    return 0  # no state: the request recomputes
         loaded = load_tokens
-        for native, ids, skip in zip(self.natives, block_lists, skips):
-            if skip >= load_tokens:
+        for g, (native, ids, skip) in enumerate(zip(self.natives, block_lists, skips)):
+            if g in self.state_groups or skip >= load_tokens:
                 continue  # nothing of this group to write
             got = native.load_blocks(tokens, load_tokens, ids, skip)
             loaded = min(loaded, got)
@@ -323,21 +415,36 @@ class GroupStores:
         return loaded
 
     def store(self, tokens: list[int], block_lists: list[list[int]]) -> bool:
-        """Stores the complete chunks of `tokens` for every group, or for none when a
-        group's blocks of those chunks are not all held (a sliding-window group whose
-        early blocks vLLM already freed): a prompt stored for some groups only would
-        never be loaded. Returns whether it stored."""
+        """Stores the complete chunks of `tokens` for every group but the state groups
+        (store_state), or for none when a group's blocks of those chunks are not all
+        held (a sliding-window group whose early blocks vLLM already freed): a prompt
+        stored for some groups only would never be loaded. Returns whether it stored."""
         n = len(tokens) // self.chunk_tokens * self.chunk_tokens
         if n == 0 or len(block_lists) != len(self.groups):
             return False
-        for grp, ids in zip(self.groups, block_lists):
+        for g, (grp, ids) in enumerate(zip(self.groups, block_lists)):
+            if g in self.state_groups:
+                continue
             need = n // grp.block_size
             if len(ids) < need or any(b == NULL_BLOCK for b in ids[:need]):
                 self.stores_skipped += 1
                 return False
-        for native, grp, ids in zip(self.natives, self.groups, block_lists):
-            native.store_blocks(tokens[:n], ids[:n // grp.block_size])
+        for g, (native, grp, ids) in enumerate(zip(self.natives, self.groups, block_lists)):
+            if g not in self.state_groups:
+                native.store_blocks(tokens[:n], ids[:n // grp.block_size])
         return True
+
+    def store_state(self, g: int, tokens: list[int], n: int, block_id: int) -> int:
+        """Stores state group g's block `block_id`, which holds the state after tokens[:n]
+        (n a multiple of chunk_tokens and of the group's block size); 1 when taken, 0
+        when already held. ValueError for an n that is not a state boundary."""
+        B = self.groups[g].block_size
+        if g not in self.state_groups or n <= 0 or n % B or n % self.chunk_tokens \
+                or n > len(tokens) or block_id == NULL_BLOCK:
+            raise ValueError(f"store_state: group {g}, {n} of {len(tokens)} tokens, "
+                             f"block {block_id}: not a state boundary of this layout")
+        digest = prefix_digests(tokens, [n])[n]
+        return self.natives[g].store_blocks(boundary_tokens(digest, n, B), [block_id])
 
 
 def _options(cfg: KVTierConfig, ns: Namespace, host_capacity_bytes: int | None = None,
@@ -381,6 +488,11 @@ def _open_groups(cfg: KVTierConfig, groups: list[KVGroup],
                         o.disk_capacity_bytes = _share(cfg.disk_capacity_bytes, share)
                 else:
                     o = _options(cfg, ns)
+                if g.kind == "state":
+                    # One record per state: a chunk is one block; whether loading pays is
+                    # decided by the other groups' lookups (their chunks are the prefix).
+                    o.chunk_tokens = g.block_size
+                    o.use_cost_model = False
                 natives.append(Connector(o))
         except BaseException:
             for n in natives:
