@@ -75,25 +75,22 @@ TEST_P(RefusedFamilyTest, EngineRefusesNamingArchitectureAndMissingPiece) {
   EXPECT_NE(msg.find("missing: " + f.missing), std::string::npos) << msg;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Families, RefusedFamilyTest,
-    ::testing::Values(Family{"gemma3", "iSWA",
-                             "every token's sliding-window rows: run with "
-                             "--swa-full",
-                             /*swa_full=*/false},
-                      Family{"gpt-oss", "iSWA",
-                             "every token's sliding-window rows: run with "
-                             "--swa-full",
-                             /*swa_full=*/false},
-                      // Gated delta net + attention with M-RoPE: per-cell records.
-                      Family{"qwen35", "M-RoPE", "the cells' M-RoPE extension records"}),
-    [](const ::testing::TestParamInfo<Family>& i) {
-      std::string n = i.param.arch;
-      for (char& c : n) {
-        if (c == '-') c = '_';
-      }
-      return n;
-    });
+INSTANTIATE_TEST_SUITE_P(Families, RefusedFamilyTest,
+                         ::testing::Values(Family{"gemma3", "iSWA",
+                                                  "every token's sliding-window rows: run with "
+                                                  "--swa-full",
+                                                  /*swa_full=*/false},
+                                           Family{"gpt-oss", "iSWA",
+                                                  "every token's sliding-window rows: run with "
+                                                  "--swa-full",
+                                                  /*swa_full=*/false}),
+                         [](const ::testing::TestParamInfo<Family>& i) {
+                           std::string n = i.param.arch;
+                           for (char& c : n) {
+                             if (c == '-') c = '_';
+                           }
+                           return n;
+                         });
 
 // Families kvtier restores exactly: K and V rows of different sizes in one payload
 // (-ctk q8_0 -ctv f16), MLA's K-only latent rows (deepseek2), and iSWA caches with a
@@ -258,7 +255,8 @@ TEST(ModelFamiliesTest, IswaRecordsNeverHitAcrossWindowsOrFamilies) {
       << refused.status();
 }
 
-// Recurrent and hybrid models (mamba2; granitehybrid, lfm2): a chunk record is
+// Recurrent and hybrid models (mamba2; granitehybrid, lfm2, qwen35 whose attention
+// cells carry M-RoPE records): a chunk record is
 // its attention rows and the recurrent state at its last token (a boundary snapshot);
 // restoring k chunks = rows of chunks 1..k + snapshot k, logits bit for bit against a
 // recompute. A prompt sharing 2 chunks then differing loads only those (its own chunks
@@ -277,6 +275,10 @@ TEST_P(SnapshotFamilyTest, RowsAndBoundarySnapshotRestoreBitForBit) {
   EXPECT_NE((*engine)->engine_extra().find(recurrent ? ";memory=recurrent;snapshot_bytes="
                                                      : ";memory=hybrid;snapshot_bytes="),
             std::string::npos)
+      << (*engine)->engine_extra();
+  // qwen35's attention uses interleaved M-RoPE: its cells carry ext records.
+  EXPECT_EQ((*engine)->state_spec().cell_ext, arch == "qwen35");
+  EXPECT_EQ((*engine)->engine_extra().find(";rope=imrope;") != std::string::npos, arch == "qwen35")
       << (*engine)->engine_extra();
   auto store = MakeStore(MakeTempDir("snap-" + arch), /*with_host=*/false);
   ASSERT_TRUE(store.ok()) << store.status();
@@ -346,7 +348,8 @@ TEST_P(SnapshotFamilyTest, RowsAndBoundarySnapshotRestoreBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, SnapshotFamilyTest,
-                         ::testing::Values("mamba2", "granitehybrid", "lfm2"));
+                         ::testing::Values("mamba2", "granitehybrid", "lfm2", "qwen35"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 }  // namespace
 }  // namespace kvt::llamacpp

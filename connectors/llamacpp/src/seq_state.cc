@@ -9,7 +9,16 @@
 namespace kvt::llamacpp {
 namespace {
 
-constexpr uint64_t kCellMetaBytes = 4 + 4 + 4;  // pos, n_seq_id, seq_id
+constexpr uint64_t kCellMetaBytes = 4 + 4 + 4;  // pos, n_seq_id, seq_id (the smallest cell)
+constexpr uint64_t kCellExtBytes = 4 + 4 + 4;   // llama_kv_cell_ext: x, y, tok
+
+// llama_kv_cell_ext as llama.cpp writes it after a cell's n_seq_id.
+struct CellExt {
+  int32_t x = 0;
+  int32_t y = 0;
+  int32_t tok = -1;
+};
+static_assert(sizeof(CellExt) == kCellExtBytes);
 
 // Bounds-checked little-endian reader; every failure names the field and offset.
 class Reader {
@@ -114,9 +123,9 @@ absl::Status SeqStateSpec::Validate() const {
 std::string SeqStateSpec::DebugString() const {
   return absl::StrFormat(
       "{n_layer=%d type_k=%d type_v=%d k_row_bytes=%d v_row_bytes=%d n_embd_v_gqa=%d "
-      "v_elem_bytes=%d v_trans=%d has_v=%d n_layer_swa=%d}",
+      "v_elem_bytes=%d v_trans=%d has_v=%d n_layer_swa=%d cell_ext=%d}",
       n_layer, type_k, type_v, k_row_bytes, v_row_bytes, n_embd_v_gqa, v_elem_bytes, v_trans, has_v,
-      n_layer_swa);
+      n_layer_swa, cell_ext);
 }
 
 uint64_t SeqStateBytes(const SeqStateSpec& spec, uint32_t cell_count) {
@@ -124,7 +133,7 @@ uint64_t SeqStateBytes(const SeqStateSpec& spec, uint32_t cell_count) {
   const uint64_t sections = spec.n_layer_swa > 0 ? 2 : 1;
   const uint64_t layers = spec.total_layers();
   // magic, seq_id; per section n_stream, cell_count, cells, v_trans, n_layer.
-  uint64_t bytes = 4 + 4 + sections * (4 + 4 + cells * kCellMetaBytes + 4 + 4);
+  uint64_t bytes = 4 + 4 + sections * (4 + 4 + cells * spec.cell_bytes() + 4 + 4);
   bytes += layers * (kKLayerHeader + cells * spec.k_row_bytes);
   if (spec.has_v) {
     bytes +=
@@ -162,12 +171,13 @@ absl::Status ParseSection(Reader& r, const SeqStateSpec& expect, int section, Se
         sec, at, cell_count, view.cell_count));
   }
   // Cheap plausibility bound before looping over cells.
-  if (uint64_t{cell_count} * kCellMetaBytes > r.remaining()) {
+  if (uint64_t{cell_count} * expect.cell_bytes() > r.remaining()) {
     return absl::DataLossError(absl::StrFormat(
         "llama.cpp seq state field %scell_count at offset %d is %d: the %d bytes left cannot "
         "hold its cells",
         sec, at, cell_count, r.remaining()));
   }
+  view.cell_offset.push_back(r.pos());
   for (uint32_t i = 0; i < cell_count; ++i) {
     at = r.pos();
     KVT_ASSIGN_OR_RETURN(const int32_t pos, r.Read<int32_t>("cell.pos"));
@@ -183,6 +193,9 @@ absl::Status ParseSection(Reader& r, const SeqStateSpec& expect, int section, Se
       return absl::DataLossError(absl::StrFormat(
           "llama.cpp seq state field %scell[%d].n_seq_id at offset %d is %d, expected 1", sec, i,
           at, n_seq_id));
+    }
+    if (expect.cell_ext) {  // judged per chunk by CheckTextCells
+      if (absl::Status s = r.Skip(kCellExtBytes, "cell.ext"); !s.ok()) return s;
     }
     KVT_ASSIGN_OR_RETURN(const int32_t cell_seq, r.Read<int32_t>("cell.seq_id"));
     (void)cell_seq;
@@ -290,7 +303,10 @@ absl::StatusOr<SeqStateView> ParseSeqState(std::span<const std::byte> blob,
   return view;
 }
 
-absl::StatusOr<SeqStateSpec> InferSeqStateSpec(std::span<const std::byte> blob) {
+namespace {
+
+// InferSeqStateSpec with cell records of spec.cell_bytes() for this `cell_ext`.
+absl::StatusOr<SeqStateSpec> InferWithCells(std::span<const std::byte> blob, bool cell_ext) {
   Reader r(blob);
   KVT_ASSIGN_OR_RETURN(const uint32_t magic, r.Read<uint32_t>("magic"));
   if (magic != kSeqStateMagic) {
@@ -307,8 +323,9 @@ absl::StatusOr<SeqStateSpec> InferSeqStateSpec(std::span<const std::byte> blob) 
   KVT_ASSIGN_OR_RETURN(const uint32_t cells, r.Read<uint32_t>("cell_count"));
   if (cells == 0)
     return absl::DataLossError("llama.cpp seq state field cell_count is 0 (empty sequence)");
-  if (absl::Status s = r.Skip(uint64_t{cells} * kCellMetaBytes, "cells"); !s.ok()) return s;
   SeqStateSpec spec;
+  spec.cell_ext = cell_ext;
+  if (absl::Status s = r.SkipRows(cells, spec.cell_bytes(), "cells"); !s.ok()) return s;
   KVT_ASSIGN_OR_RETURN(const uint32_t v_trans, r.Read<uint32_t>("v_trans"));
   if (v_trans > 1)
     return absl::DataLossError(absl::StrFormat("llama.cpp seq state field v_trans is %d", v_trans));
@@ -367,7 +384,7 @@ absl::StatusOr<SeqStateSpec> InferSeqStateSpec(std::span<const std::byte> blob) 
     KVT_ASSIGN_OR_RETURN(const uint32_t n_stream2, r.Read<uint32_t>("swa.n_stream"));
     (void)n_stream2;  // checked by ParseSeqState
     KVT_ASSIGN_OR_RETURN(const uint32_t cells2, r.Read<uint32_t>("swa.cell_count"));
-    if (absl::Status s = r.SkipRows(cells2, kCellMetaBytes, "swa.cells"); !s.ok()) return s;
+    if (absl::Status s = r.SkipRows(cells2, spec.cell_bytes(), "swa.cells"); !s.ok()) return s;
     KVT_ASSIGN_OR_RETURN(const uint32_t v_trans2, r.Read<uint32_t>("swa.v_trans"));
     (void)v_trans2;
     KVT_ASSIGN_OR_RETURN(spec.n_layer_swa, r.Read<uint32_t>("swa.n_layer"));
@@ -383,8 +400,53 @@ absl::StatusOr<SeqStateSpec> InferSeqStateSpec(std::span<const std::byte> blob) 
   return spec;
 }
 
+}  // namespace
+
+absl::StatusOr<SeqStateSpec> InferSeqStateSpec(std::span<const std::byte> blob) {
+  absl::StatusOr<SeqStateSpec> plain = InferWithCells(blob, /*cell_ext=*/false);
+  if (plain.ok()) return plain;
+  // Read with 12-byte cells, a blob of 24-byte ones fails: its first cell's x, y and tok
+  // land on seq_id, v_trans and n_layer, and the sizes read after them do not add up.
+  absl::StatusOr<SeqStateSpec> ext = InferWithCells(blob, /*cell_ext=*/true);
+  if (ext.ok()) return ext;
+  return plain.status();
+}
+
+absl::Status CheckTextCells(const SeqStateView& view, uint32_t first, uint32_t count,
+                            std::span<const int32_t> tokens) {
+  if (uint64_t{first} + count > view.cell_count) {
+    return absl::OutOfRangeError(
+        absl::StrFormat("token range [%d, %d) is outside the %d cells of the state", first,
+                        uint64_t{first} + count, view.cell_count));
+  }
+  if (!view.spec.cell_ext) return absl::OkStatus();
+  if (!tokens.empty() && tokens.size() < count) {
+    return absl::OutOfRangeError(
+        absl::StrFormat("CheckTextCells: %d token ids for %d cells", tokens.size(), count));
+  }
+  for (size_t sec = 0; sec < view.cell_offset.size(); ++sec) {
+    for (uint32_t i = first; i < first + count; ++i) {
+      // Positions were checked by ParseSeqState: cell i holds position i.
+      const uint64_t at = view.cell_offset[sec] + uint64_t{i} * view.spec.cell_bytes() + 4 + 4;
+      CellExt ext;
+      std::memcpy(&ext, view.blob.data() + at, sizeof ext);
+      const int32_t pos = static_cast<int32_t>(i);
+      const bool token_ok = tokens.empty() ? ext.tok >= 0 : ext.tok == tokens[i - first];
+      if (ext.x != pos || ext.y != pos || !token_ok) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "llama.cpp seq state %scell[%d] at offset %d has the M-RoPE record x=%d y=%d tok=%d; "
+            "a text token there has x = y = %d and tok = %s (kvtier stores and restores only "
+            "text cells; an embedding input, e.g. an image, is not cut into chunks)",
+            sec == 0 ? "" : "swa.", i, at, ext.x, ext.y, ext.tok, pos,
+            tokens.empty() ? std::string("its token id >= 0") : absl::StrCat(tokens[i - first])));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ExtractChunkPayload(const SeqStateView& view, uint32_t first, uint32_t count,
-                                 std::span<std::byte> payload) {
+                                 std::span<std::byte> payload, std::span<const int32_t> tokens) {
   const SeqStateSpec& spec = view.spec;
   if (uint64_t{first} + count > view.cell_count || count == 0) {
     return absl::OutOfRangeError(
@@ -396,6 +458,7 @@ absl::Status ExtractChunkPayload(const SeqStateView& view, uint32_t first, uint3
         absl::StrFormat("payload is %d bytes, %d tokens need %d", payload.size(), count,
                         uint64_t{count} * spec.payload_bytes_per_token()));
   }
+  if (absl::Status s = CheckTextCells(view, first, count, tokens); !s.ok()) return s;
   const PayloadLayout pl = PayloadOffsets(spec, count);
   const std::byte* src = view.blob.data();
   for (uint32_t l = 0; l < spec.total_layers(); ++l) {
@@ -426,10 +489,27 @@ SeqStateBuilder::SeqStateBuilder(const SeqStateSpec& spec, uint32_t cell_count, 
 
 absl::StatusOr<SeqStateBuilder> SeqStateBuilder::Create(const SeqStateSpec& spec,
                                                         uint32_t cell_count, int32_t seq_id,
-                                                        std::vector<std::byte> storage) {
+                                                        std::vector<std::byte> storage,
+                                                        std::span<const int32_t> tokens) {
   if (absl::Status s = spec.Validate(); !s.ok()) return s;
   if (cell_count == 0) return absl::InvalidArgumentError("SeqStateBuilder: cell_count is 0");
   SeqStateBuilder b(spec, cell_count, seq_id);
+  if (spec.cell_ext) {
+    // Each cell's ext record is written as a text token's: it needs the token id.
+    if (tokens.size() < cell_count) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "SeqStateBuilder: an M-RoPE state of %d cells needs their token ids, got %d", cell_count,
+          tokens.size()));
+    }
+    tokens = tokens.first(cell_count);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (tokens[i] < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("SeqStateBuilder: token id %d of cell %d is negative", tokens[i], i));
+      }
+    }
+    b.tokens_.assign(tokens.begin(), tokens.end());
+  }
   const uint64_t bytes = SeqStateBytes(spec, cell_count);
   if (storage.size() >= bytes) {
     b.blob_ = std::move(storage);  // no allocation, no zeroing
@@ -458,6 +538,11 @@ absl::StatusOr<SeqStateBuilder> SeqStateBuilder::Create(const SeqStateSpec& spec
     for (uint32_t i = 0; i < cell_count; ++i) {
       put(static_cast<int32_t>(i));
       put(uint32_t{1});
+      if (spec.cell_ext) {
+        // What apply_ubatch writes for a text token: its position broadcast to the 2D
+        // position, and its token id.
+        put(CellExt{static_cast<int32_t>(i), static_cast<int32_t>(i), b.tokens_[i]});
+      }
       put(seq_id);
     }
     put(uint32_t{spec.v_trans ? 1u : 0u});
@@ -536,6 +621,12 @@ absl::Status SeqStateBuilder::CopyPrefixFrom(const SeqStateView& view, uint32_t 
         absl::StrFormat("CopyPrefixFrom: %d tokens, source holds %d and target %d cells", count,
                         view.cell_count, cell_count_));
   }
+  // The rows only are copied: the source's cells must be the ones this builder wrote.
+  if (absl::Status s = CheckTextCells(
+          view, 0, count, std::span<const int32_t>(tokens_).first(spec_.cell_ext ? count : 0));
+      !s.ok()) {
+    return s;
+  }
   const std::byte* src = view.blob.data();
   std::byte* dst = blob_.data();
   for (uint32_t l = 0; l < spec_.total_layers(); ++l) {
@@ -563,7 +654,7 @@ absl::StatusOr<std::vector<std::byte>> SeqStateBuilder::Truncated(uint32_t cells
   if (!view.ok()) return view.status();
   std::vector<std::byte> payload(uint64_t{cells} * spec_.payload_bytes_per_token());
   if (absl::Status s = ExtractChunkPayload(*view, 0, cells, payload); !s.ok()) return s;
-  absl::StatusOr<SeqStateBuilder> out = Create(spec_, cells, seq_id_);
+  absl::StatusOr<SeqStateBuilder> out = Create(spec_, cells, seq_id_, {}, tokens_);
   if (!out.ok()) return out.status();
   if (absl::Status s = out->PutChunk(0, cells, payload); !s.ok()) return s;
   return std::move(*out).TakeBlob();
@@ -584,7 +675,8 @@ struct ContextSection {
     uint32_t index = 0;
   };
   std::vector<Stream> streams;
-  std::vector<Where> at;  // by position
+  std::vector<Where> at;      // by position
+  std::vector<int32_t> toks;  // by position, with spec.cell_ext: the text cell's token id
 };
 
 absl::Status ParseContextSection(Reader& r, const SeqStateSpec& spec, int section, int32_t seq_id,
@@ -613,6 +705,10 @@ absl::Status ParseContextSection(Reader& r, const SeqStateSpec& spec, int sectio
       KVT_ASSIGN_OR_RETURN(const int32_t pos, r.Read<int32_t>("cell.pos"));
       at = r.pos();
       KVT_ASSIGN_OR_RETURN(const uint32_t n_seq_id, r.Read<uint32_t>("cell.n_seq_id"));
+      CellExt ext;
+      if (spec.cell_ext) {
+        KVT_ASSIGN_OR_RETURN(ext, r.Read<CellExt>("cell.ext"));
+      }
       if (uint64_t{n_seq_id} * 4 > r.remaining()) {
         return absl::DataLossError(absl::StrFormat(
             "llama.cpp context state field %scell[%d].n_seq_id at offset %d is %d with %d bytes "
@@ -627,13 +723,19 @@ absl::Status ParseContextSection(Reader& r, const SeqStateSpec& spec, int sectio
       // A run of positions from 0 is no longer than the cells of the state (12 bytes each):
       // a larger position cannot be in it (and would only grow `at`).
       if (!mine || pos < 0 || static_cast<uint64_t>(pos) >= max_cells) continue;
-      if (out.at.size() <= static_cast<size_t>(pos)) out.at.resize(static_cast<size_t>(pos) + 1);
+      // Not a text cell (CheckTextCells): not restorable, so not part of the run.
+      if (spec.cell_ext && (ext.x != pos || ext.y != pos || ext.tok < 0)) continue;
+      if (out.at.size() <= static_cast<size_t>(pos)) {
+        out.at.resize(static_cast<size_t>(pos) + 1);
+        if (spec.cell_ext) out.toks.resize(static_cast<size_t>(pos) + 1, -1);
+      }
       if (out.at[static_cast<size_t>(pos)].stream != UINT32_MAX) {
         return absl::DataLossError(
             absl::StrFormat("llama.cpp context state: %sposition %d of seq %d is held by two cells",
                             sec, pos, seq_id));
       }
       out.at[static_cast<size_t>(pos)] = {s, i};
+      if (spec.cell_ext) out.toks[static_cast<size_t>(pos)] = ext.tok;
     }
     at = r.pos();
     KVT_ASSIGN_OR_RETURN(const uint32_t v_trans, r.Read<uint32_t>("v_trans"));
@@ -711,6 +813,8 @@ absl::StatusOr<std::vector<std::byte>> SeqStateFromContextState(std::span<const 
     bool all = true;
     for (int i = 0; i < n_sections; ++i) {
       all = all && n < sections[i].at.size() && sections[i].at[n].stream != UINT32_MAX;
+      // Both caches must hold the same token there.
+      all = all && (!spec.cell_ext || sections[i].toks[n] == sections[0].toks[n]);
     }
     if (!all) break;
     ++n;
@@ -746,7 +850,8 @@ absl::StatusOr<std::vector<std::byte>> SeqStateFromContextState(std::span<const 
       }
     }
   }
-  absl::StatusOr<SeqStateBuilder> b = SeqStateBuilder::Create(spec, n, seq_id);
+  absl::StatusOr<SeqStateBuilder> b =
+      SeqStateBuilder::Create(spec, n, seq_id, {}, sections[0].toks);
   if (!b.ok()) return b.status();
   if (absl::Status s = b->PutChunk(0, n, payload); !s.ok()) return s;
   return std::move(*b).TakeBlob();
