@@ -15,6 +15,7 @@
 #include "kvstore/chunk_key.h"
 #include "llama_test_util.h"
 #include "llamacpp/gguf_generator.h"
+#include "llama.h"
 #include "llamacpp/kv_adapter.h"
 #include "store_test_util.h"
 
@@ -345,6 +346,78 @@ TEST_P(SnapshotFamilyTest, RowsAndBoundarySnapshotRestoreBitForBit) {
   EXPECT_EQ(warm.loaded_tokens, 2 * kTestChunkTokens);
   EXPECT_THAT(warm.failed_chunks, ::testing::Contains(2u));
   EXPECT_TRUE(SameBits(warm.logits, run(request, cold(0)).logits)) << arch;
+}
+
+// qwen35's attention cells carry llama.cpp's M-RoPE record (x, y, tok; 12 bytes after
+// n_seq_id). For a text prompt llama.cpp writes x = y = the position and tok = the token
+// id, so the state kvtier rebuilds from the chunks' rows, the positions and the prompt's
+// ids is byte-identical to llama.cpp's own. A chunk holding a cell of an embedding input
+// (tok -1, as an image's is; here with x = y = pos, an image's first patch) is never cut.
+TEST(ModelFamiliesTest, MropeTextCellsRebuildByteForByteAndEmbeddingCellsAreNeverCut) {
+  auto engine = LlamaEngine::Create(TinyEngineOptions(false, FamilyModel("qwen35")));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const SeqStateSpec& spec = (*engine)->state_spec();
+  ASSERT_TRUE(spec.cell_ext) << spec.DebugString();
+  constexpr uint32_t kT = kTestChunkTokens;
+  const std::vector<TokenId> prompt = RandomTokens(2401, 3 * kT, (*engine)->n_vocab());
+  ASSERT_TRUE((*engine)->Prefill(prompt, 0, /*want_logits=*/false).ok());
+  auto blob = (*engine)->GetSeqState();
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  auto view = ParseSeqState(*blob, spec);
+  ASSERT_TRUE(view.ok()) << view.status();
+  for (uint32_t i : {0u, 1u, 3 * kT - 1}) {
+    int32_t ext[3];  // x, y, tok
+    std::memcpy(ext, blob->data() + view->cell_offset[0] + i * spec.cell_bytes() + 8, sizeof ext);
+    EXPECT_EQ(ext[0], static_cast<int32_t>(i));
+    EXPECT_EQ(ext[1], static_cast<int32_t>(i));
+    EXPECT_EQ(ext[2], prompt[i]);
+  }
+  auto builder = SeqStateBuilder::Create(spec, 3 * kT, 0, {}, prompt);
+  ASSERT_TRUE(builder.ok()) << builder.status();
+  std::vector<std::byte> payload(uint64_t{kT} * spec.payload_bytes_per_token());
+  for (uint32_t c = 0; c < 3; ++c) {
+    ASSERT_TRUE(ExtractChunkPayload(*view, c * kT, kT, payload,
+                                    std::span<const TokenId>(prompt).subspan(c * kT, kT))
+                    .ok());
+    ASSERT_TRUE(builder->PutChunk(c * kT, kT, payload).ok());
+  }
+  ASSERT_EQ(builder->blob().size(), blob->size());
+  EXPECT_EQ(std::memcmp(builder->blob().data(), blob->data(), blob->size()), 0);
+
+  // Chunk 0 as text, then a chunk of embeddings (multimodal input) at the next positions.
+  (*engine)->Clear();
+  ASSERT_TRUE((*engine)->Prefill(std::span<const TokenId>(prompt).first(kT), 0, false).ok());
+  const int32_t n_embd = llama_model_n_embd((*engine)->model());
+  llama_batch batch = llama_batch_init(kT, n_embd, 1);
+  batch.n_tokens = kT;
+  for (uint32_t i = 0; i < kT; ++i) {
+    for (int32_t e = 0; e < n_embd; ++e) batch.embd[i * n_embd + e] = 0.01f * ((i + e) % 7);
+    batch.n_seq_id[i] = 1;
+    batch.seq_id[i][0] = 0;
+    batch.logits[i] = i + 1 == kT;
+  }
+  // llama_batch_init gives one position per token; M-RoPE embeddings take 4 (sections).
+  std::vector<llama_pos> pos(4 * kT);
+  for (uint32_t j = 0; j < 4; ++j) {
+    for (uint32_t i = 0; i < kT; ++i) pos[j * kT + i] = static_cast<llama_pos>(kT + i);
+  }
+  llama_pos* own_pos = batch.pos;
+  batch.pos = pos.data();
+  const int32_t rc = llama_decode((*engine)->context(), batch);
+  batch.pos = own_pos;
+  llama_batch_free(batch);
+  ASSERT_EQ(rc, 0);
+  auto mixed = (*engine)->GetSeqState();
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  auto mv = ParseSeqState(*mixed, spec);
+  ASSERT_TRUE(mv.ok()) << mv.status();
+  ASSERT_EQ(mv->cell_count, 2 * kT);
+  EXPECT_TRUE(ExtractChunkPayload(*mv, 0, kT, payload, std::span<const TokenId>(prompt).first(kT))
+                  .ok());
+  const absl::Status s = ExtractChunkPayload(*mv, kT, kT, payload);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("tok=-1"), std::string_view::npos) << s;
+  (*engine)->Clear();
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, SnapshotFamilyTest,
