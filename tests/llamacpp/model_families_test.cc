@@ -13,9 +13,9 @@
 #include "gtest/gtest.h"
 #include "kvstore/chunk_codec.h"
 #include "kvstore/chunk_key.h"
+#include "llama.h"
 #include "llama_test_util.h"
 #include "llamacpp/gguf_generator.h"
-#include "llama.h"
 #include "llamacpp/kv_adapter.h"
 #include "store_test_util.h"
 
@@ -412,8 +412,8 @@ TEST(ModelFamiliesTest, MropeTextCellsRebuildByteForByteAndEmbeddingCellsAreNeve
   auto mv = ParseSeqState(*mixed, spec);
   ASSERT_TRUE(mv.ok()) << mv.status();
   ASSERT_EQ(mv->cell_count, 2 * kT);
-  EXPECT_TRUE(ExtractChunkPayload(*mv, 0, kT, payload, std::span<const TokenId>(prompt).first(kT))
-                  .ok());
+  EXPECT_TRUE(
+      ExtractChunkPayload(*mv, 0, kT, payload, std::span<const TokenId>(prompt).first(kT)).ok());
   const absl::Status s = ExtractChunkPayload(*mv, kT, kT, payload);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_NE(s.message().find("tok=-1"), std::string_view::npos) << s;

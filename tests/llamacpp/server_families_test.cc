@@ -408,8 +408,7 @@ TEST(IswaServerTest, OneStreamPerSlotIsRefusedNamingKvUnified) {
   ExpectSameAnswer(Post(*s, "/completion", Completion(Prompt(3))), cold);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, RefusedFamilyServerTest,
-                         ::testing::Values("gemma3", "gpt-oss"),
+INSTANTIATE_TEST_SUITE_P(Families, RefusedFamilyServerTest, ::testing::Values("gemma3", "gpt-oss"),
                          [](const ::testing::TestParamInfo<std::string>& i) {
                            std::string n = i.param;
                            for (char& c : n) {
