@@ -138,7 +138,7 @@ absl::Status SeqStateBuilder::CopyPrefixFrom(const SeqStateView& view, uint32_t 
   if (vs.n_layer != spec_.n_layer || vs.type_k != spec_.type_k || vs.type_v != spec_.type_v ||
       vs.k_row_bytes != spec_.k_row_bytes || vs.v_row_bytes != spec_.v_row_bytes ||
       vs.v_trans != spec_.v_trans || vs.has_v != spec_.has_v ||
-      vs.n_layer_swa != spec_.n_layer_swa ||
+      vs.n_layer_swa != spec_.n_layer_swa || vs.cell_ext != spec_.cell_ext ||
       (spec_.v_trans &&
        (vs.n_embd_v_gqa != spec_.n_embd_v_gqa || vs.v_elem_bytes != spec_.v_elem_bytes))) {
     return absl::FailedPreconditionError(

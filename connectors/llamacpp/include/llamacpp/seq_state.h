@@ -115,10 +115,10 @@ struct SeqStateView {
 //  * DataLoss: truncated at any field, wrong magic, n_stream != 1, cell_count == 0,
 //    a cell whose pos != its index (positions must be contiguous from 0), n_seq_id != 1,
 //    v_trans not 0/1, bytes left over after the last layer.
-// With expect.cell_ext the ext records are read but not judged (CheckTextCells does).
 //  * FailedPrecondition: a well-formed field that does not match this engine: v_trans,
 //    n_layer, k/v type, k/v row bytes, V element size, n_embd_v_gqa; a second section
 //    (n_layer_swa) whose cell count differs from the first's.
+// With expect.cell_ext the ext records are read but not judged (CheckTextCells does).
 absl::StatusOr<SeqStateView> ParseSeqState(std::span<const std::byte> blob,
                                            const SeqStateSpec& expect);
 
