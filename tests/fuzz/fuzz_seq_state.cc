@@ -20,13 +20,14 @@ namespace {
 using u128 = unsigned __int128;
 
 // magic + seq_id, then per section (one; two for an iSWA cache, n_layer_swa > 0):
-// n_stream, cell_count, 12 bytes per cell, v_trans, n_layer; per layer a 12-byte K header
+// n_stream, cell_count, 12 bytes per cell (24 with the M-RoPE record), v_trans, n_layer;
+// per layer a 12-byte K header
 // and K rows, and (has_v) a 12-byte V header and V rows.
 u128 ExactBytes(const kvt::llamacpp::SeqStateSpec& s, uint32_t cells) {
   const u128 c = cells;
   const u128 sections = s.n_layer_swa > 0 ? 2 : 1;
   const u128 layers = u128{s.n_layer} + s.n_layer_swa;
-  u128 bytes = 8 + sections * (16 + c * 12);
+  u128 bytes = 8 + sections * (16 + c * (s.cell_ext ? 24 : 12));
   bytes += layers * (12 + c * s.k_row_bytes);
   if (s.has_v) bytes += layers * (12 + c * s.v_row_bytes);
   return bytes;
@@ -64,8 +65,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Round trip through a chunk payload (bounded: the blob is at most the input's size).
   const uint32_t cells = view->cell_count;
   std::vector<std::byte> payload(uint64_t{cells} * spec->payload_bytes_per_token());
-  if (!kvt::llamacpp::ExtractChunkPayload(*view, 0, cells, payload).ok()) std::abort();
-  auto builder = kvt::llamacpp::SeqStateBuilder::Create(*spec, cells, view->seq_id);
+  // Cells with M-RoPE records are cut only when they are text cells.
+  const bool text = kvt::llamacpp::CheckTextCells(*view, 0, cells).ok();
+  if (kvt::llamacpp::ExtractChunkPayload(*view, 0, cells, payload).ok() != text) std::abort();
+  if (!text) return 0;
+  // Text cells are rebuilt from their token ids (tok, 16 bytes into a 24-byte record).
+  std::vector<int32_t> tokens;
+  for (uint32_t i = 0; spec->cell_ext && i < cells; ++i) {
+    int32_t tok;
+    std::memcpy(&tok, blob.data() + view->cell_offset[0] + uint64_t{i} * 24 + 16, sizeof tok);
+    tokens.push_back(tok);
+  }
+  auto builder = kvt::llamacpp::SeqStateBuilder::Create(*spec, cells, view->seq_id, {}, tokens);
   if (!builder.ok()) return 0;  // Validate() may refuse a spec the blob implies (logged)
   if (!builder->PutChunk(0, cells, payload).ok()) std::abort();
   auto view2 = kvt::llamacpp::ParseSeqState(builder->blob(), *spec);

@@ -87,6 +87,14 @@ int main(int argc, char** argv) {
     if (!b->PutChunk(0, 3, payload).ok()) std::abort();
     Write("fuzz_seq_state", v_trans ? "vtrans_3cells" : "rows_3cells",
           Str(std::vector<std::byte>(b->blob().begin(), b->blob().end())));
+    if (v_trans) continue;
+    // The same with M-RoPE cell records (x = y = pos, tok = 100 + pos).
+    spec.cell_ext = true;
+    const int32_t tokens[3] = {100, 101, 102};
+    auto m = kvt::llamacpp::SeqStateBuilder::Create(spec, 3, 0, {}, tokens);
+    if (!m.ok() || !m->PutChunk(0, 3, payload).ok()) std::abort();
+    Write("fuzz_seq_state", "mrope_3cells",
+          Str(std::vector<std::byte>(m->blob().begin(), m->blob().end())));
   }
 
   // kvtierd RPCs: 0 Lookup 1 Put 2 Get 3 Evict 4 List 5 Stats 6 Health 7 ShmAttach 8 ShmDetach.

@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "kvstore/chunk_codec.h"
 #include "kvstore/chunk_key.h"
+#include "llama.h"
 #include "llama_test_util.h"
 #include "llamacpp/gguf_generator.h"
 #include "llamacpp/kv_adapter.h"
@@ -75,25 +76,22 @@ TEST_P(RefusedFamilyTest, EngineRefusesNamingArchitectureAndMissingPiece) {
   EXPECT_NE(msg.find("missing: " + f.missing), std::string::npos) << msg;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Families, RefusedFamilyTest,
-    ::testing::Values(Family{"gemma3", "iSWA",
-                             "every token's sliding-window rows: run with "
-                             "--swa-full",
-                             /*swa_full=*/false},
-                      Family{"gpt-oss", "iSWA",
-                             "every token's sliding-window rows: run with "
-                             "--swa-full",
-                             /*swa_full=*/false},
-                      // Gated delta net + attention with M-RoPE: per-cell records.
-                      Family{"qwen35", "M-RoPE", "the cells' M-RoPE extension records"}),
-    [](const ::testing::TestParamInfo<Family>& i) {
-      std::string n = i.param.arch;
-      for (char& c : n) {
-        if (c == '-') c = '_';
-      }
-      return n;
-    });
+INSTANTIATE_TEST_SUITE_P(Families, RefusedFamilyTest,
+                         ::testing::Values(Family{"gemma3", "iSWA",
+                                                  "every token's sliding-window rows: run with "
+                                                  "--swa-full",
+                                                  /*swa_full=*/false},
+                                           Family{"gpt-oss", "iSWA",
+                                                  "every token's sliding-window rows: run with "
+                                                  "--swa-full",
+                                                  /*swa_full=*/false}),
+                         [](const ::testing::TestParamInfo<Family>& i) {
+                           std::string n = i.param.arch;
+                           for (char& c : n) {
+                             if (c == '-') c = '_';
+                           }
+                           return n;
+                         });
 
 // Families kvtier restores exactly: K and V rows of different sizes in one payload
 // (-ctk q8_0 -ctv f16), MLA's K-only latent rows (deepseek2), and iSWA caches with a
@@ -258,7 +256,8 @@ TEST(ModelFamiliesTest, IswaRecordsNeverHitAcrossWindowsOrFamilies) {
       << refused.status();
 }
 
-// Recurrent and hybrid models (mamba2; granitehybrid, lfm2): a chunk record is
+// Recurrent and hybrid models (mamba2; granitehybrid, lfm2, qwen35 whose attention
+// cells carry M-RoPE records): a chunk record is
 // its attention rows and the recurrent state at its last token (a boundary snapshot);
 // restoring k chunks = rows of chunks 1..k + snapshot k, logits bit for bit against a
 // recompute. A prompt sharing 2 chunks then differing loads only those (its own chunks
@@ -277,6 +276,10 @@ TEST_P(SnapshotFamilyTest, RowsAndBoundarySnapshotRestoreBitForBit) {
   EXPECT_NE((*engine)->engine_extra().find(recurrent ? ";memory=recurrent;snapshot_bytes="
                                                      : ";memory=hybrid;snapshot_bytes="),
             std::string::npos)
+      << (*engine)->engine_extra();
+  // qwen35's attention uses interleaved M-RoPE: its cells carry ext records.
+  EXPECT_EQ((*engine)->state_spec().cell_ext, arch == "qwen35");
+  EXPECT_EQ((*engine)->engine_extra().find(";rope=imrope;") != std::string::npos, arch == "qwen35")
       << (*engine)->engine_extra();
   auto store = MakeStore(MakeTempDir("snap-" + arch), /*with_host=*/false);
   ASSERT_TRUE(store.ok()) << store.status();
@@ -345,8 +348,81 @@ TEST_P(SnapshotFamilyTest, RowsAndBoundarySnapshotRestoreBitForBit) {
   EXPECT_TRUE(SameBits(warm.logits, run(request, cold(0)).logits)) << arch;
 }
 
+// qwen35's attention cells carry llama.cpp's M-RoPE record (x, y, tok; 12 bytes after
+// n_seq_id). For a text prompt llama.cpp writes x = y = the position and tok = the token
+// id, so the state kvtier rebuilds from the chunks' rows, the positions and the prompt's
+// ids is byte-identical to llama.cpp's own. A chunk holding a cell of an embedding input
+// (tok -1, as an image's is; here with x = y = pos, an image's first patch) is never cut.
+TEST(ModelFamiliesTest, MropeTextCellsRebuildByteForByteAndEmbeddingCellsAreNeverCut) {
+  auto engine = LlamaEngine::Create(TinyEngineOptions(false, FamilyModel("qwen35")));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const SeqStateSpec& spec = (*engine)->state_spec();
+  ASSERT_TRUE(spec.cell_ext) << spec.DebugString();
+  constexpr uint32_t kT = kTestChunkTokens;
+  const std::vector<TokenId> prompt = RandomTokens(2401, 3 * kT, (*engine)->n_vocab());
+  ASSERT_TRUE((*engine)->Prefill(prompt, 0, /*want_logits=*/false).ok());
+  auto blob = (*engine)->GetSeqState();
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  auto view = ParseSeqState(*blob, spec);
+  ASSERT_TRUE(view.ok()) << view.status();
+  for (uint32_t i : {0u, 1u, 3 * kT - 1}) {
+    int32_t ext[3];  // x, y, tok
+    std::memcpy(ext, blob->data() + view->cell_offset[0] + i * spec.cell_bytes() + 8, sizeof ext);
+    EXPECT_EQ(ext[0], static_cast<int32_t>(i));
+    EXPECT_EQ(ext[1], static_cast<int32_t>(i));
+    EXPECT_EQ(ext[2], prompt[i]);
+  }
+  auto builder = SeqStateBuilder::Create(spec, 3 * kT, 0, {}, prompt);
+  ASSERT_TRUE(builder.ok()) << builder.status();
+  std::vector<std::byte> payload(uint64_t{kT} * spec.payload_bytes_per_token());
+  for (uint32_t c = 0; c < 3; ++c) {
+    ASSERT_TRUE(ExtractChunkPayload(*view, c * kT, kT, payload,
+                                    std::span<const TokenId>(prompt).subspan(c * kT, kT))
+                    .ok());
+    ASSERT_TRUE(builder->PutChunk(c * kT, kT, payload).ok());
+  }
+  ASSERT_EQ(builder->blob().size(), blob->size());
+  EXPECT_EQ(std::memcmp(builder->blob().data(), blob->data(), blob->size()), 0);
+
+  // Chunk 0 as text, then a chunk of embeddings (multimodal input) at the next positions.
+  (*engine)->Clear();
+  ASSERT_TRUE((*engine)->Prefill(std::span<const TokenId>(prompt).first(kT), 0, false).ok());
+  const int32_t n_embd = llama_model_n_embd((*engine)->model());
+  llama_batch batch = llama_batch_init(kT, n_embd, 1);
+  batch.n_tokens = kT;
+  for (uint32_t i = 0; i < kT; ++i) {
+    for (int32_t e = 0; e < n_embd; ++e) batch.embd[i * n_embd + e] = 0.01f * ((i + e) % 7);
+    batch.n_seq_id[i] = 1;
+    batch.seq_id[i][0] = 0;
+    batch.logits[i] = i + 1 == kT;
+  }
+  // llama_batch_init gives one position per token; M-RoPE embeddings take 4 (sections).
+  std::vector<llama_pos> pos(4 * kT);
+  for (uint32_t j = 0; j < 4; ++j) {
+    for (uint32_t i = 0; i < kT; ++i) pos[j * kT + i] = static_cast<llama_pos>(kT + i);
+  }
+  llama_pos* own_pos = batch.pos;
+  batch.pos = pos.data();
+  const int32_t rc = llama_decode((*engine)->context(), batch);
+  batch.pos = own_pos;
+  llama_batch_free(batch);
+  ASSERT_EQ(rc, 0);
+  auto mixed = (*engine)->GetSeqState();
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  auto mv = ParseSeqState(*mixed, spec);
+  ASSERT_TRUE(mv.ok()) << mv.status();
+  ASSERT_EQ(mv->cell_count, 2 * kT);
+  EXPECT_TRUE(
+      ExtractChunkPayload(*mv, 0, kT, payload, std::span<const TokenId>(prompt).first(kT)).ok());
+  const absl::Status s = ExtractChunkPayload(*mv, kT, kT, payload);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("tok=-1"), std::string_view::npos) << s;
+  (*engine)->Clear();
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, SnapshotFamilyTest,
-                         ::testing::Values("mamba2", "granitehybrid", "lfm2"));
+                         ::testing::Values("mamba2", "granitehybrid", "lfm2", "qwen35"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 }  // namespace
 }  // namespace kvt::llamacpp

@@ -41,8 +41,15 @@ std::vector<std::byte> PatternPayload(const SeqStateSpec& spec, uint32_t first, 
   return p;
 }
 
+// Token ids of a synthetic prompt: cell i holds token 100 + i.
+std::vector<int32_t> PromptTokens(uint32_t n) {
+  std::vector<int32_t> t(n);
+  for (uint32_t i = 0; i < n; ++i) t[i] = static_cast<int32_t>(100 + i);
+  return t;
+}
+
 std::vector<std::byte> BuildBlob(const SeqStateSpec& spec, uint32_t cells) {
-  auto b = SeqStateBuilder::Create(spec, cells);
+  auto b = SeqStateBuilder::Create(spec, cells, 0, {}, PromptTokens(cells));
   EXPECT_TRUE(b.ok()) << b.status();
   EXPECT_TRUE(b->PutChunk(0, cells, PatternPayload(spec, 0, cells)).ok());
   return std::move(*b).TakeBlob();
@@ -370,6 +377,9 @@ struct ContextCell {
   int32_t pos;
   std::vector<int32_t> seqs;
   uint32_t stream = 0;
+  // With spec.cell_ext: false writes a text cell's record (x = y = pos, tok = 100 + pos),
+  // true an image embedding's (x = pos + 1, tok -1).
+  bool image = false;
 };
 
 std::byte CellByte(int32_t pos, uint32_t layer, int plane, uint64_t b, int32_t seq) {
@@ -400,6 +410,11 @@ std::vector<std::byte> ContextState(const SeqStateSpec& spec, uint32_t n_stream,
       for (const ContextCell& c : cells) {
         put(c.pos);
         put(static_cast<uint32_t>(c.seqs.size()));
+        if (spec.cell_ext) {
+          put(c.image ? c.pos + 1 : c.pos);
+          put(c.pos);
+          put(c.image ? int32_t{-1} : 100 + c.pos);
+        }
         for (int32_t id : c.seqs) put(id);
       }
       put(uint32_t{spec.v_trans ? 1u : 0u});
@@ -460,6 +475,129 @@ TEST_P(SeqStateTest, SequenceCutFromTheWholeContextState) {
   other.n_layer_swa = 2;
   EXPECT_EQ(SeqStateFromContextState(state, 0, other).status().code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+// M-RoPE cells (llama_kv_cell_ext after n_seq_id: i32 x, i32 y, i32 tok).
+SeqStateSpec MropeSpec(bool v_trans) {
+  SeqStateSpec s = Spec(v_trans);
+  s.cell_ext = true;
+  return s;
+}
+
+struct CellRecord {
+  int32_t pos;
+  uint32_t n_seq_id;
+  int32_t x, y, tok, seq_id;
+};
+// Cell i of a one-section blob: after magic, seq_id, n_stream, cell_count.
+CellRecord ReadCell(const std::vector<std::byte>& blob, uint32_t i) {
+  CellRecord c;
+  std::memcpy(&c, blob.data() + 16 + 24 * i, sizeof c);
+  return c;
+}
+void WriteCell(std::vector<std::byte>& blob, uint32_t i, const CellRecord& c) {
+  std::memcpy(blob.data() + 16 + 24 * i, &c, sizeof c);
+}
+
+TEST_P(SeqStateTest, MropeCellsAreWrittenAsTextTokensAndReadBack) {
+  const SeqStateSpec spec = MropeSpec(GetParam());
+  SeqStateSpec plain = spec;
+  plain.cell_ext = false;
+  EXPECT_EQ(SeqStateBytes(spec, 12), SeqStateBytes(plain, 12) + 12 * 12);
+  // The ext record needs each cell's token id.
+  EXPECT_EQ(SeqStateBuilder::Create(spec, 12).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SeqStateBuilder::Create(spec, 12, 0, {}, PromptTokens(11)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  std::vector<int32_t> negative = PromptTokens(12);
+  negative[3] = -1;
+  EXPECT_EQ(SeqStateBuilder::Create(spec, 12, 0, {}, negative).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  const std::vector<std::byte> blob = BuildBlob(spec, 12);
+  ASSERT_EQ(blob.size(), SeqStateBytes(spec, 12));
+  for (uint32_t i : {0u, 5u, 11u}) {
+    const CellRecord c = ReadCell(blob, i);
+    EXPECT_EQ(c.pos, static_cast<int32_t>(i));
+    EXPECT_EQ(c.n_seq_id, 1u);
+    EXPECT_EQ(c.x, static_cast<int32_t>(i));  // the position broadcast to the 2D position
+    EXPECT_EQ(c.y, static_cast<int32_t>(i));
+    EXPECT_EQ(c.tok, static_cast<int32_t>(100 + i));
+    EXPECT_EQ(c.seq_id, 0);
+  }
+  auto inferred = InferSeqStateSpec(blob);
+  ASSERT_TRUE(inferred.ok()) << inferred.status();
+  EXPECT_TRUE(inferred->cell_ext);
+  EXPECT_EQ(inferred->n_layer, spec.n_layer);
+  EXPECT_EQ(inferred->k_row_bytes, spec.k_row_bytes);
+  auto inferred_plain = InferSeqStateSpec(BuildBlob(plain, 12));
+  ASSERT_TRUE(inferred_plain.ok()) << inferred_plain.status();
+  EXPECT_FALSE(inferred_plain->cell_ext);
+  // Read as 12-byte cells the blob does not parse.
+  EXPECT_FALSE(ParseSeqState(blob, plain).ok());
+
+  auto view = ParseSeqState(blob, spec);
+  ASSERT_TRUE(view.ok()) << view.status();
+  const std::vector<int32_t> tokens = PromptTokens(12);
+  std::vector<std::byte> out(4 * spec.payload_bytes_per_token());
+  ASSERT_TRUE(ExtractChunkPayload(*view, 4, 4, out, std::span(tokens).subspan(4, 4)).ok());
+  EXPECT_EQ(out, PatternPayload(spec, 4, 4));
+  // Another prompt's tokens: the cells are not theirs.
+  const std::vector<int32_t> other(4, 7);
+  EXPECT_EQ(ExtractChunkPayload(*view, 4, 4, out, other).code(),
+            absl::StatusCode::kFailedPrecondition);
+  // Truncated keeps the cells' token ids.
+  auto b = SeqStateBuilder::Create(spec, 12, 0, {}, tokens);
+  ASSERT_TRUE(b.ok());
+  ASSERT_TRUE(b->PutChunk(0, 12, PatternPayload(spec, 0, 12)).ok());
+  auto t = b->Truncated(8);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(*t, BuildBlob(spec, 8));
+}
+
+TEST_P(SeqStateTest, ChunkWithANonTextMropeCellIsNeverCut) {
+  const SeqStateSpec spec = MropeSpec(GetParam());
+  std::vector<std::byte> blob = BuildBlob(spec, 12);
+  // Cell 5: an embedding input (token -1; its first patch has x = y = pos). Cell 9: an
+  // image patch's 2D position.
+  CellRecord c5 = ReadCell(blob, 5);
+  c5.tok = -1;
+  WriteCell(blob, 5, c5);
+  CellRecord c9 = ReadCell(blob, 9);
+  c9.x = 9 + 3;
+  WriteCell(blob, 9, c9);
+  auto view = ParseSeqState(blob, spec);  // well-formed: judged per chunk
+  ASSERT_TRUE(view.ok()) << view.status();
+  std::vector<std::byte> out(4 * spec.payload_bytes_per_token());
+  EXPECT_TRUE(ExtractChunkPayload(*view, 0, 4, out).ok());
+  absl::Status s = ExtractChunkPayload(*view, 4, 4, out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("cell[5]"), std::string_view::npos) << s;
+  s = ExtractChunkPayload(*view, 8, 4, out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("cell[9]"), std::string_view::npos) << s;
+  EXPECT_EQ(CheckTextCells(*view, 10, 2).code(), absl::StatusCode::kOk);
+  // A load-while-compute join copies only rows: the front's cells must be the builder's.
+  auto b = SeqStateBuilder::Create(spec, 12, 0, {}, PromptTokens(12));
+  ASSERT_TRUE(b.ok());
+  EXPECT_TRUE(b->CopyPrefixFrom(*view, 4).ok());
+  EXPECT_EQ(b->CopyPrefixFrom(*view, 8).code(), absl::StatusCode::kFailedPrecondition);
+  std::vector<int32_t> shifted = PromptTokens(12);
+  shifted[0] = 1;
+  auto b2 = SeqStateBuilder::Create(spec, 12, 0, {}, shifted);
+  ASSERT_TRUE(b2.ok());
+  EXPECT_EQ(b2->CopyPrefixFrom(*view, 4).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_P(SeqStateTest, MropeSequenceCutFromTheWholeContextStateStopsAtANonTextCell) {
+  SeqStateSpec spec = IswaSpec(GetParam());
+  spec.cell_ext = true;
+  // Seq 0: text cells 0..5 in the first section; in the second, position 4 is an image's.
+  const std::vector<ContextCell> sections[2] = {
+      {{2, {0}}, {0, {0}}, {1, {0}}, {3, {0}}, {4, {0}}, {5, {0}}},
+      {{0, {0}}, {1, {0}}, {2, {0}}, {3, {0}}, {4, {0}, 0, /*image=*/true}, {5, {0}}}};
+  auto blob = SeqStateFromContextState(ContextState(spec, 1, sections), 0, spec);
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  EXPECT_EQ(*blob, BuildBlob(spec, 4));  // tokens 0..3, with their text records
 }
 
 INSTANTIATE_TEST_SUITE_P(VTrans, SeqStateTest, ::testing::Bool(),

@@ -81,7 +81,7 @@ uint64_t LlamaKvAdapter::LoadPrefix(std::span<const TokenId> prompt, uint64_t to
   const bool snap = engine_->has_snapshots();
   const bool rows = engine_->memory_kind() != MemoryKind::kRecurrent;
   absl::StatusOr<SeqStateBuilder> builder =
-      rows ? SeqStateBuilder::Create(spec, static_cast<uint32_t>(tokens))
+      rows ? SeqStateBuilder::Create(spec, static_cast<uint32_t>(tokens), 0, {}, prompt)
            : absl::StatusOr<SeqStateBuilder>(absl::FailedPreconditionError("no rows"));
   if (rows && !builder.ok()) {
     spdlog::warn("kvtier llama.cpp: cannot build a {}-token state: {}", tokens,
@@ -334,8 +334,9 @@ size_t LlamaKvAdapter::StoreChunks(std::span<const TokenId> prompt) {
           if (!v.ok()) return v.status();
           view = std::move(*v);
         }
+        // The cells' token ids must be the prompt's (an M-RoPE cell records its own).
         return ExtractChunkPayload(*view, static_cast<uint32_t>(chunk_index * chunk), chunk,
-                                   payload);
+                                   payload, prompt.subspan(chunk_index * chunk, chunk));
       });
   if (!stored.ok()) {
     spdlog::warn("kvtier llama.cpp: StorePayloads failed: {}", stored.status().ToString());

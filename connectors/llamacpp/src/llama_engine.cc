@@ -73,15 +73,9 @@ absl::Status CheckMemorySupported(const llama_model* model, bool swa_full,
   const std::string arch = ModelArchitecture(model);
   const std::string head = absl::StrCat("kvtier cannot restore '", arch, "' models exactly: ");
   constexpr const char* kRows = "kvtier's llama.cpp records hold only per-token KV rows";
-  if (const llama_rope_type rt = llama_model_rope_type(model);
-      rt == LLAMA_ROPE_TYPE_MROPE || rt == LLAMA_ROPE_TYPE_IMROPE) {
-    // llama.cpp then writes an extension record per cell (2D position, token id).
-    return absl::UnimplementedError(absl::StrCat(
-        head,
-        "their KV cells carry M-RoPE extension records (a 2D position and the token id per "
-        "cell) and ",
-        kRows, " (missing: the cells' M-RoPE extension records)"));
-  }
+  // M-RoPE (qwen35) passes: llama.cpp writes an extension record per cell (2D position,
+  // token id), which for a text token is its position and its id; kvtier checks that on
+  // store and writes it back on restore (SeqStateSpec::cell_ext, Probe).
   if (boundary_snapshots && (llama_model_is_recurrent(model) || llama_model_is_hybrid(model))) {
     // Records carry the recurrent state at their last token (probed in LlamaEngine).
     return absl::OkStatus();
@@ -249,6 +243,18 @@ absl::Status LlamaEngine::Probe() {
         spec.status().message()));
   }
   spec_ = *spec;
+  const llama_rope_type rope = llama_model_rope_type(model_);
+  const bool mrope = rope == LLAMA_ROPE_TYPE_MROPE || rope == LLAMA_ROPE_TYPE_IMROPE;
+  if (spec_.cell_ext != mrope) {
+    // Cells with extension records but no M-RoPE: PLE (per-layer embeddings hashed from
+    // the token ids), whose record is not a function of the position.
+    return absl::UnimplementedError(absl::StrFormat(
+        "kvtier cannot restore '%s' models exactly: their KV cells %s extension records "
+        "while the model %s M-RoPE (kvtier writes back only the records of M-RoPE text "
+        "cells; missing: the cells' extension records)",
+        ModelArchitecture(model_), spec_.cell_ext ? "carry" : "carry no",
+        mrope ? "uses" : "does not use"));
+  }
   if ((spec_.n_layer_swa > 0) != (n_swa_ > 0)) {
     return absl::UnimplementedError(absl::StrFormat(
         "kvtier cannot slice this model's llama.cpp sequence state: n_swa %d but the state has "
@@ -570,6 +576,11 @@ std::string LlamaEngine::engine_extra() const {
       ggml_type_name(static_cast<ggml_type>(spec_.type_k)),
       spec_.has_v ? ggml_type_name(static_cast<ggml_type>(spec_.type_v)) : "none (MLA)",
       options_.flash_attn ? "on" : "off", spec_.v_trans ? 1 : 0);
+  // Cells with M-RoPE records (restored as text cells): never mixed with other records.
+  if (spec_.cell_ext) {
+    absl::StrAppend(&extra, ";rope=",
+                    llama_model_rope_type(model_) == LLAMA_ROPE_TYPE_IMROPE ? "imrope" : "mrope");
+  }
   // A plain cache keeps the string it always had (its records stay valid).
   if (has_snapshots()) {
     absl::StrAppendFormat(&extra, ";memory=%s;snapshot_bytes=%d",

@@ -50,7 +50,7 @@ absl::StatusOr<std::unique_ptr<BackLoader>> BackLoader::Make(KVConnector& connec
         absl::StrFormat("BackLoader: end_tokens %d exceeds 2^32 - 1", end));
   }
   absl::StatusOr<SeqStateBuilder> builder =
-      SeqStateBuilder::Create(spec, static_cast<uint32_t>(end), seq_id);
+      SeqStateBuilder::Create(spec, static_cast<uint32_t>(end), seq_id, {}, prompt);
   if (!builder.ok()) return builder.status();
   std::unique_ptr<BackLoader> loader(
       new BackLoader(connector, prompt, front, end, spec, std::move(*builder)));

@@ -7,8 +7,10 @@
 // (non-recurrent) KV cache with one K and one V row per layer and token (K and V may have
 // different types, e.g. q8_0 / f16), or one K-only latent row (MLA, deepseek2), or an
 // iSWA cache (gemma3, gpt-oss) with a full-size sliding-window cache (swa_full: every
-// token's rows are kept, read from the whole-context state), without per-cell extension
-// records (no M-RoPE) — e.g. the Llama family. Others fail
+// token's rows are kept, read from the whole-context state) — e.g. the Llama family;
+// recurrent and hybrid models with boundary snapshots (mamba2, granitehybrid, lfm2,
+// qwen35); M-RoPE models' cells (2D position and token id per cell, SeqStateSpec::
+// cell_ext) for text prompts, written back as a text token's. Others fail
 // Create with Unimplemented: CheckMemorySupported names the architecture and what kvtier
 // lacks for it (docs/models.md), or the state probe cannot be parsed.
 #ifndef LLAMACPP_LLAMA_ENGINE_H_
@@ -217,7 +219,8 @@ std::string ModelArchitecture(const llama_model* model);
 // hyperparameters (llama_model_is_recurrent / _is_hybrid / _n_swa) before any state is
 // read. docs/models.md lists every family.
 // `boundary_snapshots`: recurrent and hybrid models are OK too (the caller restores them
-// from boundary snapshots, as LlamaEngine does; kvtier-llama-server does not yet).
+// from boundary snapshots, as LlamaEngine and kvtier-llama-server do). M-RoPE passes
+// here; cells whose extension record is not M-RoPE's (PLE) are refused by Create's probe.
 absl::Status CheckMemorySupported(const llama_model* model, bool swa_full,
                                   bool boundary_snapshots = false);
 

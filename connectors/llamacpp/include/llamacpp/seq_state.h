@@ -9,9 +9,13 @@
 //   u32 magic = 0xaf143cd8, i32 source seq_id,
 //   u32 n_stream                                    (kvtier requires 1)
 //   per stream: u32 cell_count                      (kvtier requires > 0)
-//     per cell: i32 pos, u32 n_seq_id (= 1), i32 seq_id
-//               (models with M-RoPE or PLE add an ext record: not supported, the cell
-//                positions then fail validation)
+//     per cell: i32 pos, u32 n_seq_id (= 1), [ext], i32 seq_id
+//               ext (llama_kv_cell_ext, 12 bytes; only in the cache of a model with
+//               M-RoPE or PLE, llama_kv_cache::has_cell_ext): i32 x, i32 y (the 2D
+//               position; apply_ubatch sets x = y = pos for a text token, the broadcast
+//               position), i32 tok (the cell's token id; -1 for an embedding input).
+//               kvtier reads M-RoPE models' cells (SeqStateSpec::cell_ext) and cuts
+//               chunks only of text cells (x = y = pos, tok = the prompt's token).
 //     u32 v_trans, u32 n_layer
 //     per layer: i32 k_type, u64 k_row_bytes, cell_count * k_row_bytes bytes of K rows
 //     (an MLA cache has no V tensors: the blob ends after the K layers; has_v = false)
@@ -34,7 +38,8 @@
 // the V rows of tokens a..b-1 (each v_row_bytes), token-major even when the engine's V
 // is transposed (it is transposed back on load). So a payload is identical whether or
 // not v_trans is set; the namespace still separates flash attention on/off because the
-// values differ.
+// values differ. A payload holds no cell records: a restore writes a text cell's record
+// back from its position and the prompt's token id (SeqStateBuilder's `tokens`).
 #ifndef LLAMACPP_SEQ_STATE_H_
 #define LLAMACPP_SEQ_STATE_H_
 
@@ -69,6 +74,12 @@ struct SeqStateSpec {
   // Layers of a second section that follows the first (an iSWA cache's sliding-window
   // layers; same row types and cells as the first); 0 = one section (a plain cache).
   uint32_t n_layer_swa = 0;
+  // True when every cell record carries the 12-byte ext record (an M-RoPE model's cache;
+  // see the file comment): a cell record is then 24 bytes instead of 12.
+  bool cell_ext = false;
+
+  // Bytes of one cell record: pos, n_seq_id, [ext], seq_id.
+  uint64_t cell_bytes() const { return cell_ext ? 24 : 12; }
 
   // Layers of all sections; payload layer l < n_layer is in the first section.
   uint32_t total_layers() const { return n_layer + n_layer_swa; }
@@ -94,6 +105,8 @@ struct SeqStateView {
   int32_t seq_id = 0;
   std::vector<uint64_t> k_offset;  // per layer: first byte of cell_count K rows
   std::vector<uint64_t> v_offset;  // per layer: first byte of V (rows, or V^T when v_trans)
+  // Per section: first byte of its cell_count cell records (spec.cell_bytes() each).
+  std::vector<uint64_t> cell_offset;
   std::span<const std::byte> blob;
 };
 
@@ -105,11 +118,15 @@ struct SeqStateView {
 //  * FailedPrecondition: a well-formed field that does not match this engine: v_trans,
 //    n_layer, k/v type, k/v row bytes, V element size, n_embd_v_gqa; a second section
 //    (n_layer_swa) whose cell count differs from the first's.
+// With expect.cell_ext the ext records are read but not judged (CheckTextCells does).
 absl::StatusOr<SeqStateView> ParseSeqState(std::span<const std::byte> blob,
                                            const SeqStateSpec& expect);
 
 // Reads the layout facts (v_trans, n_layer, layer 0's K/V types and row sizes) from a
 // blob, assuming every layer is alike, then validates the whole blob with ParseSeqState.
+// Cell records are tried at 12 bytes, then with the ext record (24 bytes; cell_ext set):
+// only one of the two reads a blob to its exact size (the engine also checks cell_ext
+// against the model's rope type).
 // For v_trans == 0 the blob does not carry n_embd_v_gqa / v_elem_bytes: they are set to
 // v_row_bytes and 1 (callers that know the ggml type may refine them). DataLoss as
 // ParseSeqState; FailedPrecondition when layers differ. Bytes after the first section's
@@ -119,18 +136,32 @@ absl::StatusOr<SeqStateSpec> InferSeqStateSpec(std::span<const std::byte> blob);
 // The blob of sequence `seq_id` with its tokens [0, n) in the format of `spec` (one
 // stream), cut from a whole-context state (llama_state_get_data; see the file comment).
 // n is the longest run of positions 0, 1, ... that every section holds for `seq_id`
-// (a cell the cache reused for another sequence ends it). Cells in any stream, in any
-// cell order. DataLoss for a malformed state, a position held twice, or no position 0;
+// (a cell the cache reused for another sequence ends it; with spec.cell_ext so does a
+// cell that is not a text cell, see CheckTextCells). Cells in any stream, in any cell
+// order. DataLoss for a malformed state, a position held twice, or no position 0;
 // FailedPrecondition when a section's layers do not match `spec`.
 absl::StatusOr<std::vector<std::byte>> SeqStateFromContextState(std::span<const std::byte> state,
                                                                 int32_t seq_id,
                                                                 const SeqStateSpec& spec);
 
+// With view.spec.cell_ext: checks that cells [first, first + count) of every section are
+// text cells, i.e. hold the ext record a text prompt's decode writes: x = y = the cell's
+// position and tok = tokens[i - first] (when `tokens` is given; else any id >= 0).
+// OutOfRange when the range exceeds cell_count or `tokens` is shorter than count;
+// FailedPrecondition naming the first other cell (an embedding input: tok -1, or a 2D
+// position of an image). OK without cell_ext.
+absl::Status CheckTextCells(const SeqStateView& view, uint32_t first, uint32_t count,
+                            std::span<const int32_t> tokens = {});
+
 // Copies tokens [first, first + count) of `view` into `payload` in chunk codec order
-// (see the file comment). REQUIRES: payload.size() == count * payload_bytes_per_token().
-// OutOfRange when the range exceeds cell_count; InvalidArgument for a wrong payload size.
+// (see the file comment), after CheckTextCells(view, first, count, tokens): a chunk
+// whose cells a restore could not write back as they are is never cut.
+// REQUIRES: payload.size() == count * payload_bytes_per_token().
+// OutOfRange when the range exceeds cell_count; InvalidArgument for a wrong payload size;
+// FailedPrecondition from CheckTextCells.
 absl::Status ExtractChunkPayload(const SeqStateView& view, uint32_t first, uint32_t count,
-                                 std::span<std::byte> payload);
+                                 std::span<std::byte> payload,
+                                 std::span<const int32_t> tokens = {});
 
 // Builds the blob of a sequence holding tokens [0, cell_count) from chunk payloads,
 // for llama_state_seq_set_data. Writes all headers on creation; PutChunk scatters one
@@ -145,9 +176,15 @@ class SeqStateBuilder {
   // faults per restore in kvtier-llama-server on the demo's 270M model; docs/llama-server.md).
   // Rows never written by PutChunk are then stale bytes of `storage`, not zero: hand
   // llama.cpp only a blob whose cells were all written (or Truncated to those that were).
+  //
+  // `tokens`: the prompt's token ids of cells [0, cell_count) (more are ignored). Needed
+  // when spec.cell_ext: each cell's ext record is written as a text token's (x = y = pos,
+  // tok = tokens[pos]); InvalidArgument when fewer than cell_count or one is negative.
+  // Unused otherwise.
   static absl::StatusOr<SeqStateBuilder> Create(const SeqStateSpec& spec, uint32_t cell_count,
                                                 int32_t seq_id = 0,
-                                                std::vector<std::byte> storage = {});
+                                                std::vector<std::byte> storage = {},
+                                                std::span<const int32_t> tokens = {});
 
   // Places tokens [first, first + count) from `payload` (codec order).
   // OutOfRange past cell_count; InvalidArgument for a wrong payload size.
@@ -156,7 +193,8 @@ class SeqStateBuilder {
   // Copies tokens [0, count) of `view` (another state of the same engine, e.g. the
   // computed front of a load-while-compute split) into place: one copy per layer for K
   // (and V rows), one per V element row when transposed. FailedPrecondition when the
-  // view's spec differs; OutOfRange when count exceeds either state's cells or is 0.
+  // view's spec differs or (cell_ext) its cells [0, count) are not the text cells of this
+  // builder's tokens; OutOfRange when count exceeds either state's cells or is 0.
   absl::Status CopyPrefixFrom(const SeqStateView& view, uint32_t count);
 
   // The blob. Rows never written by PutChunk are zero (fresh storage; see Create).
@@ -180,6 +218,7 @@ class SeqStateBuilder {
   SeqStateSpec spec_;
   uint32_t cell_count_ = 0;
   int32_t seq_id_ = 0;
+  std::vector<int32_t> tokens_;  // cell_ext: the token id of each cell; else empty
   std::vector<std::byte> blob_;  // at least blob_bytes_ (recycled storage may be larger)
   uint64_t blob_bytes_ = 0;
   std::vector<uint64_t> k_offset_;

@@ -465,7 +465,7 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
   }
   const auto t0 = Clock::now();
   absl::StatusOr<SeqStateBuilder> builder = SeqStateBuilder::Create(
-      spec_, static_cast<uint32_t>(cells), seq_id, std::move(restore_blob_));
+      spec_, static_cast<uint32_t>(cells), seq_id, std::move(restore_blob_), prompt);
   // The blob's memory is kept for the next restore, whatever happens below.
   absl::Cleanup keep_blob = [&] {
     if (builder.ok()) restore_blob_ = std::move(*builder).TakeStorage();
@@ -550,7 +550,7 @@ int64_t ServerKvtier::RestoreWithSnapshot(llama_context* ctx, int32_t seq_id,
   std::optional<SeqStateBuilder> builder;
   if (rows) {
     absl::StatusOr<SeqStateBuilder> b =
-        SeqStateBuilder::Create(spec_, static_cast<uint32_t>(want), seq_id);
+        SeqStateBuilder::Create(spec_, static_cast<uint32_t>(want), seq_id, {}, prompt);
     if (!b.ok()) {
       spdlog::warn("kvtier: cannot build a {}-token state: {}", want, b.status().ToString());
       misses_.fetch_add(1, std::memory_order_relaxed);
