@@ -352,12 +352,18 @@ bool ServerKvtier::OnContextReady(llama_context* ctx, const char* model_path) {
   n_ubatch_ = llama_n_ubatch(ctx);
   n_batch_ = llama_n_batch(ctx);
   if (snapshots) {
-    // A chunk payload: [attention rows][snapshot][zeros] (docs/chunk-format.md). No tail
-    // records: a tail would need the snapshot at the prompt's last token but one.
-    const uint64_t rows =
-        probed->n_layer > 0 ? uint64_t{chunk} * spec_.payload_bytes_per_token() : 0;
-    snapshots_ = std::make_unique<SlotSnapshots>(chunk, rows, snapshot_bytes,
-                                                 connector_->chunk_payload_bytes());
+    // A chunk payload: [attention rows][snapshot][zeros] (docs/chunk-format.md). A tail
+    // record: the rows up to where llama-server's last prompt batch begins (n - 4) and
+    // the snapshot there (tail_records.h).
+    const uint64_t rows_per_token = probed->n_layer > 0 ? spec_.payload_bytes_per_token() : 0;
+    snapshots_ = std::make_unique<SlotSnapshots>(chunk, uint64_t{chunk} * rows_per_token,
+                                                 snapshot_bytes, connector_->chunk_payload_bytes());
+    if (options_.tail) {
+      tails_ = std::make_unique<TailRecords>(
+          store_, connector_->ns(), co.ns.layout, chunk, 256ull << 20,
+          TailSpan::ForSnapshots(n_batch_, n_ubatch_, rows_per_token, snapshot_bytes,
+                                 co.ns.layout.bytes_per_token()));
+    }
   } else if (options_.tail) {
     tails_ = std::make_unique<TailRecords>(store_, connector_->ns(), co.ns.layout, chunk);
   }
@@ -386,6 +392,7 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
   overlaps_.erase(seq_id);  // a front the slot never finished (e.g. a cancelled request)
   if (snapshots_) snapshots_->Reset(seq_id);
   if (!connector_ || n_tokens < 2 || !ModelUnchanged()) return 0;
+  if (snapshots_) return StartWithSnapshots(ctx, seq_id, Span(tokens, n_tokens), n_have);
   const uint32_t chunk = connector_->chunk_tokens();
   // Complete chunks up to T (the last token is always computed), then the tail record of
   // tokens [T, n - 1) (tail_records.h) when the slot holds no more than T, or, for a
@@ -413,17 +420,6 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
     // are a cold prefill's; only when the front is longer than what is dropped).
     const uint64_t usable = std::min<uint64_t>(lookup->cached_tokens, chunk_end) / chunk * chunk;
     const uint64_t begin = n_have % chunk == 0 ? n_have : 0;
-    if (snapshots_) {  // no load while computing: a front would need its own snapshot
-      // Only up to a boundary where a cold prefill's batches also stop (the rest is then
-      // computed in the same batches as there).
-      want = std::min<uint64_t>(want, SnapshotBoundaryLimit(n_tokens, n_batch_, n_ubatch_));
-      want -= want % chunk;
-      if (want <= n_have) {
-        misses_.fetch_add(1, std::memory_order_relaxed);
-        return 0;
-      }
-      return RestoreWithSnapshot(ctx, seq_id, prompt, want, n_have);
-    }
     if (const uint64_t front = PickOverlapFront(*lookup, begin, usable, want);
         front > n_have && StartOverlap(seq_id, prompt, front, usable, lookup->lease)) {
       prompt_start_[seq_id] = PromptStart{entered, begin, /*overlapped=*/true};
@@ -541,53 +537,125 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
   return static_cast<int64_t>(loaded);
 }
 
+int64_t ServerKvtier::StartWithSnapshots(llama_context* ctx, int32_t seq_id,
+                                         std::span<const TokenId> prompt, uint64_t n_have) {
+  const uint64_t n_tokens = prompt.size();
+  const uint32_t chunk = connector_->chunk_tokens();
+  // Chunks only up to a boundary where a cold prefill's batches also stop (the rest is
+  // then computed in the same batches as there); then the tail record, up to where
+  // llama-server's last prompt batch begins, when every chunk before it loads.
+  const uint64_t limit = SnapshotBoundaryLimit(n_tokens, n_batch_, n_ubatch_) / chunk * chunk;
+  const bool try_tail =
+      tails_ && tails_->TailTokens(n_tokens) > 0 && n_have <= tails_->TailStart(n_tokens);
+  if ((try_tail ? tails_->TailEnd(n_tokens) : limit) <= n_have) return 0;
+  requests_.fetch_add(1, std::memory_order_relaxed);
+  uint64_t want = 0;
+  // The lookup's lease pins the chunks it found until this restore has loaded them.
+  std::optional<ConnectorLookup> lookup;
+  if (limit > 0) {
+    absl::StatusOr<ConnectorLookup> l = connector_->Lookup(prompt, n_have);
+    if (!l.ok()) {
+      spdlog::warn("kvtier: lookup failed, computing the prompt: {}", l.status().ToString());
+      misses_.fetch_add(1, std::memory_order_relaxed);
+      return 0;
+    }
+    want = std::min<uint64_t>(l->load_tokens, limit);
+    want -= want % chunk;
+    lookup.emplace(std::move(*l));
+  }
+  std::optional<std::vector<std::byte>> tail;
+  if (try_tail && want == tails_->TailStart(n_tokens)) {
+    absl::StatusOr<std::vector<std::byte>> t = tails_->Fetch(prompt);
+    if (t.ok()) {
+      tail = std::move(*t);
+    } else if (!absl::IsNotFound(t.status())) {
+      spdlog::warn("kvtier: tail record not used: {}", t.status().ToString());
+    }
+  }
+  if (!tail && want <= n_have) {
+    misses_.fetch_add(1, std::memory_order_relaxed);
+    return 0;
+  }
+  return RestoreWithSnapshot(ctx, seq_id, prompt, want, n_have, tail ? &*tail : nullptr);
+}
+
 int64_t ServerKvtier::RestoreWithSnapshot(llama_context* ctx, int32_t seq_id,
                                           std::span<const TokenId> prompt, uint64_t want,
-                                          uint64_t n_have) {
+                                          uint64_t n_have, const std::vector<std::byte>* tail) {
   const auto t0 = Clock::now();
   const uint32_t chunk = connector_->chunk_tokens();
   const bool rows = snapshots_->rows_bytes() > 0;
+  const uint64_t tail_end = tail ? tails_->TailEnd(prompt.size()) : 0;
+  const uint64_t tail_tokens = tail ? tail_end - want : 0;
+  // A recurrent model's tail is the state at its end alone: no chunk is needed.
+  if (tail && !rows) want = 0;
   std::optional<SeqStateBuilder> builder;
   if (rows) {
+    const uint64_t cells = tail ? tail_end : want;
     absl::StatusOr<SeqStateBuilder> b =
-        SeqStateBuilder::Create(spec_, static_cast<uint32_t>(want), seq_id);
+        SeqStateBuilder::Create(spec_, static_cast<uint32_t>(cells), seq_id);
     if (!b.ok()) {
-      spdlog::warn("kvtier: cannot build a {}-token state: {}", want, b.status().ToString());
+      spdlog::warn("kvtier: cannot build a {}-token state: {}", cells, b.status().ToString());
       misses_.fetch_add(1, std::memory_order_relaxed);
       return 0;
     }
     builder.emplace(std::move(*b));
   }
-  // Rows of chunks 1..k and the snapshot of chunk k.
+  // Rows of chunks 1..k and the snapshot of chunk k (or the tail's rows and snapshot).
   std::vector<std::vector<std::byte>> snaps(want / chunk);
   const uint64_t chunk_bytes = connector_->chunk_payload_bytes();
-  absl::StatusOr<ConnectorLoadResult> load = connector_->LoadPayloads(
-      prompt, want, [&](size_t chunk_index, std::span<const std::byte> payload) -> absl::Status {
-        if (payload.size() != chunk_bytes) {
-          return absl::DataLossError(absl::StrFormat("chunk %d payload is %d bytes, expected %d",
-                                                     chunk_index, payload.size(), chunk_bytes));
-        }
-        if (chunk_index < snaps.size()) {
-          const std::span<const std::byte> s = snapshots_->SnapshotOf(payload);
-          snaps[chunk_index].assign(s.begin(), s.end());
-        }
-        if (!rows) return absl::OkStatus();
-        return builder->PutChunk(static_cast<uint32_t>(chunk_index * chunk), chunk,
-                                 payload.first(snapshots_->rows_bytes()));
-      });
-  uint64_t loaded = load.ok() ? std::min<uint64_t>(load->loaded_tokens, want) : 0;
-  loaded -= loaded % chunk;
-  if (!load.ok() || !load->failed_chunks.empty()) {
-    load_failures_.fetch_add(1, std::memory_order_relaxed);
-    spdlog::warn("kvtier: {} of {} tokens delivered ({}); recomputing the rest", loaded, want,
-                 load.ok() ? load->first_error.ToString() : load.status().ToString());
+  uint64_t loaded = 0;
+  if (want > 0) {
+    absl::StatusOr<ConnectorLoadResult> load = connector_->LoadPayloads(
+        prompt, want, [&](size_t chunk_index, std::span<const std::byte> payload) -> absl::Status {
+          if (payload.size() != chunk_bytes) {
+            return absl::DataLossError(absl::StrFormat("chunk %d payload is %d bytes, expected %d",
+                                                       chunk_index, payload.size(), chunk_bytes));
+          }
+          if (chunk_index < snaps.size()) {
+            const std::span<const std::byte> s = snapshots_->SnapshotOf(payload);
+            snaps[chunk_index].assign(s.begin(), s.end());
+          }
+          if (!rows) return absl::OkStatus();
+          return builder->PutChunk(static_cast<uint32_t>(chunk_index * chunk), chunk,
+                                   payload.first(snapshots_->rows_bytes()));
+        });
+    loaded = load.ok() ? std::min<uint64_t>(load->loaded_tokens, want) : 0;
+    loaded -= loaded % chunk;
+    if (!load.ok() || !load->failed_chunks.empty()) {
+      load_failures_.fetch_add(1, std::memory_order_relaxed);
+      spdlog::warn("kvtier: {} of {} tokens delivered ({}); recomputing the rest", loaded, want,
+                   load.ok() ? load->first_error.ToString() : load.status().ToString());
+    }
   }
-  if (loaded <= n_have || snaps[loaded / chunk - 1].size() != snapshots_->snapshot_bytes()) {
+  std::span<const std::byte> snapshot;
+  if (loaded > 0) snapshot = snaps[loaded / chunk - 1];
+  bool tail_used = false;
+  if (tail && loaded == want) {
+    const uint64_t tail_rows = snapshots_->RowsBytes(tail_tokens);
+    absl::Status s = tail->size() >= tail_rows + snapshots_->snapshot_bytes()
+                         ? absl::OkStatus()
+                         : absl::DataLossError("tail payload shorter than its rows and snapshot");
+    if (s.ok() && rows) {
+      s = builder->PutChunk(static_cast<uint32_t>(want), static_cast<uint32_t>(tail_tokens),
+                            std::span<const std::byte>(*tail).first(tail_rows));
+    }
+    if (s.ok()) {
+      snapshot = std::span<const std::byte>(*tail).subspan(tail_rows, snapshots_->snapshot_bytes());
+      loaded = tail_end;
+      tail_used = true;
+    } else {
+      load_failures_.fetch_add(1, std::memory_order_relaxed);
+      spdlog::warn("kvtier: tail record not used: {}", s.ToString());
+    }
+  }
+  if (loaded <= n_have || snapshot.size() != snapshots_->snapshot_bytes()) {
     misses_.fetch_add(1, std::memory_order_relaxed);
     return 0;
   }
   std::vector<std::byte> rows_blob;
-  if (rows && loaded == want) {
+  const uint64_t cells = tail ? tail_end : want;
+  if (rows && loaded == cells) {
     rows_blob.assign(builder->blob().begin(), builder->blob().end());
   } else if (rows) {
     absl::StatusOr<std::vector<std::byte>> t = builder->Truncated(static_cast<uint32_t>(loaded));
@@ -597,12 +665,14 @@ int64_t ServerKvtier::RestoreWithSnapshot(llama_context* ctx, int32_t seq_id,
     }
     rows_blob = std::move(*t);
   }
-  const std::vector<std::byte> state =
-      snapshots_->Compose(rows_blob, snaps[loaded / chunk - 1], seq_id);
+  const std::vector<std::byte> state = snapshots_->Compose(rows_blob, snapshot, seq_id);
   if (!ApplyRestoredState(ctx, seq_id, state, loaded)) return -1;
   hits_.fetch_add(1, std::memory_order_relaxed);
+  if (tail_used) tail_hits_.fetch_add(1, std::memory_order_relaxed);
   loaded_tokens_.fetch_add(loaded, std::memory_order_relaxed);
-  load_bytes_.fetch_add(loaded / chunk * chunk_bytes, std::memory_order_relaxed);
+  load_bytes_.fetch_add(
+      tail_used ? want / chunk * chunk_bytes + tail->size() : loaded / chunk * chunk_bytes,
+      std::memory_order_relaxed);
   AddAtomic(load_seconds_, std::chrono::duration<double>(Clock::now() - t0).count());
   prompt_start_[seq_id].context_tokens = loaded;
   return static_cast<int64_t>(loaded);
@@ -730,9 +800,13 @@ void ServerKvtier::OnPromptDone(llama_context* ctx, int32_t seq_id, const llama_
   // shorter prompt) gave other last bits than the cold prefill's. A prompt whose prefill
   // began elsewhere (e.g. after a reuse of only the BOS token) gets its tail stored by a
   // later request that restores its chunks (its prefill then begins at T).
+  // Recurrent/hybrid: where the prefill really began (its first batch: llama-server may
+  // have restored one of its own context checkpoints), on a chunk boundary, as the
+  // batches then stop where a cold prefill's do.
+  if (snapshots_) start = snapshots_->prefill_start(seq_id);
+  const uint64_t grid = snapshots_ ? connector_->chunk_tokens() : n_ubatch_;
   if (tails_ && start && n_tokens >= 2 && tails_->TailTokens(n_tokens) > 0 &&
-      *start <= tails_->TailStart(n_tokens) && *start % n_ubatch_ == 0 &&
-      n_batch_ % n_ubatch_ == 0) {
+      *start <= tails_->TailStart(n_tokens) && *start % grid == 0 && n_batch_ % n_ubatch_ == 0) {
     StoreTail(ctx, seq_id, prompt);
   }
 }
@@ -741,6 +815,12 @@ void ServerKvtier::StoreTail(llama_context* ctx, int32_t seq_id, std::span<const
   const uint32_t first = static_cast<uint32_t>(tails_->TailStart(prompt.size()));
   const uint32_t count = static_cast<uint32_t>(tails_->TailTokens(prompt.size()));
   absl::Status s = tails_->Queue(prompt, [&](std::span<std::byte> payload) -> absl::Status {
+    if (snapshots_) {  // [rows][snapshot at the tail's end][zeros]
+      const uint64_t end = tails_->TailEnd(prompt.size());
+      if (absl::Status f = snapshots_->FillTail(seq_id, end, count, payload); !f.ok()) return f;
+      if (snapshots_->rows_bytes() == 0) return absl::OkStatus();
+      payload = payload.first(snapshots_->RowsBytes(count));
+    }
     absl::StatusOr<SeqStateView> v = ReadSeqState(ctx, seq_id);
     if (!v.ok()) return v.status();
     return ExtractChunkPayload(*v, first, count, payload);

@@ -109,9 +109,12 @@ size_t ServerKvtier::OnPromptBatch(llama_context* ctx, int32_t seq_id, const lla
                                    size_t n_tokens, size_t n_done, size_t* n_limit) {
   // Recurrent/hybrid models: the batch stops at the next chunk boundary, where the
   // snapshot of the chunk ending there is taken (before the next batch); not past
-  // SnapshotBoundaryLimit, where llama-server's own last two batches begin.
+  // SnapshotBoundaryLimit, where llama-server's own last two batches begin. Where its
+  // last batch begins (n - 4) the tail record's snapshot is taken.
   if (snapshots_) {
-    const size_t next = snapshots_->AtBatch(ctx, seq_id, n_done);
+    const size_t tail_at =
+        tails_ && tails_->TailTokens(n_tokens) > 0 ? tails_->TailEnd(n_tokens) : 0;
+    const size_t next = snapshots_->AtBatch(ctx, seq_id, n_done, tail_at);
     if (next <= SnapshotBoundaryLimit(n_tokens, n_batch_, n_ubatch_))
       *n_limit = std::min(*n_limit, next);
   }

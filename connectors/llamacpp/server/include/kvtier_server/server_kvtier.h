@@ -123,10 +123,17 @@ class ServerKvtier final : public KvtierServerHooks {
   // prompt is then computed from token 0).
   bool ApplyRestoredState(llama_context* ctx, int32_t seq_id, std::span<const std::byte> state,
                           uint64_t loaded);
+  // Recurrent/hybrid models: OnPromptStart after its common checks (lookup of the chunks
+  // up to SnapshotBoundaryLimit, then the tail record when every chunk before it loads).
+  int64_t StartWithSnapshots(llama_context* ctx, int32_t seq_id, std::span<const TokenId> prompt,
+                             uint64_t n_have);
   // Recurrent/hybrid models: loads up to `want` leading tokens of `prompt` (chunk rows and
-  // the last chunk's snapshot) into `seq_id`; OnPromptStart's result.
+  // the last chunk's snapshot) into `seq_id`, then, when `tail` is given and every chunk
+  // loaded, the tail's rows and snapshot (up to TailEnd; a recurrent model's tail alone);
+  // OnPromptStart's result.
   int64_t RestoreWithSnapshot(llama_context* ctx, int32_t seq_id, std::span<const TokenId> prompt,
-                              uint64_t want, uint64_t n_have);
+                              uint64_t want, uint64_t n_have,
+                              const std::vector<std::byte>* tail = nullptr);
 
   // Load while computing (server_overlap.cc). The front of a split for this lookup (0 =
   // no split): chunk-aligned, > `begin` (where the slot's prefill starts) and < `usable`.
