@@ -415,6 +415,32 @@ TEST_P(SnapshotFamilyServerTest, RestoresRowsAndSnapshotExactly) {
 INSTANTIATE_TEST_SUITE_P(Families, SnapshotFamilyServerTest,
                          ::testing::Values("mamba2", "granitehybrid", "lfm2"));
 
+// llama-server's context checkpoints off (-ctxcp 0): its prompt batches no longer stop 4
+// tokens before the end, so kvtier stores no tails for a hybrid model; a repeat loads
+// the 3 chunks and computes the rest, the cold answer of a plain server with that flag.
+TEST(SnapshotServerTest, WithoutContextCheckpointsStoresNoTails) {
+  const std::string model = FamilyModel("lfm2");
+  const std::vector<std::string> args = BaseArgs(model, {"--kv-unified", "-ctxcp", "0"});
+  json cold;
+  {
+    auto p = MustStart(args, "lfm2-nockpt-ref");
+    ASSERT_TRUE(p);
+    cold = Post(*p, "/completion", Completion(Prompt(1)));
+  }
+  std::vector<std::string> a = Kvtier(args, MakeTempDir("server-snap-nockpt"));
+  a.back() = "64";  // --kvtier-host-mib
+  auto s = MustStart(a, "lfm2-nockpt");
+  ASSERT_TRUE(s);
+  EXPECT_EQ(Status(*s)["tail_records"], false) << Status(*s).dump();
+  ExpectSameAnswer(Post(*s, "/completion", Completion(Prompt(1))), cold);
+  Post(*s, "/completion", Completion(Prompt(2)));
+  WaitPut(*s, 6, 0);
+  const json r = Post(*s, "/completion", Completion(Prompt(1)));
+  EXPECT_EQ(r["timings"]["cache_n"], 3 * kChunk) << r["timings"].dump();
+  ExpectSameAnswer(r, cold);
+  EXPECT_EQ(Status(*s)["tails_queued"], 0) << Status(*s).dump();
+}
+
 class RefusedFamilyServerTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(RefusedFamilyServerTest, ServesWithoutKvtierNamingWhatIsMissing) {

@@ -358,7 +358,9 @@ bool ServerKvtier::OnContextReady(llama_context* ctx, const char* model_path) {
     const uint64_t rows_per_token = probed->n_layer > 0 ? spec_.payload_bytes_per_token() : 0;
     snapshots_ = std::make_unique<SlotSnapshots>(chunk, uint64_t{chunk} * rows_per_token,
                                                  snapshot_bytes, connector_->chunk_payload_bytes());
-    if (options_.tail) {
+    // Without llama-server's context checkpoints its last prompt batch does not begin at
+    // n - 4 (no tail snapshot, and a restored tail would not give its cold answer).
+    if (options_.tail && !options_.no_ctx_checkpoints) {
       tails_ = std::make_unique<TailRecords>(
           store_, connector_->ns(), co.ns.layout, chunk, 256ull << 20,
           TailSpan::ForSnapshots(n_batch_, n_ubatch_, rows_per_token, snapshot_bytes,
@@ -938,7 +940,7 @@ std::string ServerKvtier::StatusJson() const {
       {"stored_chunks", stored_chunks_.load()},
       {"store_errors", store_errors_.load()},
       {"chunks_put", cs.store_chunks_put},
-      {"tail_records", options_.tail},
+      {"tail_records", tails_ != nullptr},
       {"tail_hits", tail_hits_.load()},
       {"tails_queued", ts.queued},
       {"tails_put", ts.put},
