@@ -35,7 +35,9 @@
 //    writes only the window of its sliding-window layers); a recurrent or hybrid model
 //    (one KV stream) stores and restores boundary snapshots (slot_snapshots.h): its
 //    batches stop at chunk boundaries (OnPromptBatch), where each slot's recurrent state
-//    is read; a record is the chunk's attention rows plus that snapshot. Other memory
+//    is read; a record is the chunk's attention rows plus that snapshot. Their tail
+//    record ends 4 tokens before the prompt's end, where llama-server's last prompt batch
+//    begins (the snapshot there is read by the same hook; tail_records.h). Other memory
 //    kinds are refused: the server runs as plain llama-server (GET /kvtier says why).
 //  * Counters for /metrics (kvtier_* lines) and GET /kvtier.
 //  * The model file (issue 21 item 1): OnContextReady opens a ModelFileWatch on the file

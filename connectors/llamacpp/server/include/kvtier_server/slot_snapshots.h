@@ -3,7 +3,8 @@
 // rows of its tokens, then the recurrent state after its last token (the
 // LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY state without its 8-byte header), then zeros
 // (docs/chunk-format.md). llama-server's prompt batches stop at chunk boundaries
-// (OnPromptBatch: BatchLimit), and each slot's snapshot is taken there.
+// (OnPromptBatch: BatchLimit), and each slot's snapshot is taken there; a tail record's
+// snapshot is taken where llama-server's last prompt batch begins (AtBatch's tail_at).
 //
 // Task-loop thread only (as the hooks that call it). Not thread-safe.
 #ifndef KVTIER_SERVER_SLOT_SNAPSHOTS_H_
