@@ -14,14 +14,12 @@
 #include "connectors/daemon_probe.h"
 #include "kvstore/disk_tier.h"
 #include "kvstore/host_tier.h"
-#include "kvstore/prometheus_text.h"
 #include "kvstore/store_factory.h"
 #include "kvstore/throttled_tier.h"
 #include "kvtier_server/seq_streams.h"
 #include "kvtier_server/slot_snapshots.h"
 #include "kvtier_server/tail_records.h"
 #include "llamacpp/llama_engine.h"
-#include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 #ifdef KVT_SERVER_HAVE_REMOTE
 #include "kvstore/remote_tier.h"
@@ -33,12 +31,6 @@ namespace {
 std::span<const TokenId> Span(const llama_token* tokens, size_t n) {
   static_assert(sizeof(llama_token) == sizeof(TokenId));
   return {reinterpret_cast<const TokenId*>(tokens), n};
-}
-
-void AddAtomic(std::atomic<double>& a, double v) {
-  double cur = a.load(std::memory_order_relaxed);
-  while (!a.compare_exchange_weak(cur, cur + v, std::memory_order_relaxed)) {
-  }
 }
 
 // The sequence-state format of `ctx`: decode one token into seq 0 of the (empty) context,
@@ -389,7 +381,8 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
   // Everything kvtier does before the prefill (lookup, and a restore on a hit) is on this
   // request's path; a miss's share is what kvtier costs a prompt it cannot help.
   absl::Cleanup on_path = [&] {
-    AddAtomic(prompt_start_seconds_, std::chrono::duration<double>(Clock::now() - entered).count());
+    ServerStats::Add(stats_.prompt_start_seconds,
+                     std::chrono::duration<double>(Clock::now() - entered).count());
   };
   overlaps_.erase(seq_id);  // a front the slot never finished (e.g. a cancelled request)
   if (snapshots_) snapshots_->Reset(seq_id);
@@ -403,7 +396,7 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
   const bool try_tail = tails_ && tails_->TailTokens(n_tokens) > 0 &&
                         (n_have <= chunk_end || (chunk_end == 0 && n_have < n_tokens - 1));
   if ((try_tail ? n_tokens - 1 : chunk_end) <= n_have) return 0;
-  requests_.fetch_add(1, std::memory_order_relaxed);
+  stats_.requests.fetch_add(1, std::memory_order_relaxed);
   const std::span<const TokenId> prompt = Span(tokens, n_tokens);
   uint64_t want = 0;
   // The lookup's lease pins the chunks it found until this restore has loaded them.
@@ -412,7 +405,7 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
     absl::StatusOr<ConnectorLookup> lookup = connector_->Lookup(prompt, n_have);
     if (!lookup.ok()) {
       spdlog::warn("kvtier: lookup failed, computing the prompt: {}", lookup.status().ToString());
-      misses_.fetch_add(1, std::memory_order_relaxed);
+      stats_.misses.fetch_add(1, std::memory_order_relaxed);
       return 0;
     }
     want = std::min<uint64_t>(lookup->load_tokens, chunk_end);
@@ -430,7 +423,7 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
       return -1;
     }
     if (want <= n_have && lookup->cached_tokens > n_have) {
-      cost_skips_.fetch_add(1, std::memory_order_relaxed);
+      stats_.cost_skips.fetch_add(1, std::memory_order_relaxed);
     }
     pinned.emplace(std::move(*lookup));
   }
@@ -446,7 +439,7 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
   }
   const uint64_t cells = tail ? n_tokens - 1 : want;
   if (cells <= n_have) {
-    misses_.fetch_add(1, std::memory_order_relaxed);
+    stats_.misses.fetch_add(1, std::memory_order_relaxed);
     // A miss whose slot holds a few tokens that end off a ubatch boundary (typically just
     // the BOS token of the slot's previous prompt): drop them, so this prompt is computed
     // from token 0 exactly as a cold prefill is and its tail record can be stored
@@ -456,7 +449,7 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
         tails_->TailTokens(n_tokens) > 0) {
       llama_memory_seq_rm(llama_get_memory(ctx), seq_id, -1, -1);
       prompt_start_[seq_id].context_tokens = 0;
-      dropped_prefixes_.fetch_add(1, std::memory_order_relaxed);
+      stats_.dropped_prefixes.fetch_add(1, std::memory_order_relaxed);
       return -1;
     }
     return 0;
@@ -470,7 +463,7 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
   };
   if (!builder.ok()) {
     spdlog::warn("kvtier: cannot build a {}-token state: {}", cells, builder.status().ToString());
-    misses_.fetch_add(1, std::memory_order_relaxed);
+    stats_.misses.fetch_add(1, std::memory_order_relaxed);
     return 0;
   }
   const uint64_t chunk_bytes = uint64_t{chunk} * spec_.payload_bytes_per_token();
@@ -487,7 +480,7 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
     loaded = load.ok() ? std::min<uint64_t>(load->loaded_tokens, want) : 0;
     loaded -= loaded % chunk;
     if (!load.ok() || !load->failed_chunks.empty()) {
-      load_failures_.fetch_add(1, std::memory_order_relaxed);
+      stats_.load_failures.fetch_add(1, std::memory_order_relaxed);
       spdlog::warn("kvtier: {} of {} tokens delivered ({}); recomputing the rest", loaded, want,
                    load.ok() ? load->first_error.ToString() : load.status().ToString());
     }
@@ -500,12 +493,12 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
       loaded = cells;
       tail_used = true;
     } else {
-      load_failures_.fetch_add(1, std::memory_order_relaxed);
+      stats_.load_failures.fetch_add(1, std::memory_order_relaxed);
       spdlog::warn("kvtier: tail record not used: {}", s.ToString());
     }
   }
   if (loaded <= n_have) {
-    misses_.fetch_add(1, std::memory_order_relaxed);
+    stats_.misses.fetch_add(1, std::memory_order_relaxed);
     return 0;
   }
   std::optional<std::vector<std::byte>> truncated;
@@ -513,7 +506,7 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
   if (loaded < cells) {
     absl::StatusOr<std::vector<std::byte>> t = builder->Truncated(static_cast<uint32_t>(loaded));
     if (!t.ok()) {
-      misses_.fetch_add(1, std::memory_order_relaxed);
+      stats_.misses.fetch_add(1, std::memory_order_relaxed);
       return 0;
     }
     truncated = std::move(*t);
@@ -523,18 +516,18 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
   if (n_stream_ != 1) {
     absl::StatusOr<std::vector<std::byte>> f = ToStreams(blob, n_stream_);
     if (!f.ok()) {
-      misses_.fetch_add(1, std::memory_order_relaxed);
+      stats_.misses.fetch_add(1, std::memory_order_relaxed);
       return 0;
     }
     framed = std::move(*f);
     blob = *framed;
   }
   if (!ApplyRestoredState(ctx, seq_id, blob, loaded)) return -1;
-  hits_.fetch_add(1, std::memory_order_relaxed);
-  if (tail_used) tail_hits_.fetch_add(1, std::memory_order_relaxed);
-  loaded_tokens_.fetch_add(loaded, std::memory_order_relaxed);
-  load_bytes_.fetch_add(loaded * spec_.payload_bytes_per_token(), std::memory_order_relaxed);
-  AddAtomic(load_seconds_, std::chrono::duration<double>(Clock::now() - t0).count());
+  stats_.hits.fetch_add(1, std::memory_order_relaxed);
+  if (tail_used) stats_.tail_hits.fetch_add(1, std::memory_order_relaxed);
+  stats_.loaded_tokens.fetch_add(loaded, std::memory_order_relaxed);
+  stats_.load_bytes.fetch_add(loaded * spec_.payload_bytes_per_token(), std::memory_order_relaxed);
+  ServerStats::Add(stats_.load_seconds, std::chrono::duration<double>(Clock::now() - t0).count());
   prompt_start_[seq_id].context_tokens = loaded;
   return static_cast<int64_t>(loaded);
 }
@@ -550,7 +543,7 @@ int64_t ServerKvtier::StartWithSnapshots(llama_context* ctx, int32_t seq_id,
   const bool try_tail =
       tails_ && tails_->TailTokens(n_tokens) > 0 && n_have <= tails_->TailStart(n_tokens);
   if ((try_tail ? tails_->TailEnd(n_tokens) : limit) <= n_have) return 0;
-  requests_.fetch_add(1, std::memory_order_relaxed);
+  stats_.requests.fetch_add(1, std::memory_order_relaxed);
   uint64_t want = 0;
   // The lookup's lease pins the chunks it found until this restore has loaded them.
   std::optional<ConnectorLookup> lookup;
@@ -558,7 +551,7 @@ int64_t ServerKvtier::StartWithSnapshots(llama_context* ctx, int32_t seq_id,
     absl::StatusOr<ConnectorLookup> l = connector_->Lookup(prompt, n_have);
     if (!l.ok()) {
       spdlog::warn("kvtier: lookup failed, computing the prompt: {}", l.status().ToString());
-      misses_.fetch_add(1, std::memory_order_relaxed);
+      stats_.misses.fetch_add(1, std::memory_order_relaxed);
       return 0;
     }
     want = std::min<uint64_t>(l->load_tokens, limit);
@@ -575,7 +568,7 @@ int64_t ServerKvtier::StartWithSnapshots(llama_context* ctx, int32_t seq_id,
     }
   }
   if (!tail && want <= n_have) {
-    misses_.fetch_add(1, std::memory_order_relaxed);
+    stats_.misses.fetch_add(1, std::memory_order_relaxed);
     return 0;
   }
   return RestoreWithSnapshot(ctx, seq_id, prompt, want, n_have, tail ? &*tail : nullptr);
@@ -598,7 +591,7 @@ int64_t ServerKvtier::RestoreWithSnapshot(llama_context* ctx, int32_t seq_id,
         SeqStateBuilder::Create(spec_, static_cast<uint32_t>(cells), seq_id);
     if (!b.ok()) {
       spdlog::warn("kvtier: cannot build a {}-token state: {}", cells, b.status().ToString());
-      misses_.fetch_add(1, std::memory_order_relaxed);
+      stats_.misses.fetch_add(1, std::memory_order_relaxed);
       return 0;
     }
     builder.emplace(std::move(*b));
@@ -625,7 +618,7 @@ int64_t ServerKvtier::RestoreWithSnapshot(llama_context* ctx, int32_t seq_id,
     loaded = load.ok() ? std::min<uint64_t>(load->loaded_tokens, want) : 0;
     loaded -= loaded % chunk;
     if (!load.ok() || !load->failed_chunks.empty()) {
-      load_failures_.fetch_add(1, std::memory_order_relaxed);
+      stats_.load_failures.fetch_add(1, std::memory_order_relaxed);
       spdlog::warn("kvtier: {} of {} tokens delivered ({}); recomputing the rest", loaded, want,
                    load.ok() ? load->first_error.ToString() : load.status().ToString());
     }
@@ -647,12 +640,12 @@ int64_t ServerKvtier::RestoreWithSnapshot(llama_context* ctx, int32_t seq_id,
       loaded = tail_end;
       tail_used = true;
     } else {
-      load_failures_.fetch_add(1, std::memory_order_relaxed);
+      stats_.load_failures.fetch_add(1, std::memory_order_relaxed);
       spdlog::warn("kvtier: tail record not used: {}", s.ToString());
     }
   }
   if (loaded <= n_have || snapshot.size() != snapshots_->snapshot_bytes()) {
-    misses_.fetch_add(1, std::memory_order_relaxed);
+    stats_.misses.fetch_add(1, std::memory_order_relaxed);
     return 0;
   }
   std::vector<std::byte> rows_blob;
@@ -662,20 +655,20 @@ int64_t ServerKvtier::RestoreWithSnapshot(llama_context* ctx, int32_t seq_id,
   } else if (rows) {
     absl::StatusOr<std::vector<std::byte>> t = builder->Truncated(static_cast<uint32_t>(loaded));
     if (!t.ok()) {
-      misses_.fetch_add(1, std::memory_order_relaxed);
+      stats_.misses.fetch_add(1, std::memory_order_relaxed);
       return 0;
     }
     rows_blob = std::move(*t);
   }
   const std::vector<std::byte> state = snapshots_->Compose(rows_blob, snapshot, seq_id);
   if (!ApplyRestoredState(ctx, seq_id, state, loaded)) return -1;
-  hits_.fetch_add(1, std::memory_order_relaxed);
-  if (tail_used) tail_hits_.fetch_add(1, std::memory_order_relaxed);
-  loaded_tokens_.fetch_add(loaded, std::memory_order_relaxed);
-  load_bytes_.fetch_add(
+  stats_.hits.fetch_add(1, std::memory_order_relaxed);
+  if (tail_used) stats_.tail_hits.fetch_add(1, std::memory_order_relaxed);
+  stats_.loaded_tokens.fetch_add(loaded, std::memory_order_relaxed);
+  stats_.load_bytes.fetch_add(
       tail_used ? want / chunk * chunk_bytes + tail->size() : loaded / chunk * chunk_bytes,
       std::memory_order_relaxed);
-  AddAtomic(load_seconds_, std::chrono::duration<double>(Clock::now() - t0).count());
+  ServerStats::Add(stats_.load_seconds, std::chrono::duration<double>(Clock::now() - t0).count());
   prompt_start_[seq_id].context_tokens = loaded;
   return static_cast<int64_t>(loaded);
 }
@@ -742,8 +735,8 @@ bool ServerKvtier::ApplyRestoredState(llama_context* ctx, int32_t seq_id,
   spdlog::warn("kvtier: llama.cpp refused a {}-token state for seq {}; recomputing", loaded,
                seq_id);
   llama_memory_seq_rm(llama_get_memory(ctx), seq_id, -1, -1);
-  load_failures_.fetch_add(1, std::memory_order_relaxed);
-  misses_.fetch_add(1, std::memory_order_relaxed);
+  stats_.load_failures.fetch_add(1, std::memory_order_relaxed);
+  stats_.misses.fetch_add(1, std::memory_order_relaxed);
   prompt_start_[seq_id].context_tokens = 0;
   return false;
 }
@@ -769,11 +762,11 @@ size_t ServerKvtier::StoreSeq(llama_context* ctx, int32_t seq_id, std::span<cons
                                    payload);
       });
   if (!stored.ok()) {
-    store_errors_.fetch_add(1, std::memory_order_relaxed);
+    stats_.store_errors.fetch_add(1, std::memory_order_relaxed);
     spdlog::warn("kvtier: storing seq {} failed: {}", seq_id, stored.status().ToString());
     return 0;
   }
-  stored_chunks_.fetch_add(*stored, std::memory_order_relaxed);
+  stats_.stored_chunks.fetch_add(*stored, std::memory_order_relaxed);
   return *stored;
 }
 
@@ -828,7 +821,7 @@ void ServerKvtier::StoreTail(llama_context* ctx, int32_t seq_id, std::span<const
     return ExtractChunkPayload(*v, first, count, payload);
   });
   if (!s.ok()) {
-    store_errors_.fetch_add(1, std::memory_order_relaxed);
+    stats_.store_errors.fetch_add(1, std::memory_order_relaxed);
     spdlog::warn("kvtier: storing the tail of seq {} failed: {}", seq_id, s.ToString());
   }
 }
@@ -844,123 +837,37 @@ void ServerKvtier::OnPromptSave(llama_context* ctx, int32_t seq_id, const llama_
   StoreSeq(ctx, seq_id, Span(tokens, std::min<size_t>(n_tokens, it->second)));
 }
 
-std::string ServerKvtier::MetricsText() const {
-  const bool ready = ready_.load(std::memory_order_acquire);
-  const ConnectorStats cs = ready ? connector_->stats() : ConnectorStats{};
-  PrometheusText out;  // the project's one writer of the text format
-  auto line = [&](const char* name, const char* help, const char* type, double v) {
-    out.Family(name,
-               std::string_view(type) == "gauge" ? PrometheusText::Type::kGauge
-                                                 : PrometheusText::Type::kCounter,
-               help);
-    out.Sample(name, v);
-  };
-  line("kvtier_requests_total", "prompts that had complete chunks to gain from kvtier", "counter",
-       requests_);
-  line("kvtier_hits_total", "prompts that restored at least one chunk from kvtier", "counter",
-       hits_);
-  line("kvtier_misses_total", "prompts that restored nothing from kvtier", "counter", misses_);
-  line("kvtier_cost_skips_total", "prompts whose cached chunks the cost model chose to recompute",
-       "counter", cost_skips_);
-  line("kvtier_loaded_tokens_total", "tokens restored from kvtier", "counter", loaded_tokens_);
-  line("kvtier_load_bytes_total", "KV payload bytes restored from kvtier", "counter", load_bytes_);
-  line("kvtier_load_failures_total", "restores cut short (chunk missing, corrupt, or refused)",
-       "counter", load_failures_);
-  line("kvtier_load_seconds_total", "time spent restoring from kvtier", "counter",
-       load_seconds_.load());
-  line("kvtier_prompt_start_seconds_total",
-       "time kvtier spent on requests' paths before their prefill (lookup, and restores)",
-       "counter", prompt_start_seconds_.load());
-  line("kvtier_stored_chunks_total", "chunks taken for storing", "counter", stored_chunks_);
-  line("kvtier_store_errors_total", "stores that failed", "counter", store_errors_);
-  line("kvtier_chunks_put_total", "chunks that reached the tiers", "counter",
-       static_cast<double>(cs.store_chunks_put));
-  const TailStats ts = ready && tails_ ? tails_->stats() : TailStats{};
-  line("kvtier_tail_hits_total", "prompts restored up to their last token with a tail record",
-       "counter", tail_hits_);
-  line("kvtier_tails_put_total", "tail records that reached the tiers", "counter",
-       static_cast<double>(ts.put));
-  line("kvtier_overlapped_total",
-       "prompts whose cached back loaded while llama-server computed the front", "counter",
-       overlapped_);
-  line("kvtier_overlap_joined_total", "overlapped prompts whose loaded back was joined in",
-       "counter", overlap_joined_);
-  line("kvtier_overlap_front_tokens_total", "tokens computed as the front of a joined overlap",
-       "counter", overlap_front_tokens_);
-  line("kvtier_overlap_loaded_tokens_total", "tokens loaded as the back of a joined overlap",
-       "counter", overlap_loaded_tokens_);
-  line("kvtier_overlap_wait_seconds_total",
-       "time the task loop waited for back loads after computing the front", "counter",
-       overlap_wait_seconds_.load());
-  line("kvtier_chunk_integrity_errors_total", "chunks that failed verification on load", "counter",
-       static_cast<double>(cs.load_data_loss));
-  line("kvtier_model_changed",
-       "1 once the model file changed under the server: kvtier is off until a restart", "gauge",
-       model_changed_.load(std::memory_order_relaxed) ? 1 : 0);
-  return out.Take();
+ServerReportState ServerKvtier::ReportState() const {
+  ServerReportState r;
+  r.refused = refused_.load(std::memory_order_acquire);
+  r.tiers = tiers_;
+  if (r.refused) {
+    r.refused_why = refused_why_;
+    return r;
+  }
+  r.ready = ready_.load(std::memory_order_acquire);
+  if (!r.ready) return r;
+  r.model_changed = model_changed_.load(std::memory_order_relaxed);
+  r.model_file = model_watch_ ? model_watch_->path() : "";
+  r.ns_hex = ns_hex_;
+  r.memory = iswa_                          ? "iswa"
+             : !snapshots_                  ? "kv"
+             : snapshots_->rows_bytes() > 0 ? "hybrid"
+                                            : "recurrent";
+  r.chunk_tokens = options_.chunk_tokens;
+  r.bytes_per_token = spec_.payload_bytes_per_token();
+  r.tail_records = tails_ != nullptr;
+  r.overlap_mode = options_.overlap == ServerKvtierOptions::Overlap::kOff    ? "off"
+                   : options_.overlap == ServerKvtierOptions::Overlap::kAuto ? "auto"
+                                                                             : "always";
+  r.connector = connector_->stats();
+  if (tails_) r.tails = tails_->stats();
+  r.writeback_pending_bytes = store_ ? store_->stats().pending_write_bytes : 0;
+  return r;
 }
 
-std::string ServerKvtier::StatusJson() const {
-  if (refused_.load(std::memory_order_acquire)) {
-    return nlohmann::json({{"enabled", false},
-                           {"state", "refused"},
-                           {"refused", refused_why_},
-                           {"tiers", tiers_}})
-        .dump();
-  }
-  if (!ready_.load(std::memory_order_acquire)) {
-    return nlohmann::json({{"enabled", false}, {"state", "loading"}, {"tiers", tiers_}}).dump();
-  }
-  const ConnectorStats cs = connector_->stats();
-  const TailStats ts = tails_ ? tails_->stats() : TailStats{};
-  const bool model_changed = model_changed_.load(std::memory_order_relaxed);
-  nlohmann::json j = {
-      {"enabled", !model_changed},
-      {"state", model_changed ? "model_changed" : "ready"},
-      {"model_changed", model_changed},
-      {"model_file", model_watch_ ? model_watch_->path() : ""},
-      {"tiers", tiers_},
-      {"namespace", ns_hex_},
-      {"memory", iswa_                          ? "iswa"
-                 : !snapshots_                  ? "kv"
-                 : snapshots_->rows_bytes() > 0 ? "hybrid"
-                                                : "recurrent"},
-      {"chunk_tokens", options_.chunk_tokens},
-      {"bytes_per_token", spec_.payload_bytes_per_token()},
-      {"requests", requests_.load()},
-      {"hits", hits_.load()},
-      {"misses", misses_.load()},
-      {"cost_skips", cost_skips_.load()},
-      {"loaded_tokens", loaded_tokens_.load()},
-      {"load_bytes", load_bytes_.load()},
-      {"load_failures", load_failures_.load()},
-      {"load_seconds", load_seconds_.load()},
-      {"prompt_start_seconds", prompt_start_seconds_.load()},
-      {"dropped_prefixes", dropped_prefixes_.load()},
-      {"stored_chunks", stored_chunks_.load()},
-      {"store_errors", store_errors_.load()},
-      {"chunks_put", cs.store_chunks_put},
-      {"tail_records", tails_ != nullptr},
-      {"tail_hits", tail_hits_.load()},
-      {"tails_queued", ts.queued},
-      {"tails_put", ts.put},
-      {"tails_skipped", ts.skipped},
-      {"tails_dropped", ts.dropped},
-      {"tail_put_errors", ts.put_errors},
-      {"put_errors", cs.store_put_errors},
-      {"integrity_errors", cs.load_data_loss},
-      {"store_pending_bytes", cs.store_pending_bytes},
-      {"overlap_mode", options_.overlap == ServerKvtierOptions::Overlap::kOff    ? "off"
-                       : options_.overlap == ServerKvtierOptions::Overlap::kAuto ? "auto"
-                                                                                 : "always"},
-      {"overlapped", overlapped_.load()},
-      {"overlap_joined", overlap_joined_.load()},
-      {"overlap_front_tokens", overlap_front_tokens_.load()},
-      {"overlap_loaded_tokens", overlap_loaded_tokens_.load()},
-      {"overlap_wait_seconds", overlap_wait_seconds_.load()},
-      {"writeback_pending_bytes", store_ ? store_->stats().pending_write_bytes : 0},
-  };
-  return j.dump();
-}
+std::string ServerKvtier::MetricsText() const { return stats_.MetricsText(ReportState()); }
+
+std::string ServerKvtier::StatusJson() const { return stats_.StatusJson(ReportState()); }
 
 }  // namespace kvt::llamacpp

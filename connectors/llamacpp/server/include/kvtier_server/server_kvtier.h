@@ -69,6 +69,7 @@
 #include "kvstore/cost_model.h"
 #include "kvstore/tiered_store.h"
 #include "kvtier_server/server_options.h"
+#include "kvtier_server/server_stats.h"
 #include "kvtier_server/slot_snapshots.h"
 #include "kvtier_server/tail_records.h"
 #include "llamacpp/model_file_watch.h"
@@ -114,6 +115,8 @@ class ServerKvtier final : public KvtierServerHooks {
   // Reads sequence `seq_id`'s state (single stream) into state_scratch_ and parses it.
   absl::StatusOr<SeqStateView> ReadSeqState(llama_context* ctx, int32_t seq_id);
   void StoreTail(llama_context* ctx, int32_t seq_id, std::span<const TokenId> prompt);
+  // What the reports show besides stats_ (HTTP threads: reads only what ready_ publishes).
+  ServerReportState ReportState() const;
   // Reads sequence `seq_id`'s state as one stream (a span of state_scratch_ or
   // single_stream_, valid until the next read).
   absl::StatusOr<std::span<const std::byte>> ReadSingleStream(llama_context* ctx, int32_t seq_id);
@@ -196,26 +199,8 @@ class ServerKvtier final : public KvtierServerHooks {
   std::vector<std::byte> state_scratch_;
   std::vector<std::byte> single_stream_;  // n_stream_ > 1 or iswa_: the state as one stream
 
-  std::atomic<uint64_t> requests_{0};    // OnPromptStart calls with a chunk to gain
-  std::atomic<uint64_t> hits_{0};        // requests that restored >= 1 chunk or a tail
-  std::atomic<uint64_t> tail_hits_{0};   // ... of which up to the last token (a tail record)
-  std::atomic<uint64_t> misses_{0};      // requests that restored nothing
-  std::atomic<uint64_t> cost_skips_{0};  // cached chunks the cost model chose not to load
-  std::atomic<uint64_t> loaded_tokens_{0};
-  std::atomic<uint64_t> load_bytes_{0};
-  std::atomic<uint64_t> load_failures_{0};  // restores that failed (chunk or set_data)
-  std::atomic<uint64_t> stored_chunks_{0};
-  std::atomic<uint64_t> store_errors_{0};
-  std::atomic<double> load_seconds_{0};
-  std::atomic<double> prompt_start_seconds_{0};  // all of OnPromptStart, hit or miss
-  // Misses whose short unaligned slot prefix was dropped to compute from token 0.
-  std::atomic<uint64_t> dropped_prefixes_{0};
+  ServerStats stats_;  // counters, and the /kvtier and /metrics reports
   static constexpr size_t kMaxDroppedPrefix = 16;
-  std::atomic<uint64_t> overlapped_{0};             // requests that started a back load
-  std::atomic<uint64_t> overlap_joined_{0};         // ... whose loaded back was joined in
-  std::atomic<uint64_t> overlap_front_tokens_{0};   // tokens computed as fronts (joined)
-  std::atomic<uint64_t> overlap_loaded_tokens_{0};  // tokens loaded as backs (joined)
-  std::atomic<double> overlap_wait_seconds_{0};     // task loop blocked in BackLoader::Wait
   OverlapJoinCost join_cost_;  // task-loop thread only: measured join costs for PlanOverlap
   // Last: destroyed first, so a loader's thread ends before the connector it uses.
   std::map<int32_t, std::unique_ptr<Overlap>> overlaps_;  // task-loop thread only
