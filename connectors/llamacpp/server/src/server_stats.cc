@@ -42,8 +42,8 @@ std::string ServerStats::MetricsText(const ServerReportState& state) const {
   line("kvtier_chunks_put_total", "chunks that reached the tiers", "counter",
        static_cast<double>(cs.store_chunks_put));
   const TailStats& ts = state.tails;
-  line("kvtier_tail_hits_total", "prompts restored up to the end of their tail record",
-       "counter", tail_hits);
+  line("kvtier_tail_hits_total", "prompts restored up to the end of their tail record", "counter",
+       tail_hits);
   line("kvtier_tails_put_total", "tail records that reached the tiers", "counter",
        static_cast<double>(ts.put));
   line("kvtier_overlapped_total",
