@@ -1,7 +1,6 @@
 #include "kvtier_server/server_kvtier.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <optional>
 #include <vector>
 
@@ -11,19 +10,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
-#include "connectors/daemon_probe.h"
-#include "kvstore/disk_tier.h"
-#include "kvstore/host_tier.h"
-#include "kvstore/store_factory.h"
-#include "kvstore/throttled_tier.h"
 #include "kvtier_server/seq_streams.h"
 #include "kvtier_server/slot_snapshots.h"
 #include "kvtier_server/tail_records.h"
 #include "llamacpp/llama_engine.h"
 #include "spdlog/spdlog.h"
-#ifdef KVT_SERVER_HAVE_REMOTE
-#include "kvstore/remote_tier.h"
-#endif
 
 namespace kvt::llamacpp {
 namespace {
@@ -87,124 +78,17 @@ absl::StatusOr<std::unique_ptr<ServerKvtier>> ServerKvtier::Create(
     const ServerKvtierOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   if (!options.enabled()) return absl::InvalidArgumentError("no kvtier tier configured");
+  absl::StatusOr<std::unique_ptr<ServerTiers>> tiers = ServerTiers::Open(options);
+  if (!tiers.ok()) return tiers.status();
   std::unique_ptr<ServerKvtier> k(new ServerKvtier(options));
-  StoreOptions so;
-  std::vector<std::string> names;
-  so.host.capacity_bytes = static_cast<uint64_t>(options.effective_host_mib()) << 20;
-  if (so.host.capacity_bytes > 0) {
-    if (absl::Status s = so.host.Validate(); !s.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--kvtier-host-mib '", options.effective_host_mib(), "': ", s.message()));
-    }
-    names.push_back("host");
-  }
-  if (!options.dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(options.dir, ec);
-    if (ec) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--kvtier-dir '", options.dir, "': cannot create it: ", ec.message()));
-    }
-    DiskTierOptions& d = so.disk.emplace();
-    d.cache_policy.name = "default";  // the measured default (docs/cache-policy.md)
-    d.dir = options.dir;
-    d.capacity_bytes = static_cast<uint64_t>(options.disk_mib) << 20;
-    d.file_bytes = std::min<uint64_t>(d.capacity_bytes, 256ull << 20);
-    if (absl::Status s = d.Validate(); !s.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--kvtier-dir '", options.dir, "': ", s.message()));
-    }
-    names.push_back("disk");
-  }
-  if (!options.daemon.empty()) {
-#ifdef KVT_SERVER_HAVE_REMOTE
-    RemoteTierOptions r;
-    r.client.target = options.daemon;
-    r.client.token = options.token;
-    r.client.deadline = std::chrono::milliseconds(options.daemon_timeout_ms);
-    r.client.max_attempts = 1;  // a dead daemon is a quick miss; the next request tries again
-    // Same host (a unix socket): chunks through shared memory, gRPC where it cannot.
-    if (absl::StartsWith(options.daemon, "unix:"))
-      r.shm_slots = static_cast<uint32_t>(options.shm_slots);
-    if (absl::Status s = r.Validate(); !s.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--kvtier-daemon '", options.daemon, "': ", s.message()));
-    }
-    so.lower.push_back(RemoteTier::Factory(r));
-    names.push_back("kvtierd");
-#else
-    return absl::InvalidArgumentError(
-        "--kvtier-daemon: this build has no remote tier (KVT_BUILD_DAEMON=OFF)");
-#endif
-  }
-  k->tiers_ = absl::StrJoin(names, "+");
-  if (options.throttle_gbps > 0) {  // benchmarks: the host tier alone, behind a slow link
-    auto host = HostTier::Create(so.host);
-    if (!host.ok()) return host.status();
-    StoreOptions throttled_so;
-    throttled_so.host.capacity_bytes = 0;
-    throttled_so.store = so.store;
-    throttled_so.lower.push_back(
-        UseTier(std::make_unique<ThrottledTier>(std::move(*host), options.throttle_gbps * 1e9)));
-    auto throttled = OpenTieredStore(throttled_so);
-    if (!throttled.ok()) return throttled.status();
-    k->tiers_ = absl::StrCat("host(throttled ", options.throttle_gbps, " GB/s)");
-    k->store_ = std::shared_ptr<TieredStore>(std::move(*throttled));
-    return k;
-  }
-  auto store = OpenTieredStore(so);
-  if (!store.ok()) {
-    // The disk tier is opened here (its directory, its RocksDB lock): name the flag.
-    if (!options.dir.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--kvtier-dir '", options.dir, "': ", store.status().message()));
-    }
-    return store.status();
-  }
-  k->store_ = std::shared_ptr<TieredStore>(std::move(*store));
-  if (!options.daemon.empty()) {
-    ServerKvtier* self = k.get();
-    k->daemon_watch_ = std::thread([self] { self->WatchDaemon(); });
-  }
+  k->store_ = (*tiers)->store();
+  k->tiers_ = std::move(*tiers);
   return k;
 }
 
 ServerKvtier::~ServerKvtier() {
-  if (daemon_watch_.joinable()) {
-    {
-      absl::MutexLock lock(&watch_mu_);
-      watch_stop_ = true;
-    }
-    daemon_watch_.join();
-  }
+  tiers_.reset();  // stops the kvtierd check first
   Flush();
-}
-
-void ServerKvtier::WatchDaemon() {
-  const std::chrono::milliseconds deadline(std::min<int64_t>(options_.daemon_timeout_ms, 2000));
-  absl::Status s = ProbeDaemon(options_.daemon, options_.token, deadline);
-  if (s.ok()) {
-    spdlog::info("kvtier: kvtierd at {} answers", options_.daemon);
-    return;
-  }
-  spdlog::warn(
-      "kvtier: the cache daemon kvtierd at {} does not answer ({}): kvtier-llama-server runs "
-      "cold (computes every prompt, stores nothing) until it answers; kvtier keeps trying and "
-      "logs when it does",
-      options_.daemon, s.ToString());
-  while (true) {
-    {
-      absl::MutexLock lock(&watch_mu_);
-      if (watch_mu_.AwaitWithTimeout(absl::Condition(&watch_stop_), absl::Seconds(1))) return;
-    }
-    if (ProbeDaemon(options_.daemon, options_.token, deadline).ok()) {
-      spdlog::info(
-          "kvtier: kvtierd at {} answers now: loads and stores resume (after the remote tier's "
-          "reconnect cool-down, about a second)",
-          options_.daemon);
-      return;
-    }
-  }
 }
 
 bool ServerKvtier::ModelUnchanged() {
@@ -362,8 +246,8 @@ bool ServerKvtier::OnContextReady(llama_context* ctx, const char* model_path) {
     tails_ = std::make_unique<TailRecords>(store_, connector_->ns(), co.ns.layout, chunk);
   }
   ready_.store(true, std::memory_order_release);
-  spdlog::info("kvtier: tiers {}, chunk {} tokens, namespace {} ({}), {} B/token", tiers_, chunk,
-               ns_hex_, co.ns.engine_extra, spec_.payload_bytes_per_token());
+  spdlog::info("kvtier: tiers {}, chunk {} tokens, namespace {} ({}), {} B/token", tiers_->names(),
+               chunk, ns_hex_, co.ns.engine_extra, spec_.payload_bytes_per_token());
   return true;
 }
 
@@ -840,7 +724,7 @@ void ServerKvtier::OnPromptSave(llama_context* ctx, int32_t seq_id, const llama_
 ServerReportState ServerKvtier::ReportState() const {
   ServerReportState r;
   r.refused = refused_.load(std::memory_order_acquire);
-  r.tiers = tiers_;
+  r.tiers = tiers_->names();
   if (r.refused) {
     r.refused_why = refused_why_;
     return r;

@@ -48,7 +48,8 @@
 //    names the old weights. Logged once as an error, shown in /kvtier ("state":
 //    "model_changed") and /metrics (kvtier_model_changed 1). Restart the server to use
 //    kvtier with the new file.
-//  * kvtierd at start-up (issue 21 item 11): Create starts a thread that asks kvtierd's
+//  * kvtierd at start-up (issue 21 item 11; server_tiers.h): Create starts a thread that asks
+//  kvtierd's
 //    Health; when it does not answer, one warning says the server runs cold until it
 //    does, and the thread asks every second until it answers, then logs that once.
 // A tier that fails (kvtierd missing, dead or paused) is a miss: the prompt is computed.
@@ -70,6 +71,7 @@
 #include "kvstore/tiered_store.h"
 #include "kvtier_server/server_options.h"
 #include "kvtier_server/server_stats.h"
+#include "kvtier_server/server_tiers.h"
 #include "kvtier_server/slot_snapshots.h"
 #include "kvtier_server/tail_records.h"
 #include "llamacpp/model_file_watch.h"
@@ -110,8 +112,6 @@ class ServerKvtier final : public KvtierServerHooks {
   // Whether the model file still holds the bytes the namespace names (task-loop thread).
   // False, for good, once it changed (logged once); false for this call on an I/O error.
   bool ModelUnchanged();
-  // The kvtierd start-up check (thread body; see the file comment).
-  void WatchDaemon();
   // Reads sequence `seq_id`'s state (single stream) into state_scratch_ and parses it.
   absl::StatusOr<SeqStateView> ReadSeqState(llama_context* ctx, int32_t seq_id);
   void StoreTail(llama_context* ctx, int32_t seq_id, std::span<const TokenId> prompt);
@@ -178,7 +178,7 @@ class ServerKvtier final : public KvtierServerHooks {
   // restore exactly (CheckMemorySupported); refused_why_ is written before and never after.
   std::atomic<bool> refused_{false};
   std::string refused_why_;
-  std::string tiers_;  // "host+disk+kvtierd"
+  std::unique_ptr<ServerTiers> tiers_;  // the store's tiers and the kvtierd check
   SeqStateSpec spec_;
   uint32_t n_stream_ = 1;  // KV streams of the server's context (non-unified: one per slot)
   // An iSWA model (accepted with --swa-full and one stream): its state is read from the
@@ -204,11 +204,6 @@ class ServerKvtier final : public KvtierServerHooks {
   OverlapJoinCost join_cost_;  // task-loop thread only: measured join costs for PlanOverlap
   // Last: destroyed first, so a loader's thread ends before the connector it uses.
   std::map<int32_t, std::unique_ptr<Overlap>> overlaps_;  // task-loop thread only
-
-  // The kvtierd start-up check (WatchDaemon); stopped and joined by the destructor.
-  absl::Mutex watch_mu_;
-  bool watch_stop_ ABSL_GUARDED_BY(watch_mu_) = false;
-  std::thread daemon_watch_;
 };
 
 }  // namespace kvt::llamacpp
