@@ -14,7 +14,10 @@
 //    missing piece, and answers exactly as plain llama-server (kvtier never loads or
 //    stores for it). A family the pinned llama.cpp cannot run here is skipped with the
 //    engine's error.
+#include <array>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <thread>
@@ -106,6 +109,17 @@ std::string FamilyModel(const std::string& arch) {
   return path;
 }
 
+// Waits until `s`'s queued stores reached the tiers (chunks_put >= n, tails_put >= tails).
+void WaitPut(const ServerProcess& s, uint64_t n, uint64_t tails) {
+  for (int i = 0; i < 200; ++i) {
+    const json st = Status(s);
+    if (st.value("chunks_put", uint64_t{0}) >= n && st.value("tails_put", uint64_t{0}) >= tails)
+      return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ADD_FAILURE() << "stores did not reach the tiers: " << Status(s).dump() << "\n" << Tail(s.log());
+}
+
 #ifdef KVT_KVTIERD_BIN
 demo::KvtierdProcessOptions DaemonOptions(const std::string& dir) {
   demo::KvtierdProcessOptions o;
@@ -118,16 +132,6 @@ demo::KvtierdProcessOptions DaemonOptions(const std::string& dir) {
   return o;
 }
 
-// Waits until `s`'s queued stores reached the tiers (chunks_put >= n, tails_put >= tails).
-void WaitPut(const ServerProcess& s, uint64_t n, uint64_t tails) {
-  for (int i = 0; i < 200; ++i) {
-    const json st = Status(s);
-    if (st.value("chunks_put", uint64_t{0}) >= n && st.value("tails_put", uint64_t{0}) >= tails)
-      return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ADD_FAILURE() << "stores did not reach the tiers: " << Status(s).dump() << "\n" << Tail(s.log());
-}
 #endif
 
 struct ExactCase {
@@ -275,14 +279,48 @@ INSTANTIATE_TEST_SUITE_P(
                                 {"--swa-full", "--kv-unified", "-fa", "off"}}),
     [](const ::testing::TestParamInfo<ExactCase>& i) { return i.param.name; });
 
+// Flips one byte in the payload of every record on the disk tier in `dir` whose token
+// count is not `chunk` (the tail records), so its checksum fails; returns how many.
+// Records start 4 KiB aligned (docs/chunk-format.md has the header).
+int CorruptTails(const std::string& dir, uint32_t chunk) {
+  int flipped = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    if (!e.is_regular_file() || e.path().string().find("records") == std::string::npos) continue;
+    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    for (uint64_t off = 0; off + 128 <= e.file_size(); off += 4096) {
+      std::array<char, 128> h{};
+      f.seekg(static_cast<std::streamoff>(off));
+      f.read(h.data(), h.size());
+      uint32_t magic = 0, tokens = 0;
+      uint64_t payload = 0;
+      std::memcpy(&magic, h.data(), 4);
+      std::memcpy(&tokens, h.data() + 56, 4);
+      std::memcpy(&payload, h.data() + 80, 8);
+      if (magic != 0x4354564B || tokens == chunk || payload == 0) continue;
+      const auto at = static_cast<std::streamoff>(off + 128 + payload / 2);
+      char c = 0;
+      f.seekg(at);
+      f.read(&c, 1);
+      c = static_cast<char>(c ^ 0x5a);
+      f.seekp(at);
+      f.write(&c, 1);
+      ++flipped;
+    }
+  }
+  return flipped;
+}
+
 // Recurrent and hybrid models (boundary snapshots): each chunk record holds the chunk's
 // attention rows and the recurrent state at its last token, taken where kvtier stops the
 // slot's prefill batches, only where a cold prefill's batches stop too: up to
-// 150 - (4 + 32) = 114, where llama-server's own last two batches begin. A 150-token
-// prompt (4 chunks + 22) loads its first 3 chunks from the host tier, from disk after a
-// restart and through a kvtierd shared by two servers, and a prompt sharing 2 chunks
-// loads only those; the answers are plain llama-server's cold ones (no tail records for
-// these models: the rest is computed from the boundary).
+// 150 - (4 + 32) = 114, where llama-server's own last two batches begin. The tail record
+// holds the rows of [96, 146) and the recurrent state at 146, where llama-server's last
+// prompt batch begins (a purely recurrent model's: that state alone). A 150-token prompt
+// (4 chunks + 22) loads 3 chunks and its tail (146 tokens: 4 computed, as a plain
+// llama-server's own cache hit) from the host tier, from disk after a restart and through
+// a kvtierd shared by two servers; a prompt sharing 2 chunks loads only those; a
+// corrupted tail loads the chunks only. Every answer is plain llama-server's cold one,
+// which its own cache hit (from its context checkpoint at 146) gives too.
 class SnapshotFamilyServerTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SnapshotFamilyServerTest, RestoresRowsAndSnapshotExactly) {
@@ -292,6 +330,8 @@ TEST_P(SnapshotFamilyServerTest, RestoresRowsAndSnapshotExactly) {
   std::vector<int> p4 = Prompt(1);
   const std::vector<int> other = Prompt(4);
   std::copy(other.begin() + 2 * kChunk, other.end(), p4.begin() + 2 * kChunk);
+  constexpr int kChunks = 3 * kChunk;                            // 96 <= 114 < 128
+  constexpr int kTailEnd = static_cast<int>(kPromptTokens) - 4;  // 146
   std::map<int, json> cold;
   {
     auto p = MustStart(args, arch + "-snap-ref");
@@ -299,8 +339,16 @@ TEST_P(SnapshotFamilyServerTest, RestoresRowsAndSnapshotExactly) {
     for (int seed : {1, 2, 4}) {
       cold[seed] = Post(*p, "/completion", Completion(seed == 4 ? p4 : Prompt(seed)));
     }
+    // Plain llama-server's own cache hit: its checkpoint at 146, the last 4 computed.
+    const json again = Post(*p, "/completion", Completion(p4));
+    EXPECT_EQ(again["timings"]["cache_n"], kTailEnd) << again["timings"].dump();
+    ExpectSameAnswer(again, cold[4]);
   }
-  constexpr int kChunks = 3 * kChunk;  // 96 <= 114 < 128
+  auto expect_tail_hit = [&](const json& r, int seed) {
+    EXPECT_EQ(r["timings"]["cache_n"], kTailEnd) << r["timings"].dump();
+    EXPECT_EQ(r["timings"]["prompt_n"], 4) << r["timings"].dump();
+    ExpectSameAnswer(r, cold[seed]);
+  };
   const std::string dir = MakeTempDir("server-snap-" + arch);
   {
     SCOPED_TRACE("host tier, then disk");
@@ -313,23 +361,39 @@ TEST_P(SnapshotFamilyServerTest, RestoresRowsAndSnapshotExactly) {
     EXPECT_EQ(st["memory"], arch == "mamba2" ? "recurrent" : "hybrid") << st.dump();
     ExpectSameAnswer(Post(*s, "/completion", Completion(Prompt(1))), cold[1]);
     ExpectSameAnswer(Post(*s, "/completion", Completion(Prompt(2))), cold[2]);
-    const json r = Post(*s, "/completion", Completion(Prompt(1)));
-    EXPECT_EQ(r["timings"]["cache_n"], kChunks) << r["timings"].dump();
-    ExpectSameAnswer(r, cold[1]);
-    EXPECT_EQ(Status(*s)["hits"], 1) << Status(*s).dump();
+    WaitPut(*s, 6, 2);
+    expect_tail_hit(Post(*s, "/completion", Completion(Prompt(1))), 1);
+    const json st2 = Status(*s);
+    EXPECT_EQ(st2["hits"], 1) << st2.dump();
+    EXPECT_EQ(st2["tail_hits"], 1) << st2.dump();
+    EXPECT_EQ(st2["loaded_tokens"], kTailEnd) << st2.dump();
     EXPECT_EQ(s->Stop(), 0);
   }
   {
     SCOPED_TRACE("disk after restart");
     auto s = MustStart(Kvtier(args, dir), arch + "-snap-b");
     ASSERT_TRUE(s);
-    const json r = Post(*s, "/completion", Completion(Prompt(1)));
-    EXPECT_EQ(r["timings"]["cache_n"], kChunks) << r["timings"].dump();
-    ExpectSameAnswer(r, cold[1]);
+    expect_tail_hit(Post(*s, "/completion", Completion(Prompt(1))), 1);
+    // Shares 2 chunks with prompt 1, then differs: only those load, no tail.
     const json r4 = Post(*s, "/completion", Completion(p4));
     EXPECT_EQ(r4["timings"]["cache_n"], 2 * kChunk) << r4["timings"].dump();
     ExpectSameAnswer(r4, cold[4]);
-    EXPECT_EQ(Status(*s)["hits"], 2);
+    const json st = Status(*s);
+    EXPECT_EQ(st["hits"], 2) << st.dump();
+    EXPECT_EQ(st["tail_hits"], 1) << st.dump();
+    EXPECT_EQ(s->Stop(), 0);
+  }
+  {
+    SCOPED_TRACE("corrupted tail");
+    ASSERT_GT(CorruptTails(dir, kChunk), 0);
+    auto s = MustStart(Kvtier(args, dir), arch + "-snap-c");
+    ASSERT_TRUE(s);
+    const json r = Post(*s, "/completion", Completion(Prompt(1)));
+    EXPECT_EQ(r["timings"]["cache_n"], kChunks) << r["timings"].dump();
+    ExpectSameAnswer(r, cold[1]);
+    const json st = Status(*s);
+    EXPECT_EQ(st["hits"], 1) << st.dump();
+    EXPECT_EQ(st["tail_hits"], 0) << st.dump();
   }
 #ifdef KVT_KVTIERD_BIN
   SCOPED_TRACE("kvtierd");
@@ -343,15 +407,39 @@ TEST_P(SnapshotFamilyServerTest, RestoresRowsAndSnapshotExactly) {
   auto y = MustStart(shared, arch + "-snap-y");
   ASSERT_TRUE(x && y);
   ExpectSameAnswer(Post(*x, "/completion", Completion(Prompt(2))), cold[2]);
-  WaitPut(*x, 3, 0);
-  const json ry = Post(*y, "/completion", Completion(Prompt(2)));
-  EXPECT_EQ(ry["timings"]["cache_n"], kChunks) << ry["timings"].dump();
-  ExpectSameAnswer(ry, cold[2]);
+  WaitPut(*x, 3, 1);
+  expect_tail_hit(Post(*y, "/completion", Completion(Prompt(2))), 2);
 #endif
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, SnapshotFamilyServerTest,
                          ::testing::Values("mamba2", "granitehybrid", "lfm2", "qwen35"));
+
+// llama-server's context checkpoints off (-ctxcp 0): its prompt batches no longer stop 4
+// tokens before the end, so kvtier stores no tails for a hybrid model; a repeat loads
+// the 3 chunks and computes the rest, the cold answer of a plain server with that flag.
+TEST(SnapshotServerTest, WithoutContextCheckpointsStoresNoTails) {
+  const std::string model = FamilyModel("lfm2");
+  const std::vector<std::string> args = BaseArgs(model, {"--kv-unified", "-ctxcp", "0"});
+  json cold;
+  {
+    auto p = MustStart(args, "lfm2-nockpt-ref");
+    ASSERT_TRUE(p);
+    cold = Post(*p, "/completion", Completion(Prompt(1)));
+  }
+  std::vector<std::string> a = Kvtier(args, MakeTempDir("server-snap-nockpt"));
+  a.back() = "64";  // --kvtier-host-mib
+  auto s = MustStart(a, "lfm2-nockpt");
+  ASSERT_TRUE(s);
+  EXPECT_EQ(Status(*s)["tail_records"], false) << Status(*s).dump();
+  ExpectSameAnswer(Post(*s, "/completion", Completion(Prompt(1))), cold);
+  Post(*s, "/completion", Completion(Prompt(2)));
+  WaitPut(*s, 6, 0);
+  const json r = Post(*s, "/completion", Completion(Prompt(1)));
+  EXPECT_EQ(r["timings"]["cache_n"], 3 * kChunk) << r["timings"].dump();
+  ExpectSameAnswer(r, cold);
+  EXPECT_EQ(Status(*s)["tails_queued"], 0) << Status(*s).dump();
+}
 
 class RefusedFamilyServerTest : public ::testing::TestWithParam<std::string> {};
 

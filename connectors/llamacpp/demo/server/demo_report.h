@@ -74,8 +74,9 @@ struct Row {
   // of plain llama-server's answer from the same restored prefix: one of its cache hits
   // `reference` (kServerCache or kSlotCache: ExactReference) on this prompt that reused
   // all but the last token (any repeat) when kvtier restored all but the last token
-  // (chunks and tail), else its cold answer of the same repeat. nullopt when nothing
-  // compares.
+  // (chunks and tail), else its cold answer of the same repeat, and, when kvtier restored
+  // all but the last 4 tokens (a recurrent or hybrid model's tail), also one of those
+  // cache hits that restored as many. nullopt when nothing compares.
   std::optional<bool> Identical(Config reference) const;
   // Whether plain llama-server's RAM-cache hits of all but the last token give the answer
   // of one of its slot-cache hits of the same tokens; nullopt when either did not run.

@@ -1,7 +1,6 @@
 #include "kvtier_server/server_kvtier.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <optional>
 #include <vector>
 
@@ -11,21 +10,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
-#include "connectors/daemon_probe.h"
-#include "kvstore/disk_tier.h"
-#include "kvstore/host_tier.h"
-#include "kvstore/prometheus_text.h"
-#include "kvstore/store_factory.h"
-#include "kvstore/throttled_tier.h"
 #include "kvtier_server/seq_streams.h"
 #include "kvtier_server/slot_snapshots.h"
 #include "kvtier_server/tail_records.h"
 #include "llamacpp/llama_engine.h"
-#include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
-#ifdef KVT_SERVER_HAVE_REMOTE
-#include "kvstore/remote_tier.h"
-#endif
 
 namespace kvt::llamacpp {
 namespace {
@@ -33,12 +22,6 @@ namespace {
 std::span<const TokenId> Span(const llama_token* tokens, size_t n) {
   static_assert(sizeof(llama_token) == sizeof(TokenId));
   return {reinterpret_cast<const TokenId*>(tokens), n};
-}
-
-void AddAtomic(std::atomic<double>& a, double v) {
-  double cur = a.load(std::memory_order_relaxed);
-  while (!a.compare_exchange_weak(cur, cur + v, std::memory_order_relaxed)) {
-  }
 }
 
 // The sequence-state format of `ctx`: decode one token into seq 0 of the (empty) context,
@@ -95,124 +78,17 @@ absl::StatusOr<std::unique_ptr<ServerKvtier>> ServerKvtier::Create(
     const ServerKvtierOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   if (!options.enabled()) return absl::InvalidArgumentError("no kvtier tier configured");
+  absl::StatusOr<std::unique_ptr<ServerTiers>> tiers = ServerTiers::Open(options);
+  if (!tiers.ok()) return tiers.status();
   std::unique_ptr<ServerKvtier> k(new ServerKvtier(options));
-  StoreOptions so;
-  std::vector<std::string> names;
-  so.host.capacity_bytes = static_cast<uint64_t>(options.effective_host_mib()) << 20;
-  if (so.host.capacity_bytes > 0) {
-    if (absl::Status s = so.host.Validate(); !s.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--kvtier-host-mib '", options.effective_host_mib(), "': ", s.message()));
-    }
-    names.push_back("host");
-  }
-  if (!options.dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(options.dir, ec);
-    if (ec) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--kvtier-dir '", options.dir, "': cannot create it: ", ec.message()));
-    }
-    DiskTierOptions& d = so.disk.emplace();
-    d.cache_policy.name = "default";  // the measured default (docs/cache-policy.md)
-    d.dir = options.dir;
-    d.capacity_bytes = static_cast<uint64_t>(options.disk_mib) << 20;
-    d.file_bytes = std::min<uint64_t>(d.capacity_bytes, 256ull << 20);
-    if (absl::Status s = d.Validate(); !s.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--kvtier-dir '", options.dir, "': ", s.message()));
-    }
-    names.push_back("disk");
-  }
-  if (!options.daemon.empty()) {
-#ifdef KVT_SERVER_HAVE_REMOTE
-    RemoteTierOptions r;
-    r.client.target = options.daemon;
-    r.client.token = options.token;
-    r.client.deadline = std::chrono::milliseconds(options.daemon_timeout_ms);
-    r.client.max_attempts = 1;  // a dead daemon is a quick miss; the next request tries again
-    // Same host (a unix socket): chunks through shared memory, gRPC where it cannot.
-    if (absl::StartsWith(options.daemon, "unix:"))
-      r.shm_slots = static_cast<uint32_t>(options.shm_slots);
-    if (absl::Status s = r.Validate(); !s.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--kvtier-daemon '", options.daemon, "': ", s.message()));
-    }
-    so.lower.push_back(RemoteTier::Factory(r));
-    names.push_back("kvtierd");
-#else
-    return absl::InvalidArgumentError(
-        "--kvtier-daemon: this build has no remote tier (KVT_BUILD_DAEMON=OFF)");
-#endif
-  }
-  k->tiers_ = absl::StrJoin(names, "+");
-  if (options.throttle_gbps > 0) {  // benchmarks: the host tier alone, behind a slow link
-    auto host = HostTier::Create(so.host);
-    if (!host.ok()) return host.status();
-    StoreOptions throttled_so;
-    throttled_so.host.capacity_bytes = 0;
-    throttled_so.store = so.store;
-    throttled_so.lower.push_back(
-        UseTier(std::make_unique<ThrottledTier>(std::move(*host), options.throttle_gbps * 1e9)));
-    auto throttled = OpenTieredStore(throttled_so);
-    if (!throttled.ok()) return throttled.status();
-    k->tiers_ = absl::StrCat("host(throttled ", options.throttle_gbps, " GB/s)");
-    k->store_ = std::shared_ptr<TieredStore>(std::move(*throttled));
-    return k;
-  }
-  auto store = OpenTieredStore(so);
-  if (!store.ok()) {
-    // The disk tier is opened here (its directory, its RocksDB lock): name the flag.
-    if (!options.dir.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--kvtier-dir '", options.dir, "': ", store.status().message()));
-    }
-    return store.status();
-  }
-  k->store_ = std::shared_ptr<TieredStore>(std::move(*store));
-  if (!options.daemon.empty()) {
-    ServerKvtier* self = k.get();
-    k->daemon_watch_ = std::thread([self] { self->WatchDaemon(); });
-  }
+  k->store_ = (*tiers)->store();
+  k->tiers_ = std::move(*tiers);
   return k;
 }
 
 ServerKvtier::~ServerKvtier() {
-  if (daemon_watch_.joinable()) {
-    {
-      absl::MutexLock lock(&watch_mu_);
-      watch_stop_ = true;
-    }
-    daemon_watch_.join();
-  }
+  tiers_.reset();  // stops the kvtierd check first
   Flush();
-}
-
-void ServerKvtier::WatchDaemon() {
-  const std::chrono::milliseconds deadline(std::min<int64_t>(options_.daemon_timeout_ms, 2000));
-  absl::Status s = ProbeDaemon(options_.daemon, options_.token, deadline);
-  if (s.ok()) {
-    spdlog::info("kvtier: kvtierd at {} answers", options_.daemon);
-    return;
-  }
-  spdlog::warn(
-      "kvtier: the cache daemon kvtierd at {} does not answer ({}): kvtier-llama-server runs "
-      "cold (computes every prompt, stores nothing) until it answers; kvtier keeps trying and "
-      "logs when it does",
-      options_.daemon, s.ToString());
-  while (true) {
-    {
-      absl::MutexLock lock(&watch_mu_);
-      if (watch_mu_.AwaitWithTimeout(absl::Condition(&watch_stop_), absl::Seconds(1))) return;
-    }
-    if (ProbeDaemon(options_.daemon, options_.token, deadline).ok()) {
-      spdlog::info(
-          "kvtier: kvtierd at {} answers now: loads and stores resume (after the remote tier's "
-          "reconnect cool-down, about a second)",
-          options_.daemon);
-      return;
-    }
-  }
 }
 
 bool ServerKvtier::ModelUnchanged() {
@@ -352,18 +228,26 @@ bool ServerKvtier::OnContextReady(llama_context* ctx, const char* model_path) {
   n_ubatch_ = llama_n_ubatch(ctx);
   n_batch_ = llama_n_batch(ctx);
   if (snapshots) {
-    // A chunk payload: [attention rows][snapshot][zeros] (docs/chunk-format.md). No tail
-    // records: a tail would need the snapshot at the prompt's last token but one.
-    const uint64_t rows =
-        probed->n_layer > 0 ? uint64_t{chunk} * spec_.payload_bytes_per_token() : 0;
-    snapshots_ = std::make_unique<SlotSnapshots>(chunk, rows, snapshot_bytes,
-                                                 connector_->chunk_payload_bytes());
+    // A chunk payload: [attention rows][snapshot][zeros] (docs/chunk-format.md). A tail
+    // record: the rows up to where llama-server's last prompt batch begins (n - 4) and
+    // the snapshot there (tail_records.h).
+    const uint64_t rows_per_token = probed->n_layer > 0 ? spec_.payload_bytes_per_token() : 0;
+    snapshots_ = std::make_unique<SlotSnapshots>(chunk, uint64_t{chunk} * rows_per_token,
+                                                 snapshot_bytes, connector_->chunk_payload_bytes());
+    // Without llama-server's context checkpoints its last prompt batch does not begin at
+    // n - 4 (no tail snapshot, and a restored tail would not give its cold answer).
+    if (options_.tail && !options_.no_ctx_checkpoints) {
+      tails_ = std::make_unique<TailRecords>(
+          store_, connector_->ns(), co.ns.layout, chunk, 256ull << 20,
+          TailSpan::ForSnapshots(n_batch_, n_ubatch_, rows_per_token, snapshot_bytes,
+                                 co.ns.layout.bytes_per_token()));
+    }
   } else if (options_.tail) {
     tails_ = std::make_unique<TailRecords>(store_, connector_->ns(), co.ns.layout, chunk);
   }
   ready_.store(true, std::memory_order_release);
-  spdlog::info("kvtier: tiers {}, chunk {} tokens, namespace {} ({}), {} B/token", tiers_, chunk,
-               ns_hex_, co.ns.engine_extra, spec_.payload_bytes_per_token());
+  spdlog::info("kvtier: tiers {}, chunk {} tokens, namespace {} ({}), {} B/token", tiers_->names(),
+               chunk, ns_hex_, co.ns.engine_extra, spec_.payload_bytes_per_token());
   return true;
 }
 
@@ -381,11 +265,13 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
   // Everything kvtier does before the prefill (lookup, and a restore on a hit) is on this
   // request's path; a miss's share is what kvtier costs a prompt it cannot help.
   absl::Cleanup on_path = [&] {
-    AddAtomic(prompt_start_seconds_, std::chrono::duration<double>(Clock::now() - entered).count());
+    ServerStats::Add(stats_.prompt_start_seconds,
+                     std::chrono::duration<double>(Clock::now() - entered).count());
   };
   overlaps_.erase(seq_id);  // a front the slot never finished (e.g. a cancelled request)
   if (snapshots_) snapshots_->Reset(seq_id);
   if (!connector_ || n_tokens < 2 || !ModelUnchanged()) return 0;
+  if (snapshots_) return StartWithSnapshots(ctx, seq_id, Span(tokens, n_tokens), n_have);
   const uint32_t chunk = connector_->chunk_tokens();
   // Complete chunks up to T (the last token is always computed), then the tail record of
   // tokens [T, n - 1) (tail_records.h) when the slot holds no more than T, or, for a
@@ -394,7 +280,7 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
   const bool try_tail = tails_ && tails_->TailTokens(n_tokens) > 0 &&
                         (n_have <= chunk_end || (chunk_end == 0 && n_have < n_tokens - 1));
   if ((try_tail ? n_tokens - 1 : chunk_end) <= n_have) return 0;
-  requests_.fetch_add(1, std::memory_order_relaxed);
+  stats_.requests.fetch_add(1, std::memory_order_relaxed);
   const std::span<const TokenId> prompt = Span(tokens, n_tokens);
   uint64_t want = 0;
   // The lookup's lease pins the chunks it found until this restore has loaded them.
@@ -403,7 +289,7 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
     absl::StatusOr<ConnectorLookup> lookup = connector_->Lookup(prompt, n_have);
     if (!lookup.ok()) {
       spdlog::warn("kvtier: lookup failed, computing the prompt: {}", lookup.status().ToString());
-      misses_.fetch_add(1, std::memory_order_relaxed);
+      stats_.misses.fetch_add(1, std::memory_order_relaxed);
       return 0;
     }
     want = std::min<uint64_t>(lookup->load_tokens, chunk_end);
@@ -413,17 +299,6 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
     // are a cold prefill's; only when the front is longer than what is dropped).
     const uint64_t usable = std::min<uint64_t>(lookup->cached_tokens, chunk_end) / chunk * chunk;
     const uint64_t begin = n_have % chunk == 0 ? n_have : 0;
-    if (snapshots_) {  // no load while computing: a front would need its own snapshot
-      // Only up to a boundary where a cold prefill's batches also stop (the rest is then
-      // computed in the same batches as there).
-      want = std::min<uint64_t>(want, SnapshotBoundaryLimit(n_tokens, n_batch_, n_ubatch_));
-      want -= want % chunk;
-      if (want <= n_have) {
-        misses_.fetch_add(1, std::memory_order_relaxed);
-        return 0;
-      }
-      return RestoreWithSnapshot(ctx, seq_id, prompt, want, n_have);
-    }
     if (const uint64_t front = PickOverlapFront(*lookup, begin, usable, want);
         front > n_have && StartOverlap(seq_id, prompt, front, usable, lookup->lease)) {
       prompt_start_[seq_id] = PromptStart{entered, begin, /*overlapped=*/true};
@@ -432,7 +307,7 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
       return -1;
     }
     if (want <= n_have && lookup->cached_tokens > n_have) {
-      cost_skips_.fetch_add(1, std::memory_order_relaxed);
+      stats_.cost_skips.fetch_add(1, std::memory_order_relaxed);
     }
     pinned.emplace(std::move(*lookup));
   }
@@ -448,7 +323,7 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
   }
   const uint64_t cells = tail ? n_tokens - 1 : want;
   if (cells <= n_have) {
-    misses_.fetch_add(1, std::memory_order_relaxed);
+    stats_.misses.fetch_add(1, std::memory_order_relaxed);
     // A miss whose slot holds a few tokens that end off a ubatch boundary (typically just
     // the BOS token of the slot's previous prompt): drop them, so this prompt is computed
     // from token 0 exactly as a cold prefill is and its tail record can be stored
@@ -458,7 +333,7 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
         tails_->TailTokens(n_tokens) > 0) {
       llama_memory_seq_rm(llama_get_memory(ctx), seq_id, -1, -1);
       prompt_start_[seq_id].context_tokens = 0;
-      dropped_prefixes_.fetch_add(1, std::memory_order_relaxed);
+      stats_.dropped_prefixes.fetch_add(1, std::memory_order_relaxed);
       return -1;
     }
     return 0;
@@ -472,7 +347,7 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
   };
   if (!builder.ok()) {
     spdlog::warn("kvtier: cannot build a {}-token state: {}", cells, builder.status().ToString());
-    misses_.fetch_add(1, std::memory_order_relaxed);
+    stats_.misses.fetch_add(1, std::memory_order_relaxed);
     return 0;
   }
   const uint64_t chunk_bytes = uint64_t{chunk} * spec_.payload_bytes_per_token();
@@ -489,7 +364,7 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
     loaded = load.ok() ? std::min<uint64_t>(load->loaded_tokens, want) : 0;
     loaded -= loaded % chunk;
     if (!load.ok() || !load->failed_chunks.empty()) {
-      load_failures_.fetch_add(1, std::memory_order_relaxed);
+      stats_.load_failures.fetch_add(1, std::memory_order_relaxed);
       spdlog::warn("kvtier: {} of {} tokens delivered ({}); recomputing the rest", loaded, want,
                    load.ok() ? load->first_error.ToString() : load.status().ToString());
     }
@@ -502,12 +377,12 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
       loaded = cells;
       tail_used = true;
     } else {
-      load_failures_.fetch_add(1, std::memory_order_relaxed);
+      stats_.load_failures.fetch_add(1, std::memory_order_relaxed);
       spdlog::warn("kvtier: tail record not used: {}", s.ToString());
     }
   }
   if (loaded <= n_have) {
-    misses_.fetch_add(1, std::memory_order_relaxed);
+    stats_.misses.fetch_add(1, std::memory_order_relaxed);
     return 0;
   }
   std::optional<std::vector<std::byte>> truncated;
@@ -515,7 +390,7 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
   if (loaded < cells) {
     absl::StatusOr<std::vector<std::byte>> t = builder->Truncated(static_cast<uint32_t>(loaded));
     if (!t.ok()) {
-      misses_.fetch_add(1, std::memory_order_relaxed);
+      stats_.misses.fetch_add(1, std::memory_order_relaxed);
       return 0;
     }
     truncated = std::move(*t);
@@ -525,85 +400,159 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
   if (n_stream_ != 1) {
     absl::StatusOr<std::vector<std::byte>> f = ToStreams(blob, n_stream_);
     if (!f.ok()) {
-      misses_.fetch_add(1, std::memory_order_relaxed);
+      stats_.misses.fetch_add(1, std::memory_order_relaxed);
       return 0;
     }
     framed = std::move(*f);
     blob = *framed;
   }
   if (!ApplyRestoredState(ctx, seq_id, blob, loaded)) return -1;
-  hits_.fetch_add(1, std::memory_order_relaxed);
-  if (tail_used) tail_hits_.fetch_add(1, std::memory_order_relaxed);
-  loaded_tokens_.fetch_add(loaded, std::memory_order_relaxed);
-  load_bytes_.fetch_add(loaded * spec_.payload_bytes_per_token(), std::memory_order_relaxed);
-  AddAtomic(load_seconds_, std::chrono::duration<double>(Clock::now() - t0).count());
+  stats_.hits.fetch_add(1, std::memory_order_relaxed);
+  if (tail_used) stats_.tail_hits.fetch_add(1, std::memory_order_relaxed);
+  stats_.loaded_tokens.fetch_add(loaded, std::memory_order_relaxed);
+  stats_.load_bytes.fetch_add(loaded * spec_.payload_bytes_per_token(), std::memory_order_relaxed);
+  ServerStats::Add(stats_.load_seconds, std::chrono::duration<double>(Clock::now() - t0).count());
   prompt_start_[seq_id].context_tokens = loaded;
   return static_cast<int64_t>(loaded);
 }
 
+int64_t ServerKvtier::StartWithSnapshots(llama_context* ctx, int32_t seq_id,
+                                         std::span<const TokenId> prompt, uint64_t n_have) {
+  const uint64_t n_tokens = prompt.size();
+  const uint32_t chunk = connector_->chunk_tokens();
+  // Chunks only up to a boundary where a cold prefill's batches also stop (the rest is
+  // then computed in the same batches as there); then the tail record, up to where
+  // llama-server's last prompt batch begins, when every chunk before it loads.
+  const uint64_t limit = SnapshotBoundaryLimit(n_tokens, n_batch_, n_ubatch_) / chunk * chunk;
+  const bool try_tail =
+      tails_ && tails_->TailTokens(n_tokens) > 0 && n_have <= tails_->TailStart(n_tokens);
+  if ((try_tail ? tails_->TailEnd(n_tokens) : limit) <= n_have) return 0;
+  stats_.requests.fetch_add(1, std::memory_order_relaxed);
+  uint64_t want = 0;
+  // The lookup's lease pins the chunks it found until this restore has loaded them.
+  std::optional<ConnectorLookup> lookup;
+  if (limit > 0) {
+    absl::StatusOr<ConnectorLookup> l = connector_->Lookup(prompt, n_have);
+    if (!l.ok()) {
+      spdlog::warn("kvtier: lookup failed, computing the prompt: {}", l.status().ToString());
+      stats_.misses.fetch_add(1, std::memory_order_relaxed);
+      return 0;
+    }
+    want = std::min<uint64_t>(l->load_tokens, limit);
+    want -= want % chunk;
+    lookup.emplace(std::move(*l));
+  }
+  std::optional<std::vector<std::byte>> tail;
+  if (try_tail && want == tails_->TailStart(n_tokens)) {
+    absl::StatusOr<std::vector<std::byte>> t = tails_->Fetch(prompt);
+    if (t.ok()) {
+      tail = std::move(*t);
+    } else if (!absl::IsNotFound(t.status())) {
+      spdlog::warn("kvtier: tail record not used: {}", t.status().ToString());
+    }
+  }
+  if (!tail && want <= n_have) {
+    stats_.misses.fetch_add(1, std::memory_order_relaxed);
+    return 0;
+  }
+  return RestoreWithSnapshot(ctx, seq_id, prompt, want, n_have, tail ? &*tail : nullptr);
+}
+
 int64_t ServerKvtier::RestoreWithSnapshot(llama_context* ctx, int32_t seq_id,
                                           std::span<const TokenId> prompt, uint64_t want,
-                                          uint64_t n_have) {
+                                          uint64_t n_have, const std::vector<std::byte>* tail) {
   const auto t0 = Clock::now();
   const uint32_t chunk = connector_->chunk_tokens();
   const bool rows = snapshots_->rows_bytes() > 0;
+  const uint64_t tail_end = tail ? tails_->TailEnd(prompt.size()) : 0;
+  const uint64_t tail_tokens = tail ? tail_end - want : 0;
+  // A recurrent model's tail is the state at its end alone: no chunk is needed.
+  if (tail && !rows) want = 0;
   std::optional<SeqStateBuilder> builder;
   if (rows) {
+    const uint64_t cells = tail ? tail_end : want;
     absl::StatusOr<SeqStateBuilder> b =
-        SeqStateBuilder::Create(spec_, static_cast<uint32_t>(want), seq_id, {}, prompt);
+        SeqStateBuilder::Create(spec_, static_cast<uint32_t>(cells), seq_id, {}, prompt);
     if (!b.ok()) {
-      spdlog::warn("kvtier: cannot build a {}-token state: {}", want, b.status().ToString());
-      misses_.fetch_add(1, std::memory_order_relaxed);
+      spdlog::warn("kvtier: cannot build a {}-token state: {}", cells, b.status().ToString());
+      stats_.misses.fetch_add(1, std::memory_order_relaxed);
       return 0;
     }
     builder.emplace(std::move(*b));
   }
-  // Rows of chunks 1..k and the snapshot of chunk k.
+  // Rows of chunks 1..k and the snapshot of chunk k (or the tail's rows and snapshot).
   std::vector<std::vector<std::byte>> snaps(want / chunk);
   const uint64_t chunk_bytes = connector_->chunk_payload_bytes();
-  absl::StatusOr<ConnectorLoadResult> load = connector_->LoadPayloads(
-      prompt, want, [&](size_t chunk_index, std::span<const std::byte> payload) -> absl::Status {
-        if (payload.size() != chunk_bytes) {
-          return absl::DataLossError(absl::StrFormat("chunk %d payload is %d bytes, expected %d",
-                                                     chunk_index, payload.size(), chunk_bytes));
-        }
-        if (chunk_index < snaps.size()) {
-          const std::span<const std::byte> s = snapshots_->SnapshotOf(payload);
-          snaps[chunk_index].assign(s.begin(), s.end());
-        }
-        if (!rows) return absl::OkStatus();
-        return builder->PutChunk(static_cast<uint32_t>(chunk_index * chunk), chunk,
-                                 payload.first(snapshots_->rows_bytes()));
-      });
-  uint64_t loaded = load.ok() ? std::min<uint64_t>(load->loaded_tokens, want) : 0;
-  loaded -= loaded % chunk;
-  if (!load.ok() || !load->failed_chunks.empty()) {
-    load_failures_.fetch_add(1, std::memory_order_relaxed);
-    spdlog::warn("kvtier: {} of {} tokens delivered ({}); recomputing the rest", loaded, want,
-                 load.ok() ? load->first_error.ToString() : load.status().ToString());
+  uint64_t loaded = 0;
+  if (want > 0) {
+    absl::StatusOr<ConnectorLoadResult> load = connector_->LoadPayloads(
+        prompt, want, [&](size_t chunk_index, std::span<const std::byte> payload) -> absl::Status {
+          if (payload.size() != chunk_bytes) {
+            return absl::DataLossError(absl::StrFormat("chunk %d payload is %d bytes, expected %d",
+                                                       chunk_index, payload.size(), chunk_bytes));
+          }
+          if (chunk_index < snaps.size()) {
+            const std::span<const std::byte> s = snapshots_->SnapshotOf(payload);
+            snaps[chunk_index].assign(s.begin(), s.end());
+          }
+          if (!rows) return absl::OkStatus();
+          return builder->PutChunk(static_cast<uint32_t>(chunk_index * chunk), chunk,
+                                   payload.first(snapshots_->rows_bytes()));
+        });
+    loaded = load.ok() ? std::min<uint64_t>(load->loaded_tokens, want) : 0;
+    loaded -= loaded % chunk;
+    if (!load.ok() || !load->failed_chunks.empty()) {
+      stats_.load_failures.fetch_add(1, std::memory_order_relaxed);
+      spdlog::warn("kvtier: {} of {} tokens delivered ({}); recomputing the rest", loaded, want,
+                   load.ok() ? load->first_error.ToString() : load.status().ToString());
+    }
   }
-  if (loaded <= n_have || snaps[loaded / chunk - 1].size() != snapshots_->snapshot_bytes()) {
-    misses_.fetch_add(1, std::memory_order_relaxed);
+  std::span<const std::byte> snapshot;
+  if (loaded > 0) snapshot = snaps[loaded / chunk - 1];
+  bool tail_used = false;
+  if (tail && loaded == want) {
+    const uint64_t tail_rows = snapshots_->RowsBytes(tail_tokens);
+    absl::Status s = tail->size() >= tail_rows + snapshots_->snapshot_bytes()
+                         ? absl::OkStatus()
+                         : absl::DataLossError("tail payload shorter than its rows and snapshot");
+    if (s.ok() && rows) {
+      s = builder->PutChunk(static_cast<uint32_t>(want), static_cast<uint32_t>(tail_tokens),
+                            std::span<const std::byte>(*tail).first(tail_rows));
+    }
+    if (s.ok()) {
+      snapshot = std::span<const std::byte>(*tail).subspan(tail_rows, snapshots_->snapshot_bytes());
+      loaded = tail_end;
+      tail_used = true;
+    } else {
+      stats_.load_failures.fetch_add(1, std::memory_order_relaxed);
+      spdlog::warn("kvtier: tail record not used: {}", s.ToString());
+    }
+  }
+  if (loaded <= n_have || snapshot.size() != snapshots_->snapshot_bytes()) {
+    stats_.misses.fetch_add(1, std::memory_order_relaxed);
     return 0;
   }
   std::vector<std::byte> rows_blob;
-  if (rows && loaded == want) {
+  const uint64_t cells = tail ? tail_end : want;
+  if (rows && loaded == cells) {
     rows_blob.assign(builder->blob().begin(), builder->blob().end());
   } else if (rows) {
     absl::StatusOr<std::vector<std::byte>> t = builder->Truncated(static_cast<uint32_t>(loaded));
     if (!t.ok()) {
-      misses_.fetch_add(1, std::memory_order_relaxed);
+      stats_.misses.fetch_add(1, std::memory_order_relaxed);
       return 0;
     }
     rows_blob = std::move(*t);
   }
-  const std::vector<std::byte> state =
-      snapshots_->Compose(rows_blob, snaps[loaded / chunk - 1], seq_id);
+  const std::vector<std::byte> state = snapshots_->Compose(rows_blob, snapshot, seq_id);
   if (!ApplyRestoredState(ctx, seq_id, state, loaded)) return -1;
-  hits_.fetch_add(1, std::memory_order_relaxed);
-  loaded_tokens_.fetch_add(loaded, std::memory_order_relaxed);
-  load_bytes_.fetch_add(loaded / chunk * chunk_bytes, std::memory_order_relaxed);
-  AddAtomic(load_seconds_, std::chrono::duration<double>(Clock::now() - t0).count());
+  stats_.hits.fetch_add(1, std::memory_order_relaxed);
+  if (tail_used) stats_.tail_hits.fetch_add(1, std::memory_order_relaxed);
+  stats_.loaded_tokens.fetch_add(loaded, std::memory_order_relaxed);
+  stats_.load_bytes.fetch_add(
+      tail_used ? want / chunk * chunk_bytes + tail->size() : loaded / chunk * chunk_bytes,
+      std::memory_order_relaxed);
+  ServerStats::Add(stats_.load_seconds, std::chrono::duration<double>(Clock::now() - t0).count());
   prompt_start_[seq_id].context_tokens = loaded;
   return static_cast<int64_t>(loaded);
 }
@@ -670,8 +619,8 @@ bool ServerKvtier::ApplyRestoredState(llama_context* ctx, int32_t seq_id,
   spdlog::warn("kvtier: llama.cpp refused a {}-token state for seq {}; recomputing", loaded,
                seq_id);
   llama_memory_seq_rm(llama_get_memory(ctx), seq_id, -1, -1);
-  load_failures_.fetch_add(1, std::memory_order_relaxed);
-  misses_.fetch_add(1, std::memory_order_relaxed);
+  stats_.load_failures.fetch_add(1, std::memory_order_relaxed);
+  stats_.misses.fetch_add(1, std::memory_order_relaxed);
   prompt_start_[seq_id].context_tokens = 0;
   return false;
 }
@@ -697,11 +646,11 @@ size_t ServerKvtier::StoreSeq(llama_context* ctx, int32_t seq_id, std::span<cons
                                    payload);
       });
   if (!stored.ok()) {
-    store_errors_.fetch_add(1, std::memory_order_relaxed);
+    stats_.store_errors.fetch_add(1, std::memory_order_relaxed);
     spdlog::warn("kvtier: storing seq {} failed: {}", seq_id, stored.status().ToString());
     return 0;
   }
-  stored_chunks_.fetch_add(*stored, std::memory_order_relaxed);
+  stats_.stored_chunks.fetch_add(*stored, std::memory_order_relaxed);
   return *stored;
 }
 
@@ -730,9 +679,13 @@ void ServerKvtier::OnPromptDone(llama_context* ctx, int32_t seq_id, const llama_
   // shorter prompt) gave other last bits than the cold prefill's. A prompt whose prefill
   // began elsewhere (e.g. after a reuse of only the BOS token) gets its tail stored by a
   // later request that restores its chunks (its prefill then begins at T).
+  // Recurrent/hybrid: where the prefill really began (its first batch: llama-server may
+  // have restored one of its own context checkpoints), on a chunk boundary, as the
+  // batches then stop where a cold prefill's do.
+  if (snapshots_) start = snapshots_->prefill_start(seq_id);
+  const uint64_t grid = snapshots_ ? connector_->chunk_tokens() : n_ubatch_;
   if (tails_ && start && n_tokens >= 2 && tails_->TailTokens(n_tokens) > 0 &&
-      *start <= tails_->TailStart(n_tokens) && *start % n_ubatch_ == 0 &&
-      n_batch_ % n_ubatch_ == 0) {
+      *start <= tails_->TailStart(n_tokens) && *start % grid == 0 && n_batch_ % n_ubatch_ == 0) {
     StoreTail(ctx, seq_id, prompt);
   }
 }
@@ -741,12 +694,18 @@ void ServerKvtier::StoreTail(llama_context* ctx, int32_t seq_id, std::span<const
   const uint32_t first = static_cast<uint32_t>(tails_->TailStart(prompt.size()));
   const uint32_t count = static_cast<uint32_t>(tails_->TailTokens(prompt.size()));
   absl::Status s = tails_->Queue(prompt, [&](std::span<std::byte> payload) -> absl::Status {
+    if (snapshots_) {  // [rows][snapshot at the tail's end][zeros]
+      const uint64_t end = tails_->TailEnd(prompt.size());
+      if (absl::Status f = snapshots_->FillTail(seq_id, end, count, payload); !f.ok()) return f;
+      if (snapshots_->rows_bytes() == 0) return absl::OkStatus();
+      payload = payload.first(snapshots_->RowsBytes(count));
+    }
     absl::StatusOr<SeqStateView> v = ReadSeqState(ctx, seq_id);
     if (!v.ok()) return v.status();
     return ExtractChunkPayload(*v, first, count, payload);
   });
   if (!s.ok()) {
-    store_errors_.fetch_add(1, std::memory_order_relaxed);
+    stats_.store_errors.fetch_add(1, std::memory_order_relaxed);
     spdlog::warn("kvtier: storing the tail of seq {} failed: {}", seq_id, s.ToString());
   }
 }
@@ -762,123 +721,37 @@ void ServerKvtier::OnPromptSave(llama_context* ctx, int32_t seq_id, const llama_
   StoreSeq(ctx, seq_id, Span(tokens, std::min<size_t>(n_tokens, it->second)));
 }
 
-std::string ServerKvtier::MetricsText() const {
-  const bool ready = ready_.load(std::memory_order_acquire);
-  const ConnectorStats cs = ready ? connector_->stats() : ConnectorStats{};
-  PrometheusText out;  // the project's one writer of the text format
-  auto line = [&](const char* name, const char* help, const char* type, double v) {
-    out.Family(name,
-               std::string_view(type) == "gauge" ? PrometheusText::Type::kGauge
-                                                 : PrometheusText::Type::kCounter,
-               help);
-    out.Sample(name, v);
-  };
-  line("kvtier_requests_total", "prompts that had complete chunks to gain from kvtier", "counter",
-       requests_);
-  line("kvtier_hits_total", "prompts that restored at least one chunk from kvtier", "counter",
-       hits_);
-  line("kvtier_misses_total", "prompts that restored nothing from kvtier", "counter", misses_);
-  line("kvtier_cost_skips_total", "prompts whose cached chunks the cost model chose to recompute",
-       "counter", cost_skips_);
-  line("kvtier_loaded_tokens_total", "tokens restored from kvtier", "counter", loaded_tokens_);
-  line("kvtier_load_bytes_total", "KV payload bytes restored from kvtier", "counter", load_bytes_);
-  line("kvtier_load_failures_total", "restores cut short (chunk missing, corrupt, or refused)",
-       "counter", load_failures_);
-  line("kvtier_load_seconds_total", "time spent restoring from kvtier", "counter",
-       load_seconds_.load());
-  line("kvtier_prompt_start_seconds_total",
-       "time kvtier spent on requests' paths before their prefill (lookup, and restores)",
-       "counter", prompt_start_seconds_.load());
-  line("kvtier_stored_chunks_total", "chunks taken for storing", "counter", stored_chunks_);
-  line("kvtier_store_errors_total", "stores that failed", "counter", store_errors_);
-  line("kvtier_chunks_put_total", "chunks that reached the tiers", "counter",
-       static_cast<double>(cs.store_chunks_put));
-  const TailStats ts = ready && tails_ ? tails_->stats() : TailStats{};
-  line("kvtier_tail_hits_total", "prompts restored up to their last token with a tail record",
-       "counter", tail_hits_);
-  line("kvtier_tails_put_total", "tail records that reached the tiers", "counter",
-       static_cast<double>(ts.put));
-  line("kvtier_overlapped_total",
-       "prompts whose cached back loaded while llama-server computed the front", "counter",
-       overlapped_);
-  line("kvtier_overlap_joined_total", "overlapped prompts whose loaded back was joined in",
-       "counter", overlap_joined_);
-  line("kvtier_overlap_front_tokens_total", "tokens computed as the front of a joined overlap",
-       "counter", overlap_front_tokens_);
-  line("kvtier_overlap_loaded_tokens_total", "tokens loaded as the back of a joined overlap",
-       "counter", overlap_loaded_tokens_);
-  line("kvtier_overlap_wait_seconds_total",
-       "time the task loop waited for back loads after computing the front", "counter",
-       overlap_wait_seconds_.load());
-  line("kvtier_chunk_integrity_errors_total", "chunks that failed verification on load", "counter",
-       static_cast<double>(cs.load_data_loss));
-  line("kvtier_model_changed",
-       "1 once the model file changed under the server: kvtier is off until a restart", "gauge",
-       model_changed_.load(std::memory_order_relaxed) ? 1 : 0);
-  return out.Take();
+ServerReportState ServerKvtier::ReportState() const {
+  ServerReportState r;
+  r.refused = refused_.load(std::memory_order_acquire);
+  r.tiers = tiers_->names();
+  if (r.refused) {
+    r.refused_why = refused_why_;
+    return r;
+  }
+  r.ready = ready_.load(std::memory_order_acquire);
+  if (!r.ready) return r;
+  r.model_changed = model_changed_.load(std::memory_order_relaxed);
+  r.model_file = model_watch_ ? model_watch_->path() : "";
+  r.ns_hex = ns_hex_;
+  r.memory = iswa_                          ? "iswa"
+             : !snapshots_                  ? "kv"
+             : snapshots_->rows_bytes() > 0 ? "hybrid"
+                                            : "recurrent";
+  r.chunk_tokens = options_.chunk_tokens;
+  r.bytes_per_token = spec_.payload_bytes_per_token();
+  r.tail_records = tails_ != nullptr;
+  r.overlap_mode = options_.overlap == ServerKvtierOptions::Overlap::kOff    ? "off"
+                   : options_.overlap == ServerKvtierOptions::Overlap::kAuto ? "auto"
+                                                                             : "always";
+  r.connector = connector_->stats();
+  if (tails_) r.tails = tails_->stats();
+  r.writeback_pending_bytes = store_ ? store_->stats().pending_write_bytes : 0;
+  return r;
 }
 
-std::string ServerKvtier::StatusJson() const {
-  if (refused_.load(std::memory_order_acquire)) {
-    return nlohmann::json({{"enabled", false},
-                           {"state", "refused"},
-                           {"refused", refused_why_},
-                           {"tiers", tiers_}})
-        .dump();
-  }
-  if (!ready_.load(std::memory_order_acquire)) {
-    return nlohmann::json({{"enabled", false}, {"state", "loading"}, {"tiers", tiers_}}).dump();
-  }
-  const ConnectorStats cs = connector_->stats();
-  const TailStats ts = tails_ ? tails_->stats() : TailStats{};
-  const bool model_changed = model_changed_.load(std::memory_order_relaxed);
-  nlohmann::json j = {
-      {"enabled", !model_changed},
-      {"state", model_changed ? "model_changed" : "ready"},
-      {"model_changed", model_changed},
-      {"model_file", model_watch_ ? model_watch_->path() : ""},
-      {"tiers", tiers_},
-      {"namespace", ns_hex_},
-      {"memory", iswa_                          ? "iswa"
-                 : !snapshots_                  ? "kv"
-                 : snapshots_->rows_bytes() > 0 ? "hybrid"
-                                                : "recurrent"},
-      {"chunk_tokens", options_.chunk_tokens},
-      {"bytes_per_token", spec_.payload_bytes_per_token()},
-      {"requests", requests_.load()},
-      {"hits", hits_.load()},
-      {"misses", misses_.load()},
-      {"cost_skips", cost_skips_.load()},
-      {"loaded_tokens", loaded_tokens_.load()},
-      {"load_bytes", load_bytes_.load()},
-      {"load_failures", load_failures_.load()},
-      {"load_seconds", load_seconds_.load()},
-      {"prompt_start_seconds", prompt_start_seconds_.load()},
-      {"dropped_prefixes", dropped_prefixes_.load()},
-      {"stored_chunks", stored_chunks_.load()},
-      {"store_errors", store_errors_.load()},
-      {"chunks_put", cs.store_chunks_put},
-      {"tail_records", options_.tail},
-      {"tail_hits", tail_hits_.load()},
-      {"tails_queued", ts.queued},
-      {"tails_put", ts.put},
-      {"tails_skipped", ts.skipped},
-      {"tails_dropped", ts.dropped},
-      {"tail_put_errors", ts.put_errors},
-      {"put_errors", cs.store_put_errors},
-      {"integrity_errors", cs.load_data_loss},
-      {"store_pending_bytes", cs.store_pending_bytes},
-      {"overlap_mode", options_.overlap == ServerKvtierOptions::Overlap::kOff    ? "off"
-                       : options_.overlap == ServerKvtierOptions::Overlap::kAuto ? "auto"
-                                                                                 : "always"},
-      {"overlapped", overlapped_.load()},
-      {"overlap_joined", overlap_joined_.load()},
-      {"overlap_front_tokens", overlap_front_tokens_.load()},
-      {"overlap_loaded_tokens", overlap_loaded_tokens_.load()},
-      {"overlap_wait_seconds", overlap_wait_seconds_.load()},
-      {"writeback_pending_bytes", store_ ? store_->stats().pending_write_bytes : 0},
-  };
-  return j.dump();
-}
+std::string ServerKvtier::MetricsText() const { return stats_.MetricsText(ReportState()); }
+
+std::string ServerKvtier::StatusJson() const { return stats_.StatusJson(ReportState()); }
 
 }  // namespace kvt::llamacpp

@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "kvstore/daemon_address.h"  // the one parser of kvtierd addresses
 
@@ -99,12 +100,24 @@ absl::StatusOr<ServerKvtierOptions> ExtractKvtierFlags(std::vector<std::string>&
     const std::string v = env;
     o.swa_full = v == "1" || v == "true" || v == "on" || v == "enabled";
   }
+  // llama-server's context checkpoints off (N <= 0; a value it cannot parse it refuses).
+  auto checkpoints_off = [](const std::string& v) {
+    int n = 0;
+    return absl::SimpleAtoi(v, &n) && n <= 0;
+  };
+  if (const char* env = std::getenv("LLAMA_ARG_CTX_CHECKPOINTS"); env != nullptr) {
+    o.no_ctx_checkpoints = checkpoints_off(env);
+  }
   std::vector<std::string> rest;
   if (!args.empty()) rest.push_back(args[0]);
   for (size_t i = 1; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a.rfind("--kvtier-", 0) != 0) {
       if (a == "--swa-full") o.swa_full = true;  // llama-server's flag: kept for it
+      if ((a == "-ctxcp" || a == "--ctx-checkpoints" || a == "--swa-checkpoints") &&
+          i + 1 < args.size()) {
+        o.no_ctx_checkpoints = checkpoints_off(args[i + 1]);  // kept for llama-server too
+      }
       rest.push_back(a);
       continue;
     }

@@ -40,12 +40,6 @@ double Since(Clock::time_point t) {
 }
 double Ewma(double old, double v) { return old == 0 ? v : old + kJoinEwmaAlpha * (v - old); }
 
-void AddSeconds(std::atomic<double>& a, double v) {
-  double cur = a.load(std::memory_order_relaxed);
-  while (!a.compare_exchange_weak(cur, cur + v, std::memory_order_relaxed)) {
-  }
-}
-
 }  // namespace
 
 uint64_t ServerKvtier::PickOverlapFront(const ConnectorLookup& lookup, uint64_t begin,
@@ -99,7 +93,7 @@ bool ServerKvtier::StartOverlap(int32_t seq_id, std::span<const TokenId> prompt,
   ov->front = front;
   ov->end = usable;
   overlaps_[seq_id] = std::move(ov);
-  overlapped_.fetch_add(1, std::memory_order_relaxed);
+  stats_.overlapped.fetch_add(1, std::memory_order_relaxed);
   spdlog::debug("kvtier: seq {}: computing tokens [0, {}) while loading [{}, {})", seq_id, front,
                 front, usable);
   return true;
@@ -109,9 +103,12 @@ size_t ServerKvtier::OnPromptBatch(llama_context* ctx, int32_t seq_id, const lla
                                    size_t n_tokens, size_t n_done, size_t* n_limit) {
   // Recurrent/hybrid models: the batch stops at the next chunk boundary, where the
   // snapshot of the chunk ending there is taken (before the next batch); not past
-  // SnapshotBoundaryLimit, where llama-server's own last two batches begin.
+  // SnapshotBoundaryLimit, where llama-server's own last two batches begin. Where its
+  // last batch begins (n - 4) the tail record's snapshot is taken.
   if (snapshots_) {
-    const size_t next = snapshots_->AtBatch(ctx, seq_id, n_done);
+    const size_t tail_at =
+        tails_ && tails_->TailTokens(n_tokens) > 0 ? tails_->TailEnd(n_tokens) : 0;
+    const size_t next = snapshots_->AtBatch(ctx, seq_id, n_done, tail_at);
     if (next <= SnapshotBoundaryLimit(n_tokens, n_batch_, n_ubatch_))
       *n_limit = std::min(*n_limit, next);
   }
@@ -149,14 +146,14 @@ size_t ServerKvtier::OnPromptBatch(llama_context* ctx, int32_t seq_id, const lla
   absl::Cleanup drop = [&] { overlaps_.erase(seq_id); };
   const Clock::time_point tw = Clock::now();
   const BackLoader::Result& got = ov.loader->Wait();
-  AddSeconds(overlap_wait_seconds_, Since(tw));
+  ServerStats::Add(stats_.overlap_wait_seconds, Since(tw));
   if (!got.failed_chunks.empty() || !got.first_error.ok()) {
-    load_failures_.fetch_add(1, std::memory_order_relaxed);
+    stats_.load_failures.fetch_add(1, std::memory_order_relaxed);
     spdlog::warn("kvtier: back load delivered tokens [{}, {}) of [{}, {}) ({}); computing the rest",
                  got.loaded_begin, got.loaded_end, ov.front, ov.end, got.first_error.ToString());
   }
   if (got.loaded_end <= n_done) {  // nothing to join: a miss, the rest is computed
-    misses_.fetch_add(1, std::memory_order_relaxed);
+    stats_.misses.fetch_add(1, std::memory_order_relaxed);
     return n_done;
   }
   const Clock::time_point tj = Clock::now();
@@ -165,12 +162,12 @@ size_t ServerKvtier::OnPromptBatch(llama_context* ctx, int32_t seq_id, const lla
   absl::StatusOr<std::vector<std::byte>> joined =
       front.ok() ? ov.loader->Join(*front) : absl::StatusOr<std::vector<std::byte>>(front.status());
   if (!joined.ok()) {
-    load_failures_.fetch_add(1, std::memory_order_relaxed);
+    stats_.load_failures.fetch_add(1, std::memory_order_relaxed);
     spdlog::warn(
         "kvtier: joining the computed front of seq {} with its loaded back failed, "
         "computing the back: {}",
         seq_id, joined.status().ToString());
-    misses_.fetch_add(1, std::memory_order_relaxed);
+    stats_.misses.fetch_add(1, std::memory_order_relaxed);
     return n_done;  // the sequence still holds the computed front
   }
   const double join_front_s = Since(tj);
@@ -179,20 +176,20 @@ size_t ServerKvtier::OnPromptBatch(llama_context* ctx, int32_t seq_id, const lla
     spdlog::warn("kvtier: llama.cpp refused the joined {}-token state for seq {}; recomputing",
                  got.loaded_end, seq_id);
     llama_memory_seq_rm(llama_get_memory(ctx), seq_id, -1, -1);
-    load_failures_.fetch_add(1, std::memory_order_relaxed);
-    misses_.fetch_add(1, std::memory_order_relaxed);
+    stats_.load_failures.fetch_add(1, std::memory_order_relaxed);
+    stats_.misses.fetch_add(1, std::memory_order_relaxed);
     if (auto p = prompt_start_.find(seq_id); p != prompt_start_.end()) p->second.context_tokens = 0;
     return 0;
   }
   const double set_s = Since(ts);
   const uint64_t loaded = got.loaded_end - n_done;
-  hits_.fetch_add(1, std::memory_order_relaxed);
-  overlap_joined_.fetch_add(1, std::memory_order_relaxed);
-  overlap_front_tokens_.fetch_add(n_done, std::memory_order_relaxed);
-  overlap_loaded_tokens_.fetch_add(loaded, std::memory_order_relaxed);
-  loaded_tokens_.fetch_add(loaded, std::memory_order_relaxed);
-  load_bytes_.fetch_add(loaded * spec_.payload_bytes_per_token(), std::memory_order_relaxed);
-  AddSeconds(load_seconds_, got.load_s + Since(tj));
+  stats_.hits.fetch_add(1, std::memory_order_relaxed);
+  stats_.overlap_joined.fetch_add(1, std::memory_order_relaxed);
+  stats_.overlap_front_tokens.fetch_add(n_done, std::memory_order_relaxed);
+  stats_.overlap_loaded_tokens.fetch_add(loaded, std::memory_order_relaxed);
+  stats_.loaded_tokens.fetch_add(loaded, std::memory_order_relaxed);
+  stats_.load_bytes.fetch_add(loaded * spec_.payload_bytes_per_token(), std::memory_order_relaxed);
+  ServerStats::Add(stats_.load_seconds, got.load_s + Since(tj));
   // The join costs the next plans price (as LlamaKvAdapter measures them).
   if (n_done > 0) {
     join_cost_.s_per_front_token =

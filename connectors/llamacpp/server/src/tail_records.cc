@@ -1,5 +1,6 @@
 #include "kvtier_server/tail_records.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -9,13 +10,38 @@
 
 namespace kvt::llamacpp {
 
+TailSpan TailSpan::ForSnapshots(uint32_t n_batch, uint32_t n_ubatch, uint64_t rows_per_token,
+                                uint64_t snapshot_bytes, uint64_t bytes_per_token) {
+  TailSpan s;
+  s.computed = std::min<uint64_t>(n_batch, 4);
+  s.split = std::min<uint64_t>(n_batch, uint64_t{4} + n_ubatch);
+  // L tokens hold L * bytes_per_token bytes: the rows (L * rows_per_token) and the snapshot.
+  const uint64_t spare = bytes_per_token > rows_per_token ? bytes_per_token - rows_per_token : 0;
+  s.min_tokens =
+      spare == 0 ? UINT64_MAX : std::max<uint64_t>(1, (snapshot_bytes + spare - 1) / spare);
+  return s;
+}
+
 TailRecords::TailRecords(std::shared_ptr<TieredStore> store, NamespaceId ns, KvLayout layout,
-                         uint32_t chunk_tokens, uint64_t max_pending_bytes)
+                         uint32_t chunk_tokens, uint64_t max_pending_bytes, TailSpan span)
     : store_(std::move(store)),
       ns_(ns),
       layout_(layout),
       chunk_tokens_(chunk_tokens),
-      max_pending_bytes_(max_pending_bytes) {}
+      max_pending_bytes_(max_pending_bytes),
+      span_(span) {}
+
+uint64_t TailRecords::TailStart(uint64_t n) const {
+  if (span_.split == 0) {
+    return TailEnd(n) / chunk_tokens_ * chunk_tokens_;
+  }
+  return n > span_.split ? (n - span_.split) / chunk_tokens_ * chunk_tokens_ : 0;
+}
+
+uint64_t TailRecords::TailTokens(uint64_t n) const {
+  const uint64_t end = TailEnd(n), start = TailStart(n);
+  return end > start && end - start >= span_.min_tokens ? end - start : 0;
+}
 
 ChunkKey TailRecords::Parent(std::span<const TokenId> prompt) const {
   const uint64_t t = TailStart(prompt.size());

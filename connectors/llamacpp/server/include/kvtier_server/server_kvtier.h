@@ -35,7 +35,9 @@
 //    writes only the window of its sliding-window layers); a recurrent or hybrid model
 //    (one KV stream) stores and restores boundary snapshots (slot_snapshots.h): its
 //    batches stop at chunk boundaries (OnPromptBatch), where each slot's recurrent state
-//    is read; a record is the chunk's attention rows plus that snapshot. Other memory
+//    is read; a record is the chunk's attention rows plus that snapshot. Their tail
+//    record ends 4 tokens before the prompt's end, where llama-server's last prompt batch
+//    begins (the snapshot there is read by the same hook; tail_records.h). Other memory
 //    kinds are refused: the server runs as plain llama-server (GET /kvtier says why).
 //  * Counters for /metrics (kvtier_* lines) and GET /kvtier.
 //  * The model file (issue 21 item 1): OnContextReady opens a ModelFileWatch on the file
@@ -46,7 +48,8 @@
 //    names the old weights. Logged once as an error, shown in /kvtier ("state":
 //    "model_changed") and /metrics (kvtier_model_changed 1). Restart the server to use
 //    kvtier with the new file.
-//  * kvtierd at start-up (issue 21 item 11): Create starts a thread that asks kvtierd's
+//  * kvtierd at start-up (issue 21 item 11; server_tiers.h): Create starts a thread that asks
+//  kvtierd's
 //    Health; when it does not answer, one warning says the server runs cold until it
 //    does, and the thread asks every second until it answers, then logs that once.
 // A tier that fails (kvtierd missing, dead or paused) is a miss: the prompt is computed.
@@ -67,6 +70,8 @@
 #include "kvstore/cost_model.h"
 #include "kvstore/tiered_store.h"
 #include "kvtier_server/server_options.h"
+#include "kvtier_server/server_stats.h"
+#include "kvtier_server/server_tiers.h"
 #include "kvtier_server/slot_snapshots.h"
 #include "kvtier_server/tail_records.h"
 #include "llamacpp/model_file_watch.h"
@@ -107,11 +112,11 @@ class ServerKvtier final : public KvtierServerHooks {
   // Whether the model file still holds the bytes the namespace names (task-loop thread).
   // False, for good, once it changed (logged once); false for this call on an I/O error.
   bool ModelUnchanged();
-  // The kvtierd start-up check (thread body; see the file comment).
-  void WatchDaemon();
   // Reads sequence `seq_id`'s state (single stream) into state_scratch_ and parses it.
   absl::StatusOr<SeqStateView> ReadSeqState(llama_context* ctx, int32_t seq_id);
   void StoreTail(llama_context* ctx, int32_t seq_id, std::span<const TokenId> prompt);
+  // What the reports show besides stats_ (HTTP threads: reads only what ready_ publishes).
+  ServerReportState ReportState() const;
   // Reads sequence `seq_id`'s state as one stream (a span of state_scratch_ or
   // single_stream_, valid until the next read).
   absl::StatusOr<std::span<const std::byte>> ReadSingleStream(llama_context* ctx, int32_t seq_id);
@@ -123,10 +128,17 @@ class ServerKvtier final : public KvtierServerHooks {
   // prompt is then computed from token 0).
   bool ApplyRestoredState(llama_context* ctx, int32_t seq_id, std::span<const std::byte> state,
                           uint64_t loaded);
+  // Recurrent/hybrid models: OnPromptStart after its common checks (lookup of the chunks
+  // up to SnapshotBoundaryLimit, then the tail record when every chunk before it loads).
+  int64_t StartWithSnapshots(llama_context* ctx, int32_t seq_id, std::span<const TokenId> prompt,
+                             uint64_t n_have);
   // Recurrent/hybrid models: loads up to `want` leading tokens of `prompt` (chunk rows and
-  // the last chunk's snapshot) into `seq_id`; OnPromptStart's result.
+  // the last chunk's snapshot) into `seq_id`, then, when `tail` is given and every chunk
+  // loaded, the tail's rows and snapshot (up to TailEnd; a recurrent model's tail alone);
+  // OnPromptStart's result.
   int64_t RestoreWithSnapshot(llama_context* ctx, int32_t seq_id, std::span<const TokenId> prompt,
-                              uint64_t want, uint64_t n_have);
+                              uint64_t want, uint64_t n_have,
+                              const std::vector<std::byte>* tail = nullptr);
 
   // Load while computing (server_overlap.cc). The front of a split for this lookup (0 =
   // no split): chunk-aligned, > `begin` (where the slot's prefill starts) and < `usable`.
@@ -166,7 +178,7 @@ class ServerKvtier final : public KvtierServerHooks {
   // restore exactly (CheckMemorySupported); refused_why_ is written before and never after.
   std::atomic<bool> refused_{false};
   std::string refused_why_;
-  std::string tiers_;  // "host+disk+kvtierd"
+  std::unique_ptr<ServerTiers> tiers_;  // the store's tiers and the kvtierd check
   SeqStateSpec spec_;
   uint32_t n_stream_ = 1;  // KV streams of the server's context (non-unified: one per slot)
   // An iSWA model (accepted with --swa-full and one stream): its state is read from the
@@ -187,34 +199,11 @@ class ServerKvtier final : public KvtierServerHooks {
   std::vector<std::byte> state_scratch_;
   std::vector<std::byte> single_stream_;  // n_stream_ > 1 or iswa_: the state as one stream
 
-  std::atomic<uint64_t> requests_{0};    // OnPromptStart calls with a chunk to gain
-  std::atomic<uint64_t> hits_{0};        // requests that restored >= 1 chunk or a tail
-  std::atomic<uint64_t> tail_hits_{0};   // ... of which up to the last token (a tail record)
-  std::atomic<uint64_t> misses_{0};      // requests that restored nothing
-  std::atomic<uint64_t> cost_skips_{0};  // cached chunks the cost model chose not to load
-  std::atomic<uint64_t> loaded_tokens_{0};
-  std::atomic<uint64_t> load_bytes_{0};
-  std::atomic<uint64_t> load_failures_{0};  // restores that failed (chunk or set_data)
-  std::atomic<uint64_t> stored_chunks_{0};
-  std::atomic<uint64_t> store_errors_{0};
-  std::atomic<double> load_seconds_{0};
-  std::atomic<double> prompt_start_seconds_{0};  // all of OnPromptStart, hit or miss
-  // Misses whose short unaligned slot prefix was dropped to compute from token 0.
-  std::atomic<uint64_t> dropped_prefixes_{0};
+  ServerStats stats_;  // counters, and the /kvtier and /metrics reports
   static constexpr size_t kMaxDroppedPrefix = 16;
-  std::atomic<uint64_t> overlapped_{0};             // requests that started a back load
-  std::atomic<uint64_t> overlap_joined_{0};         // ... whose loaded back was joined in
-  std::atomic<uint64_t> overlap_front_tokens_{0};   // tokens computed as fronts (joined)
-  std::atomic<uint64_t> overlap_loaded_tokens_{0};  // tokens loaded as backs (joined)
-  std::atomic<double> overlap_wait_seconds_{0};     // task loop blocked in BackLoader::Wait
   OverlapJoinCost join_cost_;  // task-loop thread only: measured join costs for PlanOverlap
   // Last: destroyed first, so a loader's thread ends before the connector it uses.
   std::map<int32_t, std::unique_ptr<Overlap>> overlaps_;  // task-loop thread only
-
-  // The kvtierd start-up check (WatchDaemon); stopped and joined by the destructor.
-  absl::Mutex watch_mu_;
-  bool watch_stop_ ABSL_GUARDED_BY(watch_mu_) = false;
-  std::thread daemon_watch_;
 };
 
 }  // namespace kvt::llamacpp

@@ -60,6 +60,12 @@ struct ServerKvtierOptions {
   // sliding-window cache, which kvtier needs for an iSWA model (gemma3, gpt-oss;
   // docs/models.md). Seen by ExtractKvtierFlags, which leaves the flag for llama-server.
   bool swa_full = false;
+  // llama-server's own -ctxcp / --ctx-checkpoints / --swa-checkpoints N (or
+  // LLAMA_ARG_CTX_CHECKPOINTS) with N <= 0: no context checkpoints, so a recurrent or
+  // hybrid model's prompt batches do not stop 4 tokens before the end and kvtier stores
+  // and restores no tail records for it (docs/models.md "Boundary snapshots"). Seen by
+  // ExtractKvtierFlags, which leaves the flag for llama-server.
+  bool no_ctx_checkpoints = false;
 
   // True when any tier is configured (daemon, dir or host_mib > 0).
   bool enabled() const;

@@ -3,7 +3,8 @@
 // rows of its tokens, then the recurrent state after its last token (the
 // LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY state without its 8-byte header), then zeros
 // (docs/chunk-format.md). llama-server's prompt batches stop at chunk boundaries
-// (OnPromptBatch: BatchLimit), and each slot's snapshot is taken there.
+// (OnPromptBatch: BatchLimit), and each slot's snapshot is taken there; a tail record's
+// snapshot is taken where llama-server's last prompt batch begins (AtBatch's tail_at).
 //
 // Task-loop thread only (as the hooks that call it). Not thread-safe.
 #ifndef KVTIER_SERVER_SLOT_SNAPSHOTS_H_
@@ -12,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -31,10 +33,21 @@ class SlotSnapshots {
   // A new prompt in `seq_id`: forgets the snapshots of the one before.
   void Reset(int32_t seq_id) { by_seq_.erase(seq_id); }
   // Before llama-server adds `seq_id`'s next prompt tokens to a batch: the sequence holds
-  // the prompt's tokens [0, n_done). On a chunk boundary, takes the snapshot of the chunk
-  // ending there. Returns where this batch must stop adding the prompt's tokens (the next
-  // boundary).
-  size_t AtBatch(llama_context* ctx, int32_t seq_id, size_t n_done);
+  // the prompt's tokens [0, n_done). The first call after Reset records where the
+  // prefill began (prefill_start). On a chunk boundary, takes the snapshot of the chunk
+  // ending there; at `tail_at` (> 0: the end of the prompt's tail record, where
+  // llama-server begins its last prompt batch), the tail's snapshot. Returns where this
+  // batch must stop adding the prompt's tokens (the next chunk boundary).
+  size_t AtBatch(llama_context* ctx, int32_t seq_id, size_t n_done, size_t tail_at = 0);
+  // Where `seq_id`'s prefill of its current prompt began (its first batch); nullopt before.
+  std::optional<size_t> prefill_start(int32_t seq_id) const;
+  // Writes the snapshot taken at `tail_at` after the attention rows of a `tail_tokens`
+  // token tail, then zeros: [rows][snapshot][zeros]. NotFound when this prompt's prefill
+  // did not begin a batch at `tail_at`; InvalidArgument when the payload cannot hold it.
+  absl::Status FillTail(int32_t seq_id, size_t tail_at, size_t tail_tokens,
+                        std::span<std::byte> payload) const;
+  // The attention rows of a `tokens` token record (tokens x rows per token).
+  uint64_t RowsBytes(size_t tokens) const { return rows_bytes_ / chunk_ * tokens; }
   // Writes chunk `chunk_index`'s snapshot and the zero padding after the payload's rows.
   // NotFound when this prompt's prefill did not stop on that chunk's end.
   absl::Status Fill(int32_t seq_id, size_t chunk_index, std::span<std::byte> payload) const;
@@ -57,7 +70,13 @@ class SlotSnapshots {
   uint64_t snapshot_bytes_;
   uint64_t payload_bytes_;
   uint64_t taken_ = 0;
-  std::map<int32_t, std::vector<std::vector<std::byte>>> by_seq_;  // [seq][chunk index]
+  struct Seq {
+    std::optional<size_t> start;                 // where the prefill began
+    std::vector<std::vector<std::byte>> chunks;  // [chunk index]
+    size_t tail_at = 0;                          // where `tail` was taken (0: none)
+    std::vector<std::byte> tail;
+  };
+  std::map<int32_t, Seq> by_seq_;
 };
 
 // Where kvtier may stop a prompt's batches and restore it, for a prompt of `n_tokens`
