@@ -286,12 +286,8 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
   // The lookup's lease pins the chunks it found until this restore has loaded them.
   std::optional<ConnectorLookup> pinned;
   if (chunk_end > 0) {
-    absl::StatusOr<ConnectorLookup> lookup = connector_->Lookup(prompt, n_have);
-    if (!lookup.ok()) {
-      spdlog::warn("kvtier: lookup failed, computing the prompt: {}", lookup.status().ToString());
-      stats_.misses.fetch_add(1, std::memory_order_relaxed);
-      return 0;
-    }
+    std::optional<ConnectorLookup> lookup = LookupOrMiss(prompt, n_have);
+    if (!lookup) return 0;
     want = std::min<uint64_t>(lookup->load_tokens, chunk_end);
     want -= want % chunk;
     // Load while computing (server_overlap.cc): the front from where the slot's prefill
@@ -432,12 +428,8 @@ int64_t ServerKvtier::StartWithSnapshots(llama_context* ctx, int32_t seq_id,
   // The lookup's lease pins the chunks it found until this restore has loaded them.
   std::optional<ConnectorLookup> lookup;
   if (limit > 0) {
-    absl::StatusOr<ConnectorLookup> l = connector_->Lookup(prompt, n_have);
-    if (!l.ok()) {
-      spdlog::warn("kvtier: lookup failed, computing the prompt: {}", l.status().ToString());
-      stats_.misses.fetch_add(1, std::memory_order_relaxed);
-      return 0;
-    }
+    std::optional<ConnectorLookup> l = LookupOrMiss(prompt, n_have);
+    if (!l) return 0;
     want = std::min<uint64_t>(l->load_tokens, limit);
     want -= want % chunk;
     lookup.emplace(std::move(*l));
@@ -456,6 +448,17 @@ int64_t ServerKvtier::StartWithSnapshots(llama_context* ctx, int32_t seq_id,
     return 0;
   }
   return RestoreWithSnapshot(ctx, seq_id, prompt, want, n_have, tail ? &*tail : nullptr);
+}
+
+std::optional<ConnectorLookup> ServerKvtier::LookupOrMiss(std::span<const TokenId> prompt,
+                                                          uint64_t n_have) {
+  absl::StatusOr<ConnectorLookup> lookup = connector_->Lookup(prompt, n_have);
+  if (!lookup.ok()) {
+    spdlog::warn("kvtier: lookup failed, computing the prompt: {}", lookup.status().ToString());
+    stats_.misses.fetch_add(1, std::memory_order_relaxed);
+    return std::nullopt;
+  }
+  return std::move(*lookup);
 }
 
 int64_t ServerKvtier::RestoreWithSnapshot(llama_context* ctx, int32_t seq_id,

@@ -60,6 +60,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -132,6 +133,9 @@ class ServerKvtier final : public KvtierServerHooks {
   // up to SnapshotBoundaryLimit, then the tail record when every chunk before it loads).
   int64_t StartWithSnapshots(llama_context* ctx, int32_t seq_id, std::span<const TokenId> prompt,
                              uint64_t n_have);
+  // The connector's lookup of `prompt` past `n_have` tokens; a failed lookup is logged,
+  // counted as a miss and answered nullopt (the prompt is then computed).
+  std::optional<ConnectorLookup> LookupOrMiss(std::span<const TokenId> prompt, uint64_t n_have);
   // Recurrent/hybrid models: loads up to `want` leading tokens of `prompt` (chunk rows and
   // the last chunk's snapshot) into `seq_id`, then, when `tail` is given and every chunk
   // loaded, the tail's rows and snapshot (up to TailEnd; a recurrent model's tail alone);
