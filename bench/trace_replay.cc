@@ -56,6 +56,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -87,6 +88,7 @@ struct Flags {
   std::string trace = "conversation";
   std::string trace_file;  // overrides --trace
   size_t max_requests = 200;
+  size_t first_request = 0;  // requests of the trace skipped before the replayed slice
   uint32_t block_tokens = 32;
   double time_scale = 6;  // 1 h of trace in 10 min
   int concurrency = 4;
@@ -452,6 +454,9 @@ int Main(int argc, char** argv) {
   app.add_option("--trace", f.trace, "conversation | synthetic (bench/traces/)");
   app.add_option("--trace-file", f.trace_file, "a .jsonl(.gz) trace instead of --trace");
   app.add_option("--max-requests", f.max_requests, "the first N requests (0 = all)");
+  app.add_option(
+      "--first-request", f.first_request,
+      "skip the trace's first K requests; arrivals restart at 0 (a later, busier slice)");
   app.add_option("--block-tokens", f.block_tokens, "tokens per trace block (the trace's 512)")
       ->check(CLI::Range(1, 512));
   app.add_option("--time-scale", f.time_scale, "trace time / replay time (6: 1 h in 10 min)")
@@ -540,10 +545,31 @@ int Main(int argc, char** argv) {
   const std::string path =
       f.trace_file.empty() ? std::string(KVT_BENCH_TRACES_DIR) + "/" + f.trace + "_trace.jsonl.gz"
                            : f.trace_file;
-  auto trace = LoadTrace(path, f.trace, f.max_requests);
+  auto trace = LoadTrace(path, f.trace, f.max_requests == 0 ? 0 : f.first_request + f.max_requests);
   if (!trace.ok()) {
     std::fprintf(stderr, "kvtier-trace-replay: %s\n", trace.status().ToString().c_str());
     return 2;
+  }
+  if (f.first_request > 0) {
+    // A slice starting later in the trace: nothing of the skipped requests is cached, so
+    // only what the slice itself repeats can be reused.
+    if (f.first_request >= trace->requests.size()) {
+      std::fprintf(stderr, "kvtier-trace-replay: --first-request %zu: the trace has %zu requests\n",
+                   f.first_request, trace->requests.size());
+      return 2;
+    }
+    trace->requests.erase(trace->requests.begin(),
+                          trace->requests.begin() + static_cast<ptrdiff_t>(f.first_request));
+    const int64_t t0 = trace->requests.front().timestamp_ms;
+    std::unordered_set<uint32_t> distinct;
+    trace->total_tokens = trace->total_blocks = 0;
+    for (auto& r : trace->requests) {
+      r.timestamp_ms -= t0;
+      distinct.insert(r.blocks.begin(), r.blocks.end());
+      trace->total_tokens += r.input_tokens;
+      trace->total_blocks += r.blocks.size();
+    }
+    trace->distinct_blocks = static_cast<uint32_t>(distinct.size());
   }
   if (any_vllm) {
     // The vLLM servers' environment (they inherit it): offline, CPU KV cache size, threads,
@@ -597,12 +623,14 @@ int Main(int argc, char** argv) {
           : (trace->requests.back().timestamp_ms - trace->requests.front().timestamp_ms) / 1e3;
   if (!f.json) {
     std::printf(
-        "%s trace: %zu requests over %.0f s (replayed in %.0f s), %u distinct blocks of %u "
+        "%s trace%s: %zu requests over %.0f s (replayed in %.0f s), %u distinct blocks of %u "
         "tokens -> %u tokens; %d servers x %d slots, --cache-ram %d MiB, concurrency %d; "
         "kvtierd host %llu MiB + disk %llu MiB, chunks of %d tokens; run folder %s\n",
-        f.trace.c_str(), trace->requests.size(), span_s, span_s / f.time_scale,
-        trace->distinct_blocks, trace->block_tokens, f.block_tokens, f.servers, f.slots,
-        f.cache_ram_mib, f.concurrency, static_cast<unsigned long long>(f.kvtierd_host_mib),
+        f.trace.c_str(),
+        f.first_request > 0 ? absl::StrCat(" from request ", f.first_request).c_str() : "",
+        trace->requests.size(), span_s, span_s / f.time_scale, trace->distinct_blocks,
+        trace->block_tokens, f.block_tokens, f.servers, f.slots, f.cache_ram_mib, f.concurrency,
+        static_cast<unsigned long long>(f.kvtierd_host_mib),
         static_cast<unsigned long long>(f.kvtierd_disk_mib), f.chunk_tokens, f.dir.c_str());
     std::printf("%-16s %9s %9s %9s %9s %9s %9s %9s %7s %6s %5s %9s %9s\n", "config", "p50 ms",
                 "p90 ms", "p99 ms", "prompt", "computed", "reused", "kvt-load", "errors", "late",
@@ -728,7 +756,7 @@ int Main(int argc, char** argv) {
       std::printf("  [%s] %s: %s\n", pass ? "PASS" : "FAIL", target.c_str(), detail.c_str());
     }
   };
-  if (!f.json) std::printf("\ntargets (issue 25):\n");
+  if (!f.json) std::printf("\ntargets:\n");
   for (const char* routing : {"affinity", "random"}) {
     const ConfigResult* p = find(absl::StrCat("plain-", routing));
     const ConfigResult* k = find(absl::StrCat("kvtier-", routing));
