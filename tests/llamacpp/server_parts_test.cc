@@ -69,7 +69,7 @@ class ServerPartsTest : public ::testing::Test {
 
   std::unique_ptr<KVConnector> connector_;
   // A spec that matches no chunk payload: nothing here may load.
-  SeqStateIo io_{SeqStateSpec{}, /*n_stream=*/1, /*iswa=*/false, /*snapshot_bytes=*/0};
+  SeqStateIo io_{SeqStateFormat{}};
   ServerStats stats_;
 };
 

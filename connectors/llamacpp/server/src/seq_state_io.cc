@@ -55,7 +55,7 @@ absl::StatusOr<SeqStateSpec> ProbeServerContext(llama_context* ctx, uint32_t* n_
 
 absl::StatusOr<std::span<const std::byte>> SeqStateIo::ReadSingleStream(llama_context* ctx,
                                                                         int32_t seq_id) {
-  if (iswa_) {
+  if (format_.iswa) {
     // llama_state_seq_get_data writes only the sliding-window layers' window; the
     // whole-context state has every token's rows of a full-size SWA cache (all slots').
     state_scratch_.resize(llama_state_get_size(ctx));
@@ -63,7 +63,7 @@ absl::StatusOr<std::span<const std::byte>> SeqStateIo::ReadSingleStream(llama_co
                                             state_scratch_.size());
     if (got != state_scratch_.size()) return absl::InternalError("llama_state_get_data short read");
     absl::StatusOr<std::vector<std::byte>> seq =
-        SeqStateFromContextState(state_scratch_, seq_id, spec_);
+        SeqStateFromContextState(state_scratch_, seq_id, format_.spec);
     if (!seq.ok()) return seq.status();
     single_stream_ = std::move(*seq);
     return std::span<const std::byte>(single_stream_);
@@ -74,7 +74,7 @@ absl::StatusOr<std::span<const std::byte>> SeqStateIo::ReadSingleStream(llama_co
   if (got != state_scratch_.size()) {
     return absl::InternalError("llama_state_seq_get_data_ext short read");
   }
-  if (n_stream_ == 1) return std::span<const std::byte>(state_scratch_);
+  if (format_.n_stream == 1) return std::span<const std::byte>(state_scratch_);
   absl::StatusOr<std::vector<std::byte>> single = ToSingleStream(state_scratch_);
   if (!single.ok()) return single.status();
   single_stream_ = std::move(*single);
@@ -84,19 +84,19 @@ absl::StatusOr<std::span<const std::byte>> SeqStateIo::ReadSingleStream(llama_co
 absl::StatusOr<SeqStateView> SeqStateIo::ReadRows(llama_context* ctx, int32_t seq_id) {
   absl::StatusOr<std::span<const std::byte>> blob = ReadSingleStream(ctx, seq_id);
   if (!blob.ok()) return blob.status();
-  if (snapshot_bytes_ > 0) {  // a hybrid state: the attention rows, then the recurrent state
-    if (blob->size() < snapshot_bytes_) {
+  if (format_.snapshot_bytes > 0) {  // a hybrid state: the attention rows, then the recurrent state
+    if (blob->size() < format_.snapshot_bytes) {
       return absl::DataLossError("hybrid state shorter than its snapshot");
     }
-    return ParseSeqState(blob->first(blob->size() - snapshot_bytes_), spec_);
+    return ParseSeqState(blob->first(blob->size() - format_.snapshot_bytes), format_.spec);
   }
-  return ParseSeqState(*blob, spec_);
+  return ParseSeqState(*blob, format_.spec);
 }
 
 bool SeqStateIo::Write(llama_context* ctx, int32_t seq_id, std::span<const std::byte> blob) {
   std::optional<std::vector<std::byte>> framed;
-  if (n_stream_ != 1) {
-    absl::StatusOr<std::vector<std::byte>> f = ToStreams(blob, n_stream_);
+  if (format_.n_stream != 1) {
+    absl::StatusOr<std::vector<std::byte>> f = ToStreams(blob, format_.n_stream);
     if (!f.ok()) return false;
     framed = std::move(*f);
     blob = *framed;

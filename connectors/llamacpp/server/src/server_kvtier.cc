@@ -161,7 +161,7 @@ bool ServerKvtier::OnContextReady(llama_context* ctx, const char* model_path) {
                   probed->DebugString(), es.DebugString());
     return false;
   }
-  io_ = std::make_unique<SeqStateIo>(es, n_stream, iswa, snapshot_bytes);
+  io_ = std::make_unique<SeqStateIo>(SeqStateFormat{es, n_stream, iswa, snapshot_bytes});
   ConnectorOptions co;
   co.ns = (*engine)->MakeNamespaceParams(chunk);
   co.ns.tenant = options_.tenant;

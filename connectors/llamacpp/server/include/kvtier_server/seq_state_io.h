@@ -38,14 +38,17 @@ namespace kvt::llamacpp {
 absl::StatusOr<SeqStateSpec> ProbeServerContext(llama_context* ctx, uint32_t* n_stream,
                                                 uint64_t* snapshot_bytes);
 
+// What a slot's state holds besides the rows: set once by OnContextReady.
+struct SeqStateFormat {
+  SeqStateSpec spec;            // the rows' format (the adapter's, equal to the probed one)
+  uint32_t n_stream = 1;        // the context's KV streams (non-unified cache: one per slot)
+  bool iswa = false;            // read from the whole-context state (REQUIRES n_stream == 1)
+  uint64_t snapshot_bytes = 0;  // the recurrent state ending each sequence state (0: none)
+};
+
 class SeqStateIo {
  public:
-  // `spec`: the rows' format (the adapter's, equal to the probed one); `n_stream`: the
-  // context's KV streams (>= 1); `iswa`: read from the whole-context state (REQUIRES
-  // n_stream == 1); `snapshot_bytes`: the recurrent state at the end of each sequence
-  // state (0: none).
-  SeqStateIo(const SeqStateSpec& spec, uint32_t n_stream, bool iswa, uint64_t snapshot_bytes)
-      : spec_(spec), n_stream_(n_stream), iswa_(iswa), snapshot_bytes_(snapshot_bytes) {}
+  explicit SeqStateIo(const SeqStateFormat& format) : format_(format) {}
 
   // Sequence `seq_id`'s whole state (rows, then a snapshot if any) as one stream. The span
   // stays valid until the next Read* call. Internal on a short read; DataLoss when the
@@ -60,15 +63,12 @@ class SeqStateIo {
   // then hold a partial state (the caller clears it).
   bool Write(llama_context* ctx, int32_t seq_id, std::span<const std::byte> blob);
 
-  const SeqStateSpec& spec() const { return spec_; }
-  uint32_t n_stream() const { return n_stream_; }
-  bool iswa() const { return iswa_; }
+  const SeqStateSpec& spec() const { return format_.spec; }
+  uint32_t n_stream() const { return format_.n_stream; }
+  bool iswa() const { return format_.iswa; }
 
  private:
-  const SeqStateSpec spec_;
-  const uint32_t n_stream_;
-  const bool iswa_;
-  const uint64_t snapshot_bytes_;
+  const SeqStateFormat format_;
   // Grow to the largest sequence state seen (at most n_ctx x bytes per token) and kept.
   std::vector<std::byte> state_scratch_;  // what llama.cpp wrote
   std::vector<std::byte> single_stream_;  // n_stream > 1 or iSWA: that state as one stream
