@@ -5,12 +5,7 @@
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
-#include "absl/time/time.h"
-#include "kvtier_server/seq_streams.h"
 #include "kvtier_server/slot_snapshots.h"
 #include "kvtier_server/tail_records.h"
 #include "llamacpp/llama_engine.h"
@@ -22,54 +17,6 @@ namespace {
 std::span<const TokenId> Span(const llama_token* tokens, size_t n) {
   static_assert(sizeof(llama_token) == sizeof(TokenId));
   return {reinterpret_cast<const TokenId*>(tokens), n};
-}
-
-// The sequence-state format of `ctx`: decode one token into seq 0 of the (empty) context,
-// read its state, clear it again. `snapshot_bytes` non-null (a recurrent or hybrid
-// model): the partial state is cut off the end first and its size set there; a
-// recurrent model's state then has no rows, returned as a spec with n_layer 0.
-absl::StatusOr<SeqStateSpec> ProbeServerContext(llama_context* ctx, uint32_t* n_stream,
-                                                uint64_t* snapshot_bytes) {
-  llama_memory_t mem = llama_get_memory(ctx);
-  if (llama_memory_seq_pos_max(mem, 0) >= 0) {
-    return absl::FailedPreconditionError("seq 0 is not empty at start-up");
-  }
-  const llama_vocab* vocab = llama_model_get_vocab(llama_get_model(ctx));
-  llama_token tok = llama_vocab_bos(vocab);
-  if (tok < 0) tok = 0;
-  llama_batch batch = llama_batch_get_one(&tok, 1);
-  if (int rc = llama_decode(ctx, batch); rc != 0) {
-    llama_memory_seq_rm(mem, 0, -1, -1);
-    return absl::InternalError(absl::StrCat("probe decode failed (llama_decode ", rc, ")"));
-  }
-  std::vector<std::byte> blob(llama_state_seq_get_size_ext(ctx, 0, 0));
-  const size_t got =
-      llama_state_seq_get_data_ext(ctx, reinterpret_cast<uint8_t*>(blob.data()), blob.size(), 0, 0);
-  absl::StatusOr<std::vector<std::byte>> snapshot =
-      snapshot_bytes != nullptr ? ReadSnapshot(ctx, 0) : std::vector<std::byte>();
-  llama_memory_seq_rm(mem, 0, -1, -1);
-  if (got != blob.size())
-    return absl::InternalError("probe: llama_state_seq_get_data_ext short read");
-  if (snapshot_bytes != nullptr) {
-    if (!snapshot.ok()) return snapshot.status();
-    if (blob.size() < snapshot->size() + 8 ||
-        std::memcmp(blob.data() + blob.size() - snapshot->size(), snapshot->data(),
-                    snapshot->size()) != 0) {
-      return absl::UnimplementedError("the partial state is not the end of the whole state");
-    }
-    *snapshot_bytes = snapshot->size();
-    blob.resize(blob.size() - snapshot->size());
-    if (blob.size() == 8) {  // recurrent only: no rows
-      *n_stream = 1;
-      return SeqStateSpec{};
-    }
-  }
-  absl::StatusOr<uint32_t> n = SeqStateStreamCount(blob);
-  if (!n.ok()) return n.status();
-  *n_stream = *n;
-  absl::StatusOr<std::vector<std::byte>> single = ToSingleStream(blob);
-  if (!single.ok()) return single.status();
-  return InferSeqStateSpec(*single);
 }
 
 }  // namespace
@@ -134,12 +81,13 @@ bool ServerKvtier::OnContextReady(llama_context* ctx, const char* model_path) {
       !s.ok()) {
     return refuse(std::string(s.message()));
   }
-  iswa_ = llama_model_n_swa(model) > 0;
+  const bool iswa = llama_model_n_swa(model) > 0;
   const bool snapshots = llama_model_is_recurrent(model) || llama_model_is_hybrid(model);
+  uint32_t n_stream = 1;
   uint64_t snapshot_bytes = 0;
   absl::StatusOr<SeqStateSpec> probed =
-      ProbeServerContext(ctx, &n_stream_, snapshots ? &snapshot_bytes : nullptr);
-  if ((iswa_ || snapshots) && n_stream_ != 1) {
+      ProbeServerContext(ctx, &n_stream, snapshots ? &snapshot_bytes : nullptr);
+  if ((iswa || snapshots) && n_stream != 1) {
     // Each section of such a state then has its own streams; kvtier reads one stream.
     return refuse(
         absl::StrCat("kvtier cannot restore '", ModelArchitecture(model),
@@ -213,7 +161,7 @@ bool ServerKvtier::OnContextReady(llama_context* ctx, const char* model_path) {
                   probed->DebugString(), es.DebugString());
     return false;
   }
-  spec_ = es;
+  io_ = std::make_unique<SeqStateIo>(SeqStateFormat{es, n_stream, iswa, snapshot_bytes});
   ConnectorOptions co;
   co.ns = (*engine)->MakeNamespaceParams(chunk);
   co.ns.tenant = options_.tenant;
@@ -231,7 +179,7 @@ bool ServerKvtier::OnContextReady(llama_context* ctx, const char* model_path) {
     // A chunk payload: [attention rows][snapshot][zeros] (docs/chunk-format.md). A tail
     // record: the rows up to where llama-server's last prompt batch begins (n - 4) and
     // the snapshot there (tail_records.h).
-    const uint64_t rows_per_token = probed->n_layer > 0 ? spec_.payload_bytes_per_token() : 0;
+    const uint64_t rows_per_token = probed->n_layer > 0 ? es.payload_bytes_per_token() : 0;
     snapshots_ = std::make_unique<SlotSnapshots>(chunk, uint64_t{chunk} * rows_per_token,
                                                  snapshot_bytes, connector_->chunk_payload_bytes());
     // Without llama-server's context checkpoints its last prompt batch does not begin at
@@ -245,9 +193,13 @@ bool ServerKvtier::OnContextReady(llama_context* ctx, const char* model_path) {
   } else if (options_.tail) {
     tails_ = std::make_unique<TailRecords>(store_, connector_->ns(), co.ns.layout, chunk);
   }
+  overlap_ = std::make_unique<ServerOverlap>(options_.overlap, options_.overlap_front_tokens,
+                                             *connector_, *io_, stats_);
+  restorer_ = std::make_unique<SlotRestorer>(*connector_, *io_, tails_.get(), snapshots_.get(),
+                                             *overlap_, stats_, n_batch_, n_ubatch_);
   ready_.store(true, std::memory_order_release);
   spdlog::info("kvtier: tiers {}, chunk {} tokens, namespace {} ({}), {} B/token", tiers_->names(),
-               chunk, ns_hex_, co.ns.engine_extra, spec_.payload_bytes_per_token());
+               chunk, ns_hex_, co.ns.engine_extra, es.payload_bytes_per_token());
   return true;
 }
 
@@ -268,364 +220,38 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
     ServerStats::Add(stats_.prompt_start_seconds,
                      std::chrono::duration<double>(Clock::now() - entered).count());
   };
-  overlaps_.erase(seq_id);  // a front the slot never finished (e.g. a cancelled request)
+  if (overlap_) overlap_->Drop(seq_id);  // a front the slot never finished (e.g. cancelled)
   if (snapshots_) snapshots_->Reset(seq_id);
   if (!connector_ || n_tokens < 2 || !ModelUnchanged()) return 0;
-  if (snapshots_) return StartWithSnapshots(ctx, seq_id, Span(tokens, n_tokens), n_have);
-  const uint32_t chunk = connector_->chunk_tokens();
-  // Complete chunks up to T (the last token is always computed), then the tail record of
-  // tokens [T, n - 1) (tail_records.h) when the slot holds no more than T, or, for a
-  // prompt shorter than one chunk (T == 0), less than the tail (e.g. only the BOS token).
-  const uint64_t chunk_end = (n_tokens - 1) / chunk * chunk;
-  const bool try_tail = tails_ && tails_->TailTokens(n_tokens) > 0 &&
-                        (n_have <= chunk_end || (chunk_end == 0 && n_have < n_tokens - 1));
-  if ((try_tail ? n_tokens - 1 : chunk_end) <= n_have) return 0;
-  stats_.requests.fetch_add(1, std::memory_order_relaxed);
-  const std::span<const TokenId> prompt = Span(tokens, n_tokens);
-  uint64_t want = 0;
-  // The lookup's lease pins the chunks it found until this restore has loaded them.
-  std::optional<ConnectorLookup> pinned;
-  if (chunk_end > 0) {
-    std::optional<ConnectorLookup> lookup = LookupOrMiss(prompt, n_have);
-    if (!lookup) return 0;
-    want = std::min<uint64_t>(lookup->load_tokens, chunk_end);
-    want -= want % chunk;
-    // Load while computing (server_overlap.cc): the front from where the slot's prefill
-    // starts, a chunk boundary (an unaligned prefix is dropped so the front's ubatches
-    // are a cold prefill's; only when the front is longer than what is dropped).
-    const uint64_t usable = std::min<uint64_t>(lookup->cached_tokens, chunk_end) / chunk * chunk;
-    const uint64_t begin = n_have % chunk == 0 ? n_have : 0;
-    if (const uint64_t front = PickOverlapFront(*lookup, begin, usable, want);
-        front > n_have && StartOverlap(seq_id, prompt, front, usable, lookup->lease)) {
-      prompt_start_[seq_id] = PromptStart{entered, begin, /*overlapped=*/true};
-      if (begin == n_have) return 0;
-      llama_memory_seq_rm(llama_get_memory(ctx), seq_id, -1, -1);
-      return -1;
-    }
-    if (want <= n_have && lookup->cached_tokens > n_have) {
-      stats_.cost_skips.fetch_add(1, std::memory_order_relaxed);
-    }
-    pinned.emplace(std::move(*lookup));
+  const SlotRestorer::Outcome r = restorer_->Restore(ctx, seq_id, Span(tokens, n_tokens), n_have);
+  if (r.overlap_begin) {
+    prompt_start_[seq_id] = PromptStart{entered, *r.overlap_begin, /*overlapped=*/true};
+  } else if (r.result != 0) {
+    prompt_start_[seq_id].context_tokens = r.result > 0 ? static_cast<uint64_t>(r.result) : 0;
   }
-  // The tail follows the chunks' decision: only after every chunk before it is loaded.
-  std::optional<std::vector<std::byte>> tail;
-  if (try_tail && want == chunk_end) {
-    absl::StatusOr<std::vector<std::byte>> t = tails_->Fetch(prompt);
-    if (t.ok()) {
-      tail = std::move(*t);
-    } else if (!absl::IsNotFound(t.status())) {
-      spdlog::warn("kvtier: tail record not used: {}", t.status().ToString());
-    }
-  }
-  const uint64_t cells = tail ? n_tokens - 1 : want;
-  if (cells <= n_have) {
-    stats_.misses.fetch_add(1, std::memory_order_relaxed);
-    // A miss whose slot holds a few tokens that end off a ubatch boundary (typically just
-    // the BOS token of the slot's previous prompt): drop them, so this prompt is computed
-    // from token 0 exactly as a cold prefill is and its tail record can be stored
-    // (OnPromptDone stores tails only from aligned prefills). Costs recomputing at most
-    // kMaxDroppedPrefix tokens.
-    if (tails_ && n_have > 0 && n_have <= kMaxDroppedPrefix && n_have % n_ubatch_ != 0 &&
-        tails_->TailTokens(n_tokens) > 0) {
-      llama_memory_seq_rm(llama_get_memory(ctx), seq_id, -1, -1);
-      prompt_start_[seq_id].context_tokens = 0;
-      stats_.dropped_prefixes.fetch_add(1, std::memory_order_relaxed);
-      return -1;
-    }
-    return 0;
-  }
-  const auto t0 = Clock::now();
-  absl::StatusOr<SeqStateBuilder> builder = SeqStateBuilder::Create(
-      spec_, static_cast<uint32_t>(cells), seq_id, std::move(restore_blob_), prompt);
-  // The blob's memory is kept for the next restore, whatever happens below.
-  absl::Cleanup keep_blob = [&] {
-    if (builder.ok()) restore_blob_ = std::move(*builder).TakeStorage();
-  };
-  if (!builder.ok()) {
-    spdlog::warn("kvtier: cannot build a {}-token state: {}", cells, builder.status().ToString());
-    stats_.misses.fetch_add(1, std::memory_order_relaxed);
-    return 0;
-  }
-  const uint64_t chunk_bytes = uint64_t{chunk} * spec_.payload_bytes_per_token();
-  uint64_t loaded = 0;
-  if (want > 0) {
-    absl::StatusOr<ConnectorLoadResult> load = connector_->LoadPayloads(
-        prompt, want, [&](size_t chunk_index, std::span<const std::byte> payload) -> absl::Status {
-          if (payload.size() != chunk_bytes) {
-            return absl::DataLossError(absl::StrFormat("chunk %d payload is %d bytes, expected %d",
-                                                       chunk_index, payload.size(), chunk_bytes));
-          }
-          return builder->PutChunk(static_cast<uint32_t>(chunk_index * chunk), chunk, payload);
-        });
-    loaded = load.ok() ? std::min<uint64_t>(load->loaded_tokens, want) : 0;
-    loaded -= loaded % chunk;
-    if (!load.ok() || !load->failed_chunks.empty()) {
-      stats_.load_failures.fetch_add(1, std::memory_order_relaxed);
-      spdlog::warn("kvtier: {} of {} tokens delivered ({}); recomputing the rest", loaded, want,
-                   load.ok() ? load->first_error.ToString() : load.status().ToString());
-    }
-  }
-  bool tail_used = false;
-  if (tail && loaded == want) {
-    absl::Status s =
-        builder->PutChunk(static_cast<uint32_t>(want), static_cast<uint32_t>(cells - want), *tail);
-    if (s.ok()) {
-      loaded = cells;
-      tail_used = true;
-    } else {
-      stats_.load_failures.fetch_add(1, std::memory_order_relaxed);
-      spdlog::warn("kvtier: tail record not used: {}", s.ToString());
-    }
-  }
-  if (loaded <= n_have) {
-    stats_.misses.fetch_add(1, std::memory_order_relaxed);
-    return 0;
-  }
-  std::optional<std::vector<std::byte>> truncated;
-  std::span<const std::byte> blob = builder->blob();
-  if (loaded < cells) {
-    absl::StatusOr<std::vector<std::byte>> t = builder->Truncated(static_cast<uint32_t>(loaded));
-    if (!t.ok()) {
-      stats_.misses.fetch_add(1, std::memory_order_relaxed);
-      return 0;
-    }
-    truncated = std::move(*t);
-    blob = *truncated;
-  }
-  std::optional<std::vector<std::byte>> framed;
-  if (n_stream_ != 1) {
-    absl::StatusOr<std::vector<std::byte>> f = ToStreams(blob, n_stream_);
-    if (!f.ok()) {
-      stats_.misses.fetch_add(1, std::memory_order_relaxed);
-      return 0;
-    }
-    framed = std::move(*f);
-    blob = *framed;
-  }
-  if (!ApplyRestoredState(ctx, seq_id, blob, loaded)) return -1;
-  stats_.hits.fetch_add(1, std::memory_order_relaxed);
-  if (tail_used) stats_.tail_hits.fetch_add(1, std::memory_order_relaxed);
-  stats_.loaded_tokens.fetch_add(loaded, std::memory_order_relaxed);
-  stats_.load_bytes.fetch_add(loaded * spec_.payload_bytes_per_token(), std::memory_order_relaxed);
-  ServerStats::Add(stats_.load_seconds, std::chrono::duration<double>(Clock::now() - t0).count());
-  prompt_start_[seq_id].context_tokens = loaded;
-  return static_cast<int64_t>(loaded);
+  return r.result;
 }
 
-int64_t ServerKvtier::StartWithSnapshots(llama_context* ctx, int32_t seq_id,
-                                         std::span<const TokenId> prompt, uint64_t n_have) {
-  const uint64_t n_tokens = prompt.size();
-  const uint32_t chunk = connector_->chunk_tokens();
-  // Chunks only up to a boundary where a cold prefill's batches also stop (the rest is
-  // then computed in the same batches as there); then the tail record, up to where
-  // llama-server's last prompt batch begins, when every chunk before it loads.
-  const uint64_t limit = SnapshotBoundaryLimit(n_tokens, n_batch_, n_ubatch_) / chunk * chunk;
-  const bool try_tail =
-      tails_ && tails_->TailTokens(n_tokens) > 0 && n_have <= tails_->TailStart(n_tokens);
-  if ((try_tail ? tails_->TailEnd(n_tokens) : limit) <= n_have) return 0;
-  stats_.requests.fetch_add(1, std::memory_order_relaxed);
-  uint64_t want = 0;
-  // The lookup's lease pins the chunks it found until this restore has loaded them.
-  std::optional<ConnectorLookup> lookup;
-  if (limit > 0) {
-    std::optional<ConnectorLookup> l = LookupOrMiss(prompt, n_have);
-    if (!l) return 0;
-    want = std::min<uint64_t>(l->load_tokens, limit);
-    want -= want % chunk;
-    lookup.emplace(std::move(*l));
+size_t ServerKvtier::OnPromptBatch(llama_context* ctx, int32_t seq_id, const llama_token* tokens,
+                                   size_t n_tokens, size_t n_done, size_t* n_limit) {
+  // Recurrent/hybrid models: the batch stops at the next chunk boundary, where the
+  // snapshot of the chunk ending there is taken (before the next batch); not past
+  // SnapshotBoundaryLimit, where llama-server's own last two batches begin. Where its
+  // last batch begins (n - 4) the tail record's snapshot is taken.
+  if (snapshots_) {
+    const size_t tail_at =
+        tails_ && tails_->TailTokens(n_tokens) > 0 ? tails_->TailEnd(n_tokens) : 0;
+    const size_t next = snapshots_->AtBatch(ctx, seq_id, n_done, tail_at);
+    if (next <= SnapshotBoundaryLimit(n_tokens, n_batch_, n_ubatch_))
+      *n_limit = std::min(*n_limit, next);
   }
-  std::optional<std::vector<std::byte>> tail;
-  if (try_tail && want == tails_->TailStart(n_tokens)) {
-    absl::StatusOr<std::vector<std::byte>> t = tails_->Fetch(prompt);
-    if (t.ok()) {
-      tail = std::move(*t);
-    } else if (!absl::IsNotFound(t.status())) {
-      spdlog::warn("kvtier: tail record not used: {}", t.status().ToString());
-    }
+  if (!overlap_) return n_done;
+  const ServerOverlap::BatchStep step = overlap_->AtBatch(
+      ctx, seq_id, Span(tokens, n_tokens), n_done, n_limit, [this] { return ModelUnchanged(); });
+  if (step.cleared) {
+    if (auto p = prompt_start_.find(seq_id); p != prompt_start_.end()) p->second.context_tokens = 0;
   }
-  if (!tail && want <= n_have) {
-    stats_.misses.fetch_add(1, std::memory_order_relaxed);
-    return 0;
-  }
-  return RestoreWithSnapshot(ctx, seq_id, prompt, want, n_have, tail ? &*tail : nullptr);
-}
-
-std::optional<ConnectorLookup> ServerKvtier::LookupOrMiss(std::span<const TokenId> prompt,
-                                                          uint64_t n_have) {
-  absl::StatusOr<ConnectorLookup> lookup = connector_->Lookup(prompt, n_have);
-  if (!lookup.ok()) {
-    spdlog::warn("kvtier: lookup failed, computing the prompt: {}", lookup.status().ToString());
-    stats_.misses.fetch_add(1, std::memory_order_relaxed);
-    return std::nullopt;
-  }
-  return std::move(*lookup);
-}
-
-int64_t ServerKvtier::RestoreWithSnapshot(llama_context* ctx, int32_t seq_id,
-                                          std::span<const TokenId> prompt, uint64_t want,
-                                          uint64_t n_have, const std::vector<std::byte>* tail) {
-  const auto t0 = Clock::now();
-  const uint32_t chunk = connector_->chunk_tokens();
-  const bool rows = snapshots_->rows_bytes() > 0;
-  const uint64_t tail_end = tail ? tails_->TailEnd(prompt.size()) : 0;
-  const uint64_t tail_tokens = tail ? tail_end - want : 0;
-  // A recurrent model's tail is the state at its end alone: no chunk is needed.
-  if (tail && !rows) want = 0;
-  std::optional<SeqStateBuilder> builder;
-  if (rows) {
-    const uint64_t cells = tail ? tail_end : want;
-    absl::StatusOr<SeqStateBuilder> b =
-        SeqStateBuilder::Create(spec_, static_cast<uint32_t>(cells), seq_id, {}, prompt);
-    if (!b.ok()) {
-      spdlog::warn("kvtier: cannot build a {}-token state: {}", cells, b.status().ToString());
-      stats_.misses.fetch_add(1, std::memory_order_relaxed);
-      return 0;
-    }
-    builder.emplace(std::move(*b));
-  }
-  // Rows of chunks 1..k and the snapshot of chunk k (or the tail's rows and snapshot).
-  std::vector<std::vector<std::byte>> snaps(want / chunk);
-  const uint64_t chunk_bytes = connector_->chunk_payload_bytes();
-  uint64_t loaded = 0;
-  if (want > 0) {
-    absl::StatusOr<ConnectorLoadResult> load = connector_->LoadPayloads(
-        prompt, want, [&](size_t chunk_index, std::span<const std::byte> payload) -> absl::Status {
-          if (payload.size() != chunk_bytes) {
-            return absl::DataLossError(absl::StrFormat("chunk %d payload is %d bytes, expected %d",
-                                                       chunk_index, payload.size(), chunk_bytes));
-          }
-          if (chunk_index < snaps.size()) {
-            const std::span<const std::byte> s = snapshots_->SnapshotOf(payload);
-            snaps[chunk_index].assign(s.begin(), s.end());
-          }
-          if (!rows) return absl::OkStatus();
-          return builder->PutChunk(static_cast<uint32_t>(chunk_index * chunk), chunk,
-                                   payload.first(snapshots_->rows_bytes()));
-        });
-    loaded = load.ok() ? std::min<uint64_t>(load->loaded_tokens, want) : 0;
-    loaded -= loaded % chunk;
-    if (!load.ok() || !load->failed_chunks.empty()) {
-      stats_.load_failures.fetch_add(1, std::memory_order_relaxed);
-      spdlog::warn("kvtier: {} of {} tokens delivered ({}); recomputing the rest", loaded, want,
-                   load.ok() ? load->first_error.ToString() : load.status().ToString());
-    }
-  }
-  std::span<const std::byte> snapshot;
-  if (loaded > 0) snapshot = snaps[loaded / chunk - 1];
-  bool tail_used = false;
-  if (tail && loaded == want) {
-    const uint64_t tail_rows = snapshots_->RowsBytes(tail_tokens);
-    absl::Status s = tail->size() >= tail_rows + snapshots_->snapshot_bytes()
-                         ? absl::OkStatus()
-                         : absl::DataLossError("tail payload shorter than its rows and snapshot");
-    if (s.ok() && rows) {
-      s = builder->PutChunk(static_cast<uint32_t>(want), static_cast<uint32_t>(tail_tokens),
-                            std::span<const std::byte>(*tail).first(tail_rows));
-    }
-    if (s.ok()) {
-      snapshot = std::span<const std::byte>(*tail).subspan(tail_rows, snapshots_->snapshot_bytes());
-      loaded = tail_end;
-      tail_used = true;
-    } else {
-      stats_.load_failures.fetch_add(1, std::memory_order_relaxed);
-      spdlog::warn("kvtier: tail record not used: {}", s.ToString());
-    }
-  }
-  if (loaded <= n_have || snapshot.size() != snapshots_->snapshot_bytes()) {
-    stats_.misses.fetch_add(1, std::memory_order_relaxed);
-    return 0;
-  }
-  std::vector<std::byte> rows_blob;
-  const uint64_t cells = tail ? tail_end : want;
-  if (rows && loaded == cells) {
-    rows_blob.assign(builder->blob().begin(), builder->blob().end());
-  } else if (rows) {
-    absl::StatusOr<std::vector<std::byte>> t = builder->Truncated(static_cast<uint32_t>(loaded));
-    if (!t.ok()) {
-      stats_.misses.fetch_add(1, std::memory_order_relaxed);
-      return 0;
-    }
-    rows_blob = std::move(*t);
-  }
-  const std::vector<std::byte> state = snapshots_->Compose(rows_blob, snapshot, seq_id);
-  if (!ApplyRestoredState(ctx, seq_id, state, loaded)) return -1;
-  stats_.hits.fetch_add(1, std::memory_order_relaxed);
-  if (tail_used) stats_.tail_hits.fetch_add(1, std::memory_order_relaxed);
-  stats_.loaded_tokens.fetch_add(loaded, std::memory_order_relaxed);
-  stats_.load_bytes.fetch_add(
-      tail_used ? want / chunk * chunk_bytes + tail->size() : loaded / chunk * chunk_bytes,
-      std::memory_order_relaxed);
-  ServerStats::Add(stats_.load_seconds, std::chrono::duration<double>(Clock::now() - t0).count());
-  prompt_start_[seq_id].context_tokens = loaded;
-  return static_cast<int64_t>(loaded);
-}
-
-absl::StatusOr<std::span<const std::byte>> ServerKvtier::ReadSingleStream(llama_context* ctx,
-                                                                          int32_t seq_id) {
-  if (iswa_) {
-    // llama_state_seq_get_data writes only the sliding-window layers' window; the
-    // whole-context state has every token's rows of a full-size SWA cache (all slots').
-    state_scratch_.resize(llama_state_get_size(ctx));
-    const size_t got = llama_state_get_data(ctx, reinterpret_cast<uint8_t*>(state_scratch_.data()),
-                                            state_scratch_.size());
-    if (got != state_scratch_.size()) return absl::InternalError("llama_state_get_data short read");
-    absl::StatusOr<std::vector<std::byte>> seq =
-        SeqStateFromContextState(state_scratch_, seq_id, spec_);
-    if (!seq.ok()) return seq.status();
-    single_stream_ = std::move(*seq);
-    return std::span<const std::byte>(single_stream_);
-  }
-  state_scratch_.resize(llama_state_seq_get_size_ext(ctx, seq_id, 0));
-  const size_t got = llama_state_seq_get_data_ext(
-      ctx, reinterpret_cast<uint8_t*>(state_scratch_.data()), state_scratch_.size(), seq_id, 0);
-  if (got != state_scratch_.size()) {
-    return absl::InternalError("llama_state_seq_get_data_ext short read");
-  }
-  if (n_stream_ == 1) return std::span<const std::byte>(state_scratch_);
-  absl::StatusOr<std::vector<std::byte>> single = ToSingleStream(state_scratch_);
-  if (!single.ok()) return single.status();
-  single_stream_ = std::move(*single);
-  return std::span<const std::byte>(single_stream_);
-}
-
-absl::StatusOr<SeqStateView> ServerKvtier::ReadSeqState(llama_context* ctx, int32_t seq_id) {
-  absl::StatusOr<std::span<const std::byte>> blob = ReadSingleStream(ctx, seq_id);
-  if (!blob.ok()) return blob.status();
-  if (snapshots_) {  // a hybrid state: the attention rows, then the recurrent state
-    if (blob->size() < snapshots_->snapshot_bytes()) {
-      return absl::DataLossError("hybrid state shorter than its snapshot");
-    }
-    return ParseSeqState(blob->first(blob->size() - snapshots_->snapshot_bytes()), spec_);
-  }
-  return ParseSeqState(*blob, spec_);
-}
-
-bool ServerKvtier::SetSeqState(llama_context* ctx, int32_t seq_id,
-                               std::span<const std::byte> blob) {
-  std::optional<std::vector<std::byte>> framed;
-  if (n_stream_ != 1) {
-    absl::StatusOr<std::vector<std::byte>> f = ToStreams(blob, n_stream_);
-    if (!f.ok()) return false;
-    framed = std::move(*f);
-    blob = *framed;
-  }
-  return llama_state_seq_set_data_ext(ctx, reinterpret_cast<const uint8_t*>(blob.data()),
-                                      blob.size(), seq_id, 0) == blob.size();
-}
-
-bool ServerKvtier::ApplyRestoredState(llama_context* ctx, int32_t seq_id,
-                                      std::span<const std::byte> state, uint64_t loaded) {
-  if (llama_state_seq_set_data_ext(ctx, reinterpret_cast<const uint8_t*>(state.data()),
-                                   state.size(), seq_id, 0) == state.size()) {
-    return true;
-  }
-  spdlog::warn("kvtier: llama.cpp refused a {}-token state for seq {}; recomputing", loaded,
-               seq_id);
-  llama_memory_seq_rm(llama_get_memory(ctx), seq_id, -1, -1);
-  stats_.load_failures.fetch_add(1, std::memory_order_relaxed);
-  stats_.misses.fetch_add(1, std::memory_order_relaxed);
-  prompt_start_[seq_id].context_tokens = 0;
-  return false;
+  return step.n_done;
 }
 
 size_t ServerKvtier::StoreSeq(llama_context* ctx, int32_t seq_id, std::span<const TokenId> tokens) {
@@ -641,7 +267,7 @@ size_t ServerKvtier::StoreSeq(llama_context* ctx, int32_t seq_id, std::span<cons
           payload = payload.first(snapshots_->rows_bytes());
         }
         if (!view.has_value()) {  // the state is read only when a chunk is wanted
-          absl::StatusOr<SeqStateView> v = ReadSeqState(ctx, seq_id);
+          absl::StatusOr<SeqStateView> v = io_->ReadRows(ctx, seq_id);
           if (!v.ok()) return v.status();
           view = std::move(*v);
         }
@@ -660,7 +286,7 @@ size_t ServerKvtier::StoreSeq(llama_context* ctx, int32_t seq_id, std::span<cons
 void ServerKvtier::OnPromptDone(llama_context* ctx, int32_t seq_id, const llama_token* tokens,
                                 size_t n_tokens) {
   if (!connector_) return;
-  overlaps_.erase(seq_id);
+  overlap_->Drop(seq_id);
   std::optional<uint64_t> start;  // where this prompt's prefill began
   if (auto it = prompt_start_.find(seq_id); it != prompt_start_.end()) {
     const uint64_t context = std::min<uint64_t>(it->second.context_tokens, n_tokens);
@@ -703,7 +329,7 @@ void ServerKvtier::StoreTail(llama_context* ctx, int32_t seq_id, std::span<const
       if (snapshots_->rows_bytes() == 0) return absl::OkStatus();
       payload = payload.first(snapshots_->RowsBytes(count));
     }
-    absl::StatusOr<SeqStateView> v = ReadSeqState(ctx, seq_id);
+    absl::StatusOr<SeqStateView> v = io_->ReadRows(ctx, seq_id);
     if (!v.ok()) return v.status();
     return ExtractChunkPayload(*v, first, count, payload);
   });
@@ -737,12 +363,12 @@ ServerReportState ServerKvtier::ReportState() const {
   r.model_changed = model_changed_.load(std::memory_order_relaxed);
   r.model_file = model_watch_ ? model_watch_->path() : "";
   r.ns_hex = ns_hex_;
-  r.memory = iswa_                          ? "iswa"
+  r.memory = io_->iswa()                    ? "iswa"
              : !snapshots_                  ? "kv"
              : snapshots_->rows_bytes() > 0 ? "hybrid"
                                             : "recurrent";
   r.chunk_tokens = options_.chunk_tokens;
-  r.bytes_per_token = spec_.payload_bytes_per_token();
+  r.bytes_per_token = io_->spec().payload_bytes_per_token();
   r.tail_records = tails_ != nullptr;
   r.overlap_mode = options_.overlap == ServerKvtierOptions::Overlap::kOff    ? "off"
                    : options_.overlap == ServerKvtierOptions::Overlap::kAuto ? "auto"

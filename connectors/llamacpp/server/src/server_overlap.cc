@@ -1,27 +1,11 @@
-// Load while computing in kvtier-llama-server (issue 14 item 5; Cake, ICML'25): the
-// ServerKvtier members behind --kvtier-overlap, and the --kvtier-throttle-gbps tier.
-//
-// The three steps of overlap_load.h, spread over llama-server's own loop:
-//   1. OnPromptStart (PickOverlapFront, StartOverlap): a BackLoader loads chunks [F, K)
-//      on its own thread; the sequence is left to llama-server (emptied first when the
-//      slot holds a prefix that does not end on a chunk boundary, so the front is
-//      computed in the same ubatches as a cold prefill).
-//   2. llama-server prefills [start, F) in its normal batches: OnPromptBatch caps this
-//      slot's share of each batch at F. A planned split meets in the middle instead
-//      (BackLoader::StartFromEnd): one chunk per batch until the loader, walking down
-//      from K, has reached the computed tokens.
-//   3. The next OnPromptBatch (the front's KV is computed): Wait, read the front out of
-//      the sequence, Join, llama_state_seq_set_data on that seq id only; llama-server
-//      continues from K. A load that delivered nothing past the front leaves the rest
-//      to compute; a join that fails keeps the computed front.
+#include "kvtier_server/server_overlap.h"
+
 #include <algorithm>
 #include <thread>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_format.h"
 #include "kvstore/chunk_codec.h"
-#include "kvtier_server/seq_streams.h"
-#include "kvtier_server/server_kvtier.h"
 #include "spdlog/spdlog.h"
 
 namespace kvt::llamacpp {
@@ -42,24 +26,24 @@ double Ewma(double old, double v) { return old == 0 ? v : old + kJoinEwmaAlpha *
 
 }  // namespace
 
-uint64_t ServerKvtier::PickOverlapFront(const ConnectorLookup& lookup, uint64_t begin,
-                                        uint64_t usable, uint64_t want) {
+uint64_t ServerOverlap::PickFront(const ConnectorLookup& lookup, uint64_t begin, uint64_t usable,
+                                  uint64_t want) {
   using Mode = ServerKvtierOptions::Overlap;
-  const uint32_t chunk = connector_->chunk_tokens();
-  if (options_.overlap == Mode::kOff || usable < begin + 2 * uint64_t{chunk}) return 0;
-  if (options_.overlap_front_tokens > 0) {
-    const uint64_t front = static_cast<uint64_t>(options_.overlap_front_tokens);
+  const uint32_t chunk = connector_.chunk_tokens();
+  if (mode_ == Mode::kOff || usable < begin + 2 * uint64_t{chunk}) return 0;
+  if (front_tokens_ > 0) {
+    const uint64_t front = static_cast<uint64_t>(front_tokens_);
     return front > begin && front < usable ? front : 0;
   }
   // kAuto: only when the cost decision loads less than the cached prefix.
-  if (options_.overlap == Mode::kAuto && want >= usable) return 0;
+  if (mode_ == Mode::kAuto && want >= usable) return 0;
   // The plan prices a front computed from token 0.
   if (begin > 0) return 0;
   const size_t chunks = usable / chunk;
   if (lookup.chunk_tiers.size() < chunks) return 0;
-  const OverlapPlan plan = connector_->cost_model().PlanOverlap(
+  const OverlapPlan plan = connector_.cost_model().PlanOverlap(
       std::span<const TierKind>(lookup.chunk_tiers).first(chunks), chunk,
-      connector_->chunk_payload_bytes() + kChunkHeaderBytes, join_cost_);
+      connector_.chunk_payload_bytes() + kChunkHeaderBytes, join_cost_);
   spdlog::debug(
       "kvtier: overlap plan {}/{} chunks: predicted {:.1f} ms (load only {:.1f}, compute only "
       "{:.1f})",
@@ -72,17 +56,17 @@ uint64_t ServerKvtier::PickOverlapFront(const ConnectorLookup& lookup, uint64_t 
   return uint64_t{plan.front_chunks} * chunk;
 }
 
-bool ServerKvtier::StartOverlap(int32_t seq_id, std::span<const TokenId> prompt, uint64_t front,
-                                uint64_t usable, Lease& lease) {
+bool ServerOverlap::Start(int32_t seq_id, std::span<const TokenId> prompt, uint64_t front,
+                          uint64_t usable, Lease& lease) {
   auto ov = std::make_unique<Overlap>();
   ov->prompt.assign(prompt.begin(), prompt.end());
   ov->t0 = Clock::now();
   // A planned split meets in the middle (the realized split follows the actual speeds,
   // as LlamaKvAdapter's default); a fixed front (--kvtier-overlap-front) is kept as is.
-  ov->from_end = options_.overlap_front_tokens == 0;
+  ov->from_end = front_tokens_ == 0;
   absl::StatusOr<std::unique_ptr<BackLoader>> loader =
-      ov->from_end ? BackLoader::StartFromEnd(*connector_, ov->prompt, usable, spec_, seq_id)
-                   : BackLoader::Start(*connector_, ov->prompt, front, usable, spec_, seq_id);
+      ov->from_end ? BackLoader::StartFromEnd(connector_, ov->prompt, usable, io_.spec(), seq_id)
+                   : BackLoader::Start(connector_, ov->prompt, front, usable, io_.spec(), seq_id);
   if (!loader.ok()) {
     spdlog::warn("kvtier: cannot start the back load, not overlapping: {}",
                  loader.status().ToString());
@@ -99,33 +83,23 @@ bool ServerKvtier::StartOverlap(int32_t seq_id, std::span<const TokenId> prompt,
   return true;
 }
 
-size_t ServerKvtier::OnPromptBatch(llama_context* ctx, int32_t seq_id, const llama_token* tokens,
-                                   size_t n_tokens, size_t n_done, size_t* n_limit) {
-  // Recurrent/hybrid models: the batch stops at the next chunk boundary, where the
-  // snapshot of the chunk ending there is taken (before the next batch); not past
-  // SnapshotBoundaryLimit, where llama-server's own last two batches begin. Where its
-  // last batch begins (n - 4) the tail record's snapshot is taken.
-  if (snapshots_) {
-    const size_t tail_at =
-        tails_ && tails_->TailTokens(n_tokens) > 0 ? tails_->TailEnd(n_tokens) : 0;
-    const size_t next = snapshots_->AtBatch(ctx, seq_id, n_done, tail_at);
-    if (next <= SnapshotBoundaryLimit(n_tokens, n_batch_, n_ubatch_))
-      *n_limit = std::min(*n_limit, next);
-  }
+ServerOverlap::BatchStep ServerOverlap::AtBatch(llama_context* ctx, int32_t seq_id,
+                                                std::span<const TokenId> prompt, size_t n_done,
+                                                size_t* n_limit,
+                                                absl::FunctionRef<bool()> model_unchanged) {
   auto it = overlaps_.find(seq_id);
-  if (it == overlaps_.end()) return n_done;
+  if (it == overlaps_.end()) return {n_done};
   Overlap& ov = *it->second;
-  static_assert(sizeof(llama_token) == sizeof(TokenId));
-  const TokenId* t = reinterpret_cast<const TokenId*>(tokens);
-  if (n_tokens != ov.prompt.size() || !std::equal(ov.prompt.begin(), ov.prompt.end(), t)) {
+  if (prompt.size() != ov.prompt.size() ||
+      !std::equal(ov.prompt.begin(), ov.prompt.end(), prompt.begin())) {
     overlaps_.erase(it);  // the slot moved on to another prompt (waits for the loader)
-    return n_done;
+    return {n_done};
   }
   // The model file changed since the load started: its chunks name the old weights, so
   // none is joined; llama-server computes the rest (issue 21 item 1).
-  if (!ModelUnchanged()) {
+  if (!model_unchanged()) {
     overlaps_.erase(it);
-    return n_done;
+    return {n_done};
   }
   if (ov.from_end) {
     // Meet in the middle: one chunk per batch while the loader walks down from the end;
@@ -134,13 +108,13 @@ size_t ServerKvtier::OnPromptBatch(llama_context* ctx, int32_t seq_id, const lla
     const bool finished = ov.loader->done();
     const uint64_t lowest = ov.loader->loaded_begin();
     if (n_done < ov.end && n_done < lowest) {
-      const uint64_t chunk = connector_->chunk_tokens();
+      const uint64_t chunk = connector_.chunk_tokens();
       *n_limit = std::min<size_t>(*n_limit, finished ? lowest : (n_done / chunk + 1) * chunk);
-      return n_done;
+      return {n_done};
     }
   } else if (n_done < ov.front) {
     *n_limit = std::min<size_t>(*n_limit, ov.front);
-    return n_done;
+    return {n_done};
   }
   // The front is computed: from here on the loader is done with, whatever happens.
   absl::Cleanup drop = [&] { overlaps_.erase(seq_id); };
@@ -154,11 +128,11 @@ size_t ServerKvtier::OnPromptBatch(llama_context* ctx, int32_t seq_id, const lla
   }
   if (got.loaded_end <= n_done) {  // nothing to join: a miss, the rest is computed
     stats_.misses.fetch_add(1, std::memory_order_relaxed);
-    return n_done;
+    return {n_done};
   }
   const Clock::time_point tj = Clock::now();
   absl::StatusOr<std::span<const std::byte>> front =
-      n_done > 0 ? ReadSingleStream(ctx, seq_id) : std::span<const std::byte>();
+      n_done > 0 ? io_.ReadSingleStream(ctx, seq_id) : std::span<const std::byte>();
   absl::StatusOr<std::vector<std::byte>> joined =
       front.ok() ? ov.loader->Join(*front) : absl::StatusOr<std::vector<std::byte>>(front.status());
   if (!joined.ok()) {
@@ -168,18 +142,17 @@ size_t ServerKvtier::OnPromptBatch(llama_context* ctx, int32_t seq_id, const lla
         "computing the back: {}",
         seq_id, joined.status().ToString());
     stats_.misses.fetch_add(1, std::memory_order_relaxed);
-    return n_done;  // the sequence still holds the computed front
+    return {n_done};  // the sequence still holds the computed front
   }
   const double join_front_s = Since(tj);
   const Clock::time_point ts = Clock::now();
-  if (!SetSeqState(ctx, seq_id, *joined)) {
+  if (!io_.Write(ctx, seq_id, *joined)) {
     spdlog::warn("kvtier: llama.cpp refused the joined {}-token state for seq {}; recomputing",
                  got.loaded_end, seq_id);
     llama_memory_seq_rm(llama_get_memory(ctx), seq_id, -1, -1);
     stats_.load_failures.fetch_add(1, std::memory_order_relaxed);
     stats_.misses.fetch_add(1, std::memory_order_relaxed);
-    if (auto p = prompt_start_.find(seq_id); p != prompt_start_.end()) p->second.context_tokens = 0;
-    return 0;
+    return {0, /*cleared=*/true};
   }
   const double set_s = Since(ts);
   const uint64_t loaded = got.loaded_end - n_done;
@@ -188,7 +161,8 @@ size_t ServerKvtier::OnPromptBatch(llama_context* ctx, int32_t seq_id, const lla
   stats_.overlap_front_tokens.fetch_add(n_done, std::memory_order_relaxed);
   stats_.overlap_loaded_tokens.fetch_add(loaded, std::memory_order_relaxed);
   stats_.loaded_tokens.fetch_add(loaded, std::memory_order_relaxed);
-  stats_.load_bytes.fetch_add(loaded * spec_.payload_bytes_per_token(), std::memory_order_relaxed);
+  stats_.load_bytes.fetch_add(loaded * io_.spec().payload_bytes_per_token(),
+                              std::memory_order_relaxed);
   ServerStats::Add(stats_.load_seconds, got.load_s + Since(tj));
   // The join costs the next plans price (as LlamaKvAdapter measures them).
   if (n_done > 0) {
@@ -197,7 +171,7 @@ size_t ServerKvtier::OnPromptBatch(llama_context* ctx, int32_t seq_id, const lla
   }
   join_cost_.s_per_restored_token =
       Ewma(join_cost_.s_per_restored_token, set_s / static_cast<double>(got.loaded_end));
-  return got.loaded_end;
+  return {got.loaded_end};
 }
 
 }  // namespace kvt::llamacpp
