@@ -134,6 +134,9 @@ struct ConfigResult {
   std::vector<Answer> answers;
   uint64_t loaded_tokens = 0, kvtier_hits = 0, stored_chunks = 0, cost_skips = 0;
   uint64_t load_bytes = 0, stored_bytes = 0;  // stored_bytes: llama-server only
+  uint64_t kvtier_misses = 0;                 // llama-server only, as the two below
+  double kvtier_load_s = 0;          // servers' time restoring from kvtier (/kvtier load_seconds)
+  double kvtier_prompt_start_s = 0;  // time kvtier took on requests' paths before prefill
   double kvtierd_cpu_s = -1;
   uint64_t kvtierd_peak_rss_kib = 0;
   double seconds = 0;
@@ -424,6 +427,9 @@ class Replay {
         if (!k.ok()) continue;
         out.loaded_tokens += k->value("loaded_tokens", uint64_t{0});
         out.kvtier_hits += k->value("hits", uint64_t{0});
+        out.kvtier_misses += k->value("misses", uint64_t{0});
+        out.kvtier_load_s += k->value("load_seconds", 0.0);
+        out.kvtier_prompt_start_s += k->value("prompt_start_seconds", 0.0);
         out.stored_chunks += k->value("stored_chunks", uint64_t{0});
         out.cost_skips += k->value("cost_skips", uint64_t{0});
         out.load_bytes += k->value("load_bytes", uint64_t{0});
@@ -709,6 +715,9 @@ int Main(int argc, char** argv) {
                           {"kvtier_stored_chunks", r.stored_chunks},
                           {"kvtier_cost_skips", r.cost_skips},
                           {"kvtier_load_bytes", r.load_bytes},
+                          {"kvtier_misses", r.kvtier_misses},
+                          {"kvtier_load_seconds", r.kvtier_load_s},
+                          {"kvtier_prompt_start_seconds", r.kvtier_prompt_start_s},
                           {"kvtier_stored_bytes", r.stored_bytes},
                           {"block_tokens", f.block_tokens},
                           {"chunk_tokens", f.chunk_tokens},
@@ -736,6 +745,21 @@ int Main(int argc, char** argv) {
                   static_cast<unsigned long long>(r.reused_tokens()),
                   static_cast<unsigned long long>(r.loaded_tokens), r.errors(), r.late(), diff,
                   r.kvtierd_cpu_s, r.kvtierd_peak_rss_kib / 1024.0);
+    }
+  }
+  if (!f.json) {
+    // kvtier's own time on the requests' paths, from each server's /kvtier: what a hit
+    // costs before its prefill starts (lookup + restore), against what it saved.
+    for (const auto& r : results) {
+      const uint64_t lookups = r.kvtier_hits + r.kvtier_misses;
+      if (lookups == 0) continue;
+      std::printf(
+          "%s: kvtier on the requests' paths %.2f s over %llu lookups (%llu hits, %.1f ms "
+          "per lookup), of which restoring %.2f s (%.1f ms per hit)\n",
+          r.name.c_str(), r.kvtier_prompt_start_s, static_cast<unsigned long long>(lookups),
+          static_cast<unsigned long long>(r.kvtier_hits), 1e3 * r.kvtier_prompt_start_s / lookups,
+          r.kvtier_load_s,
+          r.kvtier_hits > 0 ? 1e3 * r.kvtier_load_s / static_cast<double>(r.kvtier_hits) : 0.0);
     }
   }
   // Targets (issue 25).
