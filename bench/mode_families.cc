@@ -21,6 +21,7 @@
 // row. The exit code is 0 when the table was printed; PASS/FAIL is per target in the table.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -163,12 +164,14 @@ std::string LastLine(const std::string& text) {
 
 // Runs argv (argv[0] a path) with stdout into `out` and stderr into `err`; its exit code,
 // or a negative number: -1 could not start, -2 killed after `timeout_s`, -3 killed by a
-// signal. The demo's servers die with it (it starts them with PR_SET_PDEATHSIG).
+// signal. The demo gets SIGTERM when this process dies, and its servers die with it (it
+// starts them with PR_SET_PDEATHSIG).
 int RunTo(const std::vector<std::string>& argv, const std::string& out, const std::string& err,
           int timeout_s) {
   const pid_t pid = fork();
   if (pid < 0) return -1;
   if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);  // a bench stopped by a signal stops its demo
     const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (o >= 0) dup2(o, 1);
