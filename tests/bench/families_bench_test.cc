@@ -124,6 +124,7 @@ TEST(FamiliesBenchTest, TinyLlamaAndLfm2RowsHaveRecordBytesAndRatios) {
   // The models are kept for the next run.
   EXPECT_TRUE(std::filesystem::exists(dir + "/models/kvtier-llama-tiny.gguf"));
   EXPECT_TRUE(std::filesystem::exists(dir + "/models/kvtier-lfm2-tiny.gguf"));
+  if (!HasFailure()) std::filesystem::remove_all(dir);  // ~1 GB of models and tiers
 }
 
 TEST(FamiliesBenchTest, UnknownFamilyAndMissingDemoAreRowsNotCrashes) {
@@ -144,6 +145,7 @@ TEST(FamiliesBenchTest, UnknownFamilyAndMissingDemoAreRowsNotCrashes) {
       << rows["llama"].dump();
   EXPECT_NE(TableRow(err, "llama").find("error: kvtier-server-demo not found"), std::string::npos)
       << err;
+  if (!HasFailure()) std::filesystem::remove_all(dir);
 }
 
 }  // namespace
