@@ -413,7 +413,12 @@ int Report::Print(const std::string& run_dir, bool json, bool check) const {
                           {"ttft_llama_server_ms", ms(Config::kUpstream)},
                           {"ttft_slot_cache_ms", ms(Config::kSlotCache)},
                           {"identical", same ? nlohmann::json(*same) : nlohmann::json(nullptr)},
-                          {"reference", ConfigName(reference)}};
+                          {"reference", ConfigName(reference)},
+                          {"chunk_tokens", chunk_tokens},
+                          {"kvtier_state", kvtier_state},
+                          {"kvtier_memory", memory},
+                          {"kvtier_bytes_per_token", bytes_per_token}};
+      if (!kvtier_refused.empty()) j["kvtier_refused"] = kvtier_refused;
       std::printf("%s\n", j.dump().c_str());
     }
   }

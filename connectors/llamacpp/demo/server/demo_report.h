@@ -4,6 +4,7 @@
 #define LLAMACPP_DEMO_SERVER_DEMO_REPORT_H_
 
 #include <array>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -99,6 +100,11 @@ struct Report {
   // The model's memory kind from kvtier-llama-server's GET /kvtier ("" = unknown): picks
   // the exact-reuse reference (ExactReference).
   std::string memory;
+  // The rest of the kvtier server's GET /kvtier at start-up (--json rows): its state
+  // ("ready", "refused", ""= unknown), the refusal's reason, and the KV payload bytes of
+  // one token (-1 = unknown; a recurrent model's is 0: its records are snapshots alone).
+  std::string kvtier_state, kvtier_refused;
+  int64_t bytes_per_token = -1;
   double seconds = 0;
 
   // Prints the table and targets (stdout; stderr when `json`), writes <run_dir>/ttft.csv

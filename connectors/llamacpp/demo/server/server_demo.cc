@@ -64,6 +64,9 @@ struct Flags {
   bool small = false;
   bool full = false;
   bool quick = false;  // a tiny workload: one chat turn, a ~600-token document, one no-reuse
+  // "all" (chat turns, the document, no-reuse prompts) or "document" (the document alone:
+  // the rows the >= 4k-token targets and the host-tier and cold-prefill ratios need).
+  std::string workload = "all";
   int threads = 2;
   int repeats = 3;
   int chunk = 256;
@@ -146,6 +149,7 @@ absl::StatusOr<TextWorkload> BuildTexts(const Flags& f) {
   }
   flush();
   if (f.quick && w.reuse.size() > 1) w.reuse.resize(1);
+  if (f.workload == "document") w.reuse.clear();
   absl::StatusOr<std::string> gpl = ReadText(f.data_dir + "/gpl-3.0.txt");
   if (!gpl.ok()) return gpl.status();
   // ~4.4k tokens (--quick: ~600)
@@ -486,7 +490,10 @@ int Demo::Run() {
   }
   auto apache = pc.Tokenize(texts->no_reuse_source, false);
   if (!apache.ok()) return 1;
-  const size_t nr_tokens = 300, nr_prompts = f_.full ? 3 : f_.quick ? 1 : 2;
+  const size_t nr_tokens = 300, nr_prompts = f_.workload == "document" ? 0
+                                             : f_.full                 ? 3
+                                             : f_.quick                ? 1
+                                                                       : 2;
   std::vector<std::vector<std::vector<int>>> no_reuse(nr_prompts);  // [prompt][repeat]
   for (size_t i = 0; i < nr_prompts; ++i) {
     Row r;
@@ -538,7 +545,12 @@ int Demo::Run() {
     std::fprintf(stderr, "demo: kvtier server: %s\n", kvt.status().ToString().c_str());
   if (kvt_) {  // the model's memory kind picks the exact-reuse reference (ExactReference)
     auto j = ServerClient("127.0.0.1", kvt_->port()).GetJson("/kvtier");
-    if (j.ok()) report_.memory = j->value("memory", "");
+    if (j.ok()) {
+      report_.memory = j->value("memory", "");
+      report_.kvtier_state = j->value("state", "");
+      report_.kvtier_refused = j->value("refused", "");
+      report_.bytes_per_token = j->value("bytes_per_token", int64_t{-1});
+    }
     std::fprintf(stderr, "demo: model memory %s; exact-reuse reference: llama-server's %s\n",
                  report_.memory.empty() ? "unknown" : report_.memory.c_str(),
                  ConfigName(ExactReference(report_.memory)));
@@ -619,6 +631,11 @@ int main(int argc, char** argv) {
   app.add_flag("--quick", f.quick,
                "a tiny workload (one chat turn, a ~600-token document, one no-reuse prompt; "
                "the >= 4k targets are then not measured)");
+  app.add_option("--workload", f.workload,
+                 "all, or document: the ~4.4k-token document alone (no chat turns, no no-reuse "
+                 "prompts; the no-reuse targets are then not measured)")
+      ->check(CLI::IsMember({"all", "document"}))
+      ->capture_default_str();
   app.add_option("--threads", f.threads, "server threads")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
