@@ -5,10 +5,10 @@
 // and kept in --model-dir as kvtier-<arch>-<size>.gguf, the name scripts/demo.sh uses),
 // then kvtier-server-demo on it with the family's server flags and the document workload
 // (--workload document: the ~4.4k-token document alone, --json). From the demo's JSON row
-// of the document and its kvtier server's log it prints:
+// of the document it prints:
 //   * record bytes per chunk: the KV rows (GET /kvtier bytes_per_token x chunk tokens) and
-//     the boundary snapshot (snapshot_bytes of the namespace the server logs at start-up;
-//     0 for a model without recurrent state). A record is these + its 128-byte header,
+//     the boundary snapshot (GET /kvtier snapshot_bytes; 0 for a model without recurrent
+//     state). A record is these + its 128-byte header,
 //     the payload padded (docs/chunk-format.md);
 //   * host-tier hit / llama-server's own RAM-cache hit (target <= 1.30);
 //   * cold / a fresh server restoring from disk, at >= 4k restored tokens (target >= 10);
@@ -30,7 +30,6 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
-#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -235,24 +234,6 @@ std::string EnsureModel(const Flags& f, const Family& fam, std::string* error) {
   return path;
 }
 
-// The snapshot bytes of the namespace the kvtier server logged at start-up ("kvtier:
-// tiers ..., namespace <hex> (<engine_extra>), N B/token"): engine_extra's snapshot_bytes,
-// 0 when the line is there without it (no recurrent state), nullopt without the line.
-std::optional<int64_t> SnapshotBytesFromLog(const std::string& log) {
-  static const std::regex kReady(R"(kvtier: tiers .*namespace \S+ \((.*)\), \d+ B/token)");
-  static const std::regex kSnap(R"(snapshot_bytes=(\d+))");
-  std::istringstream in(ReadAll(log));
-  for (std::string line; std::getline(in, line);) {
-    std::smatch m;
-    if (!std::regex_search(line, m, kReady)) continue;
-    const std::string extra = m[1].str();
-    std::smatch s;
-    if (std::regex_search(extra, s, kSnap)) return std::stoll(s[1].str());
-    return 0;
-  }
-  return std::nullopt;
-}
-
 std::optional<double> Num(const json& j, const char* key) {
   if (j.contains(key) && j[key].is_number()) return j[key].get<double>();
   return std::nullopt;
@@ -325,7 +306,9 @@ Result RunFamily(const Flags& f, const std::string& name) {
   if (d.contains("kvtier_bytes_per_token") && d["kvtier_bytes_per_token"].is_number() &&
       d["kvtier_bytes_per_token"].get<int64_t>() >= 0)
     r.bytes_per_token = d["kvtier_bytes_per_token"].get<int64_t>();
-  r.snapshot_bytes = SnapshotBytesFromLog(dir + "/run/server-kvtier.log");
+  if (d.contains("kvtier_snapshot_bytes") && d["kvtier_snapshot_bytes"].is_number() &&
+      d["kvtier_snapshot_bytes"].get<int64_t>() >= 0)
+    r.snapshot_bytes = d["kvtier_snapshot_bytes"].get<int64_t>();
   r.prompt_tokens = d.value("prompt_tokens", 0);
   r.loaded_tokens = d.value("loaded_tokens", 0);
   r.cold_ms = Num(d, "ttft_cold_ms");

@@ -417,7 +417,8 @@ int Report::Print(const std::string& run_dir, bool json, bool check) const {
                           {"chunk_tokens", chunk_tokens},
                           {"kvtier_state", kvtier_state},
                           {"kvtier_memory", memory},
-                          {"kvtier_bytes_per_token", bytes_per_token}};
+                          {"kvtier_bytes_per_token", bytes_per_token},
+                          {"kvtier_snapshot_bytes", snapshot_bytes}};
       if (!kvtier_refused.empty()) j["kvtier_refused"] = kvtier_refused;
       std::printf("%s\n", j.dump().c_str());
     }

@@ -105,6 +105,7 @@ struct Report {
   // one token (-1 = unknown; a recurrent model's is 0: its records are snapshots alone).
   std::string kvtier_state, kvtier_refused;
   int64_t bytes_per_token = -1;
+  int64_t snapshot_bytes = -1;  // one boundary snapshot per chunk record (0: none; -1: unknown)
   double seconds = 0;
 
   // Prints the table and targets (stdout; stderr when `json`), writes <run_dir>/ttft.csv

@@ -550,6 +550,7 @@ int Demo::Run() {
       report_.kvtier_state = j->value("state", "");
       report_.kvtier_refused = j->value("refused", "");
       report_.bytes_per_token = j->value("bytes_per_token", int64_t{-1});
+      report_.snapshot_bytes = j->value("snapshot_bytes", int64_t{-1});
     }
     std::fprintf(stderr, "demo: model memory %s; exact-reuse reference: llama-server's %s\n",
                  report_.memory.empty() ? "unknown" : report_.memory.c_str(),

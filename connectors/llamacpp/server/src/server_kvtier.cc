@@ -369,6 +369,7 @@ ServerReportState ServerKvtier::ReportState() const {
                                             : "recurrent";
   r.chunk_tokens = options_.chunk_tokens;
   r.bytes_per_token = io_->spec().payload_bytes_per_token();
+  r.snapshot_bytes = snapshots_ ? snapshots_->snapshot_bytes() : 0;
   r.tail_records = tails_ != nullptr;
   r.overlap_mode = options_.overlap == ServerKvtierOptions::Overlap::kOff    ? "off"
                    : options_.overlap == ServerKvtierOptions::Overlap::kAuto ? "auto"

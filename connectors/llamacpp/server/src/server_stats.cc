@@ -91,6 +91,7 @@ std::string ServerStats::StatusJson(const ServerReportState& state) const {
       {"memory", state.memory},
       {"chunk_tokens", state.chunk_tokens},
       {"bytes_per_token", state.bytes_per_token},
+      {"snapshot_bytes", state.snapshot_bytes},
       {"requests", requests.load()},
       {"hits", hits.load()},
       {"misses", misses.load()},

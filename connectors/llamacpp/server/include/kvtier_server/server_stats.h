@@ -28,10 +28,11 @@ struct ServerReportState {
   std::string memory;  // "kv", "iswa", "hybrid" or "recurrent"
   int64_t chunk_tokens = 0;
   uint64_t bytes_per_token = 0;
-  bool tail_records = false;  // tails stored and restored
-  std::string overlap_mode;   // "off", "auto" or "always"
-  ConnectorStats connector;   // zeros before ready
-  TailStats tails;            // zeros without tail records
+  uint64_t snapshot_bytes = 0;  // one boundary snapshot in each chunk record (0: none), bytes
+  bool tail_records = false;    // tails stored and restored
+  std::string overlap_mode;     // "off", "auto" or "always"
+  ConnectorStats connector;     // zeros before ready
+  TailStats tails;              // zeros without tail records
   uint64_t writeback_pending_bytes = 0;
 };
 
