@@ -12,6 +12,17 @@ namespace kvt::llamacpp {
 
 using Clock = std::chrono::steady_clock;
 
+namespace {
+// A loaded chunk's payload must be exactly one chunk of the model's layout; else DataLoss
+// (that chunk and the rest of the prefix are computed instead).
+absl::Status CheckPayloadSize(size_t chunk_index, std::span<const std::byte> payload,
+                              uint64_t chunk_bytes) {
+  if (payload.size() == chunk_bytes) return absl::OkStatus();
+  return absl::DataLossError(absl::StrFormat("chunk %d payload is %d bytes, expected %d",
+                                             chunk_index, payload.size(), chunk_bytes));
+}
+}  // namespace
+
 SlotRestorer::Outcome SlotRestorer::Restore(llama_context* ctx, int32_t seq_id,
                                             std::span<const TokenId> prompt, uint64_t n_have) {
   if (snapshots_) return {StartWithSnapshots(ctx, seq_id, prompt, n_have)};
@@ -92,9 +103,8 @@ SlotRestorer::Outcome SlotRestorer::Restore(llama_context* ctx, int32_t seq_id,
   if (want > 0) {
     absl::StatusOr<ConnectorLoadResult> load = connector_.LoadPayloads(
         prompt, want, [&](size_t chunk_index, std::span<const std::byte> payload) -> absl::Status {
-          if (payload.size() != chunk_bytes) {
-            return absl::DataLossError(absl::StrFormat("chunk %d payload is %d bytes, expected %d",
-                                                       chunk_index, payload.size(), chunk_bytes));
+          if (absl::Status s = CheckPayloadSize(chunk_index, payload, chunk_bytes); !s.ok()) {
+            return s;
           }
           return builder->PutChunk(static_cast<uint32_t>(chunk_index * chunk), chunk, payload);
         });
@@ -231,9 +241,8 @@ int64_t SlotRestorer::RestoreWithSnapshot(llama_context* ctx, int32_t seq_id,
   if (want > 0) {
     absl::StatusOr<ConnectorLoadResult> load = connector_.LoadPayloads(
         prompt, want, [&](size_t chunk_index, std::span<const std::byte> payload) -> absl::Status {
-          if (payload.size() != chunk_bytes) {
-            return absl::DataLossError(absl::StrFormat("chunk %d payload is %d bytes, expected %d",
-                                                       chunk_index, payload.size(), chunk_bytes));
+          if (absl::Status s = CheckPayloadSize(chunk_index, payload, chunk_bytes); !s.ok()) {
+            return s;
           }
           if (chunk_index < snaps.size()) {
             const std::span<const std::byte> s = snapshots_->SnapshotOf(payload);
