@@ -13,23 +13,13 @@
 #include "kvtier_server/server_overlap.h"
 #include "kvtier_server/server_stats.h"
 #include "kvtier_server/slot_restorer.h"
+#include "test_records.h"
 
 namespace kvt::llamacpp {
 namespace {
 
 using Mode = ServerKvtierOptions::Overlap;
 constexpr uint32_t kChunk = 16;
-
-// 2 layers, 2 KV heads, head_dim 4, fp16: 64 bytes per token, 1 KiB per chunk.
-KvLayout SmallLayout() {
-  KvLayout l;
-  l.num_layers = 2;
-  l.num_kv_heads = 2;
-  l.head_dim = 4;
-  l.dtype = DType::kF16;
-  l.kind = LayoutKind::kFlashAttnNHD;
-  return l;
-}
 
 std::vector<TokenId> Prompt(size_t n) {
   std::vector<TokenId> p(n);
@@ -55,7 +45,7 @@ class ServerPartsTest : public ::testing::Test {
     ASSERT_TRUE(store.ok()) << store.status();
     ConnectorOptions co;
     co.ns.model_id = "server-parts-test";
-    co.ns.layout = SmallLayout();
+    co.ns.layout = kvt::testing::Bytes32PerTokenLayout();  // 32 B/token
     co.ns.chunk_tokens = kChunk;
     absl::StatusOr<std::unique_ptr<KVConnector>> c =
         KVConnector::Create(co, std::shared_ptr<TieredStore>(std::move(*store)));
