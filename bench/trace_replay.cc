@@ -83,6 +83,9 @@ using llamacpp::demo::KvtierdProcess;
 using llamacpp::demo::KvtierdProcessOptions;
 using llamacpp::demo::ServerClient;
 using llamacpp::demo::ServerProcess;
+// kvtierd's memory beyond its configured bounds: code, gRPC, the RocksDB index, connection
+// buffers (docs/daemon.md "Memory").
+constexpr uint64_t kKvtierdFixedBytes = 128ull << 20;
 
 struct Flags {
   std::string trace = "conversation";
@@ -137,8 +140,14 @@ struct ConfigResult {
   uint64_t kvtier_misses = 0;                 // llama-server only, as the two below
   double kvtier_load_s = 0;          // servers' time restoring from kvtier (/kvtier load_seconds)
   double kvtier_prompt_start_s = 0;  // time kvtier took on requests' paths before prefill
+  double kvtier_store_s = 0;         // task-loop time taking chunks for storing
   double kvtierd_cpu_s = -1;
   uint64_t kvtierd_peak_rss_kib = 0;
+  // Its peak RSS less the shared memory it maps (the engines' shm regions, VmRSS - RssShmem
+  // sampled together), and the budget that must hold: host tier + in-flight + write-back
+  // queue + kKvtierdFixedBytes.
+  uint64_t kvtierd_peak_private_kib = 0;
+  uint64_t kvtierd_budget_kib = 0;
   double seconds = 0;
   size_t errors() const {
     return static_cast<size_t>(
@@ -294,6 +303,13 @@ class Replay {
       ko.disk_file_bytes = std::min<uint64_t>(f_.kvtierd_disk_mib, 64) << 20;
       ko.disk_capacity_bytes =
           (f_.kvtierd_disk_mib << 20) / ko.disk_file_bytes * ko.disk_file_bytes;
+      // Bounded explicitly, so that kvtierd's RSS has a budget to check (docs/daemon.md
+      // "Memory"): the smallest each may be, one largest record.
+      ko.max_inflight_bytes = ko.disk_file_bytes;
+      ko.writeback_queue_bytes = ko.disk_file_bytes;
+      out.kvtierd_budget_kib = (ko.host_capacity_bytes + ko.max_inflight_bytes +
+                                ko.writeback_queue_bytes + kKvtierdFixedBytes) >>
+                               10;
       auto d = KvtierdProcess::Start(ko);
       if (!d.ok()) return d.status();
       daemon = std::move(*d);
@@ -374,12 +390,15 @@ class Replay {
     }
     out.answers.resize(trace_.requests.size());
     std::atomic<size_t> next{0};
-    std::atomic<uint64_t> peak_rss{0};
+    std::atomic<uint64_t> peak_rss{0}, peak_private{0};
     std::atomic<bool> running{true};
     const double cpu0 = daemon ? ProcCpuSeconds(daemon->pid()) : -1;
     std::thread sampler([&] {
       while (daemon && running.load()) {
-        peak_rss = std::max<uint64_t>(peak_rss.load(), ProcStatusKiB(daemon->pid(), "VmRSS:"));
+        const uint64_t rss = ProcStatusKiB(daemon->pid(), "VmRSS:");
+        const uint64_t shmem = ProcStatusKiB(daemon->pid(), "RssShmem:");
+        peak_rss = std::max<uint64_t>(peak_rss.load(), rss);
+        peak_private = std::max<uint64_t>(peak_private.load(), rss - std::min(rss, shmem));
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
     });
@@ -412,6 +431,7 @@ class Replay {
     if (daemon) {
       out.kvtierd_cpu_s = ProcCpuSeconds(daemon->pid()) - cpu0;
       out.kvtierd_peak_rss_kib = peak_rss.load();
+      out.kvtierd_peak_private_kib = peak_private.load();
     }
     if (kvtier && vllm) {
       for (auto& s : servers) {
@@ -430,6 +450,7 @@ class Replay {
         out.kvtier_misses += k->value("misses", uint64_t{0});
         out.kvtier_load_s += k->value("load_seconds", 0.0);
         out.kvtier_prompt_start_s += k->value("prompt_start_seconds", 0.0);
+        out.kvtier_store_s += k->value("store_seconds", 0.0);
         out.stored_chunks += k->value("stored_chunks", uint64_t{0});
         out.cost_skips += k->value("cost_skips", uint64_t{0});
         out.load_bytes += k->value("load_bytes", uint64_t{0});
@@ -718,6 +739,7 @@ int Main(int argc, char** argv) {
                           {"kvtier_misses", r.kvtier_misses},
                           {"kvtier_load_seconds", r.kvtier_load_s},
                           {"kvtier_prompt_start_seconds", r.kvtier_prompt_start_s},
+                          {"kvtier_store_seconds", r.kvtier_store_s},
                           {"kvtier_stored_bytes", r.stored_bytes},
                           {"block_tokens", f.block_tokens},
                           {"chunk_tokens", f.chunk_tokens},
@@ -727,6 +749,8 @@ int Main(int argc, char** argv) {
                           {"answers_reference", reference_of(r).name},
                           {"kvtierd_cpu_seconds", r.kvtierd_cpu_s},
                           {"kvtierd_peak_rss_kib", r.kvtierd_peak_rss_kib},
+                          {"kvtierd_peak_private_kib", r.kvtierd_peak_private_kib},
+                          {"kvtierd_budget_kib", r.kvtierd_budget_kib},
                           {"seconds", r.seconds},
                           {"csv", csv}};
       if (size_t e = r.errors(); e > 0) {
@@ -755,11 +779,14 @@ int Main(int argc, char** argv) {
       if (lookups == 0) continue;
       std::printf(
           "%s: kvtier on the requests' paths %.2f s over %llu lookups (%llu hits, %.1f ms "
-          "per lookup), of which restoring %.2f s (%.1f ms per hit)\n",
+          "per lookup), of which restoring %.2f s (%.1f ms per hit); storing on the task loop "
+          "%.2f s (%.1f ms per request)\n",
           r.name.c_str(), r.kvtier_prompt_start_s, static_cast<unsigned long long>(lookups),
           static_cast<unsigned long long>(r.kvtier_hits), 1e3 * r.kvtier_prompt_start_s / lookups,
           r.kvtier_load_s,
-          r.kvtier_hits > 0 ? 1e3 * r.kvtier_load_s / static_cast<double>(r.kvtier_hits) : 0.0);
+          r.kvtier_hits > 0 ? 1e3 * r.kvtier_load_s / static_cast<double>(r.kvtier_hits) : 0.0,
+          r.kvtier_store_s,
+          r.answers.empty() ? 0.0 : 1e3 * r.kvtier_store_s / static_cast<double>(r.answers.size()));
     }
   }
   // Targets (issue 25).
@@ -798,12 +825,26 @@ int Main(int argc, char** argv) {
         k->reused_tokens() >= p->reused_tokens(),
         absl::StrFormat("%d vs %d tokens", k->reused_tokens(), p->reused_tokens()));
   }
-  if (const ConfigResult* p = find("plain-affinity"), *k = find("kvtier-random"); p && k) {
+  // Against plain with the same (random) routing, and against plain with affinity, what
+  // an operator would deploy without a shared cache.
+  for (const char* plain : {"plain-random", "plain-affinity"}) {
+    const ConfigResult* p = find(plain);
+    const ConfigResult* k = find("kvtier-random");
+    if (p == nullptr || k == nullptr) continue;
     const double x =
         p->TtftPercentile(0.5) > 0 ? k->TtftPercentile(0.5) / p->TtftPercentile(0.5) : 0;
-    verdict("kvtier-random p50 TTFT <= 0.6 x plain-affinity's", x > 0 && x <= 0.6,
+    verdict(absl::StrCat("kvtier-random p50 TTFT <= 0.6 x ", plain, "'s"), x > 0 && x <= 0.6,
             absl::StrFormat("%.1f ms vs %.1f ms (%.2f x)", k->TtftPercentile(0.5),
                             p->TtftPercentile(0.5), x));
+  }
+  for (const auto& r : results) {
+    if (r.kvtierd_budget_kib == 0) continue;
+    verdict(absl::StrCat("kvtierd's RSS within its budget, ", r.name),
+            r.kvtierd_peak_private_kib <= r.kvtierd_budget_kib,
+            absl::StrFormat("peak %.1f MiB without shared memory (%.1f MiB with the engines' "
+                            "shm regions) vs %.1f MiB (host + in-flight + write-back + %d)",
+                            r.kvtierd_peak_private_kib / 1024.0, r.kvtierd_peak_rss_kib / 1024.0,
+                            r.kvtierd_budget_kib / 1024.0, kKvtierdFixedBytes >> 20));
   }
   size_t errors = 0;
   // [engine] -> (differing answers, compared answers) of its kvtier configurations.

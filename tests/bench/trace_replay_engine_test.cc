@@ -72,6 +72,11 @@ TEST(TraceReplayEngineTest, ConversationSliceThroughPlainAndKvtierServers) {
   for (const char* k : {"kvtier-affinity", "kvtier-random"}) {
     EXPECT_GT(configs[k]["kvtier_stored_chunks"].get<uint64_t>(), 0u) << k;
     EXPECT_GT(configs[k]["kvtierd_peak_rss_kib"].get<uint64_t>(), 0u) << k;
+    EXPECT_GT(configs[k]["kvtier_store_seconds"].get<double>(), 0.0) << k;
+    // host 64 + in-flight 64 + write-back 64 + 128 MiB, without the engines' shm regions.
+    EXPECT_EQ(configs[k]["kvtierd_budget_kib"], 320u << 10) << k;
+    EXPECT_TRUE(targets.at(std::string("kvtierd's RSS within its budget, ") + k))
+        << configs[k].dump();
   }
   EXPECT_TRUE(targets.at("no request fails"));
   EXPECT_TRUE(targets.at("every kvtier answer equals plain's with the same routing"));

@@ -582,5 +582,33 @@ TEST(LlamaServerKvtierTest, MultiTurnChatLoadsThePreviousTurnsChunks) {
   }
 }
 
+// Storing a prompt costs the task loop one lookup of which chunks the tiers hold (a
+// kvtierd round trip when kvtierd is a tier), and every slot waits for it. When the next
+// prompt takes the slot, llama-server saves the slot to its RAM cache; kvtier stored that
+// prompt whole already, so the save adds no second lookup.
+TEST(LlamaServerKvtierTest, EachPromptIsTakenForStoringOnce) {
+  const std::string dir = MakeTempDir("server-store-once");
+  auto s = MustStart(Kvtier({"--kvtier-dir", dir}), "store-once");
+  ASSERT_TRUE(s);
+  json first = Post(*s, "/completion", Completion(Prompt(21)));
+  EXPECT_EQ(first["timings"]["cache_n"], 0);
+  WaitPut(*s, 4, 1);
+  json second = Post(*s, "/completion", Completion(Prompt(22)));
+  EXPECT_EQ(second["timings"]["cache_n"], 0) << second["timings"].dump();
+  WaitPut(*s, 8, 2);
+  json st = Status(*s);
+  EXPECT_EQ(st["store_calls"], 2) << st.dump();
+  EXPECT_EQ(st["stored_chunks"], 8) << st.dump();
+  EXPECT_EQ(st["store_errors"], 0);
+  EXPECT_GT(st["store_seconds"].get<double>(), 0.0) << st.dump();
+  // The first prompt again: llama-server's RAM cache restores it; kvtier has nothing to add.
+  json again = Post(*s, "/completion", Completion(Prompt(21)));
+  EXPECT_EQ(again["timings"]["cache_n"], static_cast<int>(kPromptTokens) - 1);
+  auto m = CurlText(s->url() + "/metrics");
+  ASSERT_TRUE(m.ok());
+  EXPECT_NE(m->find("kvtier_store_seconds_total "), std::string::npos) << *m;
+  EXPECT_NE(m->find("kvtier_store_calls_total "), std::string::npos) << *m;
+}
+
 }  // namespace
 }  // namespace kvt::llamacpp::testing

@@ -81,6 +81,14 @@ absl::Status KvtierdProcessOptions::Validate() const {
         "disk_capacity_bytes: %d, expected a positive multiple of disk_file_bytes (%d)",
         disk_capacity_bytes, disk_file_bytes));
   }
+  for (const auto& [name, bytes] : {std::pair{"max_inflight_bytes", max_inflight_bytes},
+                                    std::pair{"writeback_queue_bytes", writeback_queue_bytes}}) {
+    if (bytes != 0 && bytes < disk_file_bytes) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: %d, expected 0 (kvtierd's default) or at least disk_file_bytes (%d)",
+                          name, bytes, disk_file_bytes));
+    }
+  }
   if (const std::string s = SocketPath(*this); s.size() > kMaxSocketPath) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "socket path '%s' is %d bytes, a unix socket path allows at most %d (use a shorter --dir)",
@@ -117,6 +125,9 @@ absl::StatusOr<std::unique_ptr<KvtierdProcess>> KvtierdProcess::Start(
       << "metrics:\n  listen: \"\"\n"
       << "log_level: warn\n"
       << "ready_file: \"" << ready << "\"\n";
+    if (o.max_inflight_bytes != 0) c << "max_inflight_bytes: " << o.max_inflight_bytes << "\n";
+    if (o.writeback_queue_bytes != 0)
+      c << "writeback_queue_bytes: " << o.writeback_queue_bytes << "\n";
     if (!c.good()) return absl::InternalError("cannot write " + config);
   }
   // Everything the child needs is built before fork (only async-signal-safe calls after).

@@ -30,6 +30,11 @@ struct KvtierdProcessOptions {
   uint64_t host_capacity_bytes = 256ull << 20;  // REQUIRES: > 0, multiple of 1 MiB
   uint64_t disk_file_bytes = 256ull << 20;      // REQUIRES: > 0, multiple of 1 MiB
   uint64_t disk_capacity_bytes = 1ull << 30;    // REQUIRES: multiple of disk_file_bytes
+  // kvtierd's `max_inflight_bytes` and `writeback_queue_bytes` (docs/daemon.md "Memory");
+  // 0 leaves kvtierd's default (1 GiB, 256 MiB). REQUIRES: 0 or >= disk_file_bytes (the
+  // largest record).
+  uint64_t max_inflight_bytes = 0;
+  uint64_t writeback_queue_bytes = 0;
   std::chrono::milliseconds ready_timeout{30000};
   std::chrono::milliseconds stop_timeout{15000};
 

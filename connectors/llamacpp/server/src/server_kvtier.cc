@@ -214,6 +214,7 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
     n_have = 0;
   }
   prompt_start_[seq_id] = PromptStart{entered, n_have};
+  last_prompt_.erase(seq_id);  // the slot's content becomes this prompt's
   // Everything kvtier does before the prefill (lookup, and a restore on a hit) is on this
   // request's path; a miss's share is what kvtier costs a prompt it cannot help.
   absl::Cleanup on_path = [&] {
@@ -254,7 +255,10 @@ size_t ServerKvtier::OnPromptBatch(llama_context* ctx, int32_t seq_id, const lla
   return step.n_done;
 }
 
-size_t ServerKvtier::StoreSeq(llama_context* ctx, int32_t seq_id, std::span<const TokenId> tokens) {
+size_t ServerKvtier::StoreSeq(llama_context* ctx, int32_t seq_id, std::span<const TokenId> tokens,
+                              bool* all_held) {
+  if (all_held) *all_held = false;
+  const uint64_t dropped_before = connector_->stats().store_chunks_dropped;
   // Recurrent/hybrid models: snapshots exist only up to SnapshotBoundaryLimit.
   if (snapshots_) tokens = tokens.first(SnapshotBoundaryLimit(tokens.size(), n_batch_, n_ubatch_));
   std::optional<SeqStateView> view;
@@ -280,12 +284,15 @@ size_t ServerKvtier::StoreSeq(llama_context* ctx, int32_t seq_id, std::span<cons
     return 0;
   }
   stats_.stored_chunks.fetch_add(*stored, std::memory_order_relaxed);
+  if (all_held) *all_held = connector_->stats().store_chunks_dropped == dropped_before;
   return *stored;
 }
 
 void ServerKvtier::OnPromptDone(llama_context* ctx, int32_t seq_id, const llama_token* tokens,
                                 size_t n_tokens) {
   if (!connector_) return;
+  const Clock::time_point entered = Clock::now();
+  absl::Cleanup timed = [&] { AddStoreTime(entered); };
   overlap_->Drop(seq_id);
   std::optional<uint64_t> start;  // where this prompt's prefill began
   if (auto it = prompt_start_.find(seq_id); it != prompt_start_.end()) {
@@ -297,10 +304,10 @@ void ServerKvtier::OnPromptDone(llama_context* ctx, int32_t seq_id, const llama_
     }
     prompt_start_.erase(it);
   }
-  last_prompt_tokens_[seq_id] = n_tokens;
+  last_prompt_[seq_id] = LastPrompt{n_tokens, false};
   if (!ModelUnchanged()) return;  // never store under a namespace of other weights
   const std::span<const TokenId> prompt = Span(tokens, n_tokens);
-  StoreSeq(ctx, seq_id, prompt);
+  StoreSeq(ctx, seq_id, prompt, &last_prompt_[seq_id].all_held);
   // The tail only when its KV was computed the way a cold prefill computes it: the
   // prefill began on a ubatch boundary at or before the tail, so llama.cpp computed the
   // tail in the same ubatch as cold. Measured in the demo (270M model, flash attention
@@ -345,9 +352,18 @@ void ServerKvtier::OnPromptSave(llama_context* ctx, int32_t seq_id, const llama_
   // Only the prompt's chunks: generated tokens were decoded one by one, and their KV can
   // differ in the last bits from a prefill of the same tokens.
   // Recurrent/hybrid: OnPromptDone stored what has snapshots already.
-  auto it = last_prompt_tokens_.find(seq_id);
-  if (snapshots_ || it == last_prompt_tokens_.end() || !ModelUnchanged()) return;
-  StoreSeq(ctx, seq_id, Span(tokens, std::min<size_t>(n_tokens, it->second)));
+  // Nothing to add when OnPromptDone left the whole prompt held (the common case): the
+  // slot holds that prompt and what was generated after it.
+  auto it = last_prompt_.find(seq_id);
+  if (snapshots_ || it == last_prompt_.end() || it->second.all_held || !ModelUnchanged()) return;
+  const Clock::time_point entered = Clock::now();
+  StoreSeq(ctx, seq_id, Span(tokens, std::min<size_t>(n_tokens, it->second.tokens)));
+  AddStoreTime(entered);
+}
+
+void ServerKvtier::AddStoreTime(Clock::time_point since) {
+  ServerStats::Add(stats_.store_seconds,
+                   std::chrono::duration<double>(Clock::now() - since).count());
 }
 
 ServerReportState ServerKvtier::ReportState() const {

@@ -37,10 +37,16 @@ std::string ServerStats::MetricsText(const ServerReportState& state) const {
   line("kvtier_prompt_start_seconds_total",
        "time kvtier spent on requests' paths before their prefill (lookup, and restores)",
        "counter", prompt_start_seconds.load());
+  line("kvtier_store_seconds_total",
+       "task-loop time taking chunks and tails for storing (delays every slot's next batch)",
+       "counter", store_seconds.load());
   line("kvtier_stored_chunks_total", "chunks taken for storing", "counter", stored_chunks);
   line("kvtier_store_errors_total", "stores that failed", "counter", store_errors);
   line("kvtier_chunks_put_total", "chunks that reached the tiers", "counter",
        static_cast<double>(cs.store_chunks_put));
+  line("kvtier_store_calls_total",
+       "prompts taken for storing: each looks up which of its chunks the tiers hold", "counter",
+       static_cast<double>(cs.store_calls));
   const TailStats& ts = state.tails;
   line("kvtier_tail_hits_total", "prompts restored up to the end of their tail record", "counter",
        tail_hits);
@@ -101,10 +107,12 @@ std::string ServerStats::StatusJson(const ServerReportState& state) const {
       {"load_failures", load_failures.load()},
       {"load_seconds", load_seconds.load()},
       {"prompt_start_seconds", prompt_start_seconds.load()},
+      {"store_seconds", store_seconds.load()},
       {"dropped_prefixes", dropped_prefixes.load()},
       {"stored_chunks", stored_chunks.load()},
       {"store_errors", store_errors.load()},
       {"chunks_put", cs.store_chunks_put},
+      {"store_calls", cs.store_calls},
       {"tail_records", state.tail_records},
       {"tail_hits", tail_hits.load()},
       {"tails_queued", ts.queued},

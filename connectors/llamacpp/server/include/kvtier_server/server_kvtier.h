@@ -99,11 +99,16 @@ class ServerKvtier final : public KvtierServerHooks {
  private:
   using Clock = std::chrono::steady_clock;
   explicit ServerKvtier(const ServerKvtierOptions& options) : options_(options) {}
-  size_t StoreSeq(llama_context* ctx, int32_t seq_id, std::span<const TokenId> tokens);
+  // Stores the chunks of `tokens` the store lacks, read from seq_id's state; the count
+  // taken. *all_held (optional): whether every chunk is held or taken now (none dropped).
+  size_t StoreSeq(llama_context* ctx, int32_t seq_id, std::span<const TokenId> tokens,
+                  bool* all_held = nullptr);
   // Whether the model file still holds the bytes the namespace names (task-loop thread).
   // False, for good, once it changed (logged once); false for this call on an I/O error.
   bool ModelUnchanged();
   void StoreTail(llama_context* ctx, int32_t seq_id, std::span<const TokenId> prompt);
+  // Adds the time since `since` to stats_.store_seconds (the task loop's storing time).
+  void AddStoreTime(Clock::time_point since);
   // What the reports show besides stats_ (HTTP threads: reads only what ready_ publishes).
   ServerReportState ReportState() const;
 
@@ -134,9 +139,17 @@ class ServerKvtier final : public KvtierServerHooks {
   std::string ns_hex_;
   std::unique_ptr<ModelFileWatch> model_watch_;  // set by OnContextReady; task-loop thread
   std::atomic<bool> model_changed_{false};
-  std::map<int32_t, PromptStart> prompt_start_;   // task-loop thread only
-  std::map<int32_t, size_t> last_prompt_tokens_;  // task-loop thread only
-  ServerStats stats_;                             // counters, and the /kvtier and /metrics reports
+  std::map<int32_t, PromptStart> prompt_start_;  // task-loop thread only
+  // A slot's last prompt: its length, and whether OnPromptDone's store left every one of
+  // its chunks held (none dropped by back-pressure, no error): OnPromptSave, called when
+  // llama-server saves that slot to its RAM cache, then has nothing to add and skips the
+  // store's lookup, a kvtierd round trip on the task loop. Task-loop thread only.
+  struct LastPrompt {
+    size_t tokens = 0;
+    bool all_held = false;
+  };
+  std::map<int32_t, LastPrompt> last_prompt_;
+  ServerStats stats_;  // counters, and the /kvtier and /metrics reports
   // Set by OnContextReady; task-loop thread only. Last: destroyed first, so a back
   // loader's thread ends before the connector, io_ and stats_ it uses.
   std::unique_ptr<ServerOverlap> overlap_;

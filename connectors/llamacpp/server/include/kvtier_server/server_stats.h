@@ -59,6 +59,9 @@ class ServerStats {
   std::atomic<uint64_t> store_errors{0};
   std::atomic<double> load_seconds{0};
   std::atomic<double> prompt_start_seconds{0};  // all of OnPromptStart, hit or miss
+  // Task-loop time taking chunks and tails for storing (OnPromptDone, OnPromptSave): it
+  // delays every slot's next batch on that server, so it is on other requests' paths.
+  std::atomic<double> store_seconds{0};
   // Misses whose short unaligned slot prefix was dropped to compute from token 0.
   std::atomic<uint64_t> dropped_prefixes{0};
   std::atomic<uint64_t> overlapped{0};             // requests that started a back load
