@@ -275,8 +275,9 @@ size_t ServerKvtier::StoreSeq(llama_context* ctx, int32_t seq_id, std::span<cons
           if (!v.ok()) return v.status();
           view = std::move(*v);
         }
+        // M-RoPE models: every cell must hold the prompt's own token (what the key names).
         return ExtractChunkPayload(*view, static_cast<uint32_t>(chunk_index * chunk), chunk,
-                                   payload);
+                                   payload, tokens.subspan(chunk_index * chunk, chunk));
       });
   if (!stored.ok()) {
     stats_.store_errors.fetch_add(1, std::memory_order_relaxed);
@@ -338,7 +339,7 @@ void ServerKvtier::StoreTail(llama_context* ctx, int32_t seq_id, std::span<const
     }
     absl::StatusOr<SeqStateView> v = io_->ReadRows(ctx, seq_id);
     if (!v.ok()) return v.status();
-    return ExtractChunkPayload(*v, first, count, payload);
+    return ExtractChunkPayload(*v, first, count, payload, prompt.subspan(first, count));
   });
   if (!s.ok()) {
     stats_.store_errors.fetch_add(1, std::memory_order_relaxed);
