@@ -97,6 +97,11 @@ struct Report {
   // (WaitForOtherProcessesIdle gave up): a sign that the machine was not quiet.
   int measured_requests = 0, started_busy = 0;
   int chunk_tokens = 256;  // what counts as loaded from kvtier: whole chunks
+  // Whether the run's workload has what some targets measure (--quick has no >= 4k
+  // prefix, --workload document no no-reuse prompts): a target it does not have is
+  // printed SKIP, not missed.
+  bool long_prefix_in_workload = true;
+  bool no_reuse_in_workload = true;
   // The model's memory kind from kvtier-llama-server's GET /kvtier ("" = unknown): picks
   // the exact-reuse reference (ExactReference).
   std::string memory;
@@ -111,8 +116,8 @@ struct Report {
   // Prints the table and targets (stdout; stderr when `json`), writes <run_dir>/ttft.csv
   // and <run_dir>/ttft.png. Returns the exit code: 3 when an answer through kvtier
   // differed from plain llama-server's (Row::Identical with ExactReference(memory)), 1
-  // when `check` and a target
-  // was missed (or not measured), else 0.
+  // when `check` and a target was missed (or not measured although the workload has
+  // what it measures), else 0.
   int Print(const std::string& run_dir, bool json, bool check) const;
 };
 

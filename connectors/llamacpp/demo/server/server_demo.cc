@@ -615,6 +615,8 @@ int Demo::Run() {
     std::filesystem::remove(kvtierd_->target().substr(std::string("unix://").size()), rm);
   }
   report_.seconds = Seconds(t_start);
+  report_.long_prefix_in_workload = !f_.quick;
+  report_.no_reuse_in_workload = f_.workload != "document";
   return report_.Print(run_dir_, f_.json, f_.check);
 }
 
