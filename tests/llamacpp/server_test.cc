@@ -140,6 +140,8 @@ TEST(LlamaServerKvtierTest, BadFlagValuesExit2NamingTheFlag) {
       {{"--kvtier-overlap-front", "64"}, "--kvtier-overlap-front"},  // needs "always"
       {{"--kvtier-throttle-gbps", "fast"}, "--kvtier-throttle-gbps"},
       {{"--kvtier-dir", "/tmp", "--kvtier-throttle-gbps", "1"}, "--kvtier-throttle-gbps"},
+      {{"--kvtier-dir", "/tmp", "--kvtier-cost-probe-after", "-1"}, "--kvtier-cost-probe-after"},
+      {{"--kvtier-dir", "/tmp", "--kvtier-cost-probe-after", "often"}, "--kvtier-cost-probe-after"},
   };
   for (const Case& c : cases) {
     auto [rc, out] = RunToExit(KVT_LLAMA_SERVER_BIN, With(BaseArgs(), c.args));
@@ -608,6 +610,44 @@ TEST(LlamaServerKvtierTest, EachPromptIsTakenForStoringOnce) {
   ASSERT_TRUE(m.ok());
   EXPECT_NE(m->find("kvtier_store_seconds_total "), std::string::npos) << *m;
   EXPECT_NE(m->find("kvtier_store_calls_total "), std::string::npos) << *m;
+}
+
+// The cost model on a tier slower than the prefill: after the first load measures it, the
+// server recomputes (the chunks stay cached), and after --kvtier-cost-probe-after such
+// decisions in a row it loads one chunk to measure the tier again. Every answer is the
+// plain server's, whatever was decided. The decisions are in /metrics and /kvtier.
+TEST(LlamaServerKvtierTest, CostModelRecomputesFromASlowTierAndProbesItAgain) {
+  // A host tier alone, throttled to 0.5 MB/s: a 64 KiB chunk takes ~130 ms to load, and
+  // the tiny model computes 32 tokens in a few ms. No RAM cache: every repeat of a
+  // prompt that is not in the slot asks kvtier. No overlap: a recompute decision is then
+  // a cost skip (with overlap the cached back would load while the front computes).
+  auto s = MustStart(
+      With(BaseArgs(), {"--kvtier-chunk-tokens", std::to_string(kChunk), "--kvtier-host-mib", "64",
+                        "--kvtier-throttle-gbps", "0.0005", "--kvtier-cost-probe-after", "2",
+                        "--kvtier-overlap", "off", "--cache-ram", "0"}),
+      "cost-probe");
+  ASSERT_TRUE(s);
+  const std::vector<int> a = Prompt(41), b = Prompt(42);
+  for (int i = 0; i < 6; ++i) {  // a, b, a, b, ...: the slot always holds the other one
+    const std::vector<int>& p = i % 2 == 0 ? a : b;
+    json r = Post(*s, "/completion", Completion(p));
+    ExpectSameAnswer(r, ReferenceFor(r, p));
+    if (i < 2) WaitPut(*s, 4 * (i + 1), i + 1);
+  }
+  const json st = Status(*s);
+  const json& d = st["cost_decisions"];
+  // Repeats 1..4: the first load (default estimates) measures the slow tier; then two
+  // recomputes, and a probe on the fourth.
+  EXPECT_GE(d["load_all"].get<uint64_t>() + d["load_partial"].get<uint64_t>(), 1u) << st.dump();
+  EXPECT_GE(d["recompute"].get<uint64_t>(), 2u) << st.dump();
+  EXPECT_GE(d["probe"].get<uint64_t>(), 1u) << st.dump();
+  EXPECT_GE(st["cost_skips"].get<uint64_t>(), 2u) << st.dump();
+  auto m = CurlText(s->url() + "/metrics");
+  ASSERT_TRUE(m.ok());
+  EXPECT_NE(m->find("kvtier_cost_decisions_total{decision=\"probe\"} " + d["probe"].dump() + "\n"),
+            std::string::npos)
+      << *m;
+  EXPECT_NE(m->find("kvtier_cost_decisions_total{decision=\"recompute\"} "), std::string::npos);
 }
 
 }  // namespace

@@ -166,6 +166,7 @@ bool ServerKvtier::OnContextReady(llama_context* ctx, const char* model_path) {
   co.ns = (*engine)->MakeNamespaceParams(chunk);
   co.ns.tenant = options_.tenant;
   co.use_cost_model = options_.cost_model;
+  co.cost.probe_after_recomputes = static_cast<uint32_t>(options_.cost_probe_after);
   auto c = KVConnector::Create(co, store_);
   if (!c.ok()) {
     spdlog::error("kvtier: connector: {}", c.status().ToString());

@@ -140,10 +140,11 @@ absl::StatusOr<ServerKvtierOptions> ExtractKvtierFlags(std::vector<std::string>&
       continue;
     }
     static const char* kValued[] = {
-        "--kvtier-daemon",        "--kvtier-dir",           "--kvtier-host-mib",
-        "--kvtier-disk-mib",      "--kvtier-token",         "--kvtier-tenant",
-        "--kvtier-chunk-tokens",  "--kvtier-timeout-ms",    "--kvtier-overlap",
-        "--kvtier-overlap-front", "--kvtier-throttle-gbps", "--kvtier-shm-slots"};
+        "--kvtier-daemon",          "--kvtier-dir",           "--kvtier-host-mib",
+        "--kvtier-disk-mib",        "--kvtier-token",         "--kvtier-tenant",
+        "--kvtier-chunk-tokens",    "--kvtier-timeout-ms",    "--kvtier-overlap",
+        "--kvtier-overlap-front",   "--kvtier-throttle-gbps", "--kvtier-shm-slots",
+        "--kvtier-cost-probe-after"};
     bool known = false;
     for (const char* k : kValued) known = known || flag == k;
     if (!known) {
@@ -203,6 +204,11 @@ absl::StatusOr<ServerKvtierOptions> ExtractKvtierFlags(std::vector<std::string>&
         o.overlap_front_tokens = *v;
       } else if (flag == "--kvtier-shm-slots") {
         o.shm_slots = *v;
+      } else if (flag == "--kvtier-cost-probe-after") {
+        if (*v < 0 || *v > 1000000)
+          return absl::InvalidArgumentError(
+              absl::StrCat("--kvtier-cost-probe-after '", value, "': expected 0..1000000"));
+        o.cost_probe_after = *v;
       } else {
         o.daemon_timeout_ms = *v;
       }
@@ -227,6 +233,9 @@ std::string KvtierFlagsHelp() {
 --kvtier-shm-slots N        unix-socket kvtierd: move chunks through N shared-memory slots
                             of 40 MiB (default 4; 0 = gRPC only)
 --kvtier-no-cost-model      load every cached leading chunk, even when recomputing is faster
+--kvtier-cost-probe-after N after N prompts in a row whose cached chunks the cost model chose
+                            to recompute, load one chunk of the next to measure the tier again
+                            (default 32; 0 = never)
 --kvtier-no-tail            restore complete chunks only (no tail records): an answer through
                             kvtier is then bit for bit the cold answer, not a RAM-cache hit's
 --kvtier-overlap MODE       load while computing: off, auto (default: when the cost model sees

@@ -28,6 +28,20 @@ std::string ServerStats::MetricsText(const ServerReportState& state) const {
   line("kvtier_misses_total", "prompts that restored nothing from kvtier", "counter", misses);
   line("kvtier_cost_skips_total", "prompts whose cached chunks the cost model chose to recompute",
        "counter", cost_skips);
+  // The cost model's decisions (CostModelStats; docs/cost-model.md): per prompt with
+  // cached chunks, load all, load some, recompute, or a probe (one chunk loaded after
+  // --kvtier-cost-probe-after recomputes in a row, to measure the tier again).
+  out.Family("kvtier_cost_decisions_total", PrometheusText::Type::kCounter,
+             "the cost model's decisions on prompts with cached chunks, by decision");
+  for (const auto& [decision, n] : {std::pair{"load_all", cs.cost.decisions_load_all},
+                                    std::pair{"load_partial", cs.cost.decisions_load_partial},
+                                    std::pair{"recompute", cs.cost.decisions_recompute},
+                                    std::pair{"probe", cs.cost.decisions_probe}}) {
+    out.Sample("kvtier_cost_decisions_total", {{"decision", decision}}, n);
+  }
+  line("kvtier_cost_prefill_fit_active",
+       "1 once the cost model predicts prefill time from this server's measured prefills", "gauge",
+       cs.cost.prefill_fit_active ? 1 : 0);
   line("kvtier_loaded_tokens_total", "tokens restored from kvtier", "counter", loaded_tokens);
   line("kvtier_load_bytes_total", "KV payload bytes restored from kvtier", "counter", load_bytes);
   line("kvtier_load_failures_total", "restores cut short (chunk missing, corrupt, or refused)",
@@ -102,6 +116,12 @@ std::string ServerStats::StatusJson(const ServerReportState& state) const {
       {"hits", hits.load()},
       {"misses", misses.load()},
       {"cost_skips", cost_skips.load()},
+      {"cost_decisions",
+       {{"load_all", cs.cost.decisions_load_all},
+        {"load_partial", cs.cost.decisions_load_partial},
+        {"recompute", cs.cost.decisions_recompute},
+        {"probe", cs.cost.decisions_probe}}},
+      {"cost_prefill_fit_active", cs.cost.prefill_fit_active},
       {"loaded_tokens", loaded_tokens.load()},
       {"load_bytes", load_bytes.load()},
       {"load_failures", load_failures.load()},

@@ -31,6 +31,10 @@ struct ServerKvtierOptions {
   int64_t chunk_tokens = 256;
   // --kvtier-no-cost-model: load every cached leading chunk regardless of cost.
   bool cost_model = true;
+  // --kvtier-cost-probe-after N: after N decisions in a row that recompute although
+  // chunks are cached, the next loads one chunk to measure the tier again
+  // (CostModelOptions::probe_after_recomputes; 0 = never probe). Default 32.
+  int64_t cost_probe_after = 32;
   // --kvtier-no-tail: restore complete chunks only (no tail records, tail_records.h), so
   // an answer through kvtier is bit for bit the cold one rather than a RAM-cache hit's.
   bool tail = true;
