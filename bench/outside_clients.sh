@@ -134,6 +134,16 @@ YAML
   tail -20 "$out/kvtierd.log" >&2
   exit 1
 }
+wait_healthy() {  # what, tries (0.5 s apart), log: until $pid answers /health, or exit 1
+  for _ in $(seq "$2"); do
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null && return 0
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.5
+  done
+  echo "outside_clients.sh: $1 did not start; log:" >&2
+  tail -20 "$3" >&2
+  exit 1
+}
 start_vllm() {  # name [kvtier]
   local name=$1 kv=()
   if [ "${2:-}" = kvtier ]; then
@@ -147,14 +157,7 @@ start_vllm() {  # name [kvtier]
     --max-num-seqs 2 --dtype bfloat16 --enforce-eager --enable-prefix-caching \
     --disable-uvicorn-access-log --seed 0 "${kv[@]}" >"$out/$name.server.log" 2>&1 &
   pid=$!
-  for _ in $(seq 1200); do  # a vLLM engine starts in 1-5 minutes here
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null && return 0
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.5
-  done
-  echo "outside_clients.sh: vLLM '$name' did not start; log:" >&2
-  tail -20 "$out/$name.server.log" >&2
-  exit 1
+  wait_healthy "vLLM '$name'" 1200 "$out/$name.server.log"  # a vLLM start: 1-5 minutes here
 }
 start_server() {  # name, extra flags...
   local name=$1
@@ -166,14 +169,7 @@ start_server() {  # name, extra flags...
   "$server" -m "$work/model.gguf" --host 127.0.0.1 --port "$port" -c "$ctx" -np 2 \
     --cache-ram 8192 "$@" >"$out/$name.server.log" 2>&1 &
   pid=$!
-  for _ in $(seq 600); do
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null && return 0
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.5
-  done
-  echo "outside_clients.sh: server '$name' did not start; log:" >&2
-  tail -20 "$out/$name.server.log" >&2
-  exit 1
+  wait_healthy "server '$name'" 600 "$out/$name.server.log"
 }
 stop_server() {
   kill "$pid" && wait "$pid" 2>/dev/null || true
