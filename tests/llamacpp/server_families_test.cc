@@ -81,13 +81,6 @@ std::unique_ptr<ServerProcess> MustStart(const std::vector<std::string>& args,
   return s.ok() ? std::move(*s) : nullptr;
 }
 
-json Post(const ServerProcess& s, const std::string& path, const json& body) {
-  auto r = CurlJson(s.url() + path, body);
-  EXPECT_TRUE(r.ok()) << r.status() << "\n" << Tail(s.log());
-  return r.ok() ? *r : json::object();
-}
-json Status(const ServerProcess& s) { return Post(s, "/kvtier", json()); }
-
 void ExpectSameAnswer(const json& got, const json& want) {
   ASSERT_TRUE(want.contains("tokens")) << want.dump();
   EXPECT_EQ(got["tokens"], want["tokens"]);
@@ -107,17 +100,6 @@ std::string FamilyModel(const std::string& arch) {
     }
   }
   return path;
-}
-
-// Waits until `s`'s queued stores reached the tiers (chunks_put >= n, tails_put >= tails).
-void WaitPut(const ServerProcess& s, uint64_t n, uint64_t tails) {
-  for (int i = 0; i < 200; ++i) {
-    const json st = Status(s);
-    if (st.value("chunks_put", uint64_t{0}) >= n && st.value("tails_put", uint64_t{0}) >= tails)
-      return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ADD_FAILURE() << "stores did not reach the tiers: " << Status(s).dump() << "\n" << Tail(s.log());
 }
 
 #ifdef KVT_KVTIERD_BIN

@@ -65,25 +65,6 @@ std::unique_ptr<ServerProcess> MustStart(const std::vector<std::string>& args,
   return s.ok() ? std::move(*s) : nullptr;
 }
 
-json Post(const ServerProcess& s, const std::string& path, const json& body) {
-  auto r = CurlJson(s.url() + path, body);
-  EXPECT_TRUE(r.ok()) << r.status() << "\n" << Tail(s.log());
-  return r.ok() ? *r : json::object();
-}
-json Status(const ServerProcess& s) { return Post(s, "/kvtier", json()); }
-
-// Waits until the server's queued stores reached the tiers (chunks_put >= n and
-// tails_put >= tails).
-void WaitPut(const ServerProcess& s, uint64_t n, uint64_t tails = 0) {
-  for (int i = 0; i < 200; ++i) {
-    const json st = Status(s);
-    if (st.value("chunks_put", uint64_t{0}) >= n && st.value("tails_put", uint64_t{0}) >= tails)
-      return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ADD_FAILURE() << "stores did not reach the tiers: " << Status(s).dump() << "\n" << Tail(s.log());
-}
-
 // Reference answers from the same binary without any kvtier flag (plain llama-server):
 // the prompt computed cold, and then sent again to the same slot (llama-server reuses the
 // slot's KV and evaluates only the last token).

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
 
 namespace kvt::llamacpp::testing {
 namespace {
@@ -83,6 +84,25 @@ absl::StatusOr<std::string> CurlText(const std::string& url) {
   auto [rc, out] = Shell("curl -s -S --max-time 60 " + ShellQuote(url));
   if (rc != 0) return absl::InternalError(absl::StrCat("curl rc ", rc, ": ", out));
   return out;
+}
+
+nlohmann::json Post(const ServerProcess& s, const std::string& path, const nlohmann::json& body) {
+  auto r = CurlJson(s.url() + path, body);
+  EXPECT_TRUE(r.ok()) << r.status() << "\n" << Tail(s.log());
+  return r.ok() ? *r : nlohmann::json::object();
+}
+
+nlohmann::json Status(const ServerProcess& s) { return Post(s, "/kvtier", nlohmann::json()); }
+
+void WaitPut(const ServerProcess& s, uint64_t chunks, uint64_t tails) {
+  for (int i = 0; i < 200; ++i) {
+    const nlohmann::json st = Status(s);
+    if (st.value("chunks_put", uint64_t{0}) >= chunks &&
+        st.value("tails_put", uint64_t{0}) >= tails)
+      return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ADD_FAILURE() << "stores did not reach the tiers: " << Status(s).dump() << "\n" << Tail(s.log());
 }
 
 }  // namespace kvt::llamacpp::testing

@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +30,15 @@ absl::StatusOr<nlohmann::json> CurlJson(const std::string& url, const nlohmann::
                                         int max_time_s = 300);
 // curl GET returning the raw body (e.g. /metrics).
 absl::StatusOr<std::string> CurlText(const std::string& url);
+
+// CurlJson against server `s` (url + path); a failure is a test failure (with the tail of
+// the server's log) and returns an empty object.
+nlohmann::json Post(const ServerProcess& s, const std::string& path, const nlohmann::json& body);
+// The server's GET /kvtier object (Post with a null body).
+nlohmann::json Status(const ServerProcess& s);
+// Waits (10 s at most) until the server's queued stores reached its tiers: /kvtier
+// chunks_put >= chunks and tails_put >= tails; else a test failure naming the status.
+void WaitPut(const ServerProcess& s, uint64_t chunks, uint64_t tails = 0);
 
 }  // namespace kvt::llamacpp::testing
 
