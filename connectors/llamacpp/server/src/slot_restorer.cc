@@ -23,6 +23,27 @@ absl::Status CheckPayloadSize(size_t chunk_index, std::span<const std::byte> pay
 }
 }  // namespace
 
+uint64_t SlotRestorer::LoadChunks(std::span<const TokenId> prompt, uint64_t want,
+                                  uint64_t chunk_bytes, const ChunkConsume& put) {
+  if (want == 0) return 0;
+  const uint32_t chunk = connector_.chunk_tokens();
+  absl::StatusOr<ConnectorLoadResult> load = connector_.LoadPayloads(
+      prompt, want, [&](size_t chunk_index, std::span<const std::byte> payload) -> absl::Status {
+        if (absl::Status s = CheckPayloadSize(chunk_index, payload, chunk_bytes); !s.ok()) {
+          return s;
+        }
+        return put(chunk_index, payload);
+      });
+  uint64_t loaded = load.ok() ? std::min<uint64_t>(load->loaded_tokens, want) : 0;
+  loaded -= loaded % chunk;
+  if (!load.ok() || !load->failed_chunks.empty()) {
+    stats_.load_failures.fetch_add(1, std::memory_order_relaxed);
+    spdlog::warn("kvtier: {} of {} tokens delivered ({}); recomputing the rest", loaded, want,
+                 load.ok() ? load->first_error.ToString() : load.status().ToString());
+  }
+  return loaded;
+}
+
 SlotRestorer::Outcome SlotRestorer::Restore(llama_context* ctx, int32_t seq_id,
                                             std::span<const TokenId> prompt, uint64_t n_have) {
   if (snapshots_) return {StartWithSnapshots(ctx, seq_id, prompt, n_have)};
@@ -99,23 +120,11 @@ SlotRestorer::Outcome SlotRestorer::Restore(llama_context* ctx, int32_t seq_id,
     return {};
   }
   const uint64_t chunk_bytes = uint64_t{chunk} * io_.spec().payload_bytes_per_token();
-  uint64_t loaded = 0;
-  if (want > 0) {
-    absl::StatusOr<ConnectorLoadResult> load = connector_.LoadPayloads(
-        prompt, want, [&](size_t chunk_index, std::span<const std::byte> payload) -> absl::Status {
-          if (absl::Status s = CheckPayloadSize(chunk_index, payload, chunk_bytes); !s.ok()) {
-            return s;
-          }
-          return builder->PutChunk(static_cast<uint32_t>(chunk_index * chunk), chunk, payload);
-        });
-    loaded = load.ok() ? std::min<uint64_t>(load->loaded_tokens, want) : 0;
-    loaded -= loaded % chunk;
-    if (!load.ok() || !load->failed_chunks.empty()) {
-      stats_.load_failures.fetch_add(1, std::memory_order_relaxed);
-      spdlog::warn("kvtier: {} of {} tokens delivered ({}); recomputing the rest", loaded, want,
-                   load.ok() ? load->first_error.ToString() : load.status().ToString());
-    }
-  }
+  uint64_t loaded = LoadChunks(
+      prompt, want, chunk_bytes,
+      [&](size_t chunk_index, std::span<const std::byte> payload) -> absl::Status {
+        return builder->PutChunk(static_cast<uint32_t>(chunk_index * chunk), chunk, payload);
+      });
   bool tail_used = false;
   if (tail && loaded == want) {
     absl::Status s =
@@ -237,29 +246,17 @@ int64_t SlotRestorer::RestoreWithSnapshot(llama_context* ctx, int32_t seq_id,
   // Rows of chunks 1..k and the snapshot of chunk k (or the tail's rows and snapshot).
   std::vector<std::vector<std::byte>> snaps(want / chunk);
   const uint64_t chunk_bytes = connector_.chunk_payload_bytes();
-  uint64_t loaded = 0;
-  if (want > 0) {
-    absl::StatusOr<ConnectorLoadResult> load = connector_.LoadPayloads(
-        prompt, want, [&](size_t chunk_index, std::span<const std::byte> payload) -> absl::Status {
-          if (absl::Status s = CheckPayloadSize(chunk_index, payload, chunk_bytes); !s.ok()) {
-            return s;
-          }
-          if (chunk_index < snaps.size()) {
-            const std::span<const std::byte> s = snapshots_->SnapshotOf(payload);
-            snaps[chunk_index].assign(s.begin(), s.end());
-          }
-          if (!rows) return absl::OkStatus();
-          return builder->PutChunk(static_cast<uint32_t>(chunk_index * chunk), chunk,
-                                   payload.first(snapshots_->rows_bytes()));
-        });
-    loaded = load.ok() ? std::min<uint64_t>(load->loaded_tokens, want) : 0;
-    loaded -= loaded % chunk;
-    if (!load.ok() || !load->failed_chunks.empty()) {
-      stats_.load_failures.fetch_add(1, std::memory_order_relaxed);
-      spdlog::warn("kvtier: {} of {} tokens delivered ({}); recomputing the rest", loaded, want,
-                   load.ok() ? load->first_error.ToString() : load.status().ToString());
-    }
-  }
+  uint64_t loaded =
+      LoadChunks(prompt, want, chunk_bytes,
+                 [&](size_t chunk_index, std::span<const std::byte> payload) -> absl::Status {
+                   if (chunk_index < snaps.size()) {
+                     const std::span<const std::byte> s = snapshots_->SnapshotOf(payload);
+                     snaps[chunk_index].assign(s.begin(), s.end());
+                   }
+                   if (!rows) return absl::OkStatus();
+                   return builder->PutChunk(static_cast<uint32_t>(chunk_index * chunk), chunk,
+                                            payload.first(snapshots_->rows_bytes()));
+                 });
   std::span<const std::byte> snapshot;
   if (loaded > 0) snapshot = snaps[loaded / chunk - 1];
   bool tail_used = false;

@@ -83,6 +83,12 @@ class SlotRestorer {
   int64_t RestoreWithSnapshot(llama_context* ctx, int32_t seq_id, std::span<const TokenId> prompt,
                               uint64_t want, uint64_t n_have,
                               const std::vector<std::byte>* tail = nullptr);
+  // Loads up to `want` leading tokens of `prompt` (complete chunks) through `put`, after
+  // checking each payload is `chunk_bytes` long; returns the tokens of the leading chunks
+  // that all arrived and went in (a multiple of the chunk size). A short or failed load
+  // is logged and counted in load_failures (the rest is then computed).
+  uint64_t LoadChunks(std::span<const TokenId> prompt, uint64_t want, uint64_t chunk_bytes,
+                      const ChunkConsume& put);
   // Writes a restored state (`loaded` tokens) into `seq_id`. When llama.cpp refuses it:
   // warns, clears the sequence, counts a load failure and a miss, and returns false (the
   // prompt is then computed from token 0).
