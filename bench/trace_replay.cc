@@ -38,8 +38,10 @@
 // (its greedy tokens) is compared with its reference's answer to the same request: a
 // kvtier configuration's is the one without kvtier on the same engine and routing.
 // Targets (issue 25), printed PASS/FAIL: kvtier reuses no fewer prompt tokens than plain
-// with the same routing; kvtier-random's p50 TTFT <= 0.6 x plain-affinity's; no errors;
-// identical answers. Exit 0 unless a configuration could not run (a benchmark reports).
+// with the same routing; kvtier-random's p50 TTFT <= 0.6 x plain-random's and
+// plain-affinity's (plain servers get equal total RAM: --plain-cache-ram-mib); no errors;
+// identical answers; kvtierd's RSS within its budget. Exit 0 unless a configuration
+// could not run (a benchmark reports).
 #include <sys/types.h>
 
 #include <algorithm>
@@ -96,8 +98,9 @@ struct Flags {
   double time_scale = 6;  // 1 h of trace in 10 min
   int concurrency = 4;
   int servers = 2;
-  int slots = 2;  // -np of each server
-  int cache_ram_mib = 64;
+  int slots = 2;                 // -np of each server
+  int cache_ram_mib = 64;        // --cache-ram of a kvtier server
+  int plain_cache_ram_mib = -1;  // of a plain one (-1: equal total RAM, PlainCacheRamMib)
   int threads = 1;
   int n_predict = 4;
   int chunk_tokens = 64;
@@ -119,6 +122,14 @@ struct Flags {
   std::string csv;  // per-request CSV ("" = <dir>/replay.csv)
   bool json = false;
   uint32_t seed = 1;
+
+  // A plain llama-server's --cache-ram: by default kvtier's plus its share of kvtierd's
+  // host tier, so that plain and kvtier configurations hold equal total RAM for KV (the
+  // disk tier is kvtier's own).
+  int PlainCacheRamMib() const {
+    if (plain_cache_ram_mib >= 0) return plain_cache_ram_mib;
+    return cache_ram_mib + static_cast<int>((kvtierd_host_mib + servers - 1) / servers);
+  }
 };
 
 struct Answer {
@@ -331,13 +342,14 @@ class Replay {
       servers.push_back(std::move(*p));
     }
     for (int s = 0; !vllm && s < f_.servers; ++s) {
-      std::vector<std::string> args = {"-m",          f_.model,
-                                       "-t",          std::to_string(f_.threads),
-                                       "-tb",         std::to_string(f_.threads),
-                                       "-c",          std::to_string(f_.slots * MaxPromptTokens()),
-                                       "-np",         std::to_string(f_.slots),
-                                       "--cache-ram", std::to_string(f_.cache_ram_mib),
-                                       "--no-warmup"};
+      std::vector<std::string> args = {
+          "-m",          f_.model,
+          "-t",          std::to_string(f_.threads),
+          "-tb",         std::to_string(f_.threads),
+          "-c",          std::to_string(f_.slots * MaxPromptTokens()),
+          "-np",         std::to_string(f_.slots),
+          "--cache-ram", std::to_string(kvtier ? f_.cache_ram_mib : f_.PlainCacheRamMib()),
+          "--no-warmup"};
       // Every configuration runs kvtier-llama-server's -ub (the chunk size): with flash
       // attention the last bits of the KV follow the ubatch split, so a plain server at
       // llama-server's default -ub (512) computes other greedy tokens on near-ties (a
@@ -492,7 +504,11 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(1, 256));
   app.add_option("--servers", f.servers, "servers per configuration")->check(CLI::Range(1, 16));
   app.add_option("--slots", f.slots, "-np of each server")->check(CLI::Range(1, 64));
-  app.add_option("--cache-ram-mib", f.cache_ram_mib, "--cache-ram of every server, MiB")
+  app.add_option("--cache-ram-mib", f.cache_ram_mib, "--cache-ram of every kvtier server, MiB")
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--plain-cache-ram-mib", f.plain_cache_ram_mib,
+                 "--cache-ram of every plain server, MiB (default: --cache-ram-mib + "
+                 "--kvtierd-host-mib / --servers, equal total RAM)")
       ->check(CLI::Range(0, 1 << 20));
   app.add_option("--threads", f.threads, "-t/-tb of every server")->check(CLI::Range(1, 256));
   app.add_option("--n-predict", f.n_predict, "greedy tokens per answer")->check(CLI::Range(1, 64));
@@ -651,13 +667,14 @@ int Main(int argc, char** argv) {
   if (!f.json) {
     std::printf(
         "%s trace%s: %zu requests over %.0f s (replayed in %.0f s), %u distinct blocks of %u "
-        "tokens -> %u tokens; %d servers x %d slots, --cache-ram %d MiB, concurrency %d; "
-        "kvtierd host %llu MiB + disk %llu MiB, chunks of %d tokens; run folder %s\n",
+        "tokens -> %u tokens; %d servers x %d slots, --cache-ram %d MiB (plain: %d MiB), "
+        "concurrency %d; kvtierd host %llu MiB + disk %llu MiB, chunks of %d tokens; run folder "
+        "%s\n",
         f.trace.c_str(),
         f.first_request > 0 ? absl::StrCat(" from request ", f.first_request).c_str() : "",
         trace->requests.size(), span_s, span_s / f.time_scale, trace->distinct_blocks,
-        trace->block_tokens, f.block_tokens, f.servers, f.slots, f.cache_ram_mib, f.concurrency,
-        static_cast<unsigned long long>(f.kvtierd_host_mib),
+        trace->block_tokens, f.block_tokens, f.servers, f.slots, f.cache_ram_mib,
+        f.PlainCacheRamMib(), f.concurrency, static_cast<unsigned long long>(f.kvtierd_host_mib),
         static_cast<unsigned long long>(f.kvtierd_disk_mib), f.chunk_tokens, f.dir.c_str());
     std::printf("%-16s %9s %9s %9s %9s %9s %9s %9s %7s %6s %5s %9s %9s\n", "config", "p50 ms",
                 "p90 ms", "p99 ms", "prompt", "computed", "reused", "kvt-load", "errors", "late",
@@ -720,6 +737,7 @@ int Main(int argc, char** argv) {
   for (const auto& r : results) {
     const size_t diff = differing(r);
     if (f.json) {
+      const int cache_ram = r.name.starts_with("kvtier") ? f.cache_ram_mib : f.PlainCacheRamMib();
       nlohmann::json j = {{"mode", "trace-replay"},
                           {"trace", f.trace},
                           {"config", r.name},
@@ -743,6 +761,7 @@ int Main(int argc, char** argv) {
                           {"kvtier_stored_bytes", r.stored_bytes},
                           {"block_tokens", f.block_tokens},
                           {"chunk_tokens", f.chunk_tokens},
+                          {"cache_ram_mib", cache_ram},
                           {"errors", r.errors()},
                           {"late", r.late()},
                           {"answers_differing", diff},
@@ -812,9 +831,13 @@ int Main(int argc, char** argv) {
     const ConfigResult* p = find(absl::StrCat("plain-", routing));
     const ConfigResult* k = find(absl::StrCat("kvtier-", routing));
     if (p == nullptr || k == nullptr) continue;
+    // The target's premise is kvtier under the same llama-server cache ("it may only
+    // add"); with equal total RAM, plain's --cache-ram is larger: say so beside the figures.
     verdict(absl::StrCat("kvtier reuses >= plain's prompt tokens, ", routing, " routing"),
             k->reused_tokens() >= p->reused_tokens(),
-            absl::StrFormat("%d vs %d tokens", k->reused_tokens(), p->reused_tokens()));
+            absl::StrFormat("%d vs %d tokens (--cache-ram %d MiB + kvtierd vs %d MiB)",
+                            k->reused_tokens(), p->reused_tokens(), f.cache_ram_mib,
+                            f.PlainCacheRamMib()));
   }
   for (const char* routing : {"", "-random"}) {
     const ConfigResult* p = find(absl::StrCat("vllm-prefix", routing));

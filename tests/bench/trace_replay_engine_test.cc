@@ -32,7 +32,8 @@ TEST(TraceReplayEngineTest, ConversationSliceThroughPlainAndKvtierServers) {
       KVT_KVTIERD_BIN + " --make-gguf " + KVT_MAKE_GGUF_BIN + " --dir " + dir + " --max-requests " +
       std::to_string(kRequests) +
       " --block-tokens 16 --chunk-tokens 16 --time-scale 1000 --concurrency 2 --servers 2"
-      " --slots 1 --n-predict 2 --cache-ram-mib 8 --kvtierd-host-mib 64 --kvtierd-disk-mib 128";
+      " --slots 1 --n-predict 2 --cache-ram-mib 8 --plain-cache-ram-mib 8"
+      " --kvtierd-host-mib 64 --kvtierd-disk-mib 128";
   FILE* p = popen(cmd.c_str(), "r");
   ASSERT_NE(p, nullptr) << cmd;
   std::map<std::string, nlohmann::json> configs;
@@ -57,6 +58,9 @@ TEST(TraceReplayEngineTest, ConversationSliceThroughPlainAndKvtierServers) {
       EXPECT_EQ(j["answers_reference"], "plain-" + name.substr(7));
       EXPECT_EQ(j["answers_differing"], 0) << name;
     }
+    // Plain servers get --plain-cache-ram-mib (by default kvtier's plus their share of
+    // kvtierd's host tier: equal total RAM); pinned here to kvtier's.
+    EXPECT_EQ(j["cache_ram_mib"], 8) << name;
     EXPECT_GT(j["prompt_tokens"].get<uint64_t>(), 0u) << name;
     EXPECT_LE(j["computed_tokens"].get<uint64_t>(), j["prompt_tokens"].get<uint64_t>()) << name;
   }
