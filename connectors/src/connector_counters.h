@@ -15,8 +15,8 @@ struct ConnectorCounters {
   using Counter = std::atomic<uint64_t>;
   Counter lookups{0}, lookup_hit_tokens{0}, lookup_load_tokens{0};
   Counter leases_by_timeout{0};
-  Counter store_calls{0}, store_chunks_taken{0}, store_chunks_skipped{0}, store_chunks_dropped{0},
-      store_chunks_put{0}, store_put_errors{0};
+  Counter store_calls{0}, store_lookups{0}, store_chunks_taken{0}, store_chunks_skipped{0},
+      store_chunks_dropped{0}, store_chunks_put{0}, store_put_errors{0};
   Counter load_chunks_ok{0}, load_chunks_failed{0}, load_misses{0}, load_data_loss{0},
       load_mismatch{0}, load_other_errors{0}, load_bytes{0};
 
@@ -31,6 +31,7 @@ struct ConnectorCounters {
     s->lookup_load_tokens = r(lookup_load_tokens);
     s->leases_released_by_timeout = r(leases_by_timeout);
     s->store_calls = r(store_calls);
+    s->store_lookups = r(store_lookups);
     s->store_chunks_taken = r(store_chunks_taken);
     s->store_chunks_skipped = r(store_chunks_skipped);
     s->store_chunks_dropped = r(store_chunks_dropped);

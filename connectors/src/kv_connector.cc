@@ -93,6 +93,7 @@ class KVConnectorImpl final : public KVConnector {
     std::vector<ChunkKey> keys =
         ComputeChunkKeys(ns_, tokens.first(max_chunks * chunk_tokens_), KeyOptions());
     LookupResult hit = store_->Lookup(keys, LookupOptions{.pin = true});
+    out.looked_up_tokens = uint64_t{max_chunks} * chunk_tokens_;
     out.cached_tokens = uint64_t{hit.num_leading_hits} * chunk_tokens_;
     out.chunk_tiers.assign(hit.tier_kind.begin(), hit.tier_kind.begin() + hit.num_leading_hits);
     Bump(counters_->lookup_hit_tokens, out.cached_tokens);
@@ -128,16 +129,27 @@ class KVConnectorImpl final : public KVConnector {
     return out;
   }
 
-  absl::StatusOr<size_t> StorePayloads(std::span<const TokenId> tokens,
-                                       const ChunkFill& fill) override {
+  absl::StatusOr<size_t> StorePayloads(std::span<const TokenId> tokens, const ChunkFill& fill,
+                                       std::optional<uint64_t> held_tokens) override {
     if (!fill) return absl::InvalidArgumentError("StorePayloads: fill callback is empty");
+    if (held_tokens && *held_tokens % chunk_tokens_ != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("StorePayloads: held_tokens = %d is not a multiple of chunk_tokens %d",
+                          *held_tokens, chunk_tokens_));
+    }
     Bump(counters_->store_calls);
     const size_t n = tokens.size() / chunk_tokens_;
     if (n == 0) return size_t{0};
     std::vector<ChunkKey> keys =
         ComputeChunkKeys(ns_, tokens.first(n * chunk_tokens_), KeyOptions());
     // Chunks already cached (the leading run the store holds) are skipped.
-    const size_t cached = store_->Lookup(keys).num_leading_hits;
+    size_t cached = 0;
+    if (held_tokens) {
+      cached = std::min<size_t>(*held_tokens / chunk_tokens_, n);
+    } else {
+      Bump(counters_->store_lookups);
+      cached = store_->Lookup(keys).num_leading_hits;
+    }
     Bump(counters_->store_chunks_skipped, cached);
     const uint64_t record_bytes = kChunkHeaderBytes + payload_bytes_;
     size_t taken = 0;

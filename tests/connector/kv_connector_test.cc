@@ -486,6 +486,54 @@ TEST(KVConnectorTest, StoreSkipsChunksAlreadyCached) {
   EXPECT_EQ(conn->stats().store_chunks_skipped, 4u);
 }
 
+// A lookup of the prompt moments before (at prompt start) already says which chunks the
+// tiers hold: StorePayloads given its cached_tokens asks the tiers nothing and takes the
+// rest. A stale or low held_tokens only re-puts chunks (one copy each), never wrong KV.
+TEST(KVConnectorTest, StoreGivenTheLookupsHeldTokensSkipsItsOwnLookup) {
+  auto conn = MakeConnector(MakeStore());
+  std::vector<TokenId> tokens = Prompt(6 * kChunk + 1);
+  Filler first;
+  ASSERT_EQ(*conn->StorePayloads(std::span<const TokenId>(tokens).first(4 * kChunk), first.fn()),
+            4u);
+  conn->Flush();
+  EXPECT_EQ(conn->stats().store_lookups, 1u);
+  auto lookup = conn->Lookup(tokens, 0);
+  ASSERT_TRUE(lookup.ok()) << lookup.status();
+  EXPECT_EQ(lookup->looked_up_tokens, 6 * kChunk);
+  EXPECT_EQ(lookup->cached_tokens, 4 * kChunk);
+  Filler second;
+  EXPECT_EQ(*conn->StorePayloads(tokens, second.fn(), lookup->cached_tokens), 2u);
+  EXPECT_THAT(second.chunks, ElementsAre(4, 5));
+  EXPECT_EQ(conn->stats().store_lookups, 1u);  // not asked again
+  EXPECT_EQ(conn->stats().store_calls, 2u);
+  conn->Flush();
+  // Told less than is held: chunk 3 is taken and put again; every chunk still loads as
+  // it was filled.
+  Filler third;
+  EXPECT_EQ(*conn->StorePayloads(tokens, third.fn(), 3 * kChunk), 3u);
+  EXPECT_THAT(third.chunks, ElementsAre(3, 4, 5));
+  conn->Flush();
+  Consumer consume;
+  auto loaded = conn->LoadPayloads(tokens, 6 * kChunk, consume.fn());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->loaded_tokens, 6 * kChunk);
+  for (size_t i = 0; i < consume.payloads.size(); ++i) {
+    EXPECT_EQ(consume.payloads[i], ExpectedPayload(i, consume.payloads[i].size())) << i;
+  }
+  EXPECT_EQ(conn->StorePayloads(tokens, third.fn(), kChunk + 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// A lookup that has nothing to ask (everything up to the last chunk is computed already)
+// says so: looked_up_tokens 0, and its cached_tokens is no statement about the tiers.
+TEST(KVConnectorTest, LookupWithNothingToAskSaysItAskedNothing) {
+  auto conn = MakeConnector(MakeStore());
+  std::vector<TokenId> tokens = Prompt(2 * kChunk + 1);
+  auto lookup = conn->Lookup(tokens, 2 * kChunk);
+  ASSERT_TRUE(lookup.ok()) << lookup.status();
+  EXPECT_EQ(lookup->looked_up_tokens, 0u);
+}
+
 TEST(KVConnectorTest, FillErrorStopsTheStoreAndIsReturned) {
   auto conn = MakeConnector(MakeStore());
   std::vector<TokenId> tokens = Prompt(3 * kChunk);

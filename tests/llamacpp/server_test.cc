@@ -581,16 +581,25 @@ TEST(LlamaServerKvtierTest, EachPromptIsTakenForStoringOnce) {
   WaitPut(*s, 8, 2);
   json st = Status(*s);
   EXPECT_EQ(st["store_calls"], 2) << st.dump();
+  // Both prompts were looked up at prompt start (misses); their stores reused that answer
+  // instead of asking kvtier's tiers again.
+  EXPECT_EQ(st["store_lookups"], 0) << st.dump();
   EXPECT_EQ(st["stored_chunks"], 8) << st.dump();
   EXPECT_EQ(st["store_errors"], 0);
   EXPECT_GT(st["store_seconds"].get<double>(), 0.0) << st.dump();
   // The first prompt again: llama-server's RAM cache restores it; kvtier has nothing to add.
   json again = Post(*s, "/completion", Completion(Prompt(21)));
   EXPECT_EQ(again["timings"]["cache_n"], static_cast<int>(kPromptTokens) - 1);
+  // No prompt-start lookup for it (the slot held it): its store asked the tiers, once.
+  st = Status(*s);
+  EXPECT_EQ(st["store_calls"], 3) << st.dump();
+  EXPECT_EQ(st["store_lookups"], 1) << st.dump();
+  EXPECT_EQ(st["stored_chunks"], 8) << st.dump();
   auto m = CurlText(s->url() + "/metrics");
   ASSERT_TRUE(m.ok());
   EXPECT_NE(m->find("kvtier_store_seconds_total "), std::string::npos) << *m;
   EXPECT_NE(m->find("kvtier_store_calls_total "), std::string::npos) << *m;
+  EXPECT_NE(m->find("kvtier_store_lookups_total 1"), std::string::npos) << *m;
 }
 
 // The cost model on a tier slower than the prefill: after the first load measures it, the

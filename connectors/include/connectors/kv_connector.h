@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -64,6 +65,7 @@ struct ConnectorStats {
   uint64_t lookup_load_tokens = 0;          // sum of ConnectorLookup::load_tokens
   uint64_t leases_released_by_timeout = 0;  // the store's expired leases (all its users)
   uint64_t store_calls = 0;
+  uint64_t store_lookups = 0;         // store calls that asked the tiers what they hold
   uint64_t store_chunks_taken = 0;    // copied out and queued (or put, when sync)
   uint64_t store_chunks_skipped = 0;  // already cached or already queued
   uint64_t store_chunks_dropped = 0;  // pending queue over max_pending_store_bytes
@@ -86,6 +88,11 @@ struct ConnectorLookup {
   uint64_t load_tokens = 0;
   // Leading tokens cached in any tier (complete chunks), before the cost decision.
   uint64_t cached_tokens = 0;
+  // Tokens whose chunks this lookup asked the tiers about ((n - 1) / chunk_tokens chunks of
+  // an n-token prompt); 0 when it answered without asking (nothing past
+  // num_computed_tokens to look up). When > 0, cached_tokens is what StorePayloads'
+  // `held_tokens` takes for the same prompt.
+  uint64_t looked_up_tokens = 0;
   // The fastest tier holding each of those cached_tokens / chunk_tokens leading chunks
   // (for load-while-compute planning, CostModel::PlanOverlap).
   std::vector<TierKind> chunk_tiers;
@@ -190,9 +197,16 @@ class KVConnector {
   // Offers the complete chunks of `tokens`: for each chunk not yet cached, calls
   // `fill` synchronously (the engine's memory is not read after this returns), then
   // encodes and stores asynchronously (async_store). Returns the number of chunks
-  // taken for storing.
-  virtual absl::StatusOr<size_t> StorePayloads(std::span<const TokenId> tokens,
-                                               const ChunkFill& fill) = 0;
+  // taken for storing. Which chunks are cached is one lookup of the tiers (a kvtierd
+  // round trip when the store is remote), unless `held_tokens` says it: the
+  // ConnectorLookup::cached_tokens of a Lookup of the same prompt moments before (e.g. at
+  // prompt start; only when its looked_up_tokens > 0). Chunks below it are then skipped
+  // and every chunk from there on is taken without asking; one stored since by someone
+  // else is put again (the tier keeps one copy), so the choice costs at most a copy,
+  // never KV. InvalidArgument when held_tokens is not a multiple of chunk_tokens.
+  virtual absl::StatusOr<size_t> StorePayloads(
+      std::span<const TokenId> tokens, const ChunkFill& fill,
+      std::optional<uint64_t> held_tokens = std::nullopt) = 0;
 
   // Fetches and verifies chunks covering tokens [0, num_tokens) (num_tokens a multiple
   // of chunk_tokens) and calls `consume` for each in order, stopping at the first chunk

@@ -231,6 +231,7 @@ int64_t ServerKvtier::OnPromptStart(llama_context* ctx, int32_t seq_id, const ll
   } else if (r.result != 0) {
     prompt_start_[seq_id].context_tokens = r.result > 0 ? static_cast<uint64_t>(r.result) : 0;
   }
+  prompt_start_[seq_id].held_tokens = r.held_tokens;
   return r.result;
 }
 
@@ -257,15 +258,19 @@ size_t ServerKvtier::OnPromptBatch(llama_context* ctx, int32_t seq_id, const lla
 }
 
 size_t ServerKvtier::StoreSeq(llama_context* ctx, int32_t seq_id, std::span<const TokenId> tokens,
-                              bool* all_held) {
+                              bool* all_held, std::optional<uint64_t> held_tokens) {
   if (all_held) *all_held = false;
   const uint64_t dropped_before = connector_->stats().store_chunks_dropped;
   // Recurrent/hybrid models: snapshots exist only up to SnapshotBoundaryLimit.
-  if (snapshots_) tokens = tokens.first(SnapshotBoundaryLimit(tokens.size(), n_batch_, n_ubatch_));
+  if (snapshots_) {
+    tokens = tokens.first(SnapshotBoundaryLimit(tokens.size(), n_batch_, n_ubatch_));
+    held_tokens.reset();  // the lookup covered other chunks than these
+  }
   std::optional<SeqStateView> view;
   const uint32_t chunk = connector_->chunk_tokens();
   absl::StatusOr<size_t> stored = connector_->StorePayloads(
-      tokens, [&](size_t chunk_index, std::span<std::byte> payload) -> absl::Status {
+      tokens,
+      [&](size_t chunk_index, std::span<std::byte> payload) -> absl::Status {
         if (snapshots_) {
           if (absl::Status s = snapshots_->Fill(seq_id, chunk_index, payload); !s.ok()) return s;
           if (snapshots_->rows_bytes() == 0) return absl::OkStatus();
@@ -279,7 +284,8 @@ size_t ServerKvtier::StoreSeq(llama_context* ctx, int32_t seq_id, std::span<cons
         // M-RoPE models: every cell must hold the prompt's own token (what the key names).
         return ExtractChunkPayload(*view, static_cast<uint32_t>(chunk_index * chunk), chunk,
                                    payload, tokens.subspan(chunk_index * chunk, chunk));
-      });
+      },
+      held_tokens);
   if (!stored.ok()) {
     stats_.store_errors.fetch_add(1, std::memory_order_relaxed);
     spdlog::warn("kvtier: storing seq {} failed: {}", seq_id, stored.status().ToString());
@@ -297,9 +303,11 @@ void ServerKvtier::OnPromptDone(llama_context* ctx, int32_t seq_id, const llama_
   absl::Cleanup timed = [&] { AddStoreTime(entered); };
   overlap_->Drop(seq_id);
   std::optional<uint64_t> start;  // where this prompt's prefill began
+  std::optional<uint64_t> held;   // what its lookup found held (no second lookup to store)
   if (auto it = prompt_start_.find(seq_id); it != prompt_start_.end()) {
     const uint64_t context = std::min<uint64_t>(it->second.context_tokens, n_tokens);
     start = context;
+    held = it->second.held_tokens;
     if (n_tokens > context && !it->second.overlapped) {
       connector_->ObservePrefill(n_tokens - context, context,
                                  std::chrono::duration<double>(Clock::now() - it->second.t0));
@@ -309,7 +317,7 @@ void ServerKvtier::OnPromptDone(llama_context* ctx, int32_t seq_id, const llama_
   last_prompt_[seq_id] = LastPrompt{n_tokens, false};
   if (!ModelUnchanged()) return;  // never store under a namespace of other weights
   const std::span<const TokenId> prompt = Span(tokens, n_tokens);
-  StoreSeq(ctx, seq_id, prompt, &last_prompt_[seq_id].all_held);
+  StoreSeq(ctx, seq_id, prompt, &last_prompt_[seq_id].all_held, held);
   // The tail only when its KV was computed the way a cold prefill computes it: the
   // prefill began on a ubatch boundary at or before the tail, so llama.cpp computed the
   // tail in the same ubatch as cold. Measured in the demo (270M model, flash attention

@@ -58,9 +58,12 @@ std::string ServerStats::MetricsText(const ServerReportState& state) const {
   line("kvtier_store_errors_total", "stores that failed", "counter", store_errors);
   line("kvtier_chunks_put_total", "chunks that reached the tiers", "counter",
        static_cast<double>(cs.store_chunks_put));
-  line("kvtier_store_calls_total",
-       "prompts taken for storing: each looks up which of its chunks the tiers hold", "counter",
+  line("kvtier_store_calls_total", "prompts taken for storing", "counter",
        static_cast<double>(cs.store_calls));
+  line("kvtier_store_lookups_total",
+       "prompts taken for storing that asked the tiers which chunks they hold (the others "
+       "reused their prompt-start lookup)",
+       "counter", static_cast<double>(cs.store_lookups));
   const TailStats& ts = state.tails;
   line("kvtier_tail_hits_total", "prompts restored up to the end of their tail record", "counter",
        tail_hits);
@@ -133,6 +136,7 @@ std::string ServerStats::StatusJson(const ServerReportState& state) const {
       {"store_errors", store_errors.load()},
       {"chunks_put", cs.store_chunks_put},
       {"store_calls", cs.store_calls},
+      {"store_lookups", cs.store_lookups},
       {"tail_records", state.tail_records},
       {"tail_hits", tail_hits.load()},
       {"tails_queued", ts.queued},

@@ -50,6 +50,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -101,8 +102,10 @@ class ServerKvtier final : public KvtierServerHooks {
   explicit ServerKvtier(const ServerKvtierOptions& options) : options_(options) {}
   // Stores the chunks of `tokens` the store lacks, read from seq_id's state; the count
   // taken. *all_held (optional): whether every chunk is held or taken now (none dropped).
+  // `held_tokens`: what a lookup of this prompt found held (KVConnector::StorePayloads),
+  // so the store does not ask the tiers again.
   size_t StoreSeq(llama_context* ctx, int32_t seq_id, std::span<const TokenId> tokens,
-                  bool* all_held = nullptr);
+                  bool* all_held = nullptr, std::optional<uint64_t> held_tokens = std::nullopt);
   // Whether the model file still holds the bytes the namespace names (task-loop thread).
   // False, for good, once it changed (logged once); false for this call on an I/O error.
   bool ModelUnchanged();
@@ -116,6 +119,9 @@ class ServerKvtier final : public KvtierServerHooks {
     Clock::time_point t0;
     uint64_t context_tokens = 0;  // tokens held when the prefill started
     bool overlapped = false;      // the prefill waited on a back load: not a prefill sample
+    // What the prompt's lookup found held (SlotRestorer::Outcome::held_tokens): its store
+    // then asks the tiers nothing.
+    std::optional<uint64_t> held_tokens;
   };
 
   const ServerKvtierOptions options_;

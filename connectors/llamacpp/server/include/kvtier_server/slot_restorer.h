@@ -61,6 +61,10 @@ class SlotRestorer {
     // A back load started (load while computing): the token the slot's prefill begins at
     // (its prefill then waits on the load: not a prefill sample).
     std::optional<uint64_t> overlap_begin;
+    // This prompt's lookup (when it asked the tiers): its leading tokens in complete
+    // chunks that kvtier holds. OnPromptDone passes it to StorePayloads, which then skips
+    // its own lookup of the same prompt (a kvtierd round trip on the task loop).
+    std::optional<uint64_t> held_tokens;
   };
   // Restores what kvtier holds of `prompt` beyond the `n_have` tokens `seq_id` holds.
   // REQUIRES: prompt.size() >= 2; the model file is unchanged (the caller checked).
