@@ -121,6 +121,7 @@ void kvt_options_init(kvt_options* o) {
   o->use_cost_model = 1;
   o->async_store = 1;
   o->daemon_deadline_ms = 2000;
+  o->cost_probe_after = kvt::CostModelOptions{}.probe_after_recomputes;
 }
 
 const char* kvt_last_error(void) { return g_last_error.c_str(); }
@@ -141,6 +142,7 @@ int kvt_create(const kvt_options* o, kvt_connector** out) {
     copts.ns.engine_extra = o->engine_extra ? o->engine_extra : "";
     copts.use_cost_model = o->use_cost_model != 0;
     copts.async_store = o->async_store != 0;
+    copts.cost.probe_after_recomputes = o->cost_probe_after;
     if (o->prefill_s_per_token > 0) copts.cost.prefill_s_per_token = o->prefill_s_per_token;
     if (o->prefill_s_per_token_ctx > 0) {
       copts.cost.prefill_s_per_token_ctx = o->prefill_s_per_token_ctx;
@@ -450,6 +452,10 @@ int kvt_get_stats(const kvt_connector* c, kvt_stats* out, size_t out_size) {
     k.load_mismatch = s.load_mismatch;
     k.load_other_errors = s.load_other_errors;
     k.load_bytes = s.load_bytes;
+    k.cost_load_all = s.cost.decisions_load_all;
+    k.cost_load_partial = s.cost.decisions_load_partial;
+    k.cost_recompute = s.cost.decisions_recompute;
+    k.cost_probe = s.cost.decisions_probe;
     std::memcpy(out, &k, out_size < sizeof(k) ? out_size : sizeof(k));
     return Ok();
   });

@@ -1,8 +1,10 @@
 // The C ABI's block-region level (kvt_register_block_view / kvt_store_blocks /
-// kvt_load_blocks, the per-layer kvt_fetch_blocks / kvt_fetched_scatter_layer), kvt_get_stats and
-// the daemon options, as the vLLM connector uses them.
+// kvt_load_blocks, the per-layer kvt_fetch_blocks / kvt_fetched_scatter_layer), kvt_get_stats,
+// the daemon options and the cost model's probe option and decision counters, as the vLLM
+// connector uses them.
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -231,6 +233,154 @@ TEST(DaemonOptionsTest, AbsentDaemonIsAMissNotAHang) {
   ASSERT_EQ(kvt_lookup(c, tokens.data(), tokens.size(), 0, &load, &cached), KVT_OK);
   EXPECT_EQ(load, 0u);
   EXPECT_EQ(cached, 0u);
+  kvt_destroy(c);
+}
+
+// ---- The cost model through the C ABI (kvt_options.cost_probe_after, kvt_stats.cost_*).
+// Chunks here are 128 KiB (2 layers x K,V x 256 tokens x 2 heads x 32 x bf16): a host-tier
+// load is predicted at 20 us + 128 KiB / 8 GB/s = 36 us per chunk. At the default prefill
+// model (1 ms per token) recomputing a chunk costs 256 ms, so loading wins; at 1e-12 s per
+// token it costs 0.26 ns, so recomputing wins and only probes load.
+
+constexpr double kCheapPrefill = 1e-12;  // seconds per token: recomputing is ~free
+
+int FillBytes(void*, size_t chunk, void* payload, size_t bytes) {
+  std::memset(payload, int(0x40 + chunk), bytes);
+  return KVT_OK;
+}
+
+// A connector with the cost model on whose store holds the first 2 chunks of `tokens`.
+kvt_connector* CostConnector(const std::vector<int32_t>& tokens, uint32_t probe_after,
+                             double prefill_s_per_token, bool use_cost_model = true) {
+  kvt_options o = Options();
+  o.use_cost_model = use_cost_model ? 1 : 0;
+  o.cost_probe_after = probe_after;
+  o.prefill_s_per_token = prefill_s_per_token;
+  kvt_connector* c = nullptr;
+  EXPECT_EQ(kvt_create(&o, &c), KVT_OK) << kvt_last_error();
+  if (c == nullptr) return nullptr;
+  size_t taken = 0;
+  EXPECT_EQ(kvt_store_payloads(c, tokens.data(), tokens.size(), FillBytes, nullptr, &taken), KVT_OK)
+      << kvt_last_error();
+  EXPECT_EQ(taken, 2u);
+  kvt_flush(c);
+  return c;
+}
+
+kvt_stats Stats(const kvt_connector* c) {
+  kvt_stats s{};
+  EXPECT_EQ(kvt_get_stats(c, &s, sizeof(s)), KVT_OK) << kvt_last_error();
+  return s;
+}
+
+// load_tokens of `n` lookups of the whole prompt.
+std::vector<uint64_t> Lookups(kvt_connector* c, const std::vector<int32_t>& tokens, int n) {
+  std::vector<uint64_t> loads;
+  for (int i = 0; i < n; ++i) {
+    uint64_t load = 99, cached = 0;
+    EXPECT_EQ(kvt_lookup(c, tokens.data(), tokens.size(), 0, &load, &cached), KVT_OK);
+    EXPECT_EQ(cached, 512u);
+    loads.push_back(load);
+  }
+  return loads;
+}
+
+TEST(CostModelCApiTest, OptionsInitProbesAfter32Recomputes) {
+  kvt_options o;
+  std::memset(&o, 0xff, sizeof(o));
+  kvt_options_init(&o);
+  EXPECT_EQ(o.cost_probe_after, 32u);
+  EXPECT_EQ(o.use_cost_model, 1);
+}
+
+TEST(CostModelCApiTest, DearRecomputeLoadsEveryChunkAndCountsLoadAll) {
+  const auto tokens = Tokens(600);                  // 2 complete chunks and a tail
+  kvt_connector* c = CostConnector(tokens, 32, 0);  // 0: the default prefill model
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(Lookups(c, tokens, 2), (std::vector<uint64_t>{512, 512}));
+  uint64_t load = 0, cached = 0;
+  // Chunk 0 already computed: the rest (chunk 1) is still every chunk left to load.
+  ASSERT_EQ(kvt_lookup(c, tokens.data(), tokens.size(), 256, &load, &cached), KVT_OK);
+  EXPECT_EQ(load, 512u);
+  // Nothing cached past what the engine holds, and a prompt with nothing cached: the cost
+  // model is not asked, so no decision is counted.
+  ASSERT_EQ(kvt_lookup(c, tokens.data(), tokens.size(), 512, &load, &cached), KVT_OK);
+  std::vector<int32_t> fresh(600);
+  for (size_t i = 0; i < fresh.size(); ++i) fresh[i] = int32_t(5000 + i);
+  ASSERT_EQ(kvt_lookup(c, fresh.data(), fresh.size(), 0, &load, &cached), KVT_OK);
+  EXPECT_EQ(cached, 0u);
+  const kvt_stats s = Stats(c);
+  EXPECT_EQ(s.lookups, 5u);
+  EXPECT_EQ(s.cost_load_all, 3u);
+  EXPECT_EQ(s.cost_load_partial, 0u);
+  EXPECT_EQ(s.cost_recompute, 0u);
+  EXPECT_EQ(s.cost_probe, 0u);
+  kvt_destroy(c);
+}
+
+TEST(CostModelCApiTest, CheapRecomputeProbesOneChunkAfterEveryProbeAfterRecomputes) {
+  const auto tokens = Tokens(600);
+  kvt_connector* c = CostConnector(tokens, 2, kCheapPrefill);
+  ASSERT_NE(c, nullptr);
+  // Two recomputes, then a probe of the first chunk; again; then a recompute.
+  EXPECT_EQ(Lookups(c, tokens, 7), (std::vector<uint64_t>{0, 0, 256, 0, 0, 256, 0}));
+  const kvt_stats s = Stats(c);
+  EXPECT_EQ(s.cost_recompute, 5u);
+  EXPECT_EQ(s.cost_probe, 2u);
+  EXPECT_EQ(s.cost_load_partial, 2u);  // a probe loads 1 of the 2 cached chunks
+  EXPECT_EQ(s.cost_load_all, 0u);
+  EXPECT_EQ(s.lookup_load_tokens, 512u);
+  kvt_destroy(c);
+}
+
+TEST(CostModelCApiTest, DefaultProbesThe33rdAndZeroNeverProbes) {
+  const auto tokens = Tokens(600);
+  kvt_options o;
+  kvt_options_init(&o);
+  kvt_connector* c = CostConnector(tokens, o.cost_probe_after, kCheapPrefill);
+  ASSERT_NE(c, nullptr);
+  std::vector<uint64_t> want(33, 0);
+  want[32] = 256;
+  EXPECT_EQ(Lookups(c, tokens, 33), want);
+  kvt_stats s = Stats(c);
+  EXPECT_EQ(s.cost_recompute, 32u);
+  EXPECT_EQ(s.cost_probe, 1u);
+  kvt_destroy(c);
+
+  c = CostConnector(tokens, 0, kCheapPrefill);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(Lookups(c, tokens, 40), std::vector<uint64_t>(40, 0));
+  s = Stats(c);
+  EXPECT_EQ(s.cost_recompute, 40u);
+  EXPECT_EQ(s.cost_probe, 0u);
+  EXPECT_EQ(s.cost_load_partial, 0u);
+  EXPECT_EQ(s.lookup_load_tokens, 0u);
+  kvt_destroy(c);
+}
+
+TEST(CostModelCApiTest, WithoutTheCostModelEveryChunkLoadsAndNoDecisionIsCounted) {
+  const auto tokens = Tokens(600);
+  kvt_connector* c = CostConnector(tokens, 2, kCheapPrefill, /*use_cost_model=*/false);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(Lookups(c, tokens, 3), (std::vector<uint64_t>{512, 512, 512}));
+  const kvt_stats s = Stats(c);
+  EXPECT_EQ(s.cost_load_all + s.cost_load_partial + s.cost_recompute + s.cost_probe, 0u);
+  kvt_destroy(c);
+}
+
+// A caller built against the kvt_stats before the cost fields passes the old size: only
+// that much is written.
+TEST(CostModelCApiTest, OldStatsSizeLeavesTheCostFieldsUnwritten) {
+  const auto tokens = Tokens(600);
+  kvt_connector* c = CostConnector(tokens, 32, 0);
+  ASSERT_NE(c, nullptr);
+  Lookups(c, tokens, 1);
+  kvt_stats s;
+  std::memset(&s, 0xab, sizeof(s));
+  ASSERT_EQ(kvt_get_stats(c, &s, offsetof(kvt_stats, cost_load_all)), KVT_OK);
+  EXPECT_EQ(s.lookups, 1u);
+  EXPECT_EQ(s.cost_load_all, 0xababababababababull);
+  EXPECT_EQ(Stats(c).cost_load_all, 1u);
   kvt_destroy(c);
 }
 

@@ -3,7 +3,9 @@
 Bad kv_connector_extra_config values are errors naming the key; a vLLM block size that
 does not divide kvtier's chunk size stops the engine with both numbers named; the
 embedded store hits in-process (host tier) and from a fresh process (disk tier) with the
-output of vLLM's own prefix-cache hit on the same tokens (docs/vllm.md "Exactness").
+output of vLLM's own prefix-cache hit on the same tokens (docs/vllm.md "Exactness");
+cost_probe_after reaches the native cost model, whose decisions are counted in
+kvt_stats and exported as vllm:kvtier_cost_*_total (no engine).
 """
 
 import glob
@@ -40,6 +42,10 @@ class ExtraConfigTest(unittest.TestCase):
         self.assertRefused({"load_failure_policy": "retry"}, "load_failure_policy", "'retry'")
         self.assertRefused({"daemon_deadline_ms": 0}, "daemon_deadline_ms")
         self.assertRefused({"load_async": "maybe"}, "load_async", "'maybe'")
+        for bad in (-1, 1000001, "often", 2.5, True, None):
+            self.assertRefused({"cost_probe_after": bad},
+                               "kv_connector_extra_config.cost_probe_after", repr(bad),
+                               "an integer in 0..1000000")
 
     def test_good_values(self):
         c = parse_extra_config({"kvtierd": "unix:///run/k.sock", "token": "t0k3n-123",
@@ -54,6 +60,10 @@ class ExtraConfigTest(unittest.TestCase):
         self.assertFalse(parse_extra_config({"kvtierd": "unix:///k.sock",
                                              "load_async": False}).loads_async)
         self.assertFalse(parse_extra_config({"load_async": "false"}).loads_async)
+        self.assertEqual(parse_extra_config({}).cost_probe_after, 32)
+        for value, want in ((0, 0), (1, 1), (1000000, 1000000), ("64", 64)):
+            self.assertEqual(parse_extra_config({"cost_probe_after": value}).cost_probe_after,
+                             want)
 
     def test_block_size_not_dividing_chunk_names_both(self):
         from vllm.engine.arg_utils import EngineArgs
@@ -75,6 +85,86 @@ class ExtraConfigTest(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0)
         self.assertNotIn("ENGINE STARTED", out)
         self.assertIn("block size 128 does not divide kvtier's chunk size 200", out)
+
+
+class CostProbeTest(unittest.TestCase):
+    """cost_probe_after reaches the native connector (kvt_options.cost_probe_after) and its
+    decisions come back as kvt_stats.cost_* and as vllm:kvtier_cost_*_total. No engine: a
+    block-view connector built from the parsed config as the vLLM connector builds it."""
+
+    LAYERS, HEADS, HEAD_DIM, CHUNK = 2, 2, 8, 16
+    BLOCK_BYTES = 2 * HEADS * HEAD_DIM * 2 * CHUNK  # K and V, bfloat16, one block per chunk
+
+    def connector(self, extra):
+        import ctypes
+        from kvtier._native import Connector
+        from kvtier.vllm_config import Namespace
+        from kvtier.vllm_support import _options
+        cfg = parse_extra_config(dict(extra, chunk_tokens=self.CHUNK, host_capacity="1MiB"))
+        ns = Namespace(model_id="cost-probe-test", num_layers=self.LAYERS,
+                       num_kv_heads=self.HEADS, head_dim=self.HEAD_DIM, dtype="bfloat16",
+                       layout="flashinfer", block_size=self.CHUNK, packing="flashinfer",
+                       tp_rank=0, tp_world_size=1, engine_extra="{}")
+        c = Connector(_options(cfg, ns))
+        self.addCleanup(c.close)
+        layers = [(ctypes.c_uint8 * (4 * self.BLOCK_BYTES))() for _ in range(self.LAYERS)]
+        c.test_layers = layers  # the view's memory lives as long as the connector
+        c.register_block_view([ctypes.addressof(b) for b in layers], self.CHUNK, 4,
+                              self.BLOCK_BYTES)
+        self.prompt = list(range(1, 2 * self.CHUNK + 2))  # two chunks and a last token
+        self.assertEqual(c.store_blocks(self.prompt, [0, 1]), 2)
+        c.flush()
+        # 8 prefills (the fit's minimum) measured at 10 ns per token: recomputing a chunk
+        # (160 ns) is far cheaper than loading it from the host tier (~20 us predicted),
+        # so the cost model recomputes, and only probes load.
+        for t in range(16, 16 * 9, 16):
+            c.observe_prefill(t, 0, 1e-8 * t)
+        return c
+
+    def loads(self, c, n):
+        return [c.lookup(self.prompt)[0] for _ in range(n)]
+
+    def test_probe_after_2_loads_one_chunk_every_third_lookup(self):
+        c = self.connector({"cost_probe_after": 2})
+        self.assertEqual(self.loads(c, 7), [0, 0, 16, 0, 0, 16, 0])
+        s = c.stats()
+        self.assertEqual((s["cost_recompute"], s["cost_probe"], s["cost_load_partial"],
+                          s["cost_load_all"]), (5, 2, 2, 0))
+
+    def test_zero_never_probes_and_the_default_probes_the_33rd(self):
+        c = self.connector({"cost_probe_after": 0})
+        self.assertEqual(self.loads(c, 40), [0] * 40)
+        self.assertEqual((c.stats()["cost_recompute"], c.stats()["cost_probe"]), (40, 0))
+        c = self.connector({})
+        self.assertEqual(self.loads(c, 33), [0] * 32 + [16])
+        self.assertEqual((c.stats()["cost_recompute"], c.stats()["cost_probe"]), (32, 1))
+
+    def test_decisions_reach_vllm_prometheus_counters(self):
+        """The scheduler half reports the decisions (its lookups make them); each becomes
+        vllm:kvtier_<field>_total, as every kvt_stats field does."""
+        from functools import partial
+        from types import SimpleNamespace
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+        from kvtier._native import STAT_FIELDS
+        from kvtier.vllm_support import _SCHEDULER_STATS, KVTierPromMetrics
+        cost = ["cost_load_all", "cost_load_partial", "cost_recompute", "cost_probe"]
+        self.assertEqual(STAT_FIELDS[-4:], cost)
+        self.assertTrue(set(cost) <= set(_SCHEDULER_STATS))
+        c = self.connector({"cost_probe_after": 2})
+        self.loads(c, 4)
+        now = c.stats()
+        reg = CollectorRegistry()  # the classes vLLM passes, on a registry of our own
+        types = {t: partial(t, registry=reg) for t in (Gauge, Counter, Histogram)}
+        prom = KVTierPromMetrics(SimpleNamespace(kv_transfer_config=None), types,
+                                 ["model_name", "engine"], {0: ["cost-probe-test", "0"]})
+        prom.observe({f"kvtier_{k}": now[k] for k in _SCHEDULER_STATS}, 0)
+        text = generate_latest(reg).decode()
+        labels = '{engine="0",model_name="cost-probe-test"}'
+        for name, want in (("cost_recompute", 3), ("cost_probe", 1), ("cost_load_partial", 1),
+                           ("lookups", 4)):
+            self.assertIn(f"vllm:kvtier_{name}_total{labels} {float(want)}", text)
+        for f in STAT_FIELDS:
+            self.assertIn(f"# TYPE vllm:kvtier_{f}_total counter", text)
 
 
 class DetectLayoutTest(unittest.TestCase):

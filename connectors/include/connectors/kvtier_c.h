@@ -110,6 +110,11 @@ typedef struct kvt_options {
   /* Deadline of one kvtierd call including its retries, ms (default 2000, 1..600000). A
    * stopped or dead daemon costs at most this per call: the chunk is a miss. */
   uint32_t daemon_deadline_ms;
+  /* Cost model probes (CostModelOptions::probe_after_recomputes, docs/cost-model.md):
+   * after this many lookups in a row that chose to recompute although chunks were cached,
+   * the next such lookup loads the first cached chunk anyway, so that its tier's estimate
+   * is measured again (default 32; 0 = never probe). Only with use_cost_model = 1. */
+  uint32_t cost_probe_after;
 } kvt_options;
 
 /* Fills *options with the defaults above (model_id NULL: the caller must set it). */
@@ -275,6 +280,16 @@ typedef struct kvt_stats {
   uint64_t load_mismatch;
   uint64_t load_other_errors;
   uint64_t load_bytes;
+  /* ---- Appended fields: new ones go below, never reordered. ---- */
+  /* The cost model's decisions on lookups with cached chunks past num_computed_tokens
+   * (ConnectorStats::cost, kvstore/cost_model.h CostModelStats; none with
+   * use_cost_model = 0): load every cached chunk, load a leading part of them, recompute
+   * them all. A probe (kvt_options.cost_probe_after) is also counted as load_all or
+   * load_partial, by the chunks it loads. */
+  uint64_t cost_load_all;
+  uint64_t cost_load_partial;
+  uint64_t cost_recompute;
+  uint64_t cost_probe;
 } kvt_stats;
 /* Writes min(out_size, sizeof(kvt_stats)) bytes of the counters (pass sizeof(kvt_stats);
  * fields are only ever appended). KVT_INVALID_ARGUMENT for NULL arguments. */

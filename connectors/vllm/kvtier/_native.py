@@ -52,7 +52,7 @@ class _Options(C.Structure):
         ("async_store", C.c_int32), ("prefill_s_per_token", C.c_double),
         ("prefill_s_per_token_ctx", C.c_double),
         ("daemon_address", C.c_char_p), ("daemon_token", C.c_char_p),
-        ("daemon_deadline_ms", C.c_uint32),
+        ("daemon_deadline_ms", C.c_uint32), ("cost_probe_after", C.c_uint32),
     ]
 
 
@@ -78,7 +78,8 @@ class _BlockView(C.Structure):
 STAT_FIELDS = ["lookups", "lookup_hit_tokens", "lookup_load_tokens", "store_chunks_taken",
                "store_chunks_skipped", "store_chunks_dropped", "store_chunks_put",
                "store_put_errors", "load_chunks_ok", "load_chunks_failed", "load_misses",
-               "load_data_loss", "load_mismatch", "load_other_errors", "load_bytes"]
+               "load_data_loss", "load_mismatch", "load_other_errors", "load_bytes",
+               "cost_load_all", "cost_load_partial", "cost_recompute", "cost_probe"]
 
 
 class _Stats(C.Structure):
@@ -204,6 +205,7 @@ class ConnectorOptions:
     daemon_address: str | None = None
     daemon_token: str | None = None
     daemon_deadline_ms: int = 2000
+    cost_probe_after: int = 32  # kvt_options.cost_probe_after (0 = never probe)
 
 
 class _OwnedHandle:
@@ -273,7 +275,7 @@ class Connector(_OwnedHandle):
         opts.tp_rank, opts.tp_world_size, opts.chunk_tokens = o.tp_rank, o.tp_world_size, o.chunk_tokens
         opts.host_capacity_bytes, opts.disk_capacity_bytes = o.host_capacity_bytes, o.disk_capacity_bytes
         opts.use_cost_model, opts.async_store = int(o.use_cost_model), int(o.async_store)
-        opts.daemon_deadline_ms = o.daemon_deadline_ms
+        opts.daemon_deadline_ms, opts.cost_probe_after = o.daemon_deadline_ms, o.cost_probe_after
         h = C.c_void_p()
         _check(L.kvt_create(C.byref(opts), C.byref(h)))
         self._h = h

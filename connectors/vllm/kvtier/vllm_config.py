@@ -22,6 +22,10 @@ names the key, raised from the connector's constructor, so the engine does not s
   model_id             model identity override (e.g. "org/model@rev"); default: the
                        model path plus a fingerprint of its weights files.
   use_cost_model       true (default): load only when loading beats recomputing.
+  cost_probe_after     0..1000000 (default 32): after this many lookups in a row whose
+                       cached chunks the cost model chose to recompute, the next one
+                       loads the first cached chunk anyway, so the tier's load time is
+                       measured again (docs/cost-model.md "Probes"); 0 = never probe.
   daemon_deadline_ms   deadline of one kvtierd call incl. retries (default 2000).
   load_failure_policy  "recompute" (default; vLLM's own default is "fail") or "fail":
                        what vLLM does with blocks whose load failed.
@@ -52,8 +56,8 @@ from dataclasses import dataclass
 DEFAULT_DISK_CAPACITY_BYTES = 8 << 30
 
 KEYS = {"kvtierd", "token", "token_file", "tenant", "chunk_tokens", "host_capacity",
-        "disk_dir", "disk_capacity", "model_id", "use_cost_model", "daemon_deadline_ms",
-        "load_failure_policy", "load_async", "load_per_layer"}
+        "disk_dir", "disk_capacity", "model_id", "use_cost_model", "cost_probe_after",
+        "daemon_deadline_ms", "load_failure_policy", "load_async", "load_per_layer"}
 
 def _err(key: str, value, expected: str) -> ValueError:
     return ValueError(f"kv_connector_extra_config.{key} = {value!r}: expected {expected}")
@@ -112,6 +116,7 @@ class KVTierConfig:
     disk_capacity_bytes: int = DEFAULT_DISK_CAPACITY_BYTES
     model_id: str | None = None
     use_cost_model: bool = True
+    cost_probe_after: int = 32
     daemon_deadline_ms: int = 2000
     load_failure_policy: str = "recompute"
     load_async: bool = True
@@ -184,6 +189,8 @@ def parse_extra_config(extra: dict | None) -> KVTierConfig:
             raise _err("model_id", extra["model_id"], "a non-empty model identity")
     if "use_cost_model" in extra:
         c.use_cost_model = _bool("use_cost_model", extra["use_cost_model"])
+    if "cost_probe_after" in extra:
+        c.cost_probe_after = _int("cost_probe_after", extra["cost_probe_after"], 0, 1000000)
     if "daemon_deadline_ms" in extra:
         c.daemon_deadline_ms = _int("daemon_deadline_ms", extra["daemon_deadline_ms"], 1, 600000)
     if "load_failure_policy" in extra:

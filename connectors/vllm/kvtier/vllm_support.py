@@ -58,8 +58,10 @@ def _timed(name: str, fn):
 
 
 # Counters each half reports to vLLM (so that an embedded store, shared by both halves,
-# is not counted twice): the scheduler looks up, the worker loads and stores.
-_SCHEDULER_STATS = ("lookups", "lookup_hit_tokens", "lookup_load_tokens")
+# is not counted twice): the scheduler looks up (and the cost model decides in its
+# lookups), the worker loads and stores.
+_SCHEDULER_STATS = ("lookups", "lookup_hit_tokens", "lookup_load_tokens", "cost_load_all",
+                    "cost_load_partial", "cost_recompute", "cost_probe")
 
 
 @dataclass
@@ -168,14 +170,7 @@ _CLOSED = _Closed()
 
 
 def _open_native(cfg: KVTierConfig, ns: Namespace) -> Connector:
-    o = ConnectorOptions(
-        model_id=ns.model_id, num_layers=ns.num_layers, num_kv_heads=ns.num_kv_heads,
-        head_dim=ns.head_dim, dtype=ns.dtype, layout=ns.layout, tp_rank=ns.tp_rank,
-        tp_world_size=ns.tp_world_size, chunk_tokens=cfg.chunk_tokens, tenant=cfg.tenant,
-        engine_extra=ns.engine_extra, host_capacity_bytes=cfg.host_capacity_bytes,
-        disk_dir=cfg.disk_dir, disk_capacity_bytes=cfg.disk_capacity_bytes,
-        use_cost_model=cfg.use_cost_model, daemon_address=cfg.daemon_address,
-        daemon_token=cfg.token or None, daemon_deadline_ms=cfg.daemon_deadline_ms)
+    o = _options(cfg, ns)
     if not cfg.embedded:
         return Connector(o)  # every process talks to the daemon itself
     key = tuple(sorted(vars(o).items()))
@@ -457,8 +452,9 @@ def _options(cfg: KVTierConfig, ns: Namespace, host_capacity_bytes: int | None =
         host_capacity_bytes=host_capacity_bytes or cfg.host_capacity_bytes,
         disk_dir=disk_dir if disk_dir is not None else cfg.disk_dir,
         disk_capacity_bytes=cfg.disk_capacity_bytes,
-        use_cost_model=cfg.use_cost_model, daemon_address=cfg.daemon_address,
-        daemon_token=cfg.token or None, daemon_deadline_ms=cfg.daemon_deadline_ms)
+        use_cost_model=cfg.use_cost_model, cost_probe_after=cfg.cost_probe_after,
+        daemon_address=cfg.daemon_address, daemon_token=cfg.token or None,
+        daemon_deadline_ms=cfg.daemon_deadline_ms)
 
 
 def _share(total: int, share: float) -> int:
