@@ -296,6 +296,12 @@ class KvtierServer::Impl {
     if (lookup_pool) lookup_pool->Stop();
     if (http) {
       http_stopping.store(true);
+      // cpp-httplib's stop() does nothing until listen_after_bind, on the metrics-http
+      // thread, has marked the server running: stopped before that (a SIGTERM right after
+      // start-up, on a loaded machine), the thread would then listen for good and the Join
+      // below would never return. Wait for it to run (or to have ended) first.
+      while (!http->is_running() && http_thread.state() == ThreadState::kRunning)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
       http->stop();
       http_thread.Join();
     }

@@ -60,6 +60,8 @@ class Daemon {
   pid_t pid() const { return pid_; }
   // Command-line flags passed after `--config <file>` (e.g. "--no-shm").
   void set_extra_args(std::vector<std::string> args) { extra_args_ = std::move(args); }
+  // Environment variables ("NAME=value") set in the child before exec.
+  void set_extra_env(std::vector<std::string> env) { extra_env_ = std::move(env); }
 
   // The base config with any top-level key that `extra_yaml` sets removed, then extra.
   std::string Config() const {
@@ -99,6 +101,10 @@ class Daemon {
       if (fd >= 0) {
         dup2(fd, 1);
         dup2(fd, 2);
+      }
+      for (const auto& e : extra_env_) {
+        const size_t eq = e.find('=');
+        if (eq != std::string::npos) setenv(e.substr(0, eq).c_str(), e.c_str() + eq + 1, 1);
       }
       std::vector<const char*> argv = {KVTIERD_BIN, "--config", cfg.c_str()};
       for (const auto& a : extra_args_) argv.push_back(a.c_str());
@@ -143,6 +149,24 @@ class Daemon {
     return status;
   }
 
+  // Sends `sig` and waits up to `limit` for the exit: its wait status, or -1 when it is
+  // still running then (it is killed with SIGKILL).
+  int KillWithin(int sig, std::chrono::milliseconds limit) {
+    if (pid_ <= 0) return -1;
+    ::kill(pid_, sig);
+    const auto until = std::chrono::steady_clock::now() + limit;
+    int status = 0;
+    while (waitpid(pid_, &status, WNOHANG) != pid_) {
+      if (std::chrono::steady_clock::now() > until) {
+        Kill(SIGKILL);
+        return -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    pid_ = -1;
+    return status;
+  }
+
   std::string Log() const {
     std::ifstream in(dir_ + "/kvtierd.log");
     std::stringstream ss;
@@ -171,6 +195,7 @@ class Daemon {
  private:
   std::string dir_, extra_;
   std::vector<std::string> extra_args_;
+  std::vector<std::string> extra_env_;
   pid_t pid_ = -1;
   int metrics_port_ = 0;
 };
