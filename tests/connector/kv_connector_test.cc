@@ -473,13 +473,17 @@ TEST(KVConnectorTest, DivergingPromptInsideChunkKOnlyHitsChunksBeforeK) {
   EXPECT_THAT(fill_b.chunks, ElementsAre(2, 3, 4));
 }
 
+// Stores the first `n` chunks of `tokens` and waits until the store holds them.
+void StoreLeadingChunks(KVConnector& conn, std::span<const TokenId> tokens, size_t n) {
+  Filler f;
+  ASSERT_EQ(*conn.StorePayloads(tokens.first(n * kChunk), f.fn()), n);
+  conn.Flush();
+}
+
 TEST(KVConnectorTest, StoreSkipsChunksAlreadyCached) {
   auto conn = MakeConnector(MakeStore());
   std::vector<TokenId> tokens = Prompt(6 * kChunk + 1);
-  Filler first;
-  ASSERT_EQ(*conn->StorePayloads(std::span<const TokenId>(tokens).first(4 * kChunk), first.fn()),
-            4u);
-  conn->Flush();
+  StoreLeadingChunks(*conn, tokens, 4);
   Filler second;
   EXPECT_EQ(*conn->StorePayloads(tokens, second.fn()), 2u);
   EXPECT_THAT(second.chunks, ElementsAre(4, 5));
@@ -492,10 +496,7 @@ TEST(KVConnectorTest, StoreSkipsChunksAlreadyCached) {
 TEST(KVConnectorTest, StoreGivenTheLookupsHeldTokensSkipsItsOwnLookup) {
   auto conn = MakeConnector(MakeStore());
   std::vector<TokenId> tokens = Prompt(6 * kChunk + 1);
-  Filler first;
-  ASSERT_EQ(*conn->StorePayloads(std::span<const TokenId>(tokens).first(4 * kChunk), first.fn()),
-            4u);
-  conn->Flush();
+  StoreLeadingChunks(*conn, tokens, 4);
   EXPECT_EQ(conn->stats().store_lookups, 1u);
   auto lookup = conn->Lookup(tokens, 0);
   ASSERT_TRUE(lookup.ok()) << lookup.status();
