@@ -490,6 +490,7 @@ class Replay {
 int Main(int argc, char** argv) {
   Flags f;
   CLI::App app{"A Mooncake trace replayed through plain and kvtier llama-servers: TTFT"};
+  app.option_defaults()->always_capture_default();  // --help shows every default
   app.add_option("--trace", f.trace, "conversation | synthetic (bench/traces/)");
   app.add_option("--trace-file", f.trace_file, "a .jsonl(.gz) trace instead of --trace");
   app.add_option("--max-requests", f.max_requests, "the first N requests (0 = all)");
@@ -835,9 +836,10 @@ int Main(int argc, char** argv) {
     // add"); with equal total RAM, plain's --cache-ram is larger: say so beside the figures.
     verdict(absl::StrCat("kvtier reuses >= plain's prompt tokens, ", routing, " routing"),
             k->reused_tokens() >= p->reused_tokens(),
-            absl::StrFormat("%d vs %d tokens (--cache-ram %d MiB + kvtierd vs %d MiB)",
+            absl::StrFormat("%d vs %d tokens (kvtier: --cache-ram %d MiB + kvtierd %d MiB host "
+                            "+ %d MiB disk; plain: --cache-ram %d MiB)",
                             k->reused_tokens(), p->reused_tokens(), f.cache_ram_mib,
-                            f.PlainCacheRamMib()));
+                            f.kvtierd_host_mib, f.kvtierd_disk_mib, f.PlainCacheRamMib()));
   }
   for (const char* routing : {"", "-random"}) {
     const ConfigResult* p = find(absl::StrCat("vllm-prefix", routing));
