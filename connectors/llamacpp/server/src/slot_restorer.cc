@@ -21,11 +21,6 @@ absl::Status CheckPayloadSize(size_t chunk_index, std::span<const std::byte> pay
   return absl::DataLossError(absl::StrFormat("chunk %d payload is %d bytes, expected %d",
                                              chunk_index, payload.size(), chunk_bytes));
 }
-// `outcome` with what the prompt's lookup found held (Outcome::held_tokens).
-SlotRestorer::Outcome WithHeld(SlotRestorer::Outcome outcome, std::optional<uint64_t> held) {
-  outcome.held_tokens = held;
-  return outcome;
-}
 }  // namespace
 
 uint64_t SlotRestorer::LoadChunks(std::span<const TokenId> prompt, uint64_t want,
@@ -52,6 +47,15 @@ uint64_t SlotRestorer::LoadChunks(std::span<const TokenId> prompt, uint64_t want
 SlotRestorer::Outcome SlotRestorer::Restore(llama_context* ctx, int32_t seq_id,
                                             std::span<const TokenId> prompt, uint64_t n_have) {
   if (snapshots_) return {StartWithSnapshots(ctx, seq_id, prompt, n_have)};
+  std::optional<uint64_t> held;
+  Outcome outcome = RestorePlain(ctx, seq_id, prompt, n_have, held);
+  outcome.held_tokens = held;
+  return outcome;
+}
+
+SlotRestorer::Outcome SlotRestorer::RestorePlain(llama_context* ctx, int32_t seq_id,
+                                                 std::span<const TokenId> prompt, uint64_t n_have,
+                                                 std::optional<uint64_t>& held) {
   const size_t n_tokens = prompt.size();
   const uint32_t chunk = connector_.chunk_tokens();
   // Complete chunks up to T (the last token is always computed), then the tail record of
@@ -63,7 +67,6 @@ SlotRestorer::Outcome SlotRestorer::Restore(llama_context* ctx, int32_t seq_id,
   if ((try_tail ? n_tokens - 1 : chunk_end) <= n_have) return {};
   stats_.requests.fetch_add(1, std::memory_order_relaxed);
   uint64_t want = 0;
-  std::optional<uint64_t> held;  // Outcome::held_tokens
   // The lookup's lease pins the chunks it found until this restore has loaded them.
   std::optional<ConnectorLookup> pinned;
   if (chunk_end > 0) {
@@ -79,9 +82,9 @@ SlotRestorer::Outcome SlotRestorer::Restore(llama_context* ctx, int32_t seq_id,
     const uint64_t begin = n_have % chunk == 0 ? n_have : 0;
     if (const uint64_t front = overlap_.PickFront(*lookup, begin, usable, want);
         front > n_have && overlap_.Start(seq_id, prompt, front, usable, lookup->lease)) {
-      if (begin == n_have) return WithHeld({0, begin}, held);
+      if (begin == n_have) return {0, begin};
       llama_memory_seq_rm(llama_get_memory(ctx), seq_id, -1, -1);
-      return WithHeld({-1, begin}, held);
+      return {-1, begin};
     }
     if (want <= n_have && lookup->cached_tokens > n_have) {
       stats_.cost_skips.fetch_add(1, std::memory_order_relaxed);
@@ -110,9 +113,9 @@ SlotRestorer::Outcome SlotRestorer::Restore(llama_context* ctx, int32_t seq_id,
         tails_->TailTokens(n_tokens) > 0) {
       llama_memory_seq_rm(llama_get_memory(ctx), seq_id, -1, -1);
       stats_.dropped_prefixes.fetch_add(1, std::memory_order_relaxed);
-      return WithHeld({-1}, held);
+      return {-1};
     }
-    return WithHeld({}, held);
+    return {};
   }
   const auto t0 = Clock::now();
   absl::StatusOr<SeqStateBuilder> builder = SeqStateBuilder::Create(
@@ -124,7 +127,7 @@ SlotRestorer::Outcome SlotRestorer::Restore(llama_context* ctx, int32_t seq_id,
   if (!builder.ok()) {
     spdlog::warn("kvtier: cannot build a {}-token state: {}", cells, builder.status().ToString());
     stats_.misses.fetch_add(1, std::memory_order_relaxed);
-    return WithHeld({}, held);
+    return {};
   }
   const uint64_t chunk_bytes = uint64_t{chunk} * io_.spec().payload_bytes_per_token();
   uint64_t loaded = LoadChunks(
@@ -146,7 +149,7 @@ SlotRestorer::Outcome SlotRestorer::Restore(llama_context* ctx, int32_t seq_id,
   }
   if (loaded <= n_have) {
     stats_.misses.fetch_add(1, std::memory_order_relaxed);
-    return WithHeld({}, held);
+    return {};
   }
   std::optional<std::vector<std::byte>> truncated;
   std::span<const std::byte> blob = builder->blob();
@@ -154,7 +157,7 @@ SlotRestorer::Outcome SlotRestorer::Restore(llama_context* ctx, int32_t seq_id,
     absl::StatusOr<std::vector<std::byte>> t = builder->Truncated(static_cast<uint32_t>(loaded));
     if (!t.ok()) {
       stats_.misses.fetch_add(1, std::memory_order_relaxed);
-      return WithHeld({}, held);
+      return {};
     }
     truncated = std::move(*t);
     blob = *truncated;
@@ -164,19 +167,19 @@ SlotRestorer::Outcome SlotRestorer::Restore(llama_context* ctx, int32_t seq_id,
     absl::StatusOr<std::vector<std::byte>> f = ToStreams(blob, io_.n_stream());
     if (!f.ok()) {
       stats_.misses.fetch_add(1, std::memory_order_relaxed);
-      return WithHeld({}, held);
+      return {};
     }
     framed = std::move(*f);
     blob = *framed;
   }
-  if (!ApplyRestoredState(ctx, seq_id, blob, loaded)) return WithHeld({-1}, held);
+  if (!ApplyRestoredState(ctx, seq_id, blob, loaded)) return {-1};
   stats_.hits.fetch_add(1, std::memory_order_relaxed);
   if (tail_used) stats_.tail_hits.fetch_add(1, std::memory_order_relaxed);
   stats_.loaded_tokens.fetch_add(loaded, std::memory_order_relaxed);
   stats_.load_bytes.fetch_add(loaded * io_.spec().payload_bytes_per_token(),
                               std::memory_order_relaxed);
   ServerStats::Add(stats_.load_seconds, std::chrono::duration<double>(Clock::now() - t0).count());
-  return WithHeld({static_cast<int64_t>(loaded)}, held);
+  return {static_cast<int64_t>(loaded)};
 }
 
 int64_t SlotRestorer::StartWithSnapshots(llama_context* ctx, int32_t seq_id,

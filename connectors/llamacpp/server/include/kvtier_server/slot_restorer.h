@@ -74,6 +74,10 @@ class SlotRestorer {
                   uint64_t n_have);
 
  private:
+  // Restore for models without snapshots; `held` gets what the prompt's lookup found
+  // held, when it asked the tiers (Outcome::held_tokens).
+  Outcome RestorePlain(llama_context* ctx, int32_t seq_id, std::span<const TokenId> prompt,
+                       uint64_t n_have, std::optional<uint64_t>& held);
   // Recurrent/hybrid models: Restore after its common checks (lookup of the chunks up to
   // SnapshotBoundaryLimit, then the tail record when every chunk before it loads).
   int64_t StartWithSnapshots(llama_context* ctx, int32_t seq_id, std::span<const TokenId> prompt,
